@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Idempotent setup for usdt-trace: everything a fresh machine needs to build, demo and test.
+# Quiet when everything is already there; only prints what it installs.
+set -euo pipefail
+
+TOOLS="${USDT_TRACE_TOOLS:-$HOME/.local/share/usdt-trace-tools}"
+BPF_LINKER_VERSION=0.13.0
+
+log() { echo "setup: $*" >&2; }
+
+# --- Debian packages used by the build, the demo, the tests and the benchmarks.
+need_pkgs=()
+for p in build-essential binutils systemtap-sdt-dev bpftrace curl wrk jq; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+    log "installing Debian packages: ${need_pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+# --- tracefs: uprobes and tracepoints are managed through it.
+if [ ! -e /sys/kernel/tracing/events ] && [ "$(id -u)" = 0 ]; then
+    mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+fi
+
+# --- Nightly rust-src: the eBPF crate is built with -Z build-std=core.
+if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
+    if ! rustup toolchain list | grep -q '^nightly'; then
+        log "installing the nightly toolchain"
+        rustup toolchain install nightly --profile minimal >/dev/null
+    fi
+    log "adding rust-src to nightly"
+    rustup component add rust-src --toolchain nightly >/dev/null
+fi
+
+# --- bpf-linker, linked against rustc's own libLLVM (Debian's LLVM is too old).
+if [ ! -x "$TOOLS/bin/bpf-linker" ]; then
+    sysroot=$(rustc +nightly --print sysroot)
+    major=$(rustc +nightly -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
+    lib=$(ls "$sysroot"/lib/libLLVM.so."$major".*-rust-* 2>/dev/null | head -n1 || true)
+    if [ -z "$lib" ]; then
+        echo "setup: cannot find rustc's libLLVM in $sysroot/lib" >&2
+        exit 1
+    fi
+    mkdir -p "$TOOLS/llvm/lib"
+    cp -f "$lib" "$TOOLS/llvm/lib/"
+    ln -sf "$(basename "$lib")" "$TOOLS/llvm/lib/libLLVM.so"
+    log "building bpf-linker $BPF_LINKER_VERSION against LLVM $major (about a minute)"
+    LLVM_PREFIX="$TOOLS/llvm" cargo install -q bpf-linker --version "$BPF_LINKER_VERSION" --locked \
+        --no-default-features --features "llvm-$major" --root "$TOOLS" >/dev/null
+fi
+
+# Print the PATH addition for callers that `eval` us.
+echo "export PATH=\"$TOOLS/bin:\$PATH\""

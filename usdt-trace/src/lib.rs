@@ -1,0 +1,20 @@
+//! usdt-trace: list and watch USDT probes with eBPF.
+//!
+//! The crate is split at the privilege line. Everything that parses or formats is pure and
+//! unit-tested without root; only [`tracer`] touches aya and the kernel.
+//!
+//! | module | job | pure |
+//! |---|---|---|
+//! | [`elf`] | `.note.stapsdt` notes, segments, symbols → probe sites and file offsets | yes |
+//! | [`argspec`] | argument spec grammar → typed locations (x86_64, aarch64) | yes |
+//! | [`procmaps`] | `/proc/PID/maps` text → mapped objects | yes |
+//! | [`pattern`] | `provider:name` globs | yes |
+//! | [`spans`] | start/end pairing rules → what the kernel pairs | yes |
+//! | [`output`] | text and NDJSON records, histograms | yes |
+//! | [`tracer`] | load the eBPF object, attach uprobes (with semaphores), read the ring buffer | no |
+
+pub mod argspec;
+pub mod elf;
+pub mod list;
+pub mod pattern;
+pub mod procmaps;
