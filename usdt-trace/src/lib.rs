@@ -14,6 +14,7 @@
 //! | [`tracer`] | load the eBPF object, attach uprobes (with semaphores), read the ring buffer | no |
 
 pub mod argspec;
+pub mod cli;
 pub mod elf;
 pub mod list;
 pub mod pattern;

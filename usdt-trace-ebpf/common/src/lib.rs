@@ -138,7 +138,9 @@ pub struct SiteSpec {
 pub struct Config {
     /// `CFG_*` flags.
     pub flags: u32,
-    pub _pad: u32,
+    /// Wake the reader only once this many bytes are waiting (batching keeps the cost per
+    /// record low; the reader also polls on a short timer).
+    pub wakeup_bytes: u32,
 }
 
 /// Cumulative per-thread time, in ns, by scheduling state. Only advanced while a span is open.
@@ -189,6 +191,8 @@ pub struct ThreadState {
     pub since_ns: u64,
     /// Totals up to `since_ns`.
     pub acct: Acct,
+    /// When the thread last left the CPU (start of the current off-CPU interval).
+    pub off_start_ns: u64,
     /// Who last woke this thread (recorded by sched_waking).
     pub last_waker_pid: u32,
     pub last_waker_tid: u32,

@@ -1,0 +1,656 @@
+//! The eBPF side of `usdt-trace watch`.
+//!
+//! One generic uprobe program serves every probe site. User space attaches it at each site with a
+//! BPF cookie that indexes `SITES`, the spec table (what role the site plays and where each
+//! argument lives), the way libbpf's USDT support does. So attaching hundreds of sites costs one
+//! program and many links, not hundreds of programs (bpftrace generates one program per site).
+//!
+//! Spans are paired here, in the kernel, so only closed spans cross to user space:
+//! - by thread: each thread has a stack of open frames; an end closes the innermost open frame
+//!   of the same span name, which makes nested and recursive spans pair correctly;
+//! - by id: probes that carry a span id (usdt-markers spans) pair through `ID_SPANS`, so a span
+//!   may start on one thread and end on another (async runtimes).
+//!
+//! Three scheduler tracepoints keep, for threads with an open span only, how long the thread
+//! was on CPU, runnable, asleep or in uninterruptible (I/O) sleep. A span's split is the
+//! difference of those totals between its end and its start, so nested spans each get their own.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{
+        bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        bpf_probe_read_kernel_buf, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+    },
+    macros::{map, tracepoint, uprobe},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    programs::{ProbeContext, TracePointContext},
+    EbpfContext,
+};
+use usdt_trace_common::*;
+
+/// Words in x86_64 `struct pt_regs` (aarch64 `user_pt_regs` has 34; we keep room for the larger).
+const REGS_WORDS: usize = 34;
+#[cfg(bpf_target_arch = "aarch64")]
+const REGS_BYTES: usize = 34 * 8;
+#[cfg(not(bpf_target_arch = "aarch64"))]
+const REGS_BYTES: usize = 21 * 8;
+
+#[map]
+static SITES: Array<SiteSpec> = Array::with_max_entries(1, 0);
+#[map]
+static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+#[map]
+static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
+#[map]
+static THREADS: HashMap<u32, ThreadState> =
+    HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+#[map]
+static ID_SPANS: HashMap<IdKey, Frame> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+/// Never written: a zeroed ThreadState to insert from (too big for the 512-byte BPF stack).
+#[map]
+static ZERO_THREAD: PerCpuArray<ThreadState> = PerCpuArray::with_max_entries(1, 0);
+/// Scratch space for building an id-paired frame before inserting it.
+#[map]
+static FRAME_SCRATCH: PerCpuArray<Frame> = PerCpuArray::with_max_entries(1, 0);
+/// Per-CPU room for the register copy and end arguments: the BPF stack has only 512 bytes.
+#[repr(C)]
+pub struct Scratch {
+    regs: [u64; REGS_WORDS],
+    end_args: [u64; MAX_ARGS],
+}
+#[map]
+static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_COUNTERS, 0);
+#[map]
+static HISTS: PerCpuArray<Hist> = PerCpuArray::with_max_entries(MAX_PAIRS * HIST_COMPONENTS as u32, 0);
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 24, 0);
+
+#[inline(always)]
+fn count(idx: u32) {
+    if let Some(p) = COUNTERS.get_ptr_mut(idx) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU while we run.
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+fn count_n(idx: u32, n: u64) {
+    if let Some(p) = COUNTERS.get_ptr_mut(idx) {
+        unsafe { *p += n };
+    }
+}
+
+#[inline(always)]
+fn ringbuf_flags(cfg: &Config) -> u64 {
+    // Waking the reader for every record costs more than the record itself; wake it only when
+    // a batch is waiting. The reader also polls on a timer, so nothing waits long.
+    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= cfg.wakeup_bytes as u64 {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        BPF_RB_NO_WAKEUP as u64
+    }
+}
+
+#[inline(always)]
+fn reg(regs: &[u64; REGS_WORDS], idx: u8) -> u64 {
+    let i = idx as usize;
+    if i < REGS_WORDS {
+        regs[i]
+    } else {
+        0
+    }
+}
+
+#[inline(always)]
+fn read_user(addr: u64, size: u8) -> u64 {
+    // Read exactly `size` bytes: a wider read could cross into an unmapped page.
+    unsafe {
+        match size {
+            1 => bpf_probe_read_user(addr as *const u8).map(|v| v as u64).unwrap_or(0),
+            2 => bpf_probe_read_user(addr as *const u16).map(|v| v as u64).unwrap_or(0),
+            4 => bpf_probe_read_user(addr as *const u32).map(|v| v as u64).unwrap_or(0),
+            _ => bpf_probe_read_user(addr as *const u64).unwrap_or(0),
+        }
+    }
+}
+
+#[inline(always)]
+fn extend(v: u64, size: u8, signed: u8) -> u64 {
+    match size {
+        1 => {
+            if signed != 0 {
+                v as u8 as i8 as i64 as u64
+            } else {
+                v as u8 as u64
+            }
+        }
+        2 => {
+            if signed != 0 {
+                v as u16 as i16 as i64 as u64
+            } else {
+                v as u16 as u64
+            }
+        }
+        4 => {
+            if signed != 0 {
+                v as u32 as i32 as i64 as u64
+            } else {
+                v as u32 as u64
+            }
+        }
+        _ => v,
+    }
+}
+
+#[inline(always)]
+fn read_arg(d: &ArgDesc, regs: &[u64; REGS_WORDS], ip: u64) -> u64 {
+    let raw = match d.kind {
+        ARG_CONST => d.val,
+        ARG_REG => reg(regs, d.base_reg),
+        ARG_MEM => {
+            let mut addr = reg(regs, d.base_reg).wrapping_add(d.val);
+            if d.index_reg != REG_NONE {
+                addr = addr.wrapping_add(reg(regs, d.index_reg).wrapping_mul(d.scale as u64));
+            }
+            read_user(addr, d.size)
+        }
+        ARG_RIP => read_user(ip.wrapping_add(d.val), d.size),
+        _ => 0,
+    };
+    extend(raw, d.size, d.signed)
+}
+
+#[inline(always)]
+fn read_args(spec: &SiteSpec, regs: &[u64; REGS_WORDS], ip: u64, out: &mut [u64; MAX_ARGS]) {
+    let mut i = 0;
+    while i < MAX_ARGS {
+        if i >= spec.nargs as usize {
+            break;
+        }
+        out[i] = read_arg(&spec.args[i], regs, ip);
+        i += 1;
+    }
+}
+
+#[inline(always)]
+fn read_str(spec: &SiteSpec, args: &[u64; MAX_ARGS], buf: &mut [u8; STR_LEN]) -> u32 {
+    let i = spec.str_arg as usize;
+    if i >= MAX_ARGS {
+        return 0;
+    }
+    match unsafe { bpf_probe_read_user_str_bytes(args[i] as *const u8, buf) } {
+        Ok(s) => s.len() as u32 + 1,
+        Err(_) => 0,
+    }
+}
+
+#[uprobe]
+pub fn usdt_site(ctx: ProbeContext) -> u32 {
+    let _ = on_site(&ctx);
+    0
+}
+
+fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let spec = SITES.get(cookie).ok_or(())?;
+    let cfg = CONFIG.get(0).ok_or(())?;
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let tid = pid_tgid as u32;
+    if cfg.flags & CFG_PID_FILTER != 0 && unsafe { PIDS.get(&tgid) }.is_none() {
+        count(CNT_FILTERED);
+        return Ok(());
+    }
+    // One copy of the registers: the spec's register numbers index into it.
+    let scratch = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };
+    unsafe {
+        bpf_probe_read_kernel_buf(
+            ctx.regs as *const u8,
+            core::slice::from_raw_parts_mut(
+                scratch.regs.as_mut_ptr() as *mut u8,
+                REGS_BYTES,
+            ),
+        )
+    }
+    .map_err(|_| ())?;
+    let regs = &scratch.regs;
+    let ip = reg(regs, IP_WORD);
+    let now = unsafe { bpf_ktime_get_ns() };
+    match spec.role {
+        ROLE_START => {
+            if spec.id_arg != ID_NONE {
+                start_by_id(spec, regs, ip, now, cookie, tgid, tid)
+            } else {
+                start_on_thread(spec, cfg, regs, ip, now, cookie, tid)
+            }
+        }
+        ROLE_END => {
+            if spec.id_arg != ID_NONE {
+                let end_args = unsafe { &mut *core::ptr::addr_of_mut!(scratch.end_args) };
+                end_by_id(spec, cfg, regs, end_args, ip, now, cookie, tgid, tid)
+            } else {
+                end_on_thread(spec, cfg, regs, ip, now, cookie, tgid, tid)
+            }
+        }
+        _ => emit_event(spec, cfg, regs, ip, now, cookie, tgid, tid),
+    }
+}
+
+#[cfg(bpf_target_arch = "aarch64")]
+const IP_WORD: u8 = 32;
+#[cfg(not(bpf_target_arch = "aarch64"))]
+const IP_WORD: u8 = 16;
+
+#[inline(always)]
+fn fill_header(h: &mut RecordHeader, kind: u32, site: u32, tgid: u32, tid: u32, now: u64) {
+    h.kind = kind;
+    h.site = site;
+    h.pid = tgid;
+    h.tid = tid;
+    h.ts_ns = now;
+    // Straight into the record: the helper writes the destination buffer.
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_get_current_comm(
+            h.comm.as_mut_ptr() as *mut _,
+            h.comm.len() as u32,
+        )
+    };
+}
+
+#[allow(clippy::too_many_arguments)]
+fn emit_event(
+    spec: &SiteSpec,
+    cfg: &Config,
+    regs: &[u64; REGS_WORDS],
+    ip: u64,
+    now: u64,
+    cookie: u32,
+    tgid: u32,
+    tid: u32,
+) -> Result<(), ()> {
+    count(CNT_EVENTS);
+    if cfg.flags & CFG_HIST != 0 {
+        return Ok(());
+    }
+    let Some(mut entry) = EVENTS.reserve::<EventRecord>(0) else {
+        count(CNT_LOST);
+        return Ok(());
+    };
+    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    fill_header(&mut rec.hdr, REC_EVENT, cookie, tgid, tid, now);
+    read_args(spec, regs, ip, &mut rec.args);
+    rec.str_len = read_str(spec, &rec.args, &mut rec.str);
+    entry.submit(ringbuf_flags(cfg));
+    Ok(())
+}
+
+/// Current totals of a thread, including the interval in progress.
+#[inline(always)]
+fn acct_now(st: &ThreadState, now: u64) -> Acct {
+    let mut a = st.acct;
+    let d = now.saturating_sub(st.since_ns);
+    match st.state {
+        TS_RUNQ => a.runq += d,
+        TS_SLEEP => a.sleep += d,
+        TS_IO => a.io += d,
+        _ => a.oncpu += d,
+    }
+    a
+}
+
+#[inline(always)]
+fn thread_state(tid: u32) -> Option<*mut ThreadState> {
+    if let Some(p) = THREADS.get_ptr_mut(&tid) {
+        return Some(p);
+    }
+    let zero = ZERO_THREAD.get_ptr(0)?;
+    THREADS.insert(&tid, unsafe { &*zero }, BPF_NOEXIST as u64).ok()?;
+    THREADS.get_ptr_mut(&tid)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_on_thread(
+    spec: &SiteSpec,
+    cfg: &Config,
+    regs: &[u64; REGS_WORDS],
+    ip: u64,
+    now: u64,
+    cookie: u32,
+    tid: u32,
+) -> Result<(), ()> {
+    let Some(st) = thread_state(tid) else {
+        count(CNT_NO_STATE);
+        return Ok(());
+    };
+    let st = unsafe { &mut *st };
+    if st.depth == 0 {
+        // Accounting only runs while a span is open: restart the clock, the thread is running.
+        st.state = TS_RUNNING;
+        st.since_ns = now;
+        st.last_waker_pid = 0;
+    }
+    let depth = st.depth as usize;
+    if depth >= MAX_DEPTH {
+        count(CNT_UNMATCHED_START);
+        return Ok(());
+    }
+    let acct = acct_now(st, now);
+    let f = &mut st.frames[depth];
+    f.site = cookie;
+    f.pair_id = spec.pair_id;
+    f.tid = tid;
+    f.start_ns = now;
+    f.acct_start = acct;
+    f.longest_off_ns = 0;
+    f.waker_pid = 0;
+    f.waker_tid = 0;
+    read_args(spec, regs, ip, &mut f.args);
+    f.str_len = if cfg.flags & CFG_HIST == 0 {
+        read_str(spec, &f.args, &mut f.str)
+    } else {
+        0
+    };
+    st.depth = depth as u32 + 1;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn end_on_thread(
+    spec: &SiteSpec,
+    cfg: &Config,
+    regs: &[u64; REGS_WORDS],
+    ip: u64,
+    now: u64,
+    cookie: u32,
+    tgid: u32,
+    tid: u32,
+) -> Result<(), ()> {
+    let Some(st) = THREADS.get_ptr_mut(&tid) else {
+        count(CNT_UNMATCHED_END);
+        return Ok(());
+    };
+    let st = unsafe { &mut *st };
+    // The innermost open frame of this span name; frames above it never got their end.
+    let depth = st.depth as usize;
+    let mut found = MAX_DEPTH;
+    let mut k = 0;
+    while k < MAX_DEPTH {
+        if k >= depth {
+            break;
+        }
+        let j = depth - 1 - k;
+        if j < MAX_DEPTH && st.frames[j].pair_id == spec.pair_id {
+            found = j;
+            break;
+        }
+        k += 1;
+    }
+    if found >= MAX_DEPTH {
+        count(CNT_UNMATCHED_END);
+        return Ok(());
+    }
+    if depth - 1 - found > 0 {
+        count_n(CNT_UNMATCHED_START, (depth - 1 - found) as u64);
+    }
+    st.depth = found as u32;
+    let acct_end = acct_now(st, now);
+    let f = &st.frames[found];
+    let acct = Acct {
+        oncpu: acct_end.oncpu.saturating_sub(f.acct_start.oncpu),
+        runq: acct_end.runq.saturating_sub(f.acct_start.runq),
+        sleep: acct_end.sleep.saturating_sub(f.acct_start.sleep),
+        io: acct_end.io.saturating_sub(f.acct_start.io),
+    };
+    count(CNT_SPANS);
+    let dur = now.saturating_sub(f.start_ns);
+    if cfg.flags & CFG_HIST != 0 {
+        hist_add(spec.pair_id, dur, Some(&acct));
+        return Ok(());
+    }
+    let Some(mut entry) = EVENTS.reserve::<SpanRecord>(0) else {
+        count(CNT_LOST);
+        return Ok(());
+    };
+    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    fill_header(&mut rec.hdr, REC_SPAN, cookie, tgid, tid, now);
+    rec.start_site = f.site;
+    rec.start_tid = f.tid;
+    rec.start_ns = f.start_ns;
+    rec.acct = acct;
+    rec.acct_valid = 1;
+    rec.waker_pid = f.waker_pid;
+    rec.waker_tid = f.waker_tid;
+    rec.waker_comm = f.waker_comm;
+    rec.longest_off_ns = f.longest_off_ns;
+    rec.args = f.args;
+    rec.str_len = f.str_len;
+    if f.str_len > 0 {
+        rec.str = f.str;
+    }
+    read_args(spec, regs, ip, &mut rec.end_args);
+    entry.submit(ringbuf_flags(cfg));
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_by_id(
+    spec: &SiteSpec,
+    regs: &[u64; REGS_WORDS],
+    ip: u64,
+    now: u64,
+    cookie: u32,
+    tgid: u32,
+    tid: u32,
+) -> Result<(), ()> {
+    let f = unsafe { &mut *FRAME_SCRATCH.get_ptr_mut(0).ok_or(())? };
+    f.site = cookie;
+    f.pair_id = spec.pair_id;
+    f.tid = tid;
+    f.start_ns = now;
+    f.longest_off_ns = 0;
+    f.waker_pid = 0;
+    read_args(spec, regs, ip, &mut f.args);
+    f.str_len = read_str(spec, &f.args, &mut f.str);
+    let idx = spec.id_arg as usize;
+    let key = IdKey {
+        pair_id: spec.pair_id,
+        tgid,
+        span_id: if idx < MAX_ARGS { f.args[idx] } else { 0 },
+    };
+    if ID_SPANS.insert(&key, &*f, 0).is_err() {
+        count(CNT_UNMATCHED_START);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn end_by_id(
+    spec: &SiteSpec,
+    cfg: &Config,
+    regs: &[u64; REGS_WORDS],
+    end_args: &mut [u64; MAX_ARGS],
+    ip: u64,
+    now: u64,
+    cookie: u32,
+    tgid: u32,
+    tid: u32,
+) -> Result<(), ()> {
+    read_args(spec, regs, ip, end_args);
+    let idx = spec.id_arg as usize;
+    let key = IdKey {
+        pair_id: spec.pair_id,
+        tgid,
+        span_id: if idx < MAX_ARGS { end_args[idx] } else { 0 },
+    };
+    let Some(f) = ID_SPANS.get_ptr(&key) else {
+        count(CNT_UNMATCHED_END);
+        return Ok(());
+    };
+    let f = unsafe { &*f };
+    count(CNT_SPANS);
+    let dur = now.saturating_sub(f.start_ns);
+    if cfg.flags & CFG_HIST != 0 {
+        hist_add(spec.pair_id, dur, None);
+    } else if let Some(mut entry) = EVENTS.reserve::<SpanRecord>(0) {
+        let rec = unsafe { &mut *entry.as_mut_ptr() };
+        fill_header(&mut rec.hdr, REC_SPAN, cookie, tgid, tid, now);
+        rec.start_site = f.site;
+        rec.start_tid = f.tid;
+        rec.start_ns = f.start_ns;
+        rec.acct = Acct::default();
+        rec.acct_valid = 0;
+        rec.waker_pid = 0;
+        rec.waker_tid = 0;
+        rec.longest_off_ns = 0;
+        rec.args = f.args;
+        rec.str_len = f.str_len;
+        if f.str_len > 0 {
+            rec.str = f.str;
+        }
+        rec.end_args = *end_args;
+        entry.submit(ringbuf_flags(cfg));
+    } else {
+        count(CNT_LOST);
+    }
+    let _ = ID_SPANS.remove(&key);
+    Ok(())
+}
+
+#[inline(always)]
+fn hist_one(pair_id: u32, component: u32, v: u64) {
+    let idx = pair_id * HIST_COMPONENTS as u32 + component;
+    if let Some(h) = HISTS.get_ptr_mut(idx) {
+        let h = unsafe { &mut *h };
+        let b = log2_bucket(v);
+        if b < HIST_BUCKETS {
+            h.buckets[b] += 1;
+        }
+        h.count += 1;
+        h.sum += v;
+    }
+}
+
+#[inline(always)]
+fn hist_add(pair_id: u32, dur: u64, acct: Option<&Acct>) {
+    if pair_id >= MAX_PAIRS {
+        return;
+    }
+    hist_one(pair_id, 0, dur);
+    if let Some(a) = acct {
+        hist_one(pair_id, 1, a.oncpu);
+        hist_one(pair_id, 2, a.runq);
+        hist_one(pair_id, 3, a.sleep);
+        hist_one(pair_id, 4, a.io);
+    }
+}
+
+// Field offsets of the classic sched tracepoints (stable ABI; user space checks them against
+// /sys/kernel/tracing/events/sched/*/format before attaching).
+const SWITCH_PREV_PID: usize = 24;
+const SWITCH_PREV_STATE: usize = 32;
+const SWITCH_NEXT_PID: usize = 56;
+const WAKING_PID: usize = 24;
+const EXIT_PID: usize = 24;
+
+/// TASK_UNINTERRUPTIBLE: disk and other D-state waits.
+const TASK_UNINTERRUPTIBLE: i64 = 2;
+/// The task-state bits the tracepoint reports; a preempted task reports none of them.
+const TASK_REPORT_MASK: i64 = 0xff;
+
+#[tracepoint]
+pub fn sched_switch(ctx: TracePointContext) -> u32 {
+    let now = unsafe { bpf_ktime_get_ns() };
+    let prev: i32 = unsafe { ctx.read_at(SWITCH_PREV_PID) }.unwrap_or(0);
+    let next: i32 = unsafe { ctx.read_at(SWITCH_NEXT_PID) }.unwrap_or(0);
+    if let Some(st) = THREADS.get_ptr_mut(&(prev as u32)) {
+        let st = unsafe { &mut *st };
+        if st.depth > 0 {
+            let prev_state: i64 = unsafe { ctx.read_at(SWITCH_PREV_STATE) }.unwrap_or(0);
+            st.acct = acct_now(st, now);
+            st.since_ns = now;
+            st.off_start_ns = now;
+            st.last_waker_pid = 0;
+            st.state = if prev_state & TASK_REPORT_MASK == 0 {
+                TS_RUNQ
+            } else if prev_state & TASK_UNINTERRUPTIBLE != 0 {
+                TS_IO
+            } else {
+                TS_SLEEP
+            };
+        }
+    }
+    if let Some(st) = THREADS.get_ptr_mut(&(next as u32)) {
+        let st = unsafe { &mut *st };
+        if st.depth > 0 && st.state != TS_RUNNING {
+            st.acct = acct_now(st, now);
+            st.since_ns = now;
+            st.state = TS_RUNNING;
+            let off = now.saturating_sub(st.off_start_ns);
+            // Remember who woke us for the longest off-CPU interval of each open span.
+            let depth = st.depth as usize;
+            let mut j = 0;
+            while j < MAX_DEPTH {
+                if j >= depth {
+                    break;
+                }
+                let f = &mut st.frames[j];
+                if off > f.longest_off_ns {
+                    f.longest_off_ns = off;
+                    f.waker_pid = st.last_waker_pid;
+                    f.waker_tid = st.last_waker_tid;
+                    f.waker_comm = st.last_waker_comm;
+                }
+                j += 1;
+            }
+        }
+    }
+    0
+}
+
+#[tracepoint]
+pub fn sched_waking(ctx: TracePointContext) -> u32 {
+    let pid: i32 = unsafe { ctx.read_at(WAKING_PID) }.unwrap_or(0);
+    if let Some(st) = THREADS.get_ptr_mut(&(pid as u32)) {
+        let st = unsafe { &mut *st };
+        if st.depth > 0 && (st.state == TS_SLEEP || st.state == TS_IO) {
+            let now = unsafe { bpf_ktime_get_ns() };
+            st.acct = acct_now(st, now);
+            st.since_ns = now;
+            st.state = TS_RUNQ;
+            // The waker is the current task.
+            let pid_tgid = bpf_get_current_pid_tgid();
+            st.last_waker_pid = (pid_tgid >> 32) as u32;
+            st.last_waker_tid = pid_tgid as u32;
+            st.last_waker_comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        }
+    }
+    0
+}
+
+#[tracepoint]
+pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
+    let pid: i32 = unsafe { ctx.read_at(EXIT_PID) }.unwrap_or(0);
+    let tid = pid as u32;
+    if let Some(st) = THREADS.get_ptr(&tid) {
+        let depth = unsafe { (*st).depth };
+        if depth > 0 {
+            count_n(CNT_UNMATCHED_START, depth as u64);
+        }
+        let _ = THREADS.remove(&tid);
+    }
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,42 @@
+//! Builds the eBPF programs (usdt-trace-ebpf) for bpfel-unknown-none with aya-build and
+//! bpf-linker, and puts the object where `include_bytes_aligned!` finds it.
+use std::{env, path::PathBuf};
+
+fn main() -> anyhow::Result<()> {
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let object = out_dir.join("usdt-trace-probes");
+    println!("cargo:rerun-if-env-changed=USDT_TRACE_SKIP_EBPF");
+    if env::var_os("USDT_TRACE_SKIP_EBPF").is_some_and(|v| v == "1") {
+        // For pure-logic work without the BPF toolchain: `watch` then reports it was built
+        // without its eBPF object.
+        std::fs::write(&object, b"")?;
+        return Ok(());
+    }
+    // scripts/setup.sh installs bpf-linker here; find it without asking users to edit PATH.
+    let tools = env::var_os("USDT_TRACE_TOOLS").map(PathBuf::from).or_else(|| {
+        env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share/usdt-trace-tools"))
+    });
+    if let Some(tools) = tools {
+        let bin = tools.join("bin");
+        if bin.join("bpf-linker").exists() {
+            let path = env::var_os("PATH").unwrap_or_default();
+            let mut paths = vec![bin.clone()];
+            paths.extend(env::split_paths(&path));
+            // SAFETY: build scripts are single-threaded here.
+            unsafe { env::set_var("PATH", env::join_paths(paths)?) };
+            println!("cargo:rerun-if-changed={}", bin.join("bpf-linker").display());
+        }
+    }
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir"));
+    let root = manifest.join("../usdt-trace-ebpf");
+    let root = root.to_str().expect("utf-8 path");
+    println!("cargo:rerun-if-changed={root}/common/src");
+    aya_build::build_ebpf(
+        [aya_build::Package {
+            name: "usdt-trace-ebpf",
+            root_dir: root,
+            ..Default::default()
+        }],
+        aya_build::Toolchain::default(),
+    )
+}
