@@ -13,9 +13,11 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     // scripts/setup.sh installs bpf-linker here; find it without asking users to edit PATH.
-    let tools = env::var_os("USDT_TRACE_TOOLS").map(PathBuf::from).or_else(|| {
-        env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share/usdt-trace-tools"))
-    });
+    let tools = env::var_os("USDT_TRACE_TOOLS")
+        .map(PathBuf::from)
+        .or_else(|| {
+            env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share/usdt-trace-tools"))
+        });
     if let Some(tools) = tools {
         let bin = tools.join("bin");
         if bin.join("bpf-linker").exists() {
@@ -24,7 +26,10 @@ fn main() -> anyhow::Result<()> {
             paths.extend(env::split_paths(&path));
             // SAFETY: build scripts are single-threaded here.
             unsafe { env::set_var("PATH", env::join_paths(paths)?) };
-            println!("cargo:rerun-if-changed={}", bin.join("bpf-linker").display());
+            println!(
+                "cargo:rerun-if-changed={}",
+                bin.join("bpf-linker").display()
+            );
         }
     }
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir"));

@@ -18,7 +18,9 @@
 #![no_main]
 
 use aya_ebpf::{
-    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{
+        BPF_F_NO_PREALLOC, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,
+    },
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
         bpf_probe_read_kernel_buf, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
@@ -44,8 +46,7 @@ static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
 #[map]
 static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
 #[map]
-static THREADS: HashMap<u32, ThreadState> =
-    HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
 #[map]
 static ID_SPANS: HashMap<IdKey, Frame> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
 /// Never written: a zeroed ThreadState to insert from (too big for the 512-byte BPF stack).
@@ -65,7 +66,8 @@ static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_COUNTERS, 0);
 #[map]
-static HISTS: PerCpuArray<Hist> = PerCpuArray::with_max_entries(MAX_PAIRS * HIST_COMPONENTS as u32, 0);
+static HISTS: PerCpuArray<Hist> =
+    PerCpuArray::with_max_entries(MAX_PAIRS * HIST_COMPONENTS as u32, 0);
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 24, 0);
 
@@ -110,9 +112,15 @@ fn read_user(addr: u64, size: u8) -> u64 {
     // Read exactly `size` bytes: a wider read could cross into an unmapped page.
     unsafe {
         match size {
-            1 => bpf_probe_read_user(addr as *const u8).map(|v| v as u64).unwrap_or(0),
-            2 => bpf_probe_read_user(addr as *const u16).map(|v| v as u64).unwrap_or(0),
-            4 => bpf_probe_read_user(addr as *const u32).map(|v| v as u64).unwrap_or(0),
+            1 => bpf_probe_read_user(addr as *const u8)
+                .map(|v| v as u64)
+                .unwrap_or(0),
+            2 => bpf_probe_read_user(addr as *const u16)
+                .map(|v| v as u64)
+                .unwrap_or(0),
+            4 => bpf_probe_read_user(addr as *const u32)
+                .map(|v| v as u64)
+                .unwrap_or(0),
             _ => bpf_probe_read_user(addr as *const u64).unwrap_or(0),
         }
     }
@@ -198,6 +206,9 @@ fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let spec = SITES.get(cookie).ok_or(())?;
     let cfg = CONFIG.get(0).ok_or(())?;
+    if cfg.flags & CFG_STOPPED != 0 {
+        return Ok(());
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
@@ -210,10 +221,7 @@ fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
     unsafe {
         bpf_probe_read_kernel_buf(
             ctx.regs as *const u8,
-            core::slice::from_raw_parts_mut(
-                scratch.regs.as_mut_ptr() as *mut u8,
-                REGS_BYTES,
-            ),
+            core::slice::from_raw_parts_mut(scratch.regs.as_mut_ptr() as *mut u8, REGS_BYTES),
         )
     }
     .map_err(|_| ())?;
@@ -308,7 +316,9 @@ fn thread_state(tid: u32) -> Option<*mut ThreadState> {
         return Some(p);
     }
     let zero = ZERO_THREAD.get_ptr(0)?;
-    THREADS.insert(&tid, unsafe { &*zero }, BPF_NOEXIST as u64).ok()?;
+    THREADS
+        .insert(&tid, unsafe { &*zero }, BPF_NOEXIST as u64)
+        .ok()?;
     THREADS.get_ptr_mut(&tid)
 }
 
@@ -377,17 +387,14 @@ fn end_on_thread(
     // The innermost open frame of this span name; frames above it never got their end.
     let depth = st.depth as usize;
     let mut found = MAX_DEPTH;
-    let mut k = 0;
-    while k < MAX_DEPTH {
-        if k >= depth {
-            break;
-        }
-        let j = depth - 1 - k;
-        if j < MAX_DEPTH && st.frames[j].pair_id == spec.pair_id {
+    // Scan with a constant-bounded index (the verifier must see j < MAX_DEPTH); the last match
+    // below depth is the innermost open frame.
+    let mut j = 0;
+    while j < MAX_DEPTH {
+        if j < depth && st.frames[j].pair_id == spec.pair_id {
             found = j;
-            break;
         }
-        k += 1;
+        j += 1;
     }
     if found >= MAX_DEPTH {
         count(CNT_UNMATCHED_END);

@@ -19,3 +19,7 @@ pub mod elf;
 pub mod list;
 pub mod pattern;
 pub mod procmaps;
+pub mod spans;
+pub mod tracer;
+pub mod output;
+pub mod watch;

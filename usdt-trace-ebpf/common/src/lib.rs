@@ -85,6 +85,10 @@ pub const CFG_HIST: u32 = 2;
 /// `Config::flags`: account scheduler time per span.
 pub const CFG_ACCT: u32 = 4;
 
+/// `Config::flags`: tracing has stopped; hits during the detach are ignored so the summary
+/// counts only what was printed.
+pub const CFG_STOPPED: u32 = 8;
+
 /// Thread scheduling states tracked by the scheduler hooks.
 pub const TS_RUNNING: u32 = 0;
 /// Runnable, waiting for a CPU (preempted or woken and not yet running).
@@ -313,6 +317,8 @@ mod pod {
     unsafe impl aya::Pod for HistKey {}
     unsafe impl aya::Pod for Hist {}
     unsafe impl aya::Pod for Acct {}
+    unsafe impl aya::Pod for Frame {}
+    unsafe impl aya::Pod for ThreadState {}
 }
 
 #[cfg(test)]

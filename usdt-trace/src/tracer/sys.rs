@@ -1,0 +1,222 @@
+//! Raw syscalls aya 0.14 does not expose: uprobes with a semaphore (ref_ctr_offset) through
+//! perf_event_open, and BPF_LINK_CREATE with a cookie.
+
+use std::{
+    ffi::CString,
+    io,
+    os::fd::{FromRawFd, OwnedFd},
+    time::Duration,
+};
+
+const UPROBE_PMU_TYPE: &str = "/sys/bus/event_source/devices/uprobe/type";
+/// `format/ref_ctr_offset` is `config:32-63`.
+const REF_CTR_OFFSET_SHIFT: u32 = 32;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_PERF_EVENT: u32 = 41;
+const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+
+pub fn uprobe_pmu_type() -> Result<u32, String> {
+    let s =
+        std::fs::read_to_string(UPROBE_PMU_TYPE).map_err(|e| format!("{UPROBE_PMU_TYPE}: {e}"))?;
+    s.trim()
+        .parse()
+        .map_err(|_| format!("{UPROBE_PMU_TYPE}: unexpected contents {:?}", s.trim()))
+}
+
+/// The leading fields of `struct perf_event_attr` that a uprobe needs (PERF_ATTR_SIZE_VER5).
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    type_: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+    config2: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved: u16,
+}
+
+/// Open a uprobe perf event at `path`+`offset`, with the kernel raising the semaphore at
+/// `ref_ctr_offset` while it is attached.
+pub fn open_uprobe(
+    pmu: u32,
+    path: &str,
+    offset: u64,
+    ref_ctr_offset: Option<u64>,
+    pid: Option<u32>,
+) -> io::Result<OwnedFd> {
+    let cpath = CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let attr = PerfEventAttr {
+        type_: pmu,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: ref_ctr_offset.unwrap_or(0) << REF_CTR_OFFSET_SHIFT,
+        config1: cpath.as_ptr() as u64,
+        config2: offset,
+        ..Default::default()
+    };
+    // A uprobe event for every process needs a CPU; the BPF program still runs on all CPUs.
+    let (pid, cpu) = match pid {
+        Some(p) => (p as libc::pid_t, -1),
+        None => (-1, 0),
+    };
+    // SAFETY: attr is a valid perf_event_attr prefix whose size field says how much to read;
+    // cpath outlives the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const PerfEventAttr,
+            pid,
+            cpu,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned to us and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    bpf_cookie: u64,
+    _rest: [u64; 4],
+}
+
+/// Attach `prog_fd` to the perf event with a cookie; the link lives as long as the fd.
+pub fn link_perf_event(prog_fd: i32, perf_fd: i32, cookie: u64) -> io::Result<OwnedFd> {
+    let attr = LinkCreateAttr {
+        prog_fd: prog_fd as u32,
+        target_fd: perf_fd as u32,
+        attach_type: BPF_PERF_EVENT,
+        flags: 0,
+        bpf_cookie: cookie,
+        _rest: [0; 4],
+    };
+    // SAFETY: attr is a zero-padded bpf_attr prefix of the size we pass.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_CREATE,
+            &attr as *const LinkCreateAttr,
+            std::mem::size_of::<LinkCreateAttr>() as u32,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    let link = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: plain ioctl on a perf fd we own.
+    unsafe { libc::ioctl(perf_fd, PERF_EVENT_IOC_ENABLE as _, 0) };
+    Ok(link)
+}
+
+pub fn raise_memlock_limit() {
+    let lim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: plain setrlimit; failure only matters on kernels without memcg accounting.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+}
+
+pub fn is_permission_error(msg: &str) -> bool {
+    msg.contains("Operation not permitted") || msg.contains("Permission denied")
+}
+
+/// Block until `fd` is readable or `timeout` passes. EINTR (a signal) returns early, Ok.
+pub fn wait_readable(fd: i32, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let r = unsafe {
+        libc::poll(
+            &mut pfd,
+            1,
+            timeout.as_millis().min(i32::MAX as u128) as i32,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(r > 0)
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Fork a helper that ends up holding the last reference to each of `fds` and closes them one
+/// by one (each close may wait ~0.1 s in the kernel); this process closes its own copies at
+/// once. Returns the helper's PID.
+pub fn hand_off_to_reaper(fds: Vec<OwnedFd>) -> io::Result<i32> {
+    use std::os::fd::AsRawFd;
+    let mut p = [0i32; 2];
+    // SAFETY: plain pipe2 into a 2-int array.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    // SAFETY: the child only calls async-signal-safe functions (setsid, signal, read, close,
+    // _exit) on memory allocated before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        // SAFETY: closing our own pipe.
+        unsafe {
+            libc::close(p[0]);
+            libc::close(p[1]);
+        }
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        unsafe {
+            libc::close(p[1]);
+            // Outlive a Ctrl-C sent to the terminal's process group.
+            libc::setsid();
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            // Wait until the parent has closed its copies, so our close is the last one.
+            let mut b = 0u8;
+            while libc::read(p[0], &mut b as *mut u8 as *mut libc::c_void, 1) < 0 {}
+            for fd in raw.iter().rev() {
+                libc::close(*fd);
+            }
+            libc::_exit(0);
+        }
+    }
+    drop(fds);
+    // SAFETY: our ends of the pipe; closing the write end releases the helper.
+    unsafe {
+        libc::close(p[0]);
+        libc::close(p[1]);
+    }
+    Ok(pid)
+}
