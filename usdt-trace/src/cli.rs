@@ -292,7 +292,7 @@ mod tests {
     #[test]
     fn bad_values_are_usage_errors() {
         assert!(matches!(
-            watch(&["/bin/true", "--duration", "-1"]),
+            watch(&["/bin/true", "--duration=-1"]),
             Err(UsageError::Duration(_))
         ));
         assert!(matches!(

@@ -271,8 +271,10 @@ pub fn describe_arg(a: &ArgSpec) -> String {
             disp,
         } => {
             let mut addr = base.canonical.clone();
-            if let Some(ix) = index {
-                addr.push_str(&format!("+{}*{scale}", ix.canonical));
+            match index {
+                Some(ix) if *scale > 1 => addr.push_str(&format!("+{}*{scale}", ix.canonical)),
+                Some(ix) => addr.push_str(&format!("+{}", ix.canonical)),
+                None => {}
             }
             if *disp != 0 {
                 addr.push_str(&format!("{disp:+}"));

@@ -69,7 +69,7 @@ impl ProbeRef {
             Some((p, n)) => (Some(p.to_string()), n),
             None => (None, s),
         };
-        if name.is_empty() || name.contains(':') || provider.as_deref() == Some("") {
+        if name.is_empty() || name.contains([':', '=']) || provider.as_deref() == Some("") {
             return None;
         }
         Some(ProbeRef {

@@ -1,0 +1,3 @@
+//! Shared helpers for the end-to-end tests.
+pub mod testprogs;
+pub mod watch;
