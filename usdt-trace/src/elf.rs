@@ -492,7 +492,9 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Obje
         }
     }
 
-    let mut seen: HashSet<(String, String, u64, u64, String)> = HashSet::new();
+    // Sites by (pc, semaphore): duplicates can only share those, and comparing the strings of
+    // the few sites at one pc keeps dedupe linear without copying every string into a set.
+    let mut at: HashMap<(u64, u64), Vec<usize>> = HashMap::new();
     let mut note_index = 0usize;
     let mut bad_semaphores: HashSet<u64> = HashSet::new();
     for section in stapsdt {
@@ -521,7 +523,7 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Obje
                     continue;
                 }
             };
-            let what = format!("{}:{} (note #{note_index})", raw.provider, raw.name);
+            let what = Lazy(|| format!("{}:{} (note #{note_index})", raw.provider, raw.name));
             let (mut pc, mut semaphore) = (raw.pc, raw.semaphore);
             if let (Some(base_addr), true) = (stapsdt_base, raw.base != 0) {
                 let shift = base_addr.wrapping_sub(raw.base);
@@ -557,15 +559,21 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Obje
                     continue;
                 }
             };
-            if !seen.insert((
-                raw.provider.clone(),
-                raw.name.clone(),
-                pc,
-                semaphore,
-                raw.args.clone(),
-            )) {
+            let same_pc = at.entry((pc, semaphore)).or_default();
+            if same_pc.iter().any(|&i| {
+                let s: &Site = &out.sites[i];
+                s.provider == raw.provider && s.name == raw.name && s.args_raw == raw.args
+            }) {
                 continue;
             }
+            let args = match parse_args(&raw.args, arch) {
+                Ok(a) => a,
+                Err(e) => {
+                    out.warnings.push(format!("{what}: {e}; skipped"));
+                    continue;
+                }
+            };
+            same_pc.push(out.sites.len());
             let semaphore_offset = if semaphore == 0 {
                 None
             } else {
@@ -580,13 +588,6 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Obje
                         }
                         None
                     }
-                }
-            };
-            let args = match parse_args(&raw.args, arch) {
-                Ok(a) => a,
-                Err(e) => {
-                    out.warnings.push(format!("{what}: {e}; skipped"));
-                    continue;
                 }
             };
             let (insn, insn_bytes) = classify_site(data, seg, file_offset, pc, arch);
@@ -652,6 +653,15 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Obje
     Ok(out)
 }
 
+/// Formats a note's label only when a warning needs it: most notes never do.
+struct Lazy<F>(F);
+
+impl<F: Fn() -> String> std::fmt::Display for Lazy<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&(self.0)())
+    }
+}
+
 /// The semaphore's file offset, or why the kernel could not count it.
 fn semaphore_file_offset(loads: &[Load], sema: u64) -> Result<u64, &'static str> {
     if sema % 2 != 0 {
@@ -677,7 +687,11 @@ fn classify_site(data: &[u8], seg: &Load, off: u64, pc: u64, arch: Arch) -> (Sit
         .ok()
         .and_then(|o| data.get(o..))
         .map_or(&[][..], |b| &b[..b.len().min(in_seg)]);
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let hex: String = bytes
+        .iter()
+        .flat_map(|b| [DIGITS[usize::from(b >> 4)] as char, DIGITS[usize::from(b & 15)] as char])
+        .collect();
     let insn = match (arch, bytes) {
         (Arch::X86_64, []) => SiteInsn::Unknown,
         (Arch::X86_64, [0x90, ..]) => SiteInsn::Nop,

@@ -113,10 +113,14 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
     Ok(printed)
 }
 
+/// ArgSpec plus `readable`, spelled out: serde's flatten buffers every field and is slow.
 #[derive(Serialize)]
 struct JsonArg<'a> {
-    #[serde(flatten)]
-    spec: &'a ArgSpec,
+    raw: &'a str,
+    size: u8,
+    signed: bool,
+    float: bool,
+    loc: &'a ArgLoc,
     readable: bool,
 }
 
@@ -156,7 +160,11 @@ fn write_json(out: &mut dyn Write, path: &str, pid: Option<u32>, s: &Site) -> io
             .args
             .iter()
             .map(|a| JsonArg {
-                spec: a,
+                raw: &a.raw,
+                size: a.size,
+                signed: a.signed,
+                float: a.float,
+                loc: &a.loc,
                 readable: a.readable(),
             })
             .collect(),
