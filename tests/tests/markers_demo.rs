@@ -1,0 +1,182 @@
+//! Both demo servers answer 200 requests right: 200 for files (with the MIME type), 404 for
+//! missing ones, 405 for POST, and survive malformed requests and concurrent clients.
+#[path = "markers_util.rs"]
+mod util;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use util::*;
+
+/// Builds both servers (debug) in a target directory of their own.
+fn servers() -> (PathBuf, PathBuf) {
+    let target = target_dir().join("markers-demo");
+    let manifest = workspace_root().join("Cargo.toml");
+    cargo_build(&manifest, &target, "", &["-p", "demo-httpserver", "--bins"]);
+    (
+        target.join("debug/demo-httpserver"),
+        target.join("debug/demo-httpserver-c"),
+    )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(bin: &PathBuf, port: u16) -> Server {
+    let child = Command::new(bin)
+        .args(["--port", &port.to_string()])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start server");
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "server did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Server(child)
+}
+
+/// One request on its own connection; returns (status, head, body).
+fn request(port: u16, raw: &str) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    s.write_all(raw.as_bytes()).expect("send");
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(buf.len());
+    let head = String::from_utf8_lossy(&buf[..split]).to_string();
+    let body = buf.get(split + 4..).unwrap_or_default().to_vec();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head, body)
+}
+
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+}
+
+fn check_server(bin: &PathBuf) {
+    let port = free_port();
+    let server = start(bin, port);
+    let index =
+        std::fs::read(workspace_root().join("demo-httpserver/www/index.html")).expect("www");
+
+    // 200 requests from 4 concurrent clients, a mix of hits, misses and bad methods.
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let index = index.clone();
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    match (t * 50 + i) % 5 {
+                        0 => {
+                            let (st, head, body) = request(port, &get("/"));
+                            assert_eq!(st, 200, "{head}");
+                            assert!(head
+                                .to_ascii_lowercase()
+                                .contains("content-type: text/html"));
+                            assert_eq!(body, index);
+                        }
+                        1 => {
+                            let (st, head, _) = request(port, &get("/data.json"));
+                            assert_eq!(st, 200, "{head}");
+                            assert!(head.to_ascii_lowercase().contains("application/json"));
+                        }
+                        2 => {
+                            let (st, head, _) = request(port, &get("/hello.txt?x=1"));
+                            assert_eq!(st, 200, "{head}");
+                            assert!(head.to_ascii_lowercase().contains("text/plain"));
+                        }
+                        3 => assert_eq!(request(port, &get("/no/such/file.html")).0, 404),
+                        _ => {
+                            let raw = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\
+                                       Connection: close\r\n\r\n";
+                            let (st, head, _) = request(port, raw);
+                            assert_eq!(st, 405, "{head}");
+                            assert!(head.to_ascii_lowercase().contains("allow: get, head"));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("client thread");
+    }
+
+    // Escapes and garbage: never a 200, never a crash.
+    assert_ne!(request(port, &get("/../../../etc/passwd")).0, 200);
+    assert_ne!(request(port, &get("/%2e%2e/%2e%2e/etc/passwd")).0, 200);
+    let _ = request(port, "GARBAGE\r\n\r\n");
+    let _ = request(port, "GET\r\n\r\n");
+    let _ = request(port, &"A".repeat(20000));
+    let (st, _, body) = request(
+        port,
+        "HEAD /index.html HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!((st, body.len()), (200, 0));
+
+    // Keep-alive: two requests on one connection.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let mut all = String::new();
+    let _ = s.read_to_string(&mut all);
+    assert_eq!(all.matches("HTTP/1.1 200 OK").count(), 2, "{all}");
+
+    assert_eq!(request(port, &get("/")).0, 200, "still serving");
+
+    // Forked children are reaped: no zombies left behind.
+    std::thread::sleep(Duration::from_millis(300));
+    let zombies = zombie_children(server.0.id());
+    assert!(zombies.is_empty(), "zombie children: {zombies:?}");
+}
+
+fn zombie_children(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 1 && f[0] == "Z" && f[1] == parent.to_string() {
+            out.push(entry.file_name().to_string_lossy().parse().unwrap_or(0));
+        }
+    }
+    out
+}
+
+#[test]
+fn both_demo_servers_serve_200_requests() {
+    let (rust, c) = servers();
+    check_server(&rust);
+    check_server(&c);
+}
