@@ -109,7 +109,7 @@ impl Watch {
             }
         });
         let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-        let mut attached_line = String::new();
+        let attached_line;
         let mut early = String::new();
         loop {
             let mut line = String::new();
@@ -183,7 +183,7 @@ impl Watch {
     }
 
     /// SIGINT, wait for exit, parse every line (each must be valid JSON).
-    pub fn stop(mut self) -> Output {
+    pub fn stop(self) -> Output {
         // SAFETY: signalling our own child.
         unsafe { libc_kill(self.child.id() as i32, 2) };
         self.finish()

@@ -14,8 +14,11 @@
 //! Three scheduler tracepoints keep, for threads with an open span only, how long the thread
 //! was on CPU, runnable, asleep or in uninterruptible (I/O) sleep. A span's split is the
 //! difference of those totals between its end and its start, so nested spans each get their own.
-#![no_std]
-#![no_main]
+// Built for bpfel-unknown-none by usdt-trace's build.rs; on the host (`cargo build
+// --workspace`) it compiles to an empty program so workspace-wide commands keep working.
+#![cfg_attr(target_arch = "bpf", no_std)]
+#![cfg_attr(target_arch = "bpf", no_main)]
+#![cfg_attr(not(target_arch = "bpf"), allow(dead_code, unused_imports))]
 
 use aya_ebpf::{
     bindings::{
@@ -652,7 +655,10 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     0
 }
 
-#[cfg(not(test))]
+#[cfg(not(target_arch = "bpf"))]
+fn main() {}
+
+#[cfg(target_arch = "bpf")]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
