@@ -1,0 +1,76 @@
+//! Probes in a shared library: TARGET is the .so, the program links it (rpath) or dlopens it.
+use serde_json::json;
+use usdt_trace_tests::watch_util::{build_c, build_shared, named, Target};
+use usdt_trace_tests::{require_root, testprogs, watch};
+
+fn check_lib_records(out: &watch::Output, n: i64) {
+    assert!(out.status.success(), "{}", out.stderr);
+    let spans = out.spans();
+    assert_eq!(spans.len() as i64, n, "{:?}", out.records);
+    let mut counter = 0;
+    for (i, s) in spans.iter().enumerate() {
+        let x = i as i64 + 1;
+        assert_eq!(s["provider"], "wlib");
+        assert_eq!(s["name"], "work");
+        assert_eq!(s["args"], json!([x, counter]), "span {i}");
+        counter += x;
+        assert_eq!(s["end_args"], json!([counter]), "span {i}");
+    }
+    let events = out.events();
+    let ticks = named(&events, "lib_tick");
+    assert_eq!(ticks.len() as i64, n);
+    for (i, e) in ticks.iter().enumerate() {
+        assert_eq!(e["args"], json!([(i as i64 + 1) * 10]));
+    }
+    assert_eq!(out.summary()["lost"], 0);
+}
+
+#[test]
+fn probe_in_linked_shared_library() {
+    require_root!();
+    let lib = build_shared("watch_lib", &["-O2"]);
+    let link = testprogs::link_args(&lib);
+    let link: Vec<&str> = link.iter().map(String::as_str).collect();
+    let main = build_c("watch_libmain", &link);
+    let cmd = format!("{} 4", main.display());
+    let w = watch::Watch::start(&["-c", &cmd, lib.to_str().unwrap()]);
+    assert!(
+        w.attached_line.starts_with("Attached 3 probe sites in 1 object"),
+        "{}",
+        w.attached_line
+    );
+    let out = w.finish();
+    check_lib_records(&out, 4);
+}
+
+#[test]
+fn probe_in_dlopened_library_mapped_after_attach() {
+    require_root!();
+    let lib = build_shared("watch_lib", &["-O2"]);
+    let prog = build_c("watch_dlopen", &["-ldl"]);
+    let cmd = format!("{} {} 5", prog.display(), lib.display());
+    let out = watch::Watch::start(&["-c", &cmd, lib.to_str().unwrap()]).finish();
+    check_lib_records(&out, 5);
+}
+
+/// -p PID with the library as TARGET, for a process that maps it only after attach.
+#[test]
+fn dlopen_after_attach_with_pid_filter() {
+    require_root!();
+    let lib = build_shared("watch_lib", &["-O2"]);
+    let prog = build_c("watch_dlopen", &["-ldl"]);
+    let (mut t, ready) = Target::spawn(&prog, &[lib.to_str().unwrap(), "3", "wait"]);
+    assert!(ready.starts_with("ready "), "{ready}");
+    let pid = t.pid().to_string();
+    let w = watch::Watch::start(&["-p", &pid, lib.to_str().unwrap()]);
+    assert_eq!(t.ask("go"), "done 6");
+    assert!(t.quit().success());
+    // The watch ends by itself once its only PID is gone.
+    let out = w.finish();
+    check_lib_records(&out, 3);
+    assert!(out.records.iter().filter(|r| r["type"] != "summary").all(|r| r["pid"] == t_pid(&pid)));
+}
+
+fn t_pid(p: &str) -> serde_json::Value {
+    json!(p.parse::<u64>().unwrap())
+}
