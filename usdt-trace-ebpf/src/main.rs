@@ -313,6 +313,12 @@ fn acct_now(st: &ThreadState, now: u64) -> Acct {
     a
 }
 
+/// Accounting runs while the thread has any span open.
+#[inline(always)]
+fn active(st: &ThreadState) -> bool {
+    st.depth > 0 || st.id_open > 0
+}
+
 #[inline(always)]
 fn thread_state(tid: u32) -> Option<*mut ThreadState> {
     if let Some(p) = THREADS.get_ptr_mut(&tid) {
@@ -340,7 +346,7 @@ fn start_on_thread(
         return Ok(());
     };
     let st = unsafe { &mut *st };
-    if st.depth == 0 {
+    if !active(st) {
         // Accounting only runs while a span is open: restart the clock, the thread is running.
         st.state = TS_RUNNING;
         st.since_ns = now;
@@ -465,6 +471,18 @@ fn start_by_id(
     f.waker_pid = 0;
     read_args(spec, regs, ip, &mut f.args);
     f.str_len = read_str(spec, &f.args, &mut f.str);
+    // Keep this thread's accounting running so a span that also ends here gets a time split.
+    f.acct_start = Acct::default();
+    if let Some(st) = thread_state(tid) {
+        let st = unsafe { &mut *st };
+        if !active(st) {
+            st.state = TS_RUNNING;
+            st.since_ns = now;
+            st.last_waker_pid = 0;
+        }
+        f.acct_start = acct_now(st, now);
+        st.id_open += 1;
+    }
     let idx = spec.id_arg as usize;
     let key = IdKey {
         pair_id: spec.pair_id,
@@ -473,6 +491,7 @@ fn start_by_id(
     };
     if ID_SPANS.insert(&key, &*f, 0).is_err() {
         count(CNT_UNMATCHED_START);
+        release_id_span(tid);
     }
     Ok(())
 }
@@ -503,16 +522,36 @@ fn end_by_id(
     let f = unsafe { &*f };
     count(CNT_SPANS);
     let dur = now.saturating_sub(f.start_ns);
+    release_id_span(f.tid);
+    // A split only means something when one thread ran the span from start to end.
+    let mut acct = Acct::default();
+    let mut acct_valid = 0;
+    if f.tid == tid {
+        if let Some(st) = THREADS.get_ptr(&tid) {
+            let a = acct_now(unsafe { &*st }, now);
+            acct = Acct {
+                oncpu: a.oncpu.saturating_sub(f.acct_start.oncpu),
+                runq: a.runq.saturating_sub(f.acct_start.runq),
+                sleep: a.sleep.saturating_sub(f.acct_start.sleep),
+                io: a.io.saturating_sub(f.acct_start.io),
+            };
+            acct_valid = 1;
+        }
+    }
     if cfg.flags & CFG_HIST != 0 {
-        hist_add(spec.pair_id, dur, None);
+        hist_add(
+            spec.pair_id,
+            dur,
+            if acct_valid != 0 { Some(&acct) } else { None },
+        );
     } else if let Some(mut entry) = EVENTS.reserve::<SpanRecord>(0) {
         let rec = unsafe { &mut *entry.as_mut_ptr() };
         fill_header(&mut rec.hdr, REC_SPAN, cookie, tgid, tid, now);
         rec.start_site = f.site;
         rec.start_tid = f.tid;
         rec.start_ns = f.start_ns;
-        rec.acct = Acct::default();
-        rec.acct_valid = 0;
+        rec.acct = acct;
+        rec.acct_valid = acct_valid;
         rec.waker_pid = 0;
         rec.waker_tid = 0;
         rec.longest_off_ns = 0;
@@ -528,6 +567,17 @@ fn end_by_id(
     }
     let _ = ID_SPANS.remove(&key);
     Ok(())
+}
+
+/// An id-paired span that `tid` opened has ended (or was never stored).
+#[inline(always)]
+fn release_id_span(tid: u32) {
+    if let Some(st) = THREADS.get_ptr_mut(&tid) {
+        let st = unsafe { &mut *st };
+        if st.id_open > 0 {
+            st.id_open -= 1;
+        }
+    }
 }
 
 #[inline(always)]
@@ -578,7 +628,7 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
     let next: i32 = unsafe { ctx.read_at(SWITCH_NEXT_PID) }.unwrap_or(0);
     if let Some(st) = THREADS.get_ptr_mut(&(prev as u32)) {
         let st = unsafe { &mut *st };
-        if st.depth > 0 {
+        if active(st) {
             let prev_state: i64 = unsafe { ctx.read_at(SWITCH_PREV_STATE) }.unwrap_or(0);
             st.acct = acct_now(st, now);
             st.since_ns = now;
@@ -595,7 +645,7 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
     }
     if let Some(st) = THREADS.get_ptr_mut(&(next as u32)) {
         let st = unsafe { &mut *st };
-        if st.depth > 0 && st.state != TS_RUNNING {
+        if active(st) && st.state != TS_RUNNING {
             st.acct = acct_now(st, now);
             st.since_ns = now;
             st.state = TS_RUNNING;
@@ -626,7 +676,7 @@ pub fn sched_waking(ctx: TracePointContext) -> u32 {
     let pid: i32 = unsafe { ctx.read_at(WAKING_PID) }.unwrap_or(0);
     if let Some(st) = THREADS.get_ptr_mut(&(pid as u32)) {
         let st = unsafe { &mut *st };
-        if st.depth > 0 && (st.state == TS_SLEEP || st.state == TS_IO) {
+        if active(st) && (st.state == TS_SLEEP || st.state == TS_IO) {
             let now = unsafe { bpf_ktime_get_ns() };
             st.acct = acct_now(st, now);
             st.since_ns = now;

@@ -189,6 +189,10 @@ pub struct Frame {
 pub struct ThreadState {
     /// Number of frames in use.
     pub depth: u32,
+    /// Spans paired by id that this thread opened and that are still open: they keep the
+    /// accounting running like frames do.
+    pub id_open: u32,
+    pub _pad: u32,
     /// `TS_*`: what the thread is doing since `since_ns`.
     pub state: u32,
     /// When the current state began.
