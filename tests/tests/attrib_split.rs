@@ -1,0 +1,257 @@
+//! Time attribution (on-CPU / run queue / sleep / I/O, waker) against targets whose answer is
+//! known: `tests/testprogs/attrib_scen.c` runs one scenario per mode under `watch -c`.
+//!
+//! Every span is also checked for the invariants `oncpu + offcpu ≈ duration` (1% or 20 µs) and
+//! `offcpu == runq + sleep + io`. The target runs at nice -20 in its own autogroup so that other
+//! work on a shared machine barely moves the split; the scenarios run one at a time (the
+//! contention scenario would otherwise disturb the others on the pinned CPU).
+use serde_json::Value;
+use std::sync::Mutex;
+use usdt_trace_tests::{require_root, testprogs, watch};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const MS: f64 = 1e6;
+
+fn num(s: &Value, k: &str) -> f64 {
+    s[k].as_u64()
+        .unwrap_or_else(|| panic!("span has no numeric {k}: {s}")) as f64
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Split {
+    dur: f64,
+    oncpu: f64,
+    offcpu: f64,
+    runq: f64,
+    sleep: f64,
+    io: f64,
+}
+
+impl Split {
+    fn of(s: &Value) -> Split {
+        Split {
+            dur: num(s, "duration_ns"),
+            oncpu: num(s, "oncpu_ns"),
+            offcpu: num(s, "offcpu_ns"),
+            runq: num(s, "runq_ns"),
+            sleep: num(s, "sleep_ns"),
+            io: num(s, "io_ns"),
+        }
+    }
+    fn sum<'a>(spans: impl IntoIterator<Item = &'a Value>) -> Split {
+        let mut t = Split::default();
+        for s in spans {
+            let x = Split::of(s);
+            t.dur += x.dur;
+            t.oncpu += x.oncpu;
+            t.offcpu += x.offcpu;
+            t.runq += x.runq;
+            t.sleep += x.sleep;
+            t.io += x.io;
+        }
+        t
+    }
+}
+
+impl std::fmt::Display for Split {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "dur {:.2} ms = oncpu {:.2} + runq {:.2} + sleep {:.2} + io {:.2} (offcpu {:.2})",
+            self.dur / MS,
+            self.oncpu / MS,
+            self.runq / MS,
+            self.sleep / MS,
+            self.io / MS,
+            self.offcpu / MS
+        )
+    }
+}
+
+/// oncpu + offcpu ≈ duration (1% or 20 µs, whichever is larger), offcpu = runq + sleep + io.
+fn check_invariants(s: &Value) {
+    let x = Split::of(s);
+    let tol = (x.dur * 0.01).max(20_000.0);
+    assert!(
+        (x.oncpu + x.offcpu - x.dur).abs() <= tol,
+        "oncpu + offcpu != duration (tolerance {tol} ns): {x}\n{s}"
+    );
+    assert_eq!(
+        x.offcpu,
+        x.runq + x.sleep + x.io,
+        "offcpu != runq + sleep + io: {x}\n{s}"
+    );
+}
+
+/// |got - want| <= 10% of want.
+fn within10(what: &str, got: f64, want: f64, ctx: &dyn std::fmt::Display) {
+    assert!(
+        (got - want).abs() <= want * 0.10,
+        "{what}: expected {:.2} ms ±10%, measured {:.2} ms ({ctx})",
+        want / MS,
+        got / MS
+    );
+}
+
+/// Run one scenario under `watch --json -c` and return its output, checked for the basics.
+fn run(args: &str) -> watch::Output {
+    let bin = testprogs::build_c("attrib_scen", &["-O2", "-pthread"]);
+    let cmd = format!("{} {args}", bin.display());
+    let out = watch::Watch::start(&["-c", &cmd]).finish();
+    assert!(out.status.success(), "watch failed: {}", out.stderr);
+    let sum = out.summary();
+    assert_eq!(sum["lost"], 0, "{sum}");
+    assert_eq!(sum["unmatched"], 0, "{sum}");
+    for s in out.spans() {
+        check_invariants(s);
+    }
+    out
+}
+
+fn only_span<'a>(out: &'a watch::Output, name: &str) -> &'a Value {
+    let spans: Vec<_> = out.spans().into_iter().filter(|s| s["name"] == name).collect();
+    assert_eq!(spans.len(), 1, "one {name} span expected: {:?}", out.records);
+    spans[0]
+}
+
+#[test]
+fn cpu_bound_alone_is_on_cpu() {
+    require_root!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = run("cpu 1");
+    let x = Split::of(only_span(&out, "cpu"));
+    eprintln!("cpu alone: {x}");
+    within10("oncpu vs duration", x.oncpu, x.dur, &x);
+    within10("oncpu vs the 50 ms of CPU work", x.oncpu, 50.0 * MS, &x);
+    assert_eq!(x.sleep + x.io, 0.0, "a busy loop never sleeps: {x}");
+}
+
+#[test]
+fn cpu_contention_is_half_run_queue() {
+    require_root!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = run("contend 1");
+    let x = Split::of(only_span(&out, "contend"));
+    eprintln!("cpu contention: {x}");
+    within10("oncpu vs the 50 ms of CPU work", x.oncpu, 50.0 * MS, &x);
+    let share = x.runq / x.dur;
+    assert!(
+        (0.30..=0.70).contains(&share),
+        "runq should be about half the span, is {:.1}%: {x}",
+        share * 100.0
+    );
+    let tol = (x.dur * 0.01).max(20_000.0);
+    assert!(
+        (x.oncpu + x.runq - x.dur).abs() <= tol,
+        "oncpu + runq should be the whole span: {x}"
+    );
+}
+
+#[test]
+fn nanosleep_is_sleep() {
+    require_root!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = run("sleep");
+    let x = Split::of(only_span(&out, "sleep"));
+    eprintln!("nanosleep: {x}");
+    within10("sleep vs duration", x.sleep, x.dur, &x);
+    within10("sleep vs the 50 ms nanosleep", x.sleep, 50.0 * MS, &x);
+    assert_eq!(x.io, 0.0, "{x}");
+}
+
+#[test]
+fn mutex_wait_is_sleep_and_the_holder_is_the_waker() {
+    require_root!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = run("lock");
+    let s = only_span(&out, "lock");
+    let x = Split::of(s);
+    eprintln!("mutex wait: {x}; waker {}", s["waker"]);
+    let waiter = s["args"][0].as_u64().expect("waiter tid");
+    let holder = s["args"][1].as_u64().expect("holder tid");
+    assert_eq!(s["tid"], waiter, "{s}");
+    assert_ne!(waiter, holder);
+    within10("sleep vs duration", x.sleep, x.dur, &x);
+    assert!(x.dur >= 40.0 * MS, "the holder keeps the lock ~50 ms: {x}");
+    assert_eq!(
+        s["waker"]["tid"], holder,
+        "the waker of the longest off-CPU interval must be the lock holder: {s}"
+    );
+    assert_eq!(s["waker"]["pid"], s["pid"], "{s}");
+    assert!(
+        num(&s["waker"], "off_ns") >= 0.9 * x.sleep,
+        "the waker's interval is the long wait: {s}"
+    );
+}
+
+/// A directory on a real block device: the Cargo target's tmp dir, else /var/tmp.
+fn block_backed_dir() -> Option<std::path::PathBuf> {
+    let candidates = [
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        std::path::PathBuf::from("/var/tmp"),
+    ];
+    candidates.into_iter().find(|d| {
+        let _ = std::fs::create_dir_all(d);
+        let fs = std::process::Command::new("stat")
+            .args(["-f", "-c", "%T"])
+            .arg(d)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        !fs.is_empty() && !["tmpfs", "ramfs"].contains(&fs.as_str())
+    })
+}
+
+#[test]
+fn write_and_fsync_shows_io_wait() {
+    require_root!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dir) = block_backed_dir() else {
+        eprintln!("skipped: no writable directory on a block device (only tmpfs)");
+        return;
+    };
+    let out = run(&format!("disk {} 16", dir.display()));
+    let s = only_span(&out, "disk");
+    let x = Split::of(s);
+    eprintln!("16 MB write + fsync in {}: {x}; waker {}", dir.display(), s["waker"]);
+    assert!(x.io > 0.0, "fsync must wait in D state (io_ns > 0): {x}");
+}
+
+#[test]
+fn three_times_the_work_is_three_times_on_cpu_same_off_cpu() {
+    require_root!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = run("work 1");
+    let spans = out.spans();
+    let w1: Vec<_> = spans.iter().copied().filter(|s| s["name"] == "w1").collect();
+    let w3: Vec<_> = spans.iter().copied().filter(|s| s["name"] == "w3").collect();
+    assert_eq!((w1.len(), w3.len()), (3, 3), "{:?}", out.records);
+    let (a, b) = (Split::sum(w1), Split::sum(w3));
+    eprintln!("w1 x3: {a}\nw3 x3: {b}\noncpu ratio {:.3}", b.oncpu / a.oncpu);
+    let ctx = format!("w1 {a} / w3 {b}");
+    let ratio = b.oncpu / a.oncpu;
+    assert!((2.7..=3.3).contains(&ratio), "oncpu ratio w3/w1 {ratio:.3}, expected 3 ±10%: {ctx}");
+    within10("offcpu(w3) vs offcpu(w1)", b.offcpu, a.offcpu, &ctx);
+    within10("w1 oncpu vs 3 x 10 ms", a.oncpu, 30.0 * MS, &ctx);
+    within10("w1 sleep vs 3 x 30 ms", a.sleep, 90.0 * MS, &ctx);
+    within10("w3 sleep vs 3 x 30 ms", b.sleep, 90.0 * MS, &ctx);
+}
+
+#[test]
+fn nested_spans_each_get_their_own_split() {
+    require_root!();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = run("nested 1");
+    let inner = Split::of(only_span(&out, "inner"));
+    let outer = Split::of(only_span(&out, "outer"));
+    eprintln!("inner: {inner}\nouter: {outer}");
+    within10("inner oncpu (10 ms)", inner.oncpu, 10.0 * MS, &inner);
+    within10("inner sleep (30 ms)", inner.sleep, 30.0 * MS, &inner);
+    within10("outer oncpu (20 + 10 + 10 ms)", outer.oncpu, 40.0 * MS, &outer);
+    within10("outer sleep (inner's 30 ms)", outer.sleep, 30.0 * MS, &outer);
+    // The outer span contains the inner one entirely.
+    assert!(outer.dur > inner.dur, "outer {outer} inner {inner}");
+    assert!(outer.sleep >= inner.sleep && outer.oncpu >= inner.oncpu + 25.0 * MS);
+}
