@@ -38,7 +38,12 @@ pub fn build_c(name: &str, extra_args: &[&str]) -> PathBuf {
 /// Builds `tests/testprogs/<name>.c` into `lib<name>.so` (with `-fPIC -shared`) and returns its
 /// path; the file sits alone in its folder so [`link_args`] can point `-L` at it.
 pub fn build_shared(name: &str, extra_args: &[&str]) -> PathBuf {
-    build(name, &format!("lib{name}.so"), &["-fPIC", "-shared"], extra_args)
+    build(
+        name,
+        &format!("lib{name}.so"),
+        &["-fPIC", "-shared"],
+        extra_args,
+    )
 }
 
 /// gcc flags that link against a library from [`build_shared`] and find it at run time.
@@ -182,7 +187,8 @@ pub fn parse_readelf(text: &str) -> Vec<ReadelfNote> {
 pub fn check_against_readelf(path: &Path) -> Result<usize, String> {
     use std::collections::HashSet;
     use usdt_trace::elf::SiteInsn;
-    let theirs = readelf_stapsdt(path).ok_or_else(|| format!("readelf failed on {}", path.display()))?;
+    let theirs =
+        readelf_stapsdt(path).ok_or_else(|| format!("readelf failed on {}", path.display()))?;
     let ours = usdt_trace::elf::parse_file(path).map_err(|e| e.to_string())?;
     let key = |p: &str, n: &str, pc: u64, sema: u64, args: &str| {
         (p.to_string(), n.to_string(), pc, sema, args.to_string())
@@ -195,7 +201,10 @@ pub fn check_against_readelf(path: &Path) -> Result<usize, String> {
     for s in &ours.sites {
         let k = key(&s.provider, &s.name, s.pc, s.semaphore, &s.args_raw);
         if !theirs.contains(&k) {
-            return Err(format!("{}: site not in readelf's output: {k:?}", path.display()));
+            return Err(format!(
+                "{}: site not in readelf's output: {k:?}",
+                path.display()
+            ));
         }
         if !seen.insert(k.clone()) {
             return Err(format!("{}: duplicate site {k:?}", path.display()));
@@ -212,7 +221,11 @@ pub fn check_against_readelf(path: &Path) -> Result<usize, String> {
             return Err(format!("{}: {k:?} lost arguments", path.display()));
         }
     }
-    let skipped = ours.warnings.iter().filter(|w| w.ends_with("skipped")).count();
+    let skipped = ours
+        .warnings
+        .iter()
+        .filter(|w| w.ends_with("skipped"))
+        .count();
     let missing = theirs.len() - seen.len();
     if missing != skipped {
         return Err(format!(

@@ -1,4 +1,5 @@
 //! Files that are not what `list` hopes for: it must report, never panic.
+#![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use usdt_trace::elf::{parse, parse_file, ElfError};
@@ -22,14 +23,24 @@ fn list_one(p: &Path) -> Result<(String, String), ListError> {
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     run(&cfg, &mut out, &mut err)?;
-    Ok((String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap()))
+    Ok((
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    ))
 }
 
 /// (offset, size) of a section, from readelf.
 fn section(path: &Path, name: &str) -> (usize, usize) {
-    let out = std::process::Command::new("readelf").args(["-SW"]).arg(path).output().unwrap();
+    let out = std::process::Command::new("readelf")
+        .args(["-SW"])
+        .arg(path)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.split_whitespace().any(|w| w == name)).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == name))
+        .unwrap();
     let cols: Vec<&str> = line.split(']').nth(1).unwrap().split_whitespace().collect();
     let hex = |s: &str| usize::from_str_radix(s, 16).unwrap();
     (hex(cols[3]), hex(cols[4]))
@@ -49,13 +60,20 @@ fn missing_path() {
 #[test]
 fn directory() {
     let e = list_one(Path::new("/tmp")).unwrap_err();
-    assert!(matches!(e, ListError::Elf(ElfError::IsDirectory { .. })), "{e:?}");
+    assert!(
+        matches!(e, ListError::Elf(ElfError::IsDirectory { .. })),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("is a directory"));
 }
 
 #[test]
 fn empty_and_non_elf_files() {
-    for (name, bytes) in [("empty", &b""[..]), ("script", b"#!/bin/sh\necho hi\n"), ("short", b"\x7fEL")] {
+    for (name, bytes) in [
+        ("empty", &b""[..]),
+        ("script", b"#!/bin/sh\necho hi\n"),
+        ("short", b"\x7fEL"),
+    ] {
         let p = scratch(name, bytes);
         let e = list_one(&p).unwrap_err();
         let msg = e.to_string();
@@ -98,9 +116,17 @@ fn relocatable_objects_are_refused() {
     std::fs::create_dir_all(&dir).unwrap();
     let obj = dir.join("sdt_args.o");
     let src = usdt_trace_tests::testprogs::testprogs_dir().join("sdt_args.c");
-    let st = std::process::Command::new("gcc").args(["-c", "-O2", "-o"]).arg(&obj).arg(&src).status().unwrap();
+    let st = std::process::Command::new("gcc")
+        .args(["-c", "-O2", "-o"])
+        .arg(&obj)
+        .arg(&src)
+        .status()
+        .unwrap();
     assert!(st.success());
-    assert!(matches!(parse_file(&obj).unwrap_err().kind(), ElfError::Relocatable));
+    assert!(matches!(
+        parse_file(&obj).unwrap_err().kind(),
+        ElfError::Relocatable
+    ));
 }
 
 #[test]
@@ -127,12 +153,18 @@ fn truncated_note_section_keeps_the_good_notes() {
     let shnum = u16::from_le_bytes(bytes[0x3c..0x3e].try_into().unwrap()) as usize;
     let hdr = (0..shnum)
         .map(|i| shoff + i * 64)
-        .find(|h| u64::from_le_bytes(bytes[h + 24..h + 32].try_into().unwrap()) as usize == note_off)
+        .find(|h| {
+            u64::from_le_bytes(bytes[h + 24..h + 32].try_into().unwrap()) as usize == note_off
+        })
         .unwrap();
     bytes[hdr + 32..hdr + 40].copy_from_slice(&((note_len - 10) as u64).to_le_bytes());
     let p = parse(&bytes).unwrap();
     assert_eq!(p.sites.len(), full - 1);
-    assert!(p.warnings.iter().any(|w| w.contains("truncated")), "{:?}", p.warnings);
+    assert!(
+        p.warnings.iter().any(|w| w.contains("truncated")),
+        "{:?}",
+        p.warnings
+    );
 }
 
 #[test]
@@ -141,7 +173,11 @@ fn bit_flips_in_headers_and_notes_never_panic() {
     let mut bytes = std::fs::read(&exe).unwrap();
     let (note_off, note_len) = section(&exe, ".note.stapsdt");
     let shoff = u64::from_le_bytes(bytes[0x28..0x30].try_into().unwrap()) as usize;
-    let mut ranges = vec![0..0x40 + 13 * 56, note_off..note_off + note_len, shoff..bytes.len()];
+    let mut ranges = vec![
+        0..0x40 + 13 * 56,
+        note_off..note_off + note_len,
+        shoff..bytes.len(),
+    ];
     let (sym_off, sym_len) = section(&exe, ".symtab");
     ranges.push(sym_off..(sym_off + 256).min(sym_off + sym_len));
     let mut accepted = 0;
@@ -161,11 +197,13 @@ fn bit_flips_in_headers_and_notes_never_panic() {
 
 #[test]
 fn byte_flips_in_a_system_library_note_section_never_panic() {
-    let Some(lib) = ["/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0", "/lib/x86_64-linux-gnu/libstdc++.so.6"]
-        .iter()
-        .map(Path::new)
-        .find(|p| p.is_file())
-    else {
+    let Some(lib) = [
+        "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0",
+        "/lib/x86_64-linux-gnu/libstdc++.so.6",
+    ]
+    .iter()
+    .map(Path::new)
+    .find(|p| p.is_file()) else {
         eprintln!("no system library with notes; skipped");
         return;
     };

@@ -1,5 +1,6 @@
 //! The parser against readelf on the probe-carrying binaries and libraries of this machine.
 //! Each candidate is skipped when absent, so the test adapts to what is installed.
+#![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use usdt_trace_tests::testprogs::check_against_readelf;
@@ -61,8 +62,7 @@ fn system_listing_is_faster_than_readelf() {
         usdt_trace::elf::parse_file(p)
             .map(|o| o.sites.len())
             .unwrap_or(0)
-    })
-    else {
+    }) else {
         eprintln!("no system object with probes; skipped");
         return;
     };
@@ -75,11 +75,18 @@ fn system_listing_is_faster_than_readelf() {
     let ours = t.elapsed() / rounds;
     let t = std::time::Instant::now();
     for _ in 0..rounds {
-        let out = std::process::Command::new("readelf").args(["-n", "--wide"]).arg(&big).output().unwrap();
+        let out = std::process::Command::new("readelf")
+            .args(["-n", "--wide"])
+            .arg(&big)
+            .output()
+            .unwrap();
         assert!(out.status.success());
     }
     let theirs = t.elapsed() / rounds;
     eprintln!("{}: list {ours:?}, readelf {theirs:?}", big.display());
     // Generous: this runs unoptimised and readelf includes process start-up.
-    assert!(ours < theirs * 4 + std::time::Duration::from_millis(20), "list {ours:?} vs readelf {theirs:?}");
+    assert!(
+        ours < theirs * 4 + std::time::Duration::from_millis(20),
+        "list {ours:?} vs readelf {theirs:?}"
+    );
 }

@@ -1,5 +1,6 @@
 //! `list` and the ELF parser on programs gcc builds from `tests/testprogs/sdt_*.c`, checked
 //! against readelf and against what each program was written to contain.
+#![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use usdt_trace::argspec::ArgLoc;
@@ -26,7 +27,10 @@ fn list(targets: &[&Path], json: bool, patterns: &[&str]) -> (usize, String, Str
         json,
         targets: targets.iter().map(|p| p.to_path_buf()).collect(),
         pid: None,
-        patterns: patterns.iter().map(|p| Pattern::parse(p).unwrap()).collect(),
+        patterns: patterns
+            .iter()
+            .map(|p| Pattern::parse(p).unwrap())
+            .collect(),
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let n = run(&cfg, &mut out, &mut err).expect("list runs");
@@ -79,7 +83,10 @@ fn argument_shapes_at_o2() {
 
     let twelve = one(&p, "sdt_args", "twelve");
     assert_eq!(twelve.args.len(), 12);
-    assert!(twelve.args.iter().all(|a| a.readable() && a.size == 8 && a.signed));
+    assert!(twelve
+        .args
+        .iter()
+        .all(|a| a.readable() && a.size == 8 && a.signed));
 
     // g_counter, g_pair.b and g_table[3] are read rip-relative and resolve through .symtab.
     let globals = one(&p, "sdt_args", "globals");
@@ -97,9 +104,14 @@ fn argument_shapes_at_o2() {
 
     let sib = one(&p, "sdt_args", "sib_scaled");
     assert!(
-        sib.args
-            .iter()
-            .any(|a| matches!(a.loc, ArgLoc::Mem { index: Some(_), scale: 8, .. })),
+        sib.args.iter().any(|a| matches!(
+            a.loc,
+            ArgLoc::Mem {
+                index: Some(_),
+                scale: 8,
+                ..
+            }
+        )),
         "{:?}",
         sib.args_raw
     );
@@ -115,7 +127,16 @@ fn argument_shapes_at_o2() {
     let sizes: Vec<(u8, bool)> = values.args.iter().map(|a| (a.size, a.signed)).collect();
     assert_eq!(
         sizes,
-        [(1, true), (1, false), (2, true), (2, false), (4, true), (4, false), (8, true), (8, false)]
+        [
+            (1, true),
+            (1, false),
+            (2, true),
+            (2, false),
+            (4, true),
+            (4, false),
+            (8, true),
+            (8, false)
+        ]
     );
 
     assert!(one(&p, "sdt_args", "noargs").args.is_empty());
@@ -123,7 +144,10 @@ fn argument_shapes_at_o2() {
     // Similar provider names stay apart.
     assert_eq!(sites(&p, "test", "probe").len(), 1);
     assert_eq!(sites(&p, "test_dup_name", "probe").len(), 1);
-    assert!(p.sites.iter().all(|s| s.insn == SiteInsn::Nop && s.semaphore_offset.is_none()));
+    assert!(p
+        .sites
+        .iter()
+        .all(|s| s.insn == SiteInsn::Nop && s.semaphore_offset.is_none()));
 }
 
 #[test]
@@ -166,8 +190,16 @@ fn semaphores_point_into_probes_section() {
 fn semaphores_in_bss_are_unusable_and_warned_about() {
     let p = parse_file(&build_c("sdt_sema", &["-O2", "-DSEMA_IN_BSS"])).unwrap();
     assert_eq!(p.sites.len(), 4, "sites are kept");
-    assert!(p.sites.iter().all(|s| s.semaphore != 0 && s.semaphore_offset.is_none()));
-    assert_eq!(p.warnings.len(), 3, "one warning per semaphore: {:?}", p.warnings);
+    assert!(p
+        .sites
+        .iter()
+        .all(|s| s.semaphore != 0 && s.semaphore_offset.is_none()));
+    assert_eq!(
+        p.warnings.len(),
+        3,
+        "one warning per semaphore: {:?}",
+        p.warnings
+    );
     assert!(p.warnings.iter().all(|w| w.contains(".bss")));
 }
 
@@ -193,7 +225,13 @@ fn shared_library_offsets_and_symbols() {
         }
     ));
     // The library's main program links and runs.
-    let exe = build_c("sdt_libmain", &link_args(&lib).iter().map(String::as_str).collect::<Vec<_>>());
+    let exe = build_c(
+        "sdt_libmain",
+        &link_args(&lib)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
     let out = std::process::Command::new(&exe).arg("4").output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "6");
 }
@@ -206,10 +244,16 @@ fn text_listing_shows_every_site_aligned() {
     assert_eq!(n, total);
     assert!(err.is_empty(), "{err}");
     let mut lines = out.lines();
-    assert_eq!(lines.next().unwrap(), format!("{}: {total} sites", exe.display()));
+    assert_eq!(
+        lines.next().unwrap(),
+        format!("{}: {total} sites", exe.display())
+    );
     let header = lines.next().unwrap();
     assert!(header.trim_start().starts_with("PROBE"), "{header}");
-    let site_rows: Vec<&str> = out.lines().filter(|l| l.starts_with("  ") && !l.starts_with("    ")).collect();
+    let site_rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+        .collect();
     assert_eq!(site_rows.len(), total + 1);
     // Columns line up: every row has the SITE column at the header's position.
     let col = header.find("SITE").unwrap();
@@ -236,7 +280,9 @@ fn text_listing_of_semaphores_and_patterns() {
     let (_, out, err) = list(&[&bss], false, &[]);
     assert!(out.contains("(unusable)"), "{out}");
     assert_eq!(err.lines().count(), 3);
-    assert!(err.lines().all(|l| l.starts_with(&format!("warning: {}: ", bss.display()))));
+    assert!(err
+        .lines()
+        .all(|l| l.starts_with(&format!("warning: {}: ", bss.display()))));
 }
 
 #[test]
@@ -244,7 +290,10 @@ fn json_listing_has_one_object_per_site() {
     let exe = build_c("sdt_sema", &["-O2"]);
     let lib = build_shared("sdt_lib", &["-O2"]);
     let (n, out, _) = list(&[&exe, &lib], true, &[]);
-    let recs: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let recs: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(recs.len(), n);
     assert_eq!(n, 6);
     let p = parse_file(&exe).unwrap();
@@ -283,7 +332,13 @@ fn json_args_is_empty_string_without_arguments() {
 #[test]
 fn listing_a_process_finds_its_shared_library() {
     let lib = build_shared("sdt_lib", &["-O2"]);
-    let exe = build_c("sdt_libmain", &link_args(&lib).iter().map(String::as_str).collect::<Vec<_>>());
+    let exe = build_c(
+        "sdt_libmain",
+        &link_args(&lib)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
     let mut child = std::process::Command::new(&exe)
         .args(["100000", "10"])
         .stdout(std::process::Stdio::null())
@@ -317,13 +372,20 @@ fn listing_a_process_finds_its_shared_library() {
         assert_eq!(r["path"], lib.canonicalize().unwrap().display().to_string());
     }
     // The dead process is now an error.
-    let cfg = ListConfig { patterns: vec![], ..cfg };
+    let cfg = ListConfig {
+        patterns: vec![],
+        ..cfg
+    };
     assert!(run(&cfg, &mut Vec::new(), &mut Vec::new()).is_err());
 }
 
 /// (sh_addr, sh_offset) of a section, from readelf.
 fn section_addr_offset(path: &Path, name: &str) -> (u64, u64) {
-    let out = std::process::Command::new("readelf").args(["-SW"]).arg(path).output().unwrap();
+    let out = std::process::Command::new("readelf")
+        .args(["-SW"])
+        .arg(path)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
         .lines()

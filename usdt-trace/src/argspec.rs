@@ -219,7 +219,10 @@ fn parse_int(s: &str) -> Option<i64> {
     if digits.is_empty() || digits.starts_with(['+', '-']) {
         return None;
     }
-    let mag = match digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+    let mag = match digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
         Some(hex) => u64::from_str_radix(hex, 16).ok()?,
         None => digits.parse::<u64>().ok()?,
     };
@@ -337,7 +340,12 @@ mod x86 {
         }
         if let Some(imm) = op.strip_prefix('$') {
             let value = parse_int(imm).ok_or_else(|| format!("bad constant {op:?}"))?;
-            return Ok((ArgLoc::Const { value: value as u64 }, None));
+            return Ok((
+                ArgLoc::Const {
+                    value: value as u64,
+                },
+                None,
+            ));
         }
         if op.starts_with('%') && !op.contains('(') {
             if op.contains(':') {
@@ -379,7 +387,8 @@ mod x86 {
         let disp = if disp.is_empty() {
             0
         } else {
-            parse_int(disp).ok_or_else(|| format!("symbolic displacement without %rip in {op:?}"))?
+            parse_int(disp)
+                .ok_or_else(|| format!("symbolic displacement without %rip in {op:?}"))?
         };
         let mut index = None;
         let mut scale = 1u8;
@@ -414,18 +423,19 @@ mod x86 {
     fn rip_relative(disp: &str, op: &str) -> Operand {
         let bad = || format!("bad rip-relative displacement in {op:?}");
         let bytes = disp.as_bytes();
-        let (mut neg, mut start) = match bytes.first() {
+        let (mut neg, first) = match bytes.first() {
             Some(b'-') => (true, 1),
             Some(b'+') => (false, 1),
             _ => (false, 0),
         };
+        let mut term_start = first;
         let mut symbol: Option<&str> = None;
         let mut offset: i64 = 0;
-        for i in start..=bytes.len() {
+        for i in first..=bytes.len() {
             if i < bytes.len() && bytes[i] != b'+' && bytes[i] != b'-' {
                 continue;
             }
-            let term = &disp[start..i];
+            let term = &disp[term_start..i];
             if term.starts_with(|c: char| c.is_ascii_digit()) {
                 let n = parse_int(term).ok_or_else(bad)?;
                 offset = if neg {
@@ -440,7 +450,7 @@ mod x86 {
             }
             if i < bytes.len() {
                 neg = bytes[i] == b'-';
-                start = i + 1;
+                term_start = i + 1;
             }
         }
         match symbol {
@@ -537,6 +547,7 @@ mod arm64 {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn x86(s: &str) -> ArgSpec {
@@ -600,7 +611,11 @@ mod tests {
             assert!(!spec.signed);
             let spec = x86(&format!("-8@%{name}"));
             assert_eq!(reg_of(&spec), (canon, word));
-            assert_eq!((spec.size, spec.signed), (8, true), "SIZE governs, not the name");
+            assert_eq!(
+                (spec.size, spec.signed),
+                (8, true),
+                "SIZE governs, not the name"
+            );
             assert!(spec.readable());
             match &spec.loc {
                 ArgLoc::Reg { reg } => assert_eq!(reg.name, name),
@@ -622,7 +637,11 @@ mod tests {
             ("-8@%rdi", 8, true),
         ] {
             let spec = x86(s);
-            assert_eq!((spec.size, spec.signed, spec.float), (size, signed, false), "{s}");
+            assert_eq!(
+                (spec.size, spec.signed, spec.float),
+                (size, signed, false),
+                "{s}"
+            );
             assert!(spec.readable(), "{s}");
         }
     }
@@ -630,7 +649,12 @@ mod tests {
     #[test]
     fn x86_constants() {
         assert_eq!(x86("4@$5").loc, ArgLoc::Const { value: 5 });
-        assert_eq!(x86("-4@$-9").loc, ArgLoc::Const { value: (-9i64) as u64 });
+        assert_eq!(
+            x86("-4@$-9").loc,
+            ArgLoc::Const {
+                value: (-9i64) as u64
+            }
+        );
         assert_eq!(
             x86("8@$18446744073709551614").loc,
             ArgLoc::Const {
@@ -668,7 +692,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(x86("(%rdi)").size, 8, "memory without size defaults to 8");
-        assert!(matches!(x86("8@0x10(%r12)").loc, ArgLoc::Mem { disp: 16, .. }));
+        assert!(matches!(
+            x86("8@0x10(%r12)").loc,
+            ArgLoc::Mem { disp: 16, .. }
+        ));
     }
 
     #[test]
@@ -724,7 +751,13 @@ mod tests {
             }
             assert!(!x86(s).readable(), "unresolved symbol is not readable");
         }
-        for bad in ["8@16(%rip)", "8@a+b(%rip)", "8@-sym(%rip)", "8@sym(%rip,%rax,8)", "8@+(%rip)"] {
+        for bad in [
+            "8@16(%rip)",
+            "8@a+b(%rip)",
+            "8@-sym(%rip)",
+            "8@sym(%rip,%rax,8)",
+            "8@+(%rip)",
+        ] {
             reason(&x86(bad));
         }
     }
@@ -787,21 +820,40 @@ mod tests {
         let w = a64("w7");
         assert_eq!((reg_of(&w), w.size), (("x7", 7), 4));
         assert_eq!(a64("4@5").loc, ArgLoc::Const { value: 5 });
-        assert_eq!(a64("-4@-5").loc, ArgLoc::Const { value: (-5i64) as u64 });
+        assert_eq!(
+            a64("-4@-5").loc,
+            ArgLoc::Const {
+                value: (-5i64) as u64
+            }
+        );
         assert_eq!(a64("4@#5").loc, ArgLoc::Const { value: 5 });
         match a64("8@[sp, 112]").loc {
-            ArgLoc::Mem { base, disp: 112, index: None, .. } => assert_eq!(base.pt_regs_word, 31),
+            ArgLoc::Mem {
+                base,
+                disp: 112,
+                index: None,
+                ..
+            } => assert_eq!(base.pt_regs_word, 31),
             other => panic!("{other:?}"),
         }
         match a64("-4@[x29, -12]").loc {
-            ArgLoc::Mem { base, disp: -12, .. } => assert_eq!(base.pt_regs_word, 29),
+            ArgLoc::Mem {
+                base, disp: -12, ..
+            } => assert_eq!(base.pt_regs_word, 29),
             other => panic!("{other:?}"),
         }
         match a64("8@[x12]").loc {
             ArgLoc::Mem { base, disp: 0, .. } => assert_eq!(base.pt_regs_word, 12),
             other => panic!("{other:?}"),
         }
-        for bad in ["8@x31", "8@[x1, x2]", "8@[x1", "8@q0", "8@%rax", "4@[x1, 1, 2]"] {
+        for bad in [
+            "8@x31",
+            "8@[x1, x2]",
+            "8@[x1",
+            "8@q0",
+            "8@%rax",
+            "4@[x1, 1, 2]",
+        ] {
             reason(&a64(bad));
         }
     }
@@ -821,9 +873,9 @@ mod tests {
         let args = parse_args("-4@%edi  8@%rsi\t4@$1", Arch::X86_64).unwrap();
         assert_eq!(args.len(), 3);
         assert_eq!(args[2].raw, "4@$1");
-        let twelve = vec!["8@%rax"; 12].join(" ");
+        let twelve = ["8@%rax"; 12].join(" ");
         assert_eq!(parse_args(&twelve, Arch::X86_64).unwrap().len(), 12);
-        let thirteen = vec!["8@%rax"; 13].join(" ");
+        let thirteen = ["8@%rax"; 13].join(" ");
         assert_eq!(
             parse_args(&thirteen, Arch::X86_64),
             Err(ArgsError::TooMany { count: 13 })
@@ -848,7 +900,24 @@ mod tests {
 
     #[test]
     fn never_panics_on_odd_bytes() {
-        for s in ["@", "@@", "-", "f@", "-f@", "99999999999@%rax", "8@((%rax))", "8@(%rax,)", "8@[]", "8@[,]", "é@ü", "8@(%r8é)", "8@%r", "8@%r99d", "8@--5(%rax)", "8@$--1"] {
+        for s in [
+            "@",
+            "@@",
+            "-",
+            "f@",
+            "-f@",
+            "99999999999@%rax",
+            "8@((%rax))",
+            "8@(%rax,)",
+            "8@[]",
+            "8@[,]",
+            "é@ü",
+            "8@(%r8é)",
+            "8@%r",
+            "8@%r99d",
+            "8@--5(%rax)",
+            "8@$--1",
+        ] {
             let _ = x86(s);
             let _ = a64(s);
         }

@@ -310,7 +310,10 @@ impl<'a> Iterator for Notes<'a> {
             Some(Err(msg))
         };
         if data.len() < 12 {
-            return fail(self, format!("truncated note header ({} bytes left)", data.len()));
+            return fail(
+                self,
+                format!("truncated note header ({} bytes left)", data.len()),
+            );
         }
         let word = |i: usize| {
             let mut b = [0u8; 4];
@@ -319,7 +322,7 @@ impl<'a> Iterator for Notes<'a> {
         };
         let (namesz, descsz, ntype) = (word(0), word(1), word(2) as u32);
         let name_end = 12usize.checked_add(namesz);
-        let desc_start = name_end.and_then(|e| align4(e));
+        let desc_start = name_end.and_then(align4);
         let desc_end = desc_start.and_then(|s| s.checked_add(descsz));
         let (Some(name_end), Some(desc_start), Some(desc_end)) = (name_end, desc_start, desc_end)
         else {
@@ -406,7 +409,9 @@ fn decode_stapsdt(desc: &[u8], addr: usize, endian: Endianness) -> Result<RawNot
     })
 }
 
-fn parse_class<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<ObjectProbes, ElfError> {
+fn parse_class<Elf: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+) -> Result<ObjectProbes, ElfError> {
     let header_len = std::mem::size_of::<Elf>();
     if data.len() < header_len {
         return Err(ElfError::Truncated {
@@ -643,11 +648,11 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Obje
         }
     }
 
-    if out
-        .sites
-        .iter()
-        .any(|s| s.args.iter().any(|a| matches!(a.loc, ArgLoc::RipRel { .. })))
-    {
+    if out.sites.iter().any(|s| {
+        s.args
+            .iter()
+            .any(|a| matches!(a.loc, ArgLoc::RipRel { .. }))
+    }) {
         resolve_symbols(&sections, endian, data, &mut out);
     }
     Ok(out)
@@ -664,7 +669,7 @@ impl<F: Fn() -> String> std::fmt::Display for Lazy<F> {
 
 /// The semaphore's file offset, or why the kernel could not count it.
 fn semaphore_file_offset(loads: &[Load], sema: u64) -> Result<u64, &'static str> {
-    if sema % 2 != 0 {
+    if !sema.is_multiple_of(2) {
         return Err("is at an odd address (the kernel needs 2-byte alignment)");
     }
     let seg = loads
@@ -690,7 +695,12 @@ fn classify_site(data: &[u8], seg: &Load, off: u64, pc: u64, arch: Arch) -> (Sit
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let hex: String = bytes
         .iter()
-        .flat_map(|b| [DIGITS[usize::from(b >> 4)] as char, DIGITS[usize::from(b & 15)] as char])
+        .flat_map(|b| {
+            [
+                DIGITS[usize::from(b >> 4)] as char,
+                DIGITS[usize::from(b & 15)] as char,
+            ]
+        })
         .collect();
     let insn = match (arch, bytes) {
         (Arch::X86_64, []) => SiteInsn::Unknown,
@@ -789,6 +799,7 @@ fn resolve_symbols<'data, Elf: FileHeader<Endian = Endianness>>(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     //! Crafted objects: a small ELF writer covers the note and segment corner cases that no
     //! compiler produces on demand (prelink shifts, lld layouts, broken notes, ELF32, MSB).
     use super::*;
@@ -848,9 +859,27 @@ mod tests {
                 e_type: elf::ET_DYN,
                 machine: elf::EM_X86_64,
                 loads: vec![
-                    Ph { vaddr: 0x400000, offset: 0, filesz: 0x1000, memsz: 0x1000, flags: elf::PF_R },
-                    Ph { vaddr: TEXT, offset: 0x1000, filesz: 0x1000, memsz: 0x1000, flags: elf::PF_R | elf::PF_X },
-                    Ph { vaddr: DATA, offset: 0x2000, filesz: 0x100, memsz: 0x1000, flags: elf::PF_R | elf::PF_W },
+                    Ph {
+                        vaddr: 0x400000,
+                        offset: 0,
+                        filesz: 0x1000,
+                        memsz: 0x1000,
+                        flags: elf::PF_R,
+                    },
+                    Ph {
+                        vaddr: TEXT,
+                        offset: 0x1000,
+                        filesz: 0x1000,
+                        memsz: 0x1000,
+                        flags: elf::PF_R | elf::PF_X,
+                    },
+                    Ph {
+                        vaddr: DATA,
+                        offset: 0x2000,
+                        filesz: 0x100,
+                        memsz: 0x1000,
+                        flags: elf::PF_R | elf::PF_W,
+                    },
                 ],
                 image,
                 sections: Vec::new(),
@@ -905,7 +934,7 @@ mod tests {
             }
             let mut offsets = Vec::new();
             for (i, s) in all.iter().enumerate() {
-                while file.len() % 8 != 0 {
+                while !file.len().is_multiple_of(8) {
                     file.push(0);
                 }
                 offsets.push(file.len());
@@ -915,7 +944,7 @@ mod tests {
                     file.extend_from_slice(&s.data);
                 }
             }
-            while file.len() % 8 != 0 {
+            while !file.len().is_multiple_of(8) {
                 file.push(0);
             }
             let shoff = file.len();
@@ -923,7 +952,11 @@ mod tests {
             let shent = if self.c64 { 64 } else { 40 };
             sh.resize(shent, 0); // the null section
             for (i, s) in all.iter().enumerate() {
-                let size = if i == all.len() - 1 { shstr.len() } else { s.data.len() };
+                let size = if i == all.len() - 1 {
+                    shstr.len()
+                } else {
+                    s.data.len()
+                };
                 self.put(&mut sh, placed[i] as u64, 4);
                 self.put(&mut sh, u64::from(s.ty), 4);
                 self.put(&mut sh, 0, a);
@@ -934,14 +967,28 @@ mod tests {
                 self.put(&mut sh, 0, 4);
                 self.put(&mut sh, 4, a);
                 let entsize = match s.ty {
-                    elf::SHT_SYMTAB | elf::SHT_DYNSYM => if self.c64 { 24 } else { 16 },
+                    elf::SHT_SYMTAB | elf::SHT_DYNSYM => {
+                        if self.c64 {
+                            24
+                        } else {
+                            16
+                        }
+                    }
                     _ => 0,
                 };
                 self.put(&mut sh, entsize, a);
             }
             file.extend_from_slice(&sh);
 
-            let mut hdr = vec![0x7f, b'E', b'L', b'F', if self.c64 { 2 } else { 1 }, if self.be { 2 } else { 1 }, 1];
+            let mut hdr = vec![
+                0x7f,
+                b'E',
+                b'L',
+                b'F',
+                if self.c64 { 2 } else { 1 },
+                if self.be { 2 } else { 1 },
+                1,
+            ];
             hdr.resize(16, 0);
             let ehsize = if self.c64 { 64 } else { 52 };
             let phent = if self.c64 { 56 } else { 32 };
@@ -1012,7 +1059,15 @@ mod tests {
             self.note_b(pc, 0, sema, provider, name, args)
         }
 
-        fn note_b(&self, pc: u64, base: u64, sema: u64, provider: &str, name: &str, args: &str) -> Vec<u8> {
+        fn note_b(
+            &self,
+            pc: u64,
+            base: u64,
+            sema: u64,
+            provider: &str,
+            name: &str,
+            args: &str,
+        ) -> Vec<u8> {
             let d = self.desc(pc, base, sema, &[provider, name, args]);
             self.raw_note(b"stapsdt\0", 3, &d)
         }
@@ -1047,8 +1102,20 @@ mod tests {
             // The string table goes right after the symbol table in self.sections.
             let link = self.sections.len() as u32 + 2;
             [
-                Sec { name: tname, ty: kind, addr: 0, link, data: tab },
-                Sec { name: sname, ty: elf::SHT_STRTAB, addr: 0, link: 0, data: strtab },
+                Sec {
+                    name: tname,
+                    ty: kind,
+                    addr: 0,
+                    link,
+                    data: tab,
+                },
+                Sec {
+                    name: sname,
+                    ty: elf::SHT_STRTAB,
+                    addr: 0,
+                    link: 0,
+                    data: strtab,
+                },
             ]
         }
         fn with_symbols(self, kind: u32, syms: &[(&str, u64, u16)]) -> Synth {
@@ -1069,27 +1136,36 @@ mod tests {
         assert_eq!(p.arch, Some(Arch::X86_64));
         assert!(p.warnings.is_empty(), "{:?}", p.warnings);
         let site = &p.sites[0];
-        assert_eq!((site.provider.as_str(), site.name.as_str()), ("prov", "hit"));
+        assert_eq!(
+            (site.provider.as_str(), site.name.as_str()),
+            ("prov", "hit")
+        );
         assert_eq!((site.pc, site.file_offset), (TEXT + 0x10, 0x1010));
         assert_eq!((site.semaphore, site.semaphore_offset), (0, None));
         assert_eq!(site.args_raw, "-4@%edi 8@-16(%rbp)");
         assert_eq!(site.args.len(), 2);
-        assert_eq!((site.insn, site.insn_bytes.as_str()), (SiteInsn::Nop, "9090909090"));
+        assert_eq!(
+            (site.insn, site.insn_bytes.as_str()),
+            (SiteInsn::Nop, "9090909090")
+        );
     }
 
     #[test]
     fn argument_counts() {
         let s = Synth::x64();
-        let twelve = vec!["8@%rax"; 12].join(" ");
-        let thirteen = vec!["8@%rax"; 13].join(" ");
+        let twelve = ["8@%rax"; 12].join(" ");
+        let thirteen = ["8@%rax"; 13].join(" ");
         let p = parsed(&s.clone().notes(&[
             s.note(TEXT, 0, "p", "none", ""),
             s.note(TEXT + 1, 0, "p", "colon", ":"),
             s.note(TEXT + 2, 0, "p", "twelve", &twelve),
             s.note(TEXT + 3, 0, "p", "thirteen", &thirteen),
         ]));
-        let counts: Vec<(&str, usize)> =
-            p.sites.iter().map(|s| (s.name.as_str(), s.args.len())).collect();
+        let counts: Vec<(&str, usize)> = p
+            .sites
+            .iter()
+            .map(|s| (s.name.as_str(), s.args.len()))
+            .collect();
         assert_eq!(counts, [("none", 0), ("colon", 0), ("twelve", 12)]);
         assert_eq!(p.sites[1].args_raw, ":");
         assert_eq!(p.warnings.len(), 1);
@@ -1136,10 +1212,9 @@ mod tests {
             assert!(p.warnings[0].contains("truncated"), "{:?}", p.warnings);
         }
         // The final note's padding is optional.
+        // "p\0ab\0\0" makes a 30-byte descriptor: drop the 2 bytes of padding after it.
         let mut unpadded = s.note(TEXT, 0, "p", "ab", "");
-        while unpadded.last() == Some(&0) && unpadded.len() % 4 == 0 && unpadded.ends_with(&[0, 0]) {
-            unpadded.pop();
-        }
+        unpadded.truncate(unpadded.len() - 2);
         let p = parsed(&s.clone().with(sec(".note.stapsdt", unpadded)));
         assert_eq!(p.sites.len(), 1, "{:?}", p.warnings);
     }
@@ -1179,12 +1254,27 @@ mod tests {
             data: vec![0],
         };
         // Prelink moved the object by +0x100000 after the notes were written.
-        let shifted = s.note_b(TEXT + 0x20 - 0x100000, 0x400f00 - 0x100000, DATA + 0x10 - 0x100000, "p", "shifted", "");
+        let shifted = s.note_b(
+            TEXT + 0x20 - 0x100000,
+            0x400f00 - 0x100000,
+            DATA + 0x10 - 0x100000,
+            "p",
+            "shifted",
+            "",
+        );
         let unshifted = s.note_b(TEXT + 0x30, 0x400f00, 0, "p", "same", "");
         let folly = s.note_b(TEXT + 0x40, 0, 0, "p", "nobase", "");
-        let p = parsed(&s.clone().notes(&[shifted.clone(), unshifted, folly.clone()]).with(base));
+        let p = parsed(
+            &s.clone()
+                .notes(&[shifted.clone(), unshifted, folly.clone()])
+                .with(base),
+        );
         assert!(p.warnings.is_empty(), "{:?}", p.warnings);
-        let got: Vec<(u64, u64, u64)> = p.sites.iter().map(|s| (s.pc, s.semaphore, s.base)).collect();
+        let got: Vec<(u64, u64, u64)> = p
+            .sites
+            .iter()
+            .map(|s| (s.pc, s.semaphore, s.base))
+            .collect();
         assert_eq!(
             got,
             [
@@ -1205,7 +1295,13 @@ mod tests {
     fn lld_layout_uses_segment_offsets() {
         let mut s = Synth::x64();
         // vaddr and offset disagree by more than a page, as lld lays out.
-        s.loads[1] = Ph { vaddr: 0x201800, offset: 0x1000, filesz: 0x1000, memsz: 0x1000, flags: elf::PF_R | elf::PF_X };
+        s.loads[1] = Ph {
+            vaddr: 0x201800,
+            offset: 0x1000,
+            filesz: 0x1000,
+            memsz: 0x1000,
+            flags: elf::PF_R | elf::PF_X,
+        };
         s.image[0x1123] = 0xf3;
         let p = parsed(&s.clone().notes(&[s.note(0x201923, 0, "p", "n", "")]));
         assert_eq!(p.sites[0].file_offset, 0x1123);
@@ -1225,9 +1321,21 @@ mod tests {
         ]));
         assert_eq!(p.sites.len(), 1);
         assert_eq!(p.sites[0].name, "last");
-        assert_eq!(p.sites[0].insn_bytes, "90", "never reads past the segment's file image");
+        assert_eq!(
+            p.sites[0].insn_bytes, "90",
+            "never reads past the segment's file image"
+        );
         let w = p.warnings.join("\n");
-        for want in ["p:zero", "pc is 0", "p:rodata", "non-executable", "p:nowhere", "outside", "p:bss_text", "file-backed"] {
+        for want in [
+            "p:zero",
+            "pc is 0",
+            "p:rodata",
+            "non-executable",
+            "p:nowhere",
+            "outside",
+            "p:bss_text",
+            "file-backed",
+        ] {
             assert!(w.contains(want), "{want} missing from\n{w}");
         }
     }
@@ -1245,8 +1353,11 @@ mod tests {
             s.note(TEXT, 0, "test_dup_name", "probe", "8@%rax"),
             a,
         ]));
-        let got: Vec<(&str, u64, &str)> =
-            p.sites.iter().map(|s| (s.provider.as_str(), s.pc, s.args_raw.as_str())).collect();
+        let got: Vec<(&str, u64, &str)> = p
+            .sites
+            .iter()
+            .map(|s| (s.provider.as_str(), s.pc, s.args_raw.as_str()))
+            .collect();
         assert_eq!(
             got,
             [
@@ -1267,8 +1378,15 @@ mod tests {
             s.note(TEXT + 1, 0, "", "noprovider", ""),
             s.note(TEXT + 2, 0, "p", "caf\u{e9}", ""),
         ]));
-        let names: Vec<String> = p.sites.iter().map(|s| format!("{}:{}", s.provider, s.name)).collect();
-        assert_eq!(names, ["my-prov.v2:name$with$dollar", ":noprovider", "p:caf\u{e9}"]);
+        let names: Vec<String> = p
+            .sites
+            .iter()
+            .map(|s| format!("{}:{}", s.provider, s.name))
+            .collect();
+        assert_eq!(
+            names,
+            ["my-prov.v2:name$with$dollar", ":noprovider", "p:caf\u{e9}"]
+        );
         let mut d = s.desc(TEXT + 3, 0, 0, &[]);
         d.extend_from_slice(b"p\0\xff\xfe\0\0");
         let p = parsed(&s.clone().notes(&[s.raw_note(b"stapsdt\0", 3, &d)]));
@@ -1278,7 +1396,13 @@ mod tests {
     #[test]
     fn semaphores() {
         let mut s = Synth::x64();
-        s.loads.push(Ph { vaddr: 0x700000, offset: 0x1000, filesz: 0x100, memsz: 0x100, flags: elf::PF_R | elf::PF_X | elf::PF_W });
+        s.loads.push(Ph {
+            vaddr: 0x700000,
+            offset: 0x1000,
+            filesz: 0x100,
+            memsz: 0x100,
+            flags: elf::PF_R | elf::PF_X | elf::PF_W,
+        });
         let p = parsed(&s.clone().notes(&[
             s.note(TEXT, DATA + 0x10, "p", "data", ""),
             s.note(TEXT + 1, DATA + 0x10, "p", "data", "8@%rax"),
@@ -1289,8 +1413,11 @@ mod tests {
             s.note(TEXT + 6, 0x700010, "p", "exec", ""),
             s.note(TEXT + 7, 0x900000, "p", "nowhere", ""),
         ]));
-        let got: Vec<(&str, u64, Option<u64>)> =
-            p.sites.iter().map(|s| (s.name.as_str(), s.semaphore, s.semaphore_offset)).collect();
+        let got: Vec<(&str, u64, Option<u64>)> = p
+            .sites
+            .iter()
+            .map(|s| (s.name.as_str(), s.semaphore, s.semaphore_offset))
+            .collect();
         assert_eq!(
             got,
             [
@@ -1334,7 +1461,10 @@ mod tests {
     fn aarch64_sites() {
         let mut s = Synth::x64();
         s.machine = elf::EM_AARCH64;
-        let p = parsed(&s.clone().notes(&[s.note(TEXT, 0, "p", "n", "-4@x0 8@[sp, 112]")]));
+        let p = parsed(
+            &s.clone()
+                .notes(&[s.note(TEXT, 0, "p", "n", "-4@x0 8@[sp, 112]")]),
+        );
         assert_eq!(p.arch, Some(Arch::Aarch64));
         assert_eq!(p.sites[0].insn, SiteInsn::Unknown);
         assert!(p.sites[0].args.iter().all(ArgSpec::readable));
@@ -1350,7 +1480,11 @@ mod tests {
             s.note(TEXT + 0x200, 0, "p", "endbr", ""),
             s.note(TEXT + 0x300, 0, "p", "nop", ""),
         ]));
-        let got: Vec<(SiteInsn, &str)> = p.sites.iter().map(|s| (s.insn, s.insn_bytes.as_str())).collect();
+        let got: Vec<(SiteInsn, &str)> = p
+            .sites
+            .iter()
+            .map(|s| (s.insn, s.insn_bytes.as_str()))
+            .collect();
         assert_eq!(
             got,
             [
@@ -1364,11 +1498,28 @@ mod tests {
     #[test]
     fn rip_relative_symbols_resolve_from_symtab_then_dynsym() {
         let s = Synth::x64();
-        let notes = [s.note(TEXT, 0, "p", "n", "8@mp_+24(%rip) -4@only_dyn(%rip) 8@twice(%rip) 8@missing-2(%rip) 8@%rax")];
+        let notes = [s.note(
+            TEXT,
+            0,
+            "p",
+            "n",
+            "8@mp_+24(%rip) -4@only_dyn(%rip) 8@twice(%rip) 8@missing-2(%rip) 8@%rax",
+        )];
         let s = s
             .notes(&notes)
-            .with_symbols(elf::SHT_SYMTAB, &[("mp_", DATA, 3), ("twice", DATA + 8, 3), ("twice", DATA + 16, 3), ("only_dyn", 0, 0)])
-            .with_symbols(elf::SHT_DYNSYM, &[("only_dyn", DATA + 0x40, 3), ("mp_", 0xdead, 3)]);
+            .with_symbols(
+                elf::SHT_SYMTAB,
+                &[
+                    ("mp_", DATA, 3),
+                    ("twice", DATA + 8, 3),
+                    ("twice", DATA + 16, 3),
+                    ("only_dyn", 0, 0),
+                ],
+            )
+            .with_symbols(
+                elf::SHT_DYNSYM,
+                &[("only_dyn", DATA + 0x40, 3), ("mp_", 0xdead, 3)],
+            );
         let p = parsed(&s);
         let addrs: Vec<Option<u64>> = p.sites[0]
             .args
@@ -1378,7 +1529,10 @@ mod tests {
                 _ => Some(1),
             })
             .collect();
-        assert_eq!(addrs, [Some(DATA + 24), Some(DATA + 0x40), None, None, Some(1)]);
+        assert_eq!(
+            addrs,
+            [Some(DATA + 24), Some(DATA + 0x40), None, None, Some(1)]
+        );
         let w = p.warnings.join("\n");
         assert!(w.contains("twice is defined more than once"), "{w}");
         assert!(w.contains("missing is in neither"), "{w}");
@@ -1402,7 +1556,10 @@ mod tests {
         let p = parsed(&s.clone().with(sec(".note.usdt_markers", markers)));
         assert_eq!(
             p.id_spans,
-            [("app".to_string(), "request".to_string()), ("db".to_string(), "query".to_string())]
+            [
+                ("app".to_string(), "request".to_string()),
+                ("db".to_string(), "query".to_string())
+            ]
         );
         assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
     }
@@ -1410,21 +1567,36 @@ mod tests {
     #[test]
     fn structural_errors() {
         assert!(matches!(parse(b""), Err(ElfError::NotElf { .. })));
-        assert!(matches!(parse(b"#!/bin/sh\n"), Err(ElfError::NotElf { .. })));
-        assert!(matches!(parse(b"\x7fELF\x02\x01"), Err(ElfError::Truncated { .. })));
+        assert!(matches!(
+            parse(b"#!/bin/sh\n"),
+            Err(ElfError::NotElf { .. })
+        ));
+        assert!(matches!(
+            parse(b"\x7fELF\x02\x01"),
+            Err(ElfError::Truncated { .. })
+        ));
         let mut s = Synth::x64();
         let good = s.build();
-        assert!(matches!(parse(&good[..40]), Err(ElfError::Truncated { .. })));
+        assert!(matches!(
+            parse(&good[..40]),
+            Err(ElfError::Truncated { .. })
+        ));
         let mut bad = good.clone();
         bad[4] = 3;
         assert!(matches!(parse(&bad), Err(ElfError::BadClass { class: 3 })));
         bad[4] = 2;
         bad[5] = 0;
-        assert!(matches!(parse(&bad), Err(ElfError::BadEncoding { encoding: 0 })));
+        assert!(matches!(
+            parse(&bad),
+            Err(ElfError::BadEncoding { encoding: 0 })
+        ));
         s.e_type = elf::ET_REL;
         assert!(matches!(parse(&s.build()), Err(ElfError::Relocatable)));
         // Section headers cut off by truncation are an error, not a panic.
-        assert!(matches!(parse(&good[..good.len() - 10]), Err(ElfError::Malformed { .. })));
+        assert!(matches!(
+            parse(&good[..good.len() - 10]),
+            Err(ElfError::Malformed { .. })
+        ));
     }
 
     #[test]
@@ -1456,7 +1628,10 @@ mod tests {
         assert!(matches!(e.kind(), ElfError::NotElf { .. }));
         assert!(e.to_string().starts_with(&f.display().to_string()));
         std::fs::write(&f, b"").unwrap();
-        assert!(matches!(parse_file(&f).unwrap_err().kind(), ElfError::NotElf { .. }));
+        assert!(matches!(
+            parse_file(&f).unwrap_err().kind(),
+            ElfError::NotElf { .. }
+        ));
         let _ = std::fs::remove_file(&f);
     }
 }

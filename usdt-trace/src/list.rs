@@ -84,7 +84,10 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
             }
             // A process maps fonts, locale archives and caches too; only ELF damage is news.
             Err(e) => {
-                if !matches!(e.kind(), ElfError::NotElf { .. } | ElfError::Truncated { .. }) {
+                if !matches!(
+                    e.kind(),
+                    ElfError::NotElf { .. } | ElfError::Truncated { .. }
+                ) {
                     writeln!(err, "warning: {}: {}", t.shown, e.kind())?;
                 }
                 continue;
@@ -97,7 +100,8 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
             .sites
             .iter()
             .filter(|s| {
-                cfg.patterns.is_empty() || cfg.patterns.iter().any(|p| p.matches(&s.provider, &s.name))
+                cfg.patterns.is_empty()
+                    || cfg.patterns.iter().any(|p| p.matches(&s.provider, &s.name))
             })
             .collect();
         if cfg.json {
@@ -203,7 +207,9 @@ fn write_text(
     }
     let plural = if sites.len() == 1 { "" } else { "s" };
     match cfg.pid {
-        Some(pid) if !t.named => writeln!(out, "{} (pid {pid}): {} site{plural}", t.shown, sites.len())?,
+        Some(pid) if !t.named => {
+            writeln!(out, "{} (pid {pid}): {} site{plural}", t.shown, sites.len())?
+        }
         _ => writeln!(out, "{}: {} site{plural}", t.shown, sites.len())?,
     }
     let rows: Vec<[String; 5]> = sites
@@ -255,7 +261,12 @@ fn write_text(
     for (s, r) in sites.iter().zip(&rows) {
         line(out, [&r[0], &r[1], &r[2], &r[3], &r[4]])?;
         for (i, a) in s.args.iter().enumerate() {
-            writeln!(out, "      arg{i:<2} {:<raw_w$} -> {}", a.raw, describe_arg(a))?;
+            writeln!(
+                out,
+                "      arg{i:<2} {:<raw_w$} -> {}",
+                a.raw,
+                describe_arg(a)
+            )?;
         }
     }
     Ok(())
@@ -266,7 +277,11 @@ pub fn describe_arg(a: &ArgSpec) -> String {
     let ty = if a.float {
         format!("f{}", u32::from(a.size) * 8)
     } else {
-        format!("{}{}", if a.signed { 's' } else { 'u' }, u32::from(a.size) * 8)
+        format!(
+            "{}{}",
+            if a.signed { 's' } else { 'u' },
+            u32::from(a.size) * 8
+        )
     };
     match &a.loc {
         ArgLoc::Unsupported { reason } => format!("unreadable: {reason}"),
@@ -310,7 +325,11 @@ pub fn describe_arg(a: &ArgSpec) -> String {
 /// An immediate as the program sees it: truncated to its size, then sign-extended if signed.
 fn const_value(v: u64, size: u8, signed: bool) -> String {
     let bits = u32::from(size.clamp(1, 8)) * 8;
-    let v = if bits == 64 { v } else { v & ((1u64 << bits) - 1) };
+    let v = if bits == 64 {
+        v
+    } else {
+        v & ((1u64 << bits) - 1)
+    };
     if signed {
         let shift = 64 - bits;
         (((v << shift) as i64) >> shift).to_string()
@@ -337,6 +356,7 @@ pub fn list_to_string(path: &Path, json: bool) -> Result<(String, String), ListE
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::argspec::{parse_arg, Arch};
 

@@ -29,7 +29,13 @@ impl Pattern {
         if t.is_empty() {
             return Err(PatternError::Empty);
         }
-        let side = |s: &str| if s.is_empty() { "*".to_string() } else { s.to_string() };
+        let side = |s: &str| {
+            if s.is_empty() {
+                "*".to_string()
+            } else {
+                s.to_string()
+            }
+        };
         let (provider, name) = match t.split_once(':') {
             None => (None, t.to_string()),
             Some((_, n)) if n.contains(':') => {
@@ -108,6 +114,7 @@ fn glob(pattern: &str, s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn m(p: &str, provider: &str, name: &str) -> bool {
@@ -130,9 +137,15 @@ mod tests {
         assert!(m("python:*", "python", "gc__done"));
         assert!(!m("python:*", "postgresql", "gc__done"));
         assert!(m("test:probe", "test", "probe"));
-        assert!(!m("test:probe", "test_dup_name", "probe"), "similar providers differ");
+        assert!(
+            !m("test:probe", "test_dup_name", "probe"),
+            "similar providers differ"
+        );
         assert!(m("test*:probe", "test_dup_name", "probe"));
-        assert!(m(":probe", "anything", "probe"), "empty provider side means any");
+        assert!(
+            m(":probe", "anything", "probe"),
+            "empty provider side means any"
+        );
         assert!(m("test:", "test", "anything"), "empty name side means any");
     }
 
@@ -154,7 +167,10 @@ mod tests {
     fn errors_and_display() {
         assert_eq!(Pattern::parse(""), Err(PatternError::Empty));
         assert_eq!(Pattern::parse("  "), Err(PatternError::Empty));
-        assert!(matches!(Pattern::parse("a:b:c"), Err(PatternError::TooManyColons { .. })));
+        assert!(matches!(
+            Pattern::parse("a:b:c"),
+            Err(PatternError::TooManyColons { .. })
+        ));
         let p: Pattern = "python:*".parse().unwrap();
         assert_eq!(p.to_string(), "python:*");
         assert!(!p.is_literal());

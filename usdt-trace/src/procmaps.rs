@@ -86,9 +86,8 @@ pub fn parse_line(line: &str) -> Result<MapEntry, String> {
         rest = &t[end..];
         Ok(&t[..end])
     };
-    let hex = |s: &str, what: &str| {
-        u64::from_str_radix(s, 16).map_err(|_| format!("bad {what} {s:?}"))
-    };
+    let hex =
+        |s: &str, what: &str| u64::from_str_radix(s, 16).map_err(|_| format!("bad {what} {s:?}"));
     let range = field("address range")?;
     let (start, end) = range
         .split_once('-')
@@ -167,7 +166,10 @@ pub fn objects_from_entries(pid: u32, entries: &[MapEntry]) -> Vec<MappedObject>
 pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, ProcError> {
     let text = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
             return Err(ProcError::NoSuchProcess { pid })
         }
         Err(source) => return Err(ProcError::Io { pid, source }),
@@ -176,16 +178,14 @@ pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, ProcError> {
     if text.is_empty() && !std::path::Path::new(&format!("/proc/{pid}/exe")).exists() {
         return Err(ProcError::NoSuchProcess { pid });
     }
-    let entries = parse_maps(&text).map_err(|(line, reason)| ProcError::BadLine {
-        pid,
-        line,
-        reason,
-    })?;
+    let entries =
+        parse_maps(&text).map_err(|(line, reason)| ProcError::BadLine { pid, line, reason })?;
     Ok(objects_from_entries(pid, &entries))
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     const SAMPLE: &str = "\
@@ -234,7 +234,10 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
                 "/memfd:jit"
             ]
         );
-        assert_eq!(objs[0].host_path, PathBuf::from("/proc/42/root/usr/bin/my prog"));
+        assert_eq!(
+            objs[0].host_path,
+            PathBuf::from("/proc/42/root/usr/bin/my prog")
+        );
         assert_eq!(
             objs[2].host_path,
             PathBuf::from("/proc/42/map_files/7f1e2d400000-7f1e2d401000")
@@ -255,10 +258,20 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
     #[test]
     fn bad_lines_are_errors_not_panics() {
-        for bad in ["", "zz-1 r-xp 0 fd:01 1 /x", "1-2", "1-2 r-xp 0 fd01 1", "1-2 r-xp 0 fd:01 x /a", "1 r-xp 0 fd:01 1"] {
+        for bad in [
+            "",
+            "zz-1 r-xp 0 fd:01 1 /x",
+            "1-2",
+            "1-2 r-xp 0 fd01 1",
+            "1-2 r-xp 0 fd:01 x /a",
+            "1 r-xp 0 fd:01 1",
+        ] {
             assert!(parse_line(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(parse_maps("1-2 r-xp 0 fd:01 1 /a\nbogus\n").unwrap_err().0, 2);
+        assert_eq!(
+            parse_maps("1-2 r-xp 0 fd:01 1 /a\nbogus\n").unwrap_err().0,
+            2
+        );
     }
 
     #[test]
