@@ -108,7 +108,8 @@ mod tests {
 
     #[test]
     fn args() {
-        let a = Args::parse(["--port".into(), "9000".into(), "--root=/tmp".into()]).unwrap();
+        let a = Args::parse(["--port".into(), "9000".into(), "--root=/tmp".into()])
+            .expect("valid arguments");
         assert_eq!((a.port, a.root), (9000, PathBuf::from("/tmp")));
         assert!(Args::parse(["--port".into(), "x".into()]).is_err());
         assert!(Args::parse(["--bogus".into()]).is_err());

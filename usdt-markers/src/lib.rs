@@ -50,9 +50,10 @@
 //!    `sh_addr(.stapsdt.base) - base` corrects `pc` and `semaphore`.
 //!
 //! All of it is written by inline `asm!` (`.pushsection`/`.popsection` around the note data), the way
-//! systemtap's `<sys/sdt.h>` does for C. The `probe` crate on crates.io does the same but passes
-//! every argument as `-8@…` of a 64-bit register and has no semaphores; we need real sizes and
-//! signedness, semaphores safe under rust-lld, and spans, so this crate emits the notes itself.
+//! systemtap's `<sys/sdt.h>` does for C, and as the `probe` and `usdt` crates do. We do not build
+//! on them because everything we need lives in that one `asm!` block and the sections it
+//! writes: where the semaphore goes (page-aligned `.probes`, see below), one semaphore shared by
+//! both probes of a span, the span hint note, and register names at the argument's width.
 //!
 //! ## Argument sizes without a proc-macro
 //!
