@@ -1,0 +1,2 @@
+/* An ELF without any USDT probe. */
+int main(void) { return 0; }
