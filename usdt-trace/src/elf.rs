@@ -159,8 +159,14 @@ pub fn parse_file(path: &Path) -> Result<ObjectProbes, ElfError> {
             path: path.to_path_buf(),
         });
     }
-    let bytes = FileBytes::load(file, meta.len()).map_err(io)?;
-    parse(bytes.as_slice()).map_err(|e| ElfError::InFile {
+    let bytes = FileBytes::load(&file, meta.len()).map_err(io)?;
+    // The bytes at each site are scattered over the whole text segment: one pread each costs
+    // less than faulting in (and later unmapping) a page of the mapping per site.
+    let sites_from = match bytes {
+        FileBytes::Mapped { .. } => SiteBytes::File(&file),
+        FileBytes::Read(_) => SiteBytes::Data,
+    };
+    parse_with(bytes.as_slice(), sites_from).map_err(|e| ElfError::InFile {
         path: path.to_path_buf(),
         source: Box::new(e),
     })
@@ -173,7 +179,7 @@ enum FileBytes {
 }
 
 impl FileBytes {
-    fn load(mut file: std::fs::File, len: u64) -> std::io::Result<FileBytes> {
+    fn load(mut file: &std::fs::File, len: u64) -> std::io::Result<FileBytes> {
         use std::io::Read;
         use std::os::fd::AsRawFd;
         if let Ok(len) = usize::try_from(len) {
@@ -226,6 +232,19 @@ impl Drop for FileBytes {
 
 /// Parses an ELF object held in memory.
 pub fn parse(data: &[u8]) -> Result<ObjectProbes, ElfError> {
+    parse_with(data, SiteBytes::Data)
+}
+
+/// Where the instruction bytes at probe sites are read from.
+#[derive(Clone, Copy)]
+enum SiteBytes<'a> {
+    /// From the byte slice being parsed.
+    Data,
+    /// With pread from the file the slice maps.
+    File(&'a std::fs::File),
+}
+
+fn parse_with(data: &[u8], sites_from: SiteBytes<'_>) -> Result<ObjectProbes, ElfError> {
     if data.len() < 4 || &data[..4] != b"\x7fELF" {
         let magic: String = data
             .iter()
@@ -254,8 +273,8 @@ pub fn parse(data: &[u8]) -> Result<ObjectProbes, ElfError> {
         encoding => return Err(ElfError::BadEncoding { encoding }),
     }
     match data[4] {
-        elf::ELFCLASS32 => parse_class::<elf::FileHeader32<Endianness>>(data),
-        elf::ELFCLASS64 => parse_class::<elf::FileHeader64<Endianness>>(data),
+        elf::ELFCLASS32 => parse_class::<elf::FileHeader32<Endianness>>(data, sites_from),
+        elf::ELFCLASS64 => parse_class::<elf::FileHeader64<Endianness>>(data, sites_from),
         class => Err(ElfError::BadClass { class }),
     }
 }
@@ -411,6 +430,7 @@ fn decode_stapsdt(desc: &[u8], addr: usize, endian: Endianness) -> Result<RawNot
 
 fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     data: &[u8],
+    sites_from: SiteBytes<'_>,
 ) -> Result<ObjectProbes, ElfError> {
     let header_len = std::mem::size_of::<Elf>();
     if data.len() < header_len {
@@ -497,9 +517,13 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
         }
     }
 
-    // Sites by (pc, semaphore): duplicates can only share those, and comparing the strings of
-    // the few sites at one pc keeps dedupe linear without copying every string into a set.
-    let mut at: HashMap<(u64, u64), Vec<usize>> = HashMap::new();
+    // Duplicates can only share (pc, semaphore): `last_at` holds the newest site with that key
+    // and `prev_at[i]` the one before site i, a chain short enough to compare strings along
+    // without copying every string into a set.
+    let estimate = stapsdt.iter().map(|s| s.len() / 64).sum::<usize>();
+    let mut last_at: HashMap<(u64, u64), usize> = HashMap::with_capacity(estimate);
+    let mut prev_at: Vec<Option<usize>> = Vec::with_capacity(estimate);
+    out.sites.reserve(estimate);
     let mut note_index = 0usize;
     let mut bad_semaphores: HashSet<u64> = HashSet::new();
     for section in stapsdt {
@@ -564,11 +588,18 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
                     continue;
                 }
             };
-            let same_pc = at.entry((pc, semaphore)).or_default();
-            if same_pc.iter().any(|&i| {
+            let first_same = last_at.get(&(pc, semaphore)).copied();
+            let mut cursor = first_same;
+            let mut duplicate = false;
+            while let Some(i) = cursor {
                 let s: &Site = &out.sites[i];
-                s.provider == raw.provider && s.name == raw.name && s.args_raw == raw.args
-            }) {
+                if s.provider == raw.provider && s.name == raw.name && s.args_raw == raw.args {
+                    duplicate = true;
+                    break;
+                }
+                cursor = prev_at[i];
+            }
+            if duplicate {
                 continue;
             }
             let args = match parse_args(&raw.args, arch) {
@@ -578,7 +609,8 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
                     continue;
                 }
             };
-            same_pc.push(out.sites.len());
+            last_at.insert((pc, semaphore), out.sites.len());
+            prev_at.push(first_same);
             let semaphore_offset = if semaphore == 0 {
                 None
             } else {
@@ -595,7 +627,7 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
                     }
                 }
             };
-            let (insn, insn_bytes) = classify_site(data, seg, file_offset, pc, arch);
+            let (insn, insn_bytes) = classify_site(data, sites_from, seg, file_offset, pc, arch);
             out.sites.push(Site {
                 provider: raw.provider,
                 name: raw.name,
@@ -685,23 +717,40 @@ fn semaphore_file_offset(loads: &[Load], sema: u64) -> Result<u64, &'static str>
     }
 }
 
-fn classify_site(data: &[u8], seg: &Load, off: u64, pc: u64, arch: Arch) -> (SiteInsn, String) {
+fn classify_site(
+    data: &[u8],
+    from: SiteBytes<'_>,
+    seg: &Load,
+    off: u64,
+    pc: u64,
+    arch: Arch,
+) -> (SiteInsn, String) {
     // Never read past the segment's file image: what follows belongs to another segment.
     let in_seg = seg.vaddr.wrapping_add(seg.filesz).saturating_sub(pc).min(5) as usize;
-    let bytes = usize::try_from(off)
-        .ok()
-        .and_then(|o| data.get(o..))
-        .map_or(&[][..], |b| &b[..b.len().min(in_seg)]);
+    let mut buf = [0u8; 5];
+    let bytes: &[u8] = match from {
+        SiteBytes::File(f) => {
+            use std::os::unix::fs::FileExt;
+            let mut n = 0;
+            while n < in_seg {
+                match f.read_at(&mut buf[n..in_seg], off.wrapping_add(n as u64)) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => n += k,
+                }
+            }
+            &buf[..n]
+        }
+        SiteBytes::Data => usize::try_from(off)
+            .ok()
+            .and_then(|o| data.get(o..))
+            .map_or(&[][..], |b| &b[..b.len().min(in_seg)]),
+    };
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let hex: String = bytes
-        .iter()
-        .flat_map(|b| {
-            [
-                DIGITS[usize::from(b >> 4)] as char,
-                DIGITS[usize::from(b & 15)] as char,
-            ]
-        })
-        .collect();
+    let mut hex = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        hex.push(DIGITS[usize::from(b >> 4)] as char);
+        hex.push(DIGITS[usize::from(b & 15)] as char);
+    }
     let insn = match (arch, bytes) {
         (Arch::X86_64, []) => SiteInsn::Unknown,
         (Arch::X86_64, [0x90, ..]) => SiteInsn::Nop,

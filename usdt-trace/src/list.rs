@@ -73,7 +73,10 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
     if targets.is_empty() {
         return Err(ListError::NoTargets);
     }
-    let mut out = io::BufWriter::new(out);
+    let mut out = io::BufWriter::with_capacity(64 * 1024, out);
+    // serde_json makes many tiny writes: into a Vec they are inlined, through `dyn Write` each
+    // one is a call, which made JSON output cost more than parsing.
+    let mut json_buf = Vec::with_capacity(1024);
     let mut printed = 0;
     for t in &targets {
         let probes = match elf::parse_file(&t.read) {
@@ -106,7 +109,8 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
             .collect();
         if cfg.json {
             for s in &sites {
-                write_json(&mut out, &t.shown, cfg.pid, s)?;
+                write_json(&mut json_buf, &t.shown, cfg.pid, s)?;
+                out.write_all(&json_buf)?;
             }
         } else {
             write_text(&mut out, t, cfg, &probes, &sites)?;
@@ -146,7 +150,9 @@ struct JsonSite<'a> {
     args_decoded: Vec<JsonArg<'a>>,
 }
 
-fn write_json(out: &mut dyn Write, path: &str, pid: Option<u32>, s: &Site) -> io::Result<()> {
+/// Replaces `buf` with one NDJSON line for `s`.
+fn write_json(buf: &mut Vec<u8>, path: &str, pid: Option<u32>, s: &Site) -> io::Result<()> {
+    buf.clear();
     let rec = JsonSite {
         path,
         pid,
@@ -173,8 +179,9 @@ fn write_json(out: &mut dyn Write, path: &str, pid: Option<u32>, s: &Site) -> io
             })
             .collect(),
     };
-    serde_json::to_writer(&mut *out, &rec).map_err(io::Error::from)?;
-    out.write_all(b"\n")
+    serde_json::to_writer(&mut *buf, &rec).map_err(io::Error::from)?;
+    buf.push(b'\n');
+    Ok(())
 }
 
 /// The INSN column: single-stepped sites stand out because they cost ~10 µs a hit, not ~0.5.
