@@ -1,5 +1,27 @@
 //! SDT argument specs (`-4@%edi 8@-16(%rbp) 8@global+8(%rip)`) → typed argument locations.
 //!
+//! # How sdt.h describes an argument
+//!
+//! The probe macro does not copy its arguments anywhere. It hands each one to an inline-asm
+//! operand with the `nor` constraint and writes the operand's *assembler text* into the note, so
+//! the compiler is free to leave the value wherever it already was. What the note says is:
+//!
+//! ```text
+//!   [-]SIZE[f]@OPERAND        e.g. -4@%edi   8@-16(%rbp)   -4@$5   8@mp_+24(%rip)
+//! ```
+//!
+//! `-` means signed, SIZE is the C type's size in bytes and `f` marks floating point. On x86_64
+//! the operand is AT&T syntax: a register of any width (the SIZE, not the register's width, says
+//! how many bytes count), an immediate, `disp(base,index,scale)` memory, or a rip-relative
+//! symbol that only the ELF symbol table can turn into an address. aarch64 writes `x0`, `5`
+//! and `[sp, 112]`. Arguments are separated by spaces, which aarch64 also puts *inside*
+//! brackets, so splitting is bracket-aware.
+//!
+//! The tracer reads a register as a u64 word of `struct pt_regs` ([`Reg::pt_regs_word`]), so
+//! every spelling of a register (`%r8d`, `%r8w`, `%r8b`) maps to its full register's slot.
+//! Anything it cannot read (high-byte registers, segment overrides, vector registers, floats,
+//! structs passed by value) becomes [`ArgLoc::Unsupported`] with a reason, at its own index.
+//!
 //! Pure: no I/O. INTERFACE OWNED BY THE LEAD — the types below are what the tracer consumes;
 //! keep their names and meanings, add fields/variants only if needed.
 

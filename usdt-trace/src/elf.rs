@@ -33,6 +33,9 @@
 //!
 //! Nothing here trusts the file: every read is bounds-checked, malformed notes become warnings,
 //! and only structural damage (no ELF header, unreadable section or segment tables) is an error.
+//!
+//! Pure except for [`parse_file`]. INTERFACE OWNED BY THE LEAD — the types below are what the
+//! tracer consumes; keep their names and meanings, add fields if needed.
 
 use crate::argspec::{parse_args, Arch, ArgLoc, ArgSpec};
 use object::elf;
