@@ -64,6 +64,45 @@ fn every_test_program_agrees_with_readelf() {
     }
 }
 
+/// Linkers installed besides BFD. mold (like lld) puts segments at vaddr != file offset, which
+/// catches any place that confuses the two.
+fn other_linkers() -> Vec<&'static str> {
+    ["mold", "gold", "lld"]
+        .into_iter()
+        .filter(|l| {
+            let probe = format!("ld.{l}");
+            std::env::var_os("PATH").is_some_and(|path| {
+                std::env::split_paths(&path).any(|d| d.join(l).exists() || d.join(&probe).exists())
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn other_linkers_agree_with_readelf() {
+    for l in other_linkers() {
+        let flag = format!("-fuse-ld={l}");
+        for p in [
+            build_c("sdt_args", &["-O2", &flag]),
+            build_c("sdt_sema", &["-O2", &flag]),
+            build_shared("sdt_lib", &["-O2", &flag]),
+        ] {
+            check_against_readelf(&p).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        let sema = build_c("sdt_sema", &["-O2", &flag]);
+        let (addr, off) = section_addr_offset(&sema, ".probes");
+        for s in parse_file(&sema).unwrap().sites {
+            assert_eq!(
+                s.semaphore_offset,
+                Some(s.semaphore - addr + off),
+                "{l}: {}",
+                s.name
+            );
+        }
+        eprintln!("{l}: ok");
+    }
+}
+
 #[test]
 fn argument_shapes_at_o2() {
     let exe = build_c("sdt_args", &["-O2"]);
