@@ -158,3 +158,12 @@ pub fn build_shared(name: &str, extra_args: &[&str]) -> std::path::PathBuf {
 }
 
 static BUILD_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`Watch::stop`](crate::watch::Watch::stop) after a short pause. watch installs its SIGINT
+/// handler just after printing the readiness line, so a SIGINT sent at once can kill it
+/// (pinned by `watch_signals::bug_sigint_right_after_attached_line_kills_watch`); tests about
+/// other things pause so that race does not make them flaky.
+pub fn stop(w: crate::watch::Watch) -> Output {
+    std::thread::sleep(Duration::from_millis(100));
+    w.stop()
+}

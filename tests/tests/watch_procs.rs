@@ -3,7 +3,7 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
-use usdt_trace_tests::watch_util::{build_c, Target};
+use usdt_trace_tests::watch_util::{self, build_c, Target};
 use usdt_trace_tests::{require_root, watch};
 
 #[test]
@@ -21,7 +21,7 @@ fn fifty_short_lived_processes_after_attach_all_seen() {
         let st = child.wait_with_output().expect("wait").status;
         assert!(st.success());
     }
-    let out = w.stop();
+    let out = watch_util::stop(w);
     assert!(out.status.success(), "{}", out.stderr);
     let spans = out.spans();
     assert_eq!(spans.len(), 50, "{}", out.stderr);
@@ -82,7 +82,7 @@ fn pid_filter(with_target: bool, which: &[usize]) {
     // Each process answered after its probe fired; wait until the last one is in.
     let last = ts[*which.last().unwrap()].pid() as u64;
     assert!(w.wait_for(Duration::from_secs(5), |r| r["pid"] == last && r["args"][1] == 3));
-    let out = w.stop();
+    let out = watch_util::stop(w);
     assert!(out.status.success(), "{}", out.stderr);
     let events = out.events();
     assert_eq!(events.len(), 3 * which.len(), "{:?}", out.records);

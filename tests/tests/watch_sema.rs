@@ -2,7 +2,7 @@
 //! started before and after attach; N sites sharing one semaphore count N), 0 after watch exits.
 use serde_json::json;
 use std::time::{Duration, Instant};
-use usdt_trace_tests::watch_util::{build_c, named, Target};
+use usdt_trace_tests::watch_util::{self, build_c, named, Target};
 use usdt_trace_tests::{require_root, watch};
 
 /// Asks `sema` until the answer is `want` (detach can finish in the background) or 5 s pass.
@@ -39,8 +39,8 @@ fn c_semaphores_zero_before_raised_during_zero_after() {
     assert!(w.wait_for(Duration::from_secs(5), |r| r["pid"] == after_pid
         && r["name"] == "two"
         && r["args"][0] == -1));
-    let out = w.stop();
-    assert!(out.status.success(), "{}", out.stderr);
+    let out = watch_util::stop(w);
+    assert!(out.status.success(), "{:?} {}", out.status, out.stderr);
 
     sema_becomes(&mut before, "sema 0 0");
     sema_becomes(&mut after, "sema 0 0");
@@ -76,8 +76,8 @@ fn c_semaphores_with_pid_filter_only_in_that_process() {
     assert_eq!(b.ask("sema"), "sema 0 0");
     assert_eq!(a.ask("fire"), "fired 1 2");
     assert_eq!(b.ask("fire"), "fired 0 0");
-    let out = w.stop();
-    assert!(out.status.success(), "{}", out.stderr);
+    let out = watch_util::stop(w);
+    assert!(out.status.success(), "{:?} {}", out.status, out.stderr);
     sema_becomes(&mut a, "sema 0 0");
     assert_eq!(out.events().len(), 3, "{:?}", out.records);
     assert!(out.events().iter().all(|e| e["pid"] == a.pid() as u64));
