@@ -163,13 +163,7 @@ pub fn parse_file(path: &Path) -> Result<ObjectProbes, ElfError> {
         });
     }
     let bytes = FileBytes::load(&file, meta.len()).map_err(io)?;
-    // The bytes at each site are scattered over the whole text segment: one pread each costs
-    // less than faulting in (and later unmapping) a page of the mapping per site.
-    let sites_from = match bytes {
-        FileBytes::Mapped { .. } => SiteBytes::File(&file),
-        FileBytes::Read(_) => SiteBytes::Data,
-    };
-    parse_with(bytes.as_slice(), sites_from).map_err(|e| ElfError::InFile {
+    parse(bytes.as_slice()).map_err(|e| ElfError::InFile {
         path: path.to_path_buf(),
         source: Box::new(e),
     })
@@ -235,19 +229,6 @@ impl Drop for FileBytes {
 
 /// Parses an ELF object held in memory.
 pub fn parse(data: &[u8]) -> Result<ObjectProbes, ElfError> {
-    parse_with(data, SiteBytes::Data)
-}
-
-/// Where the instruction bytes at probe sites are read from.
-#[derive(Clone, Copy)]
-enum SiteBytes<'a> {
-    /// From the byte slice being parsed.
-    Data,
-    /// With pread from the file the slice maps.
-    File(&'a std::fs::File),
-}
-
-fn parse_with(data: &[u8], sites_from: SiteBytes<'_>) -> Result<ObjectProbes, ElfError> {
     if data.len() < 4 || &data[..4] != b"\x7fELF" {
         let magic: String = data
             .iter()
@@ -276,8 +257,8 @@ fn parse_with(data: &[u8], sites_from: SiteBytes<'_>) -> Result<ObjectProbes, El
         encoding => return Err(ElfError::BadEncoding { encoding }),
     }
     match data[4] {
-        elf::ELFCLASS32 => parse_class::<elf::FileHeader32<Endianness>>(data, sites_from),
-        elf::ELFCLASS64 => parse_class::<elf::FileHeader64<Endianness>>(data, sites_from),
+        elf::ELFCLASS32 => parse_class::<elf::FileHeader32<Endianness>>(data),
+        elf::ELFCLASS64 => parse_class::<elf::FileHeader64<Endianness>>(data),
         class => Err(ElfError::BadClass { class }),
     }
 }
@@ -433,7 +414,6 @@ fn decode_stapsdt(desc: &[u8], addr: usize, endian: Endianness) -> Result<RawNot
 
 fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     data: &[u8],
-    sites_from: SiteBytes<'_>,
 ) -> Result<ObjectProbes, ElfError> {
     let header_len = std::mem::size_of::<Elf>();
     if data.len() < header_len {
@@ -630,7 +610,7 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
                     }
                 }
             };
-            let (insn, insn_bytes) = classify_site(data, sites_from, seg, file_offset, pc, arch);
+            let (insn, insn_bytes) = classify_site(data, seg, file_offset, pc, arch);
             out.sites.push(Site {
                 provider: raw.provider,
                 name: raw.name,
@@ -720,34 +700,13 @@ fn semaphore_file_offset(loads: &[Load], sema: u64) -> Result<u64, &'static str>
     }
 }
 
-fn classify_site(
-    data: &[u8],
-    from: SiteBytes<'_>,
-    seg: &Load,
-    off: u64,
-    pc: u64,
-    arch: Arch,
-) -> (SiteInsn, String) {
+fn classify_site(data: &[u8], seg: &Load, off: u64, pc: u64, arch: Arch) -> (SiteInsn, String) {
     // Never read past the segment's file image: what follows belongs to another segment.
     let in_seg = seg.vaddr.wrapping_add(seg.filesz).saturating_sub(pc).min(5) as usize;
-    let mut buf = [0u8; 5];
-    let bytes: &[u8] = match from {
-        SiteBytes::File(f) => {
-            use std::os::unix::fs::FileExt;
-            let mut n = 0;
-            while n < in_seg {
-                match f.read_at(&mut buf[n..in_seg], off.wrapping_add(n as u64)) {
-                    Ok(0) | Err(_) => break,
-                    Ok(k) => n += k,
-                }
-            }
-            &buf[..n]
-        }
-        SiteBytes::Data => usize::try_from(off)
-            .ok()
-            .and_then(|o| data.get(o..))
-            .map_or(&[][..], |b| &b[..b.len().min(in_seg)]),
-    };
+    let bytes = usize::try_from(off)
+        .ok()
+        .and_then(|o| data.get(o..))
+        .map_or(&[][..], |b| &b[..b.len().min(in_seg)]);
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut hex = String::with_capacity(2 * bytes.len());
     for b in bytes {
