@@ -100,11 +100,24 @@ fn semaphore_roundtrip(bin: &Path) {
     let _ = Command::new("kill")
         .args(["-INT", &bt.id().to_string()])
         .status();
-    let mut out = String::new();
-    if let Some(mut stdout) = bt.stdout.take() {
-        let _ = stdout.read_to_string(&mut out);
+    // Read in a thread and bound the wait: a bpftrace that ignores SIGINT must not hang CI.
+    let reader = bt.stdout.take().map(|mut stdout| {
+        std::thread::spawn(move || {
+            let mut out = String::new();
+            let _ = stdout.read_to_string(&mut out);
+            out
+        })
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while bt.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = bt.kill();
+            let _ = bt.wait();
+            panic!("bpftrace did not exit within 30 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = bt.wait();
+    let out = reader.map(|r| r.join().unwrap_or_default()).unwrap_or_default();
 
     // Detached: all back to 0.
     for p in std::iter::once(&mut before).chain(after.iter_mut()) {
