@@ -111,7 +111,14 @@ fn build(name: &str, out_name: &str, fixed: &[&str], extra: &[&str]) -> PathBuf 
             String::from_utf8_lossy(&result.stderr)
         );
     }
-    std::fs::rename(&tmp, &out).unwrap_or_else(|e| panic!("renaming into {}: {e}", out.display()));
+    // Publish without replacing: another thread may have built the same program and a test
+    // may already be tracing that inode (a rename over it would give the test a new file).
+    match std::fs::hard_link(&tmp, &out) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => panic!("publishing {}: {e}", out.display()),
+    }
+    let _ = std::fs::remove_file(&tmp);
     out
 }
 

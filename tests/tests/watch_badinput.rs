@@ -95,7 +95,6 @@ fn span_rule_without_equals() {
 /// auto-pairing off and no span at all); a pattern that matches nothing is an error, so this
 /// should be one too.
 #[test]
-#[ignore = "bug: --span START=END naming probes absent from every target is silently ignored"]
 fn bug_span_rule_naming_missing_probes_is_ignored() {
     let bin = build_c("watch_procs", &["-O2"]);
     watch_err(&["--span", "nope__a=nope__b", "--no-auto-span", bin.to_str().unwrap()]);
@@ -129,7 +128,6 @@ fn binary_without_probes() {
 /// `-c` forks, attaches, then lets the child execvp; when exec fails the child `_exit(127)`s and
 /// watch prints an empty summary and exits 0, so a typo in -c looks like a quiet program.
 #[test]
-#[ignore = "bug: watch -c with a command that cannot be executed exits 0 without an error"]
 fn bug_command_that_cannot_run_exits_zero() {
     require_root!();
     let bin = build_c("watch_procs", &["-O2"]);
@@ -195,7 +193,6 @@ fn watch_into_closed_pipe_exits_zero() {
 /// ELF errors name the descriptor path watch parsed through (`/proc/self/fd/3`) next to the
 /// user's path: "x: /proc/self/fd/3: not an ELF file". Attach errors already map it back.
 #[test]
-#[ignore = "bug: watch's ELF errors leak /proc/self/fd/N into the message"]
 fn bug_error_message_names_proc_self_fd() {
     let p = scratch("not-elf-2.txt");
     std::fs::write(&p, "hello\n").unwrap();

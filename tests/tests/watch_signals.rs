@@ -8,7 +8,6 @@ use usdt_trace_tests::{require_root, watch};
 /// `install_signal_handlers()` runs (usdt-trace/src/watch.rs, `run`), so a SIGINT sent as soon
 /// as the line appears kills watch with the default action: no summary, exit by signal 2.
 #[test]
-#[ignore = "bug: readiness line printed before SIGINT/SIGTERM handlers are installed"]
 fn bug_sigint_right_after_attached_line_kills_watch() {
     require_root!();
     let bin = build_c("watch_procs", &["-O2"]);

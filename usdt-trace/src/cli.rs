@@ -107,7 +107,7 @@ pub enum UsageError {
     Ring(u32),
     #[error("-c: empty or unbalanced command {0:?}")]
     Command(String),
-    #[error("-c: cannot find {0:?} in PATH")]
+    #[error("-c: {0:?} is not an executable file (nor found in PATH)")]
     CommandNotFound(String),
     #[error("nothing to trace: name a TARGET file, give -p PID, or -c CMD")]
     NoTarget,
@@ -151,13 +151,19 @@ fn seconds(v: f64, err: fn(f64) -> UsageError) -> Result<Duration, UsageError> {
 
 /// Find `prog` the way execvp would.
 fn which(prog: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
     if prog.contains('/') {
-        return Some(PathBuf::from(prog));
+        let p = PathBuf::from(prog);
+        return runnable(&p).then_some(p);
     }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(prog))
-        .find(|p| p.is_file())
+        .find(|p| runnable(p))
 }
 
 impl WatchArgs {

@@ -95,6 +95,10 @@ pub enum SpanError {
         index: usize,
         max: usize,
     },
+    #[error(
+        "--span {start}={end}: no traced probe pair matches (check the names and the provider)"
+    )]
+    RuleMatchesNothing { start: String, end: String },
     #[error("too many span names ({0}); at most {1} can be tracked")]
     TooManyPairs(usize, u32),
 }
@@ -219,6 +223,8 @@ pub fn plan(
     };
     // Explicit rules first: they override the naming conventions.
     for rule in rules {
+        let before = plan.pairs.len();
+        let mut matched = false;
         for p in probes
             .iter()
             .filter(|p| rule.start.matches(&p.provider, &p.name))
@@ -229,7 +235,19 @@ pub fn plan(
             {
                 let stem = common_stem(&p.name, &e.name);
                 add(&mut plan, &p.provider, &stem, &p.name, &e.name);
+                matched = true;
             }
+        }
+        // A typo in a rule would otherwise silently give no spans.
+        if !matched && plan.pairs.len() == before {
+            let show = |r: &ProbeRef| match &r.provider {
+                Some(p) => format!("{p}:{}", r.name),
+                None => r.name.clone(),
+            };
+            return Err(SpanError::RuleMatchesNothing {
+                start: show(&rule.start),
+                end: show(&rule.end),
+            });
         }
     }
     if auto {
@@ -428,6 +446,11 @@ mod tests {
     #[test]
     fn explicit_rule_overrides_auto() {
         let ps = probes(&[("p", "q__start"), ("p", "q__end"), ("p", "q__done")]);
+        let bad = [SpanRule::parse("q__start=nope").unwrap()];
+        assert!(matches!(
+            plan(&ps, &bad, &[], true),
+            Err(SpanError::RuleMatchesNothing { .. })
+        ));
         let rules = [SpanRule::parse("q__start=p:q__done").unwrap()];
         let plan = plan(&ps, &rules, &[], true).unwrap();
         let Role::Start(id) = plan.role("p", "q__start") else {

@@ -5,7 +5,7 @@
 //! kernel resolves the very inode we parsed), the span plan and argument specs become one
 //! [`SiteSpec`](usdt_trace_common::SiteSpec) per site, and output looks sites up by cookie.
 
-use crate::elf::{self, ElfError, ObjectProbes};
+use crate::elf::{self, ObjectProbes};
 use crate::output::{self, hist, ArgFmt, PairInfo, Record, SiteInfo, Summary};
 use crate::pattern::Pattern;
 use crate::procmaps::{self, ProcError};
@@ -42,12 +42,8 @@ pub struct WatchConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
-    #[error("{path}: {source}")]
-    Target {
-        path: String,
-        #[source]
-        source: ElfError,
-    },
+    #[error("{path}: {msg}")]
+    Target { path: String, msg: String },
     #[error("{path}: {source}")]
     Open {
         path: String,
@@ -94,9 +90,10 @@ impl Object {
             path: shown.clone(),
             source,
         })?;
-        let probes = elf::parse_file(&fd_path(&file)).map_err(|source| WatchError::Target {
+        // Parsed through the descriptor; errors name the path the user knows.
+        let probes = elf::parse_file(&fd_path(&file)).map_err(|e| WatchError::Target {
             path: shown.clone(),
-            source,
+            msg: e.kind().to_string(),
         })?;
         Ok(Object {
             shown,
@@ -131,7 +128,10 @@ fn install_signal_handlers() {
 /// A child started by `-c`, held before exec until the probes are live.
 struct Child {
     pid: libc::pid_t,
+    cmd: String,
     release: Option<File>,
+    /// Close-on-exec: EOF means the exec succeeded, 4 bytes are the errno of a failed one.
+    exec_status: Option<File>,
     status: Option<i32>,
 }
 
@@ -150,8 +150,11 @@ impl Child {
         let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
         ptrs.push(std::ptr::null());
         let mut fds = [0i32; 2];
-        // SAFETY: plain pipe2 into a 2-int array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        let mut st = [0i32; 2];
+        // SAFETY: plain pipe2 into 2-int arrays.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+            || unsafe { libc::pipe2(st.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+        {
             return Err(spawn_err(io::Error::last_os_error()));
         }
         // SAFETY: the child only calls async-signal-safe functions (read, close, execvp, _exit)
@@ -163,30 +166,50 @@ impl Child {
         if pid == 0 {
             unsafe {
                 libc::close(fds[1]);
+                libc::close(st[0]);
                 let mut b = 0u8;
                 // Wait for the go-ahead: the probes are live. EOF (tracer died) means don't run.
                 if libc::read(fds[0], &mut b as *mut u8 as *mut libc::c_void, 1) != 1 {
                     libc::_exit(126);
                 }
                 libc::execvp(ptrs[0], ptrs.as_ptr());
+                let errno = *libc::__errno_location();
+                libc::write(st[1], &errno as *const i32 as *const libc::c_void, 4);
                 libc::_exit(127);
             }
         }
-        // SAFETY: we own both ends; the read end is the child's now.
-        unsafe { libc::close(fds[0]) };
+        // SAFETY: we own these ends; the others are the child's now.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(st[1]);
+        }
         use std::os::fd::FromRawFd;
         Ok(Child {
             pid,
-            // SAFETY: fds[1] is ours alone.
+            cmd,
+            // SAFETY: fds[1] and st[0] are ours alone.
             release: Some(unsafe { File::from_raw_fd(fds[1]) }),
+            exec_status: Some(unsafe { File::from_raw_fd(st[0]) }),
             status: None,
         })
     }
 
-    fn release(&mut self) {
+    /// Let the child exec, and report whether the exec worked.
+    fn release(&mut self) -> Result<(), WatchError> {
         if let Some(mut f) = self.release.take() {
             let _ = f.write_all(b"g");
         }
+        if let Some(mut st) = self.exec_status.take() {
+            let mut buf = [0u8; 4];
+            use std::io::Read;
+            if let Ok(4) = st.read(&mut buf) {
+                return Err(WatchError::Spawn {
+                    cmd: self.cmd.clone(),
+                    source: io::Error::from_raw_os_error(i32::from_ne_bytes(buf)),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// True once the child has exited (reaped).
@@ -427,31 +450,50 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
     } else {
         pids.iter().map(|&p| Some(p)).collect()
     };
-    let mut used_objects = BTreeSet::new();
+    // Group the chosen sites by object: one attachment per object (and process).
+    let mut by_object: Vec<Vec<(u64, Option<u64>, u32)>> = vec![Vec::new(); objects.len()];
     for (cookie, &(oi, si)) in chosen.iter().enumerate() {
+        let s = &objects[oi].probes.sites[si];
+        by_object[oi].push((s.file_offset, s.semaphore_offset, cookie as u32));
+    }
+    let mut used_objects = 0;
+    for (oi, sites) in by_object.iter().enumerate() {
+        if sites.is_empty() {
+            continue;
+        }
+        used_objects += 1;
         let o = &objects[oi];
-        let s = &o.probes.sites[si];
         let path = fd_path(&o.file);
         let path = path.to_string_lossy();
         for &pid in &pid_targets {
             tracer
-                .attach_site(&path, s.file_offset, s.semaphore_offset, cookie as u32, pid)
+                .attach_object(&path, sites, pid)
                 .map_err(|e| match e {
                     // Name the file the user knows, not /proc/self/fd/N.
                     TraceError::Attach {
                         offset, sema, msg, ..
-                    } => TraceError::Attach {
-                        path: format!("{} ({}:{})", o.shown, s.provider, s.name),
-                        offset,
-                        sema,
-                        msg,
-                    },
+                    } => {
+                        let probe = o
+                            .probes
+                            .sites
+                            .iter()
+                            .find(|s| s.file_offset == offset)
+                            .map(|s| format!(" ({}:{})", s.provider, s.name))
+                            .unwrap_or_default();
+                        TraceError::Attach {
+                            path: format!("{}{probe}", o.shown),
+                            offset,
+                            sema,
+                            msg,
+                        }
+                    }
                     e => e,
                 })?;
         }
-        used_objects.insert(oi);
     }
-    let nobj = used_objects.len();
+    let nobj = used_objects;
+    // Before the readiness line: a script may send SIGINT the moment it sees it.
+    install_signal_handlers();
     eprintln!(
         "Attached {} probe site{} in {} object{}{}; Ctrl-C to stop",
         chosen.len(),
@@ -468,9 +510,8 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
             )
         }
     );
-    install_signal_handlers();
     if let Some(c) = child.as_mut() {
-        c.release();
+        c.release()?;
     }
 
     // 6. Read until told to stop.

@@ -9,6 +9,7 @@
 //! descriptor, so when this process exits, however it exits (even SIGKILL), the kernel detaches
 //! the probes and lowers the semaphores.
 
+mod multi;
 mod sys;
 
 use aya::{
@@ -104,9 +105,16 @@ pub struct Tracer {
     ebpf: Ebpf,
     ring: RingBuf<MapData>,
     uprobe_type: u32,
-    /// perf event and link fds; dropping them detaches.
+    /// perf event and link fds (per-site attachments); dropping them detaches.
     fds: Vec<OwnedFd>,
-    prog_fd: i32,
+    /// uprobe_multi links, one per object and process; dropping them detaches.
+    multi_links: Vec<OwnedFd>,
+    /// The program loaded for uprobe_multi links, when the kernel supports them.
+    multi_prog: Option<OwnedFd>,
+    /// The same program loaded by aya for perf-event attachment (the fallback), on demand.
+    prog_fd: Option<i32>,
+    /// Sites attached so far.
+    sites: usize,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> TraceError {
@@ -167,23 +175,8 @@ impl Tracer {
                 pids.insert(p, 1, 0).map_err(map_err("PIDS"))?;
             }
         }
-        let prog: &mut UProbe = ebpf
-            .program_mut("usdt_site")
-            .ok_or(TraceError::MissingProgram("usdt_site"))?
-            .try_into()
-            .map_err(|e: ProgramError| TraceError::Load(e.to_string()))?;
-        prog.load().map_err(|e| {
-            if sys::is_permission_error(&format!("{e:#}")) && !sys::is_root() {
-                TraceError::Permission
-            } else {
-                TraceError::Load(error_chain(&e))
-            }
-        })?;
-        let prog_fd = prog
-            .fd()
-            .map_err(|e| TraceError::Load(e.to_string()))?
-            .as_fd()
-            .as_raw_fd();
+        // Prefer one uprobe_multi link per object; aya's own load is the fallback.
+        let multi_prog = multi::load_program(EBPF_OBJECT, "usdt_site", ebpf.maps()).ok();
         // The exit hook always runs: it frees the state of threads that die with open spans.
         let mut tps: Vec<&'static str> = vec!["sched_process_exit"];
         if opts.sched {
@@ -204,19 +197,96 @@ impl Tracer {
                 .ok_or(TraceError::MissingMap("EVENTS"))?,
         )
         .map_err(map_err("EVENTS"))?;
-        Ok(Tracer {
+        let mut t = Tracer {
             ebpf,
             ring,
             uprobe_type,
             fds: Vec::new(),
-            prog_fd,
-        })
+            multi_links: Vec::new(),
+            multi_prog,
+            prog_fd: None,
+            sites: 0,
+        };
+        if t.multi_prog.is_none() {
+            t.perf_prog()?;
+        }
+        Ok(t)
+    }
+
+    /// The program as loaded by aya for perf-event links (loaded on first use).
+    fn perf_prog(&mut self) -> Result<i32, TraceError> {
+        if let Some(fd) = self.prog_fd {
+            return Ok(fd);
+        }
+        let prog: &mut UProbe = self
+            .ebpf
+            .program_mut("usdt_site")
+            .ok_or(TraceError::MissingProgram("usdt_site"))?
+            .try_into()
+            .map_err(|e: ProgramError| TraceError::Load(e.to_string()))?;
+        prog.load().map_err(|e| {
+            if sys::is_permission_error(&format!("{e:#}")) && !sys::is_root() {
+                TraceError::Permission
+            } else {
+                TraceError::Load(error_chain(&e))
+            }
+        })?;
+        let fd = prog
+            .fd()
+            .map_err(|e| TraceError::Load(e.to_string()))?
+            .as_fd()
+            .as_raw_fd();
+        self.prog_fd = Some(fd);
+        Ok(fd)
+    }
+
+    /// Attach the program at every site of one object: `(file offset, semaphore offset,
+    /// cookie)` each. `path` must name the very file that was parsed (`/proc/self/fd/N`).
+    /// `pid` limits the uprobes to one process; None traces every process that maps the file,
+    /// now or later. One uprobe_multi link when the kernel has them, else a perf event per site.
+    pub fn attach_object(
+        &mut self,
+        path: &str,
+        sites: &[(u64, Option<u64>, u32)],
+        pid: Option<u32>,
+    ) -> Result<(), TraceError> {
+        if sites.is_empty() {
+            return Ok(());
+        }
+        if let Some(prog) = &self.multi_prog {
+            let triples: Vec<(u64, u64, u64)> = sites
+                .iter()
+                .map(|&(off, sema, cookie)| (off, sema.unwrap_or(0), cookie as u64))
+                .collect();
+            match multi::attach(prog.as_raw_fd(), path, &triples, pid.unwrap_or(0)) {
+                Ok(link) => {
+                    self.multi_links.push(link);
+                    self.sites += sites.len();
+                    return Ok(());
+                }
+                // ESRCH is final (no such process); anything else may be a kernel without
+                // uprobe_multi: try per-site perf events, whose errors name the site.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    return Err(TraceError::Attach {
+                        path: path.to_string(),
+                        offset: sites[0].0,
+                        sema: None,
+                        msg: "no such process".into(),
+                    })
+                }
+                Err(_) => {}
+            }
+        }
+        for &(off, sema, cookie) in sites {
+            self.attach_site(path, off, sema, cookie, pid)?;
+        }
+        Ok(())
     }
 
     /// Attach the program at one site. `path` must name the very file that was parsed (use
     /// `/proc/self/fd/N` of the descriptor it was read from). `pid` limits the uprobe to one
     /// process; None traces every process that maps the file, now or later.
-    pub fn attach_site(
+    fn attach_site(
         &mut self,
         path: &str,
         offset: u64,
@@ -240,16 +310,23 @@ impl Tracer {
                     _ => e.to_string(),
                 })
             })?;
-        let link = sys::link_perf_event(self.prog_fd, pfd.as_raw_fd(), cookie as u64)
+        let prog_fd = self.perf_prog()?;
+        let link = sys::link_perf_event(prog_fd, pfd.as_raw_fd(), cookie as u64)
             .map_err(|e| err(format!("BPF_LINK_CREATE: {e}")))?;
         self.fds.push(pfd);
         self.fds.push(link);
+        self.sites += 1;
         Ok(())
     }
 
-    /// Number of live attachments (perf event + link pairs).
+    /// Number of sites attached (per process).
     pub fn attachments(&self) -> usize {
-        self.fds.len() / 2
+        self.sites
+    }
+
+    /// True when sites are attached through uprobe_multi links.
+    pub fn uses_multi(&self) -> bool {
+        !self.multi_links.is_empty()
     }
 
     /// Stop recording (hits during the detach are ignored), then detach every uprobe; the
@@ -272,9 +349,11 @@ impl Tracer {
                 let _ = cfg.set(0, c, 0);
             }
         }
+        // A uprobe_multi link detaches all its sites behind one grace period.
+        self.multi_links.clear();
         let fds = std::mem::take(&mut self.fds);
-        let sites = fds.len() / 2;
-        if sites <= INLINE_DETACH {
+        let sites = std::mem::take(&mut self.sites);
+        if fds.len() / 2 <= INLINE_DETACH {
             drop(fds);
             return Detach::Done(sites);
         }
