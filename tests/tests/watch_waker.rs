@@ -25,13 +25,12 @@ fn waker_is_the_thread_that_wrote_the_pipe() {
     assert_eq!(w["comm"], "wk_helper");
 }
 
-/// A thread asleep in nanosleep is woken by a timer interrupt. `sched_waking` then runs in
-/// hardirq context on whatever task was interrupted, and the eBPF `sched_waking` handler
-/// (usdt-trace-ebpf/src/main.rs) records `bpf_get_current_pid_tgid()` as the waker without
-/// checking for interrupt context: an unrelated CPU hog is reported as the waker.
+/// Regression: a thread asleep in nanosleep is woken by a timer interrupt. `sched_waking` then
+/// runs in hardirq context on whatever task was interrupted, and the waker used to be taken
+/// from `bpf_get_current_pid_tgid()`: an unrelated CPU hog was reported as the waker. Now the
+/// interrupt context is tracked per CPU and the waker is `[timer]` with pid 0.
 #[test]
-#[ignore = "bug: timer wakeups are attributed to whatever task the interrupt hit"]
-fn bug_timer_wakeup_attributed_to_interrupted_task() {
+fn timer_wakeup_blamed_on_interrupted_task() {
     require_root!();
     let bin = build_c("watch_waker", &["-O2", "-pthread"]);
     let (hog, ready) = Target::spawn(&bin, &["hog"]);
@@ -45,7 +44,16 @@ fn bug_timer_wakeup_attributed_to_interrupted_task() {
     assert_eq!(spans.len(), 10);
     let hog_woke: Vec<_> = spans
         .iter()
-        .filter(|s| s["waker"]["pid"] != serde_json::Value::Null && s["waker"]["pid"] != s["pid"])
+        .filter(|s| {
+            s["waker"]["pid"] != serde_json::Value::Null
+                && s["waker"]["pid"] != s["pid"]
+                && s["waker"]["pid"] != 0
+        })
         .collect();
     assert!(hog_woke.is_empty(), "woken by another process while in nanosleep: {hog_woke:?}");
+    let timer_woke = spans
+        .iter()
+        .filter(|s| s["waker"]["comm"] == "[timer]" && s["waker"]["pid"] == 0)
+        .count();
+    assert!(timer_woke >= 8, "most naps should name the timer as waker: {spans:?}");
 }

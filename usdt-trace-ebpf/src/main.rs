@@ -671,6 +671,88 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// Per CPU: how deep this CPU is in hard IRQ handlers, softirqs and hrtimer callbacks.
+#[map]
+static IRQ_CTX: PerCpuArray<u32> = PerCpuArray::with_max_entries(3, 0);
+const CTX_HARDIRQ: u32 = 0;
+const CTX_SOFTIRQ: u32 = 1;
+const CTX_TIMER: u32 = 2;
+
+#[inline(always)]
+fn ctx_depth(kind: u32) -> u32 {
+    IRQ_CTX.get(kind).copied().unwrap_or(0)
+}
+
+#[inline(always)]
+fn ctx_enter(kind: u32) {
+    if let Some(p) = IRQ_CTX.get_ptr_mut(kind) {
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+fn ctx_exit(kind: u32) {
+    if let Some(p) = IRQ_CTX.get_ptr_mut(kind) {
+        // An exit without its entry happens when we attach mid-interrupt.
+        unsafe {
+            if *p > 0 {
+                *p -= 1
+            }
+        };
+    }
+}
+
+/// The waker label when the wakeup runs in interrupt context.
+#[inline(always)]
+fn interrupt_label() -> Option<[u8; 16]> {
+    let label: &[u8; 16] = if ctx_depth(CTX_TIMER) > 0 {
+        b"[timer]\0\0\0\0\0\0\0\0\0"
+    } else if ctx_depth(CTX_SOFTIRQ) > 0 {
+        b"[softirq]\0\0\0\0\0\0\0"
+    } else if ctx_depth(CTX_HARDIRQ) > 0 {
+        b"[irq]\0\0\0\0\0\0\0\0\0\0\0"
+    } else {
+        return None;
+    };
+    Some(*label)
+}
+
+#[tracepoint]
+pub fn irq_handler_entry(_ctx: TracePointContext) -> u32 {
+    ctx_enter(CTX_HARDIRQ);
+    0
+}
+
+#[tracepoint]
+pub fn irq_handler_exit(_ctx: TracePointContext) -> u32 {
+    ctx_exit(CTX_HARDIRQ);
+    0
+}
+
+#[tracepoint]
+pub fn softirq_entry(_ctx: TracePointContext) -> u32 {
+    ctx_enter(CTX_SOFTIRQ);
+    0
+}
+
+#[tracepoint]
+pub fn softirq_exit(_ctx: TracePointContext) -> u32 {
+    ctx_exit(CTX_SOFTIRQ);
+    0
+}
+
+#[tracepoint]
+pub fn hrtimer_expire_entry(_ctx: TracePointContext) -> u32 {
+    ctx_enter(CTX_TIMER);
+    0
+}
+
+#[tracepoint]
+pub fn hrtimer_expire_exit(_ctx: TracePointContext) -> u32 {
+    ctx_exit(CTX_TIMER);
+    0
+}
+
 #[tracepoint]
 pub fn sched_waking(ctx: TracePointContext) -> u32 {
     let pid: i32 = unsafe { ctx.read_at(WAKING_PID) }.unwrap_or(0);
@@ -681,11 +763,18 @@ pub fn sched_waking(ctx: TracePointContext) -> u32 {
             st.acct = acct_now(st, now);
             st.since_ns = now;
             st.state = TS_RUNQ;
-            // The waker is the current task.
-            let pid_tgid = bpf_get_current_pid_tgid();
-            st.last_waker_pid = (pid_tgid >> 32) as u32;
-            st.last_waker_tid = pid_tgid as u32;
-            st.last_waker_comm = bpf_get_current_comm().unwrap_or([0; 16]);
+            // The waker is the current task, unless this runs in interrupt context: then the
+            // current task is merely whoever the interrupt hit, and the waker is the interrupt.
+            if let Some(label) = interrupt_label() {
+                st.last_waker_pid = 0;
+                st.last_waker_tid = 0;
+                st.last_waker_comm = label;
+            } else {
+                let pid_tgid = bpf_get_current_pid_tgid();
+                st.last_waker_pid = (pid_tgid >> 32) as u32;
+                st.last_waker_tid = pid_tgid as u32;
+                st.last_waker_comm = bpf_get_current_comm().unwrap_or([0; 16]);
+            }
         }
     }
     0

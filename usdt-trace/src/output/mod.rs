@@ -220,7 +220,7 @@ pub fn span_json(
             out.extend_from_slice(b"\":");
             push_u64(out, v);
         }
-        if r.longest_off_ns > 0 && r.waker_pid != 0 {
+        if r.longest_off_ns > 0 && (r.waker_pid != 0 || r.waker_comm[0] != 0) {
             out.extend_from_slice(b",\"waker\":{\"pid\":");
             push_u64(out, r.waker_pid as u64);
             out.extend_from_slice(b",\"tid\":");
@@ -356,7 +356,7 @@ pub fn span_text(
             pct(a.sleep),
             pct(a.io)
         );
-        if r.longest_off_ns > 0 && r.waker_pid != 0 {
+        if r.longest_off_ns > 0 && (r.waker_pid != 0 || r.waker_comm[0] != 0) {
             let _ = write!(
                 s,
                 "  woken by {}/{} {:?} after {}",

@@ -46,7 +46,7 @@ pub enum TraceError {
     MissingMap(&'static str),
     #[error("eBPF map {name}: {msg}")]
     Map { name: &'static str, msg: String },
-    #[error("attaching the scheduler tracepoint sched/{name}: {source}")]
+    #[error("attaching the tracepoint {name}: {source}")]
     Tracepoint {
         name: &'static str,
         #[source]
@@ -178,18 +178,28 @@ impl Tracer {
         // Prefer one uprobe_multi link per object; aya's own load is the fallback.
         let multi_prog = multi::load_program(EBPF_OBJECT, "usdt_site", ebpf.maps()).ok();
         // The exit hook always runs: it frees the state of threads that die with open spans.
-        let mut tps: Vec<&'static str> = vec!["sched_process_exit"];
+        let mut tps: Vec<(&'static str, &'static str)> = vec![("sched", "sched_process_exit")];
         if opts.sched {
-            tps.extend(["sched_switch", "sched_waking"]);
+            tps.extend([("sched", "sched_switch"), ("sched", "sched_waking")]);
+            // Interrupt context, so a wakeup from a timer or an IRQ is not blamed on the task
+            // the interrupt happened to hit.
+            tps.extend([
+                ("irq", "irq_handler_entry"),
+                ("irq", "irq_handler_exit"),
+                ("irq", "softirq_entry"),
+                ("irq", "softirq_exit"),
+                ("timer", "hrtimer_expire_entry"),
+                ("timer", "hrtimer_expire_exit"),
+            ]);
         }
-        for name in tps {
+        for (category, name) in tps {
             let tp: &mut TracePoint = ebpf
                 .program_mut(name)
                 .ok_or(TraceError::MissingProgram("sched tracepoint"))?
                 .try_into()
                 .map_err(|e: ProgramError| TraceError::Load(e.to_string()))?;
             tp.load().map_err(|e| TraceError::Load(error_chain(&e)))?;
-            tp.attach("sched", name)
+            tp.attach(category, name)
                 .map_err(|source| TraceError::Tracepoint { name, source })?;
         }
         let ring = RingBuf::try_from(
