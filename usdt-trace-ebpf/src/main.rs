@@ -26,11 +26,12 @@ use aya_ebpf::{
     },
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        bpf_probe_read_kernel_buf, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_probe_read_user,
+        bpf_probe_read_user_str_bytes,
     },
-    macros::{map, tracepoint, uprobe},
+    macros::{btf_tracepoint, map, uprobe},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
-    programs::{ProbeContext, TracePointContext},
+    programs::{BtfTracePointContext, ProbeContext},
     EbpfContext,
 };
 use usdt_trace_common::*;
@@ -608,33 +609,43 @@ fn hist_add(pair_id: u32, dur: u64, acct: Option<&Acct>) {
     }
 }
 
-// Field offsets of the classic sched tracepoints (stable ABI; user space checks them against
-// /sys/kernel/tracing/events/sched/*/format before attaching).
-const SWITCH_PREV_PID: usize = 24;
-const SWITCH_PREV_STATE: usize = 32;
-const SWITCH_NEXT_PID: usize = 56;
-const WAKING_PID: usize = 24;
-const EXIT_PID: usize = 24;
-
 /// TASK_UNINTERRUPTIBLE: disk and other D-state waits.
-const TASK_UNINTERRUPTIBLE: i64 = 2;
-/// The task-state bits the tracepoint reports; a preempted task reports none of them.
-const TASK_REPORT_MASK: i64 = 0xff;
+const TASK_UNINTERRUPTIBLE: u32 = 2;
 
-#[tracepoint]
-pub fn sched_switch(ctx: TracePointContext) -> u32 {
-    let now = unsafe { bpf_ktime_get_ns() };
-    let prev: i32 = unsafe { ctx.read_at(SWITCH_PREV_PID) }.unwrap_or(0);
-    let next: i32 = unsafe { ctx.read_at(SWITCH_NEXT_PID) }.unwrap_or(0);
-    if let Some(st) = THREADS.get_ptr_mut(&(prev as u32)) {
+/// The thread id of a `struct task_struct *`, through the offset user space found in BTF.
+#[inline(always)]
+fn task_tid(task: *const u8) -> Option<u32> {
+    let off = CONFIG.get(0)?.task_pid_off as usize;
+    if off == 0 {
+        return None;
+    }
+    unsafe { bpf_probe_read_kernel(task.wrapping_add(off) as *const i32) }
+        .ok()
+        .map(|p| p as u32)
+}
+
+// The scheduler hooks are BTF tracepoints (raw tracepoints with typed arguments): cheaper than
+// classic tracepoints, which build a perf record before calling BPF, and never skipped because
+// some other BPF program or map syscall is active on the CPU.
+
+/// sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
+/// unsigned int prev_state). `prev` is the current task.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    let prev = bpf_get_current_pid_tgid() as u32;
+    if let Some(st) = THREADS.get_ptr_mut(&prev) {
         let st = unsafe { &mut *st };
         if active(st) {
-            let prev_state: i64 = unsafe { ctx.read_at(SWITCH_PREV_STATE) }.unwrap_or(0);
+            let now = unsafe { bpf_ktime_get_ns() };
+            let preempt: u64 = ctx.arg(0);
+            let prev_state: u64 = ctx.arg(3);
+            let prev_state = prev_state as u32;
             st.acct = acct_now(st, now);
             st.since_ns = now;
             st.off_start_ns = now;
             st.last_waker_pid = 0;
-            st.state = if prev_state & TASK_REPORT_MASK == 0 {
+            st.last_waker_comm = [0; 16];
+            st.state = if preempt & 1 != 0 || prev_state == 0 {
                 TS_RUNQ
             } else if prev_state & TASK_UNINTERRUPTIBLE != 0 {
                 TS_IO
@@ -643,9 +654,14 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
             };
         }
     }
-    if let Some(st) = THREADS.get_ptr_mut(&(next as u32)) {
+    let next: *const u8 = ctx.arg(2);
+    let Some(next) = task_tid(next) else {
+        return 0;
+    };
+    if let Some(st) = THREADS.get_ptr_mut(&next) {
         let st = unsafe { &mut *st };
         if active(st) && st.state != TS_RUNNING {
+            let now = unsafe { bpf_ktime_get_ns() };
             st.acct = acct_now(st, now);
             st.since_ns = now;
             st.state = TS_RUNNING;
@@ -717,46 +733,50 @@ fn interrupt_label() -> Option<[u8; 16]> {
     Some(*label)
 }
 
-#[tracepoint]
-pub fn irq_handler_entry(_ctx: TracePointContext) -> u32 {
+#[btf_tracepoint(function = "irq_handler_entry")]
+pub fn irq_handler_entry(_ctx: BtfTracePointContext) -> i32 {
     ctx_enter(CTX_HARDIRQ);
     0
 }
 
-#[tracepoint]
-pub fn irq_handler_exit(_ctx: TracePointContext) -> u32 {
+#[btf_tracepoint(function = "irq_handler_exit")]
+pub fn irq_handler_exit(_ctx: BtfTracePointContext) -> i32 {
     ctx_exit(CTX_HARDIRQ);
     0
 }
 
-#[tracepoint]
-pub fn softirq_entry(_ctx: TracePointContext) -> u32 {
+#[btf_tracepoint(function = "softirq_entry")]
+pub fn softirq_entry(_ctx: BtfTracePointContext) -> i32 {
     ctx_enter(CTX_SOFTIRQ);
     0
 }
 
-#[tracepoint]
-pub fn softirq_exit(_ctx: TracePointContext) -> u32 {
+#[btf_tracepoint(function = "softirq_exit")]
+pub fn softirq_exit(_ctx: BtfTracePointContext) -> i32 {
     ctx_exit(CTX_SOFTIRQ);
     0
 }
 
-#[tracepoint]
-pub fn hrtimer_expire_entry(_ctx: TracePointContext) -> u32 {
+#[btf_tracepoint(function = "hrtimer_expire_entry")]
+pub fn hrtimer_expire_entry(_ctx: BtfTracePointContext) -> i32 {
     ctx_enter(CTX_TIMER);
     0
 }
 
-#[tracepoint]
-pub fn hrtimer_expire_exit(_ctx: TracePointContext) -> u32 {
+#[btf_tracepoint(function = "hrtimer_expire_exit")]
+pub fn hrtimer_expire_exit(_ctx: BtfTracePointContext) -> i32 {
     ctx_exit(CTX_TIMER);
     0
 }
 
-#[tracepoint]
-pub fn sched_waking(ctx: TracePointContext) -> u32 {
-    let pid: i32 = unsafe { ctx.read_at(WAKING_PID) }.unwrap_or(0);
-    if let Some(st) = THREADS.get_ptr_mut(&(pid as u32)) {
+/// sched_waking(struct task_struct *p): runs in the waker's context.
+#[btf_tracepoint(function = "sched_waking")]
+pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
+    let p: *const u8 = ctx.arg(0);
+    let Some(pid) = task_tid(p) else {
+        return 0;
+    };
+    if let Some(st) = THREADS.get_ptr_mut(&pid) {
         let st = unsafe { &mut *st };
         if active(st) && (st.state == TS_SLEEP || st.state == TS_IO) {
             let now = unsafe { bpf_ktime_get_ns() };
@@ -780,10 +800,10 @@ pub fn sched_waking(ctx: TracePointContext) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
-    let pid: i32 = unsafe { ctx.read_at(EXIT_PID) }.unwrap_or(0);
-    let tid = pid as u32;
+/// sched_process_exit: runs in the exiting thread.
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
     if let Some(st) = THREADS.get_ptr(&tid) {
         let depth = unsafe { (*st).depth };
         if depth > 0 {

@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | [`elf`] | `.note.stapsdt` notes, segments, symbols → probe sites and file offsets | yes |
 //! | [`argspec`] | argument spec grammar → typed locations (x86_64, aarch64) | yes |
+//! | [`btf`] | the offset of a struct member in the kernel's BTF | yes |
 //! | [`procmaps`] | `/proc/PID/maps` text → mapped objects | yes |
 //! | [`pattern`] | `provider:name` globs | yes |
 //! | [`spans`] | start/end pairing rules → what the kernel pairs | yes |
@@ -14,6 +15,7 @@
 //! | [`tracer`] | load the eBPF object, attach uprobes (with semaphores), read the ring buffer | no |
 
 pub mod argspec;
+pub mod btf;
 pub mod cli;
 pub mod elf;
 pub mod list;

@@ -145,6 +145,10 @@ pub struct Config {
     /// Wake the reader only once this many bytes are waiting (batching keeps the cost per
     /// record low; the reader also polls on a short timer).
     pub wakeup_bytes: u32,
+    /// Offset of `pid` in this kernel's `struct task_struct` (from its BTF): the scheduler
+    /// hooks read the thread id of `next` and of the woken task through it.
+    pub task_pid_off: u32,
+    pub _pad: u32,
 }
 
 /// Cumulative per-thread time, in ns, by scheduling state. Only advanced while a span is open.

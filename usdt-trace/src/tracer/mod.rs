@@ -14,7 +14,7 @@ mod sys;
 
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
-    programs::{ProgramError, TracePoint, UProbe},
+    programs::{BtfTracePoint, ProgramError, UProbe},
     Ebpf, EbpfLoader,
 };
 use std::{
@@ -52,6 +52,8 @@ pub enum TraceError {
         #[source]
         source: ProgramError,
     },
+    #[error("the kernel's BTF is needed for the scheduler hooks: {0}")]
+    Btf(String),
     #[error("the uprobe PMU is missing ({0}); is CONFIG_UPROBE_EVENTS enabled?")]
     NoUprobePmu(String),
     #[error("attaching at {path} offset {offset:#x}{}: {msg}", sema.map(|s| format!(" (semaphore at {s:#x})")).unwrap_or_default())]
@@ -64,6 +66,8 @@ pub enum TraceError {
     #[error("reading the ring buffer: {0}")]
     Poll(std::io::Error),
 }
+
+const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// At most this many sites are detached before `detach_all` returns.
 pub const INLINE_DETACH: usize = 16;
@@ -160,10 +164,16 @@ impl Tracer {
                     .ok_or(TraceError::MissingMap("CONFIG"))?,
             )
             .map_err(map_err("CONFIG"))?;
+            let vmlinux = std::fs::read(VMLINUX_BTF)
+                .map_err(|e| TraceError::Btf(format!("{VMLINUX_BTF}: {e}")))?;
+            let task_pid_off = crate::btf::member_offset(&vmlinux, "task_struct", "pid")
+                .map_err(|e| TraceError::Btf(e.to_string()))?;
             let config = Config {
                 flags: opts.flags,
                 // Wake the reader when an eighth of the ring is full.
                 wakeup_bytes: opts.ring_bytes / 8,
+                task_pid_off,
+                _pad: 0,
             };
             cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
         }
@@ -178,28 +188,30 @@ impl Tracer {
         // Prefer one uprobe_multi link per object; aya's own load is the fallback.
         let multi_prog = multi::load_program(EBPF_OBJECT, "usdt_site", ebpf.maps()).ok();
         // The exit hook always runs: it frees the state of threads that die with open spans.
-        let mut tps: Vec<(&'static str, &'static str)> = vec![("sched", "sched_process_exit")];
+        let mut hooks: Vec<&'static str> = vec!["sched_process_exit"];
         if opts.sched {
-            tps.extend([("sched", "sched_switch"), ("sched", "sched_waking")]);
+            hooks.extend(["sched_switch", "sched_waking"]);
             // Interrupt context, so a wakeup from a timer or an IRQ is not blamed on the task
             // the interrupt happened to hit.
-            tps.extend([
-                ("irq", "irq_handler_entry"),
-                ("irq", "irq_handler_exit"),
-                ("irq", "softirq_entry"),
-                ("irq", "softirq_exit"),
-                ("timer", "hrtimer_expire_entry"),
-                ("timer", "hrtimer_expire_exit"),
+            hooks.extend([
+                "irq_handler_entry",
+                "irq_handler_exit",
+                "softirq_entry",
+                "softirq_exit",
+                "hrtimer_expire_entry",
+                "hrtimer_expire_exit",
             ]);
         }
-        for (category, name) in tps {
-            let tp: &mut TracePoint = ebpf
+        let btf = aya::Btf::from_sys_fs().map_err(|e| TraceError::Btf(e.to_string()))?;
+        for name in hooks {
+            let tp: &mut BtfTracePoint = ebpf
                 .program_mut(name)
-                .ok_or(TraceError::MissingProgram("sched tracepoint"))?
+                .ok_or(TraceError::MissingProgram("scheduler hook"))?
                 .try_into()
                 .map_err(|e: ProgramError| TraceError::Load(e.to_string()))?;
-            tp.load().map_err(|e| TraceError::Load(error_chain(&e)))?;
-            tp.attach(category, name)
+            tp.load(name, &btf)
+                .map_err(|e| TraceError::Load(error_chain(&e)))?;
+            tp.attach()
                 .map_err(|source| TraceError::Tracepoint { name, source })?;
         }
         let ring = RingBuf::try_from(
