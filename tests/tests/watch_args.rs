@@ -31,7 +31,8 @@ const MATRIX_PROBES: &[&str] = &[
 ];
 
 /// The operand kinds `list --json` reports for one build: reg, const, mem (base+disp),
-/// mem with an index (SIB), rip_rel; plus which base registers plain memory operands use.
+/// mem with an index (SIB), rip_rel, sym_mem (`sym(%reg)`, non-PIE); plus which base registers
+/// plain memory operands use.
 #[derive(Default, Debug)]
 struct Kinds {
     reg: usize,
@@ -39,6 +40,7 @@ struct Kinds {
     mem: usize,
     sib: usize,
     rip: usize,
+    sym_mem: usize,
     mem_bases: Vec<String>,
     unreadable: Vec<String>,
 }
@@ -55,6 +57,7 @@ fn kinds(bin: &Path) -> Kinds {
                 "reg" => k.reg += 1,
                 "const" => k.konst += 1,
                 "rip_rel" => k.rip += 1,
+                "sym_mem" => k.sym_mem += 1,
                 "mem" if loc["index"].is_null() => {
                     k.mem += 1;
                     k.mem_bases
@@ -126,7 +129,10 @@ fn value_matrix_o0_stack_slots() {
     let k = kinds(&bin);
     assert!(k.unreadable.is_empty(), "{:?}", k.unreadable);
     assert!(k.reg > 0 && k.konst > 0, "{k:?}");
-    assert!(k.mem_bases.iter().any(|b| b == "rbp"), "no disp(%rbp) operand: {k:?}");
+    assert!(
+        k.mem_bases.iter().any(|b| b == "rbp"),
+        "no disp(%rbp) operand: {k:?}"
+    );
     check_values(&bin);
 }
 
@@ -154,15 +160,23 @@ fn value_matrix_o1_pie() {
     check_values(&bin);
 }
 
-/// gcc -O2 -no-pie addresses global arrays as `sym(%reg)`, `sym(%reg,%reg)` and
-/// `sym(,%reg,scale)`: an absolute symbol as displacement. In an ET_EXEC the symbol's address is
-/// final, so these are readable; watch must print the values, not null.
+/// Regression: gcc -O2 -no-pie addresses global arrays as `sym(%reg)`, `sym(%reg,%reg)` and
+/// `sym(,%reg,scale)`: an absolute symbol as displacement, no %rip. These used to be rejected
+/// ("symbolic displacement without %rip", "memory operand without a base register") and printed
+/// as null. In an ET_EXEC the symbol's address is final, so watch must print the values.
 #[test]
-#[ignore = "bug: argspec x86 operand() rejects sym(%reg) / sym(,%idx,s) (gcc -O2 -no-pie); args print null"]
-fn bug_symbolic_displacement_without_rip_is_unreadable() {
+fn bug_symbolic_displacement_without_rip_was_unreadable() {
     require_root!();
     let bin = build_c("watch_args", &["-O2", "-fno-PIE", "-no-pie"]);
     let k = kinds(&bin);
-    assert!(k.unreadable.is_empty(), "unreadable operands: {:?}", k.unreadable);
+    assert!(
+        k.unreadable.is_empty(),
+        "unreadable operands: {:?}",
+        k.unreadable
+    );
+    assert!(
+        k.sym_mem > 0,
+        "no sym(%reg) operand in the -no-pie build: {k:?}"
+    );
     check_values(&bin);
 }

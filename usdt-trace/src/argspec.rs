@@ -13,7 +13,8 @@
 //! `-` means signed, SIZE is the C type's size in bytes and `f` marks floating point. On x86_64
 //! the operand is AT&T syntax: a register of any width (the SIZE, not the register's width, says
 //! how many bytes count), an immediate, `disp(base,index,scale)` memory, or a rip-relative
-//! symbol that only the ELF symbol table can turn into an address. aarch64 writes `x0`, `5`
+//! symbol that only the ELF symbol table can turn into an address. Non-PIE code also uses a
+//! symbol as an absolute displacement (`8@arr(,%rax,8)`), readable only in an ET_EXEC. aarch64 writes `x0`, `5`
 //! and `[sp, 112]`. Arguments are separated by spaces, which aarch64 also puts *inside*
 //! brackets, so splitting is bracket-aware.
 //!
@@ -72,6 +73,19 @@ pub enum ArgLoc {
         offset: i64,
         address: Option<u64>,
     },
+    /// `*(symbol + offset + base + index*scale)`: an absolute symbol as the displacement, no
+    /// %rip. gcc -no-pie addresses global arrays this way (`a(%rax)`, `a(%rax,%rax)`,
+    /// `a(,%rax,4)`), so `base` may be absent (`index` is then present). `address` is the
+    /// symbol's address plus offset, filled by elf.rs only in ET_EXEC objects: in a PIE or
+    /// shared library the symbol moves with the load bias, which the operand does not carry.
+    SymMem {
+        symbol: String,
+        offset: i64,
+        base: Option<Reg>,
+        index: Option<Reg>,
+        scale: u8,
+        address: Option<u64>,
+    },
     /// Parsed but cannot be read (float, 16/24-byte struct, %ah, segment, xmm, unknown symbol...)
     /// or could not be parsed at all.
     Unsupported { reason: String },
@@ -96,7 +110,10 @@ impl ArgSpec {
         !matches!(self.loc, ArgLoc::Unsupported { .. })
             && !self.float
             && matches!(self.size, 1 | 2 | 4 | 8)
-            && !matches!(self.loc, ArgLoc::RipRel { address: None, .. })
+            && !matches!(
+                self.loc,
+                ArgLoc::RipRel { address: None, .. } | ArgLoc::SymMem { address: None, .. }
+            )
     }
 }
 
@@ -393,25 +410,33 @@ mod x86 {
         if parts.len() > 3 {
             return Err(format!("too many address components in {op:?}"));
         }
-        if parts[0].is_empty() {
-            return Err(format!("memory operand without a base register {op:?}"));
-        }
-        let (base, base_width) = percent_reg(parts[0])?;
-        if base_width != 8 {
-            return Err(format!("{}-bit address register in {op:?}", base_width * 8));
-        }
-        if base.pt_regs_word == RIP_WORD {
+        let base = match parts[0] {
+            "" => None,
+            b => {
+                let (base, base_width) = percent_reg(b)?;
+                if base_width != 8 {
+                    return Err(format!("{}-bit address register in {op:?}", base_width * 8));
+                }
+                Some(base)
+            }
+        };
+        if base.as_ref().is_some_and(|b| b.pt_regs_word == RIP_WORD) {
             if parts.len() > 1 {
                 return Err(format!("%rip with an index in {op:?}"));
             }
-            return rip_relative(disp, op);
+            return match symbolic_disp(disp) {
+                Some((Some(symbol), offset)) => Ok((
+                    ArgLoc::RipRel {
+                        symbol: symbol.to_string(),
+                        offset,
+                        address: None,
+                    },
+                    None,
+                )),
+                Some((None, _)) => Err(format!("rip-relative operand without a symbol {op:?}")),
+                None => Err(format!("bad rip-relative displacement in {op:?}")),
+            };
         }
-        let disp = if disp.is_empty() {
-            0
-        } else {
-            parse_int(disp)
-                .ok_or_else(|| format!("symbolic displacement without %rip in {op:?}"))?
-        };
         let mut index = None;
         let mut scale = 1u8;
         if parts.len() >= 2 {
@@ -430,20 +455,48 @@ mod x86 {
                 s => return Err(format!("invalid scale {s:?} in {op:?}")),
             };
         }
-        Ok((
-            ArgLoc::Mem {
-                base,
-                index,
-                scale,
-                disp,
+        let numeric = if disp.is_empty() {
+            Some(0)
+        } else {
+            parse_int(disp)
+        };
+        match (numeric, base) {
+            (Some(disp), Some(base)) => Ok((
+                ArgLoc::Mem {
+                    base,
+                    index,
+                    scale,
+                    disp,
+                },
+                None,
+            )),
+            // gcc -no-pie: `a_s8(%rax)`, `a_s16(%rax,%rax)`, `a_s32(,%rax,4)`.
+            (None, base) => match symbolic_disp(disp) {
+                Some((Some(symbol), offset)) if base.is_some() || index.is_some() => Ok((
+                    ArgLoc::SymMem {
+                        symbol: symbol.to_string(),
+                        offset,
+                        base,
+                        index,
+                        scale,
+                        address: None,
+                    },
+                    None,
+                )),
+                Some(_) => Err(format!(
+                    "memory operand without a base or index register {op:?}"
+                )),
+                None => Err(format!("bad symbolic displacement in {op:?}")),
             },
-            None,
-        ))
+            (Some(_), None) => Err(format!(
+                "absolute memory operand without a base register or symbol {op:?}"
+            )),
+        }
     }
 
-    /// `sym`, `sym+8`, `sym-2`, `24+sym`: one symbol plus any numeric terms.
-    fn rip_relative(disp: &str, op: &str) -> Operand {
-        let bad = || format!("bad rip-relative displacement in {op:?}");
+    /// `sym`, `sym+8`, `sym-2`, `24+sym`, `16`: at most one symbol (added, not subtracted)
+    /// plus any numeric terms. None when the text is not such a sum.
+    fn symbolic_disp(disp: &str) -> Option<(Option<&str>, i64)> {
         let bytes = disp.as_bytes();
         let (mut neg, first) = match bytes.first() {
             Some(b'-') => (true, 1),
@@ -459,7 +512,7 @@ mod x86 {
             }
             let term = &disp[term_start..i];
             if term.starts_with(|c: char| c.is_ascii_digit()) {
-                let n = parse_int(term).ok_or_else(bad)?;
+                let n = parse_int(term)?;
                 offset = if neg {
                     offset.wrapping_sub(n)
                 } else {
@@ -468,24 +521,14 @@ mod x86 {
             } else if !neg && symbol.is_none() && is_symbol(term) {
                 symbol = Some(term);
             } else {
-                return Err(bad());
+                return None;
             }
             if i < bytes.len() {
                 neg = bytes[i] == b'-';
                 term_start = i + 1;
             }
         }
-        match symbol {
-            Some(s) => Ok((
-                ArgLoc::RipRel {
-                    symbol: s.to_string(),
-                    offset,
-                    address: None,
-                },
-                None,
-            )),
-            None => Err(format!("rip-relative operand without a symbol {op:?}")),
-        }
+        Some((symbol, offset))
     }
 
     fn is_symbol(s: &str) -> bool {
@@ -784,6 +827,96 @@ mod tests {
         }
     }
 
+    /// gcc -O2 -no-pie: `a_s8(%rax)`, `a_s16(%rax,%rax)`, `a_s32(,%rax,4)`, `sarr+8(%rcx)`.
+    #[test]
+    fn x86_symbolic_displacement_without_rip() {
+        type Row<'a> = (&'a str, &'a str, i64, Option<&'a str>, Option<&'a str>, u8);
+        let rows: &[Row] = &[
+            ("-1@a_s8(%rax)", "a_s8", 0, Some("rax"), None, 1),
+            (
+                "-2@a_s16(%rax,%rax)",
+                "a_s16",
+                0,
+                Some("rax"),
+                Some("rax"),
+                1,
+            ),
+            (
+                "2@a_u16(%rax,%rax,1)",
+                "a_u16",
+                0,
+                Some("rax"),
+                Some("rax"),
+                1,
+            ),
+            ("4@a_s32(,%rax,4)", "a_s32", 0, None, Some("rax"), 4),
+            ("-8@a_s64(,%rax,8)", "a_s64", 0, None, Some("rax"), 8),
+            ("8@glob+8(%rdx)", "glob", 8, Some("rdx"), None, 1),
+            ("8@sarr+8(%rcx)", "sarr", 8, Some("rcx"), None, 1),
+            (
+                "8@16+tab-4(%r12,%r9,2)",
+                "tab",
+                12,
+                Some("r12"),
+                Some("r9"),
+                2,
+            ),
+            ("4@buf-0x10(,%rsi)", "buf", -16, None, Some("rsi"), 1),
+            ("4@counter.0(%rbx)", "counter.0", 0, Some("rbx"), None, 1),
+        ];
+        for &(s, sym, off, want_base, want_index, want_scale) in rows {
+            let spec = x86(s);
+            match &spec.loc {
+                ArgLoc::SymMem {
+                    symbol,
+                    offset,
+                    base,
+                    index,
+                    scale,
+                    address: None,
+                } => {
+                    assert_eq!((symbol.as_str(), *offset), (sym, off), "{s}");
+                    assert_eq!(
+                        base.as_ref().map(|r| r.canonical.as_str()),
+                        want_base,
+                        "{s}"
+                    );
+                    assert_eq!(
+                        index.as_ref().map(|r| r.canonical.as_str()),
+                        want_index,
+                        "{s}"
+                    );
+                    assert_eq!(*scale, want_scale, "{s}");
+                }
+                other => panic!("{s}: {other:?}"),
+            }
+            assert!(!spec.readable(), "{s}: unresolved symbol is not readable");
+        }
+        let mut resolved = x86("-4@a_s32(,%rax,4)");
+        assert_eq!((resolved.size, resolved.signed), (4, true));
+        match &mut resolved.loc {
+            ArgLoc::SymMem { base, index, .. } => {
+                assert!(base.is_none());
+                assert_eq!(index.as_ref().unwrap().pt_regs_word, 10);
+            }
+            other => panic!("{other:?}"),
+        }
+        if let ArgLoc::SymMem { address, .. } = &mut resolved.loc {
+            *address = Some(0x404060);
+        }
+        assert!(resolved.readable());
+        let json = serde_json::to_value(&resolved.loc).unwrap();
+        assert_eq!(json["kind"], "sym_mem");
+        assert!(json["base"].is_null());
+        assert_eq!(json["index"]["canonical"], "rax");
+        assert_eq!(json["address"], 0x404060);
+        // Numeric displacements keep the plain memory form.
+        assert!(matches!(
+            x86("8@-8(%rax,%rdx,8)").loc,
+            ArgLoc::Mem { disp: -8, .. }
+        ));
+    }
+
     #[test]
     fn x86_floats_and_structs_parse_but_are_unreadable() {
         let f = x86("8f@%xmm0");
@@ -814,13 +947,19 @@ mod tests {
             ("4@%bogus", "unknown register"),
             ("8@(%eax)", "address register"),
             ("8@(,%rax,8)", "base"),
+            ("8@16(,%rax,8)", "without a base register or symbol"),
+            ("8@sym()", "without a base or index"),
+            ("8@a+b(%rax)", "bad symbolic displacement"),
+            ("8@-sym(%rax)", "bad symbolic displacement"),
+            ("8@sym(%eax)", "address register"),
+            ("8@sym(,%rsp,8)", "index"),
+            ("8@sym(,%rax,3)", "scale"),
             ("8@(%rax,%rsp)", "index"),
             ("x@%rax", "bad size"),
             ("4@", "empty"),
             ("8@global", "unrecognised"),
             ("8@%rip", "%rip"),
             ("8@4(%rax", "unbalanced"),
-            ("8@sym(%rax)", "symbolic"),
             ("-@", "empty"),
         ];
         for &(s, want) in rows {

@@ -666,9 +666,10 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     if out.sites.iter().any(|s| {
         s.args
             .iter()
-            .any(|a| matches!(a.loc, ArgLoc::RipRel { .. }))
+            .any(|a| matches!(a.loc, ArgLoc::RipRel { .. } | ArgLoc::SymMem { .. }))
     }) {
-        resolve_symbols(&sections, endian, data, &mut out);
+        let exec = header.e_type(endian) == elf::ET_EXEC;
+        resolve_symbols(&sections, endian, data, exec, &mut out);
     }
     Ok(out)
 }
@@ -723,19 +724,29 @@ fn classify_site(data: &[u8], seg: &Load, off: u64, pc: u64, arch: Arch) -> (Sit
     (insn, hex)
 }
 
-/// Fills `RipRel::address` from `.symtab`, then `.dynsym` for names `.symtab` lacks. Only the
-/// names the arguments mention are looked at, so large symbol tables cost one pass each.
+/// Fills `RipRel::address` and `SymMem::address` from `.symtab`, then `.dynsym` for names
+/// `.symtab` lacks. Only the names the arguments mention are looked at, so large symbol tables
+/// cost one pass each. `SymMem` (a symbol as an absolute displacement, no %rip) resolves only in
+/// an ET_EXEC (`exec`): in a PIE or shared library its address moves with the load bias, which
+/// the operand does not carry, so it stays unreadable with a warning.
 fn resolve_symbols<'data, Elf: FileHeader<Endian = Endianness>>(
     sections: &SectionTable<'data, Elf, &'data [u8]>,
     endian: Endianness,
     data: &'data [u8],
+    exec: bool,
     out: &mut ObjectProbes,
 ) {
     let mut wanted: HashMap<Vec<u8>, Option<Result<u64, ()>>> = HashMap::new();
     for site in &out.sites {
         for a in &site.args {
-            if let ArgLoc::RipRel { symbol, .. } = &a.loc {
-                wanted.insert(symbol.as_bytes().to_vec(), None);
+            match &a.loc {
+                ArgLoc::RipRel { symbol, .. } => {
+                    wanted.insert(symbol.as_bytes().to_vec(), None);
+                }
+                ArgLoc::SymMem { symbol, .. } if exec => {
+                    wanted.insert(symbol.as_bytes().to_vec(), None);
+                }
+                _ => {}
             }
         }
     }
@@ -774,32 +785,53 @@ fn resolve_symbols<'data, Elf: FileHeader<Endian = Endianness>>(
         }
     }
     let mut warned: HashSet<&[u8]> = HashSet::new();
+    let mut warned_pic: HashSet<&[u8]> = HashSet::new();
     let mut warnings = Vec::new();
     for site in &mut out.sites {
         for a in &mut site.args {
-            if let ArgLoc::RipRel {
-                symbol,
-                offset,
-                address,
-            } = &mut a.loc
-            {
-                match wanted.get(symbol.as_bytes()) {
-                    Some(Some(Ok(v))) => *address = Some(v.wrapping_add(*offset as u64)),
-                    Some(Some(Err(()))) => {
-                        if warned.insert(symbol.as_bytes()) {
+            let (symbol, offset, address) = match &mut a.loc {
+                ArgLoc::RipRel {
+                    symbol,
+                    offset,
+                    address,
+                } => (symbol, offset, address),
+                ArgLoc::SymMem {
+                    symbol,
+                    offset,
+                    address,
+                    ..
+                } => {
+                    if !exec {
+                        if warned_pic.insert(symbol.as_bytes()) {
                             warnings.push(format!(
-                                "symbol {symbol} is defined more than once; arguments using it \
-                                 are not readable"
+                                "symbol {symbol} is an absolute address operand ({}) in a \
+                                 position-independent object, which moves with the load \
+                                 address; arguments using it are not readable",
+                                a.raw
                             ));
                         }
+                        continue;
                     }
-                    _ => {
-                        if warned.insert(symbol.as_bytes()) {
-                            warnings.push(format!(
-                                "symbol {symbol} is in neither .symtab nor .dynsym; arguments \
-                                 using it are not readable"
-                            ));
-                        }
+                    (symbol, offset, address)
+                }
+                _ => continue,
+            };
+            match wanted.get(symbol.as_bytes()) {
+                Some(Some(Ok(v))) => *address = Some(v.wrapping_add(*offset as u64)),
+                Some(Some(Err(()))) => {
+                    if warned.insert(symbol.as_bytes()) {
+                        warnings.push(format!(
+                            "symbol {symbol} is defined more than once; arguments using it \
+                             are not readable"
+                        ));
+                    }
+                }
+                _ => {
+                    if warned.insert(symbol.as_bytes()) {
+                        warnings.push(format!(
+                            "symbol {symbol} is in neither .symtab nor .dynsym; arguments \
+                             using it are not readable"
+                        ));
                     }
                 }
             }
@@ -1548,6 +1580,65 @@ mod tests {
         assert!(w.contains("twice is defined more than once"), "{w}");
         assert!(w.contains("missing is in neither"), "{w}");
         assert_eq!(p.warnings.len(), 2);
+    }
+
+    /// gcc -no-pie's `sym(%reg)` / `sym(,%idx,s)`: resolved in an ET_EXEC only.
+    #[test]
+    fn symbolic_displacements_resolve_only_in_et_exec() {
+        let args = "-1@a_s8(%rax) 4@a_s32(,%rax,4) 8@sarr+8(%rcx) 8@gone(%rax) 8@mp_+24(%rip)";
+        let build = |e_type: u16| {
+            let mut s = Synth::x64();
+            s.e_type = e_type;
+            let notes = [s.note(TEXT, 0, "p", "n", args)];
+            parsed(
+                &s.notes(&notes)
+                    .with_symbols(
+                        elf::SHT_SYMTAB,
+                        &[
+                            ("a_s8", DATA, 3),
+                            ("a_s32", DATA + 0x10, 3),
+                            ("mp_", DATA, 3),
+                        ],
+                    )
+                    .with_symbols(elf::SHT_DYNSYM, &[("sarr", DATA + 0x40, 3)]),
+            )
+        };
+        let addrs = |p: &ObjectProbes| -> Vec<Option<u64>> {
+            p.sites[0]
+                .args
+                .iter()
+                .map(|a| match a.loc {
+                    ArgLoc::SymMem { address, .. } | ArgLoc::RipRel { address, .. } => address,
+                    ref other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let exec = build(elf::ET_EXEC);
+        assert_eq!(
+            addrs(&exec),
+            [
+                Some(DATA),
+                Some(DATA + 0x10),
+                Some(DATA + 0x48),
+                None,
+                Some(DATA + 24)
+            ]
+        );
+        let readable: Vec<bool> = exec.sites[0].args.iter().map(ArgSpec::readable).collect();
+        assert_eq!(readable, [true, true, true, false, true]);
+        assert_eq!(exec.warnings.len(), 1, "{:?}", exec.warnings);
+        assert!(exec.warnings[0].contains("gone is in neither"));
+
+        // PIE / shared library: the absolute symbol moves with the load bias; rip-relative
+        // operands still resolve.
+        let dyn_ = build(elf::ET_DYN);
+        assert_eq!(addrs(&dyn_), [None, None, None, None, Some(DATA + 24)]);
+        let w = dyn_.warnings.join("\n");
+        assert_eq!(dyn_.warnings.len(), 4, "{w}");
+        assert!(
+            w.contains("symbol a_s8 is an absolute address operand (-1@a_s8(%rax)) in a position-independent object"),
+            "{w}"
+        );
     }
 
     #[test]

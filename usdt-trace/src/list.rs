@@ -326,6 +326,36 @@ pub fn describe_arg(a: &ArgSpec) -> String {
                 None => format!("unreadable: symbol {symbol} not found ({ty} at [{sym}])"),
             }
         }
+        ArgLoc::SymMem {
+            symbol,
+            offset,
+            base,
+            index,
+            scale,
+            address,
+        } => {
+            let sym = if *offset == 0 {
+                symbol.clone()
+            } else {
+                format!("{symbol}{offset:+}")
+            };
+            let regs: Vec<String> = base
+                .iter()
+                .map(|b| b.canonical.clone())
+                .chain(index.iter().map(|ix| match scale {
+                    1 => ix.canonical.clone(),
+                    s => format!("{}*{s}", ix.canonical),
+                }))
+                .collect();
+            let regs = regs.join("+");
+            match address {
+                Some(addr) => format!("{ty} at [{sym} = {addr:#x} + {regs}]"),
+                None => format!(
+                    "unreadable: no absolute address for {symbol} (not found, or not an \
+                     ET_EXEC) ({ty} at [{sym} + {regs}])"
+                ),
+            }
+        }
     }
 }
 
@@ -390,6 +420,35 @@ mod tests {
             *address = Some(0x1018);
         }
         assert_eq!(describe_arg(&resolved), "u64 at [mp_+24 = 0x1018]");
+        let sym_mem = |s: &str, addr: u64| {
+            let mut a = parse_arg(s, Arch::X86_64);
+            match &mut a.loc {
+                ArgLoc::SymMem { address, .. } => *address = Some(addr),
+                other => panic!("{s}: {other:?}"),
+            }
+            describe_arg(&a)
+        };
+        assert_eq!(
+            sym_mem("-1@a_s8(%rax)", 0x404040),
+            "s8 at [a_s8 = 0x404040 + rax]"
+        );
+        assert_eq!(
+            sym_mem("-2@a_s16(%rax,%rax)", 0x404048),
+            "s16 at [a_s16 = 0x404048 + rax+rax]"
+        );
+        assert_eq!(
+            sym_mem("4@a_u32(,%rax,4)", 0x404060),
+            "u32 at [a_u32 = 0x404060 + rax*4]"
+        );
+        assert_eq!(
+            sym_mem("8@sarr+8(%rcx)", 0x404088),
+            "u64 at [sarr+8 = 0x404088 + rcx]"
+        );
+        assert_eq!(
+            d("8@sarr+8(%rcx)"),
+            "unreadable: no absolute address for sarr (not found, or not an ET_EXEC) \
+             (u64 at [sarr+8 + rcx])"
+        );
     }
 
     #[test]

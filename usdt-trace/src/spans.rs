@@ -337,6 +337,23 @@ pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
             d.kind = ARG_RIP;
             d.val = addr.wrapping_sub(pc);
         }
+        ArgLoc::SymMem {
+            base,
+            index,
+            scale,
+            address: Some(addr),
+            ..
+        } => {
+            // `addr` is absolute (ET_EXEC only). Without a base, REG_NONE reads as 0 in the
+            // program (`reg()` returns 0 past the saved registers).
+            d.kind = ARG_MEM;
+            d.base_reg = base.as_ref().map_or(REG_NONE, |b| b.pt_regs_word);
+            if let Some(i) = index {
+                d.index_reg = i.pt_regs_word;
+                d.scale = *scale;
+            }
+            d.val = *addr;
+        }
         _ => {}
     }
     d
@@ -490,5 +507,36 @@ mod tests {
     fn common_stems() {
         assert_eq!(common_stem("query__start", "query__done"), "query");
         assert_eq!(common_stem("a", "b"), "a..b");
+    }
+
+    /// gcc -no-pie's `sym(%reg)` / `sym(,%idx,s)`: absolute memory once elf.rs resolved it.
+    #[test]
+    fn symbolic_displacement_maps_to_absolute_mem() {
+        use crate::argspec::{parse_arg, Arch};
+        let resolved = |s: &str, addr: Option<u64>| {
+            let mut a = parse_arg(s, Arch::X86_64);
+            match &mut a.loc {
+                ArgLoc::SymMem { address, .. } => *address = addr,
+                other => panic!("{s}: {other:?}"),
+            }
+            a
+        };
+        let d = arg_desc(&resolved("-4@a_s32(,%rax,4)", Some(0x404060)), 0x401000);
+        assert_eq!((d.kind, d.size, d.signed), (ARG_MEM, 4, 1));
+        assert_eq!((d.base_reg, d.index_reg, d.scale), (REG_NONE, 10, 4));
+        assert_eq!(d.val, 0x404060);
+        let d = arg_desc(&resolved("2@a_u16(%rax,%rax)", Some(0x404050)), 0x401000);
+        assert_eq!(
+            (d.kind, d.base_reg, d.index_reg, d.scale),
+            (ARG_MEM, 10, 10, 1)
+        );
+        assert_eq!(d.val, 0x404050);
+        // The offset is already in the resolved address.
+        let d = arg_desc(&resolved("8@sarr+8(%rcx)", Some(0x404088)), 0x401000);
+        assert_eq!((d.kind, d.base_reg, d.index_reg), (ARG_MEM, 11, REG_NONE));
+        assert_eq!(d.val, 0x404088);
+        // Unresolved (PIE, shared library, unknown symbol): not read.
+        let d = arg_desc(&resolved("-1@a_s8(%rax)", None), 0x401000);
+        assert_eq!(d.kind, ARG_UNSUPPORTED);
     }
 }
