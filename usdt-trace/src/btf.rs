@@ -47,7 +47,7 @@ fn u32_at(b: &[u8], off: usize, what: &'static str) -> Result<u32, BtfError> {
         .ok_or(BtfError::Truncated { what })
 }
 
-fn str_at<'a>(strings: &'a [u8], off: u32) -> &'a [u8] {
+fn str_at(strings: &[u8], off: u32) -> &[u8] {
     let s = strings.get(off as usize..).unwrap_or(&[]);
     &s[..s.iter().position(|&c| c == 0).unwrap_or(s.len())]
 }

@@ -14,6 +14,8 @@
 //! | [`output`] | text and NDJSON records, histograms | yes |
 //! | [`tracer`] | load the eBPF object, attach uprobes (with semaphores), read the ring buffer | no |
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod argspec;
 pub mod btf;
 pub mod cli;

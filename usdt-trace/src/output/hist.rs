@@ -28,7 +28,7 @@ fn short(v: u64) -> String {
         (1 << 10, "K"),
     ];
     for (div, u) in UNITS {
-        if v >= div && v % div == 0 {
+        if v >= div && v.is_multiple_of(div) {
             return format!("{}{u}", v / div);
         }
     }

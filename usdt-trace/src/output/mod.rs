@@ -54,7 +54,7 @@ pub fn decode(buf: &[u8]) -> Option<Record<'_>> {
         return None;
     }
     // The ring buffer hands out 8-byte aligned samples; check anyway rather than assume.
-    let aligned = |align: usize| (buf.as_ptr() as usize) % align == 0;
+    let aligned = |align: usize| (buf.as_ptr() as usize).is_multiple_of(align);
     // SAFETY: size checked; RecordHeader is plain data valid for any bits.
     let kind = unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const u32) };
     match kind {
@@ -534,7 +534,7 @@ mod tests {
     fn decode_checks_sizes() {
         assert!(decode(&[]).is_none());
         assert!(decode(&[1, 0, 0, 0]).is_none());
-        let buf = vec![0u64; 8];
+        let buf = [0u64; 8];
         let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u8, 64) };
         assert!(decode(bytes).is_none()); // kind 0
     }
