@@ -220,15 +220,25 @@ fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
         count(CNT_FILTERED);
         return Ok(());
     }
-    // One copy of the registers: the spec's register numbers index into it.
-    let scratch = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };
-    unsafe {
-        bpf_probe_read_kernel_buf(
-            ctx.regs as *const u8,
-            core::slice::from_raw_parts_mut(scratch.regs.as_mut_ptr() as *mut u8, REGS_BYTES),
-        )
+    let hist = cfg.flags & CFG_HIST != 0;
+    if hist && spec.role == ROLE_EVENT {
+        // Histograms are of spans: an event is only counted.
+        count(CNT_EVENTS);
+        return Ok(());
     }
-    .map_err(|_| ())?;
+    // One copy of the registers: the spec's register numbers index into it. Histograms of
+    // spans paired per thread need no arguments, so that mode skips the copy (and the reads).
+    let scratch = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };
+    let need_args = !hist || spec.id_arg != ID_NONE;
+    if need_args {
+        unsafe {
+            bpf_probe_read_kernel_buf(
+                ctx.regs as *const u8,
+                core::slice::from_raw_parts_mut(scratch.regs.as_mut_ptr() as *mut u8, REGS_BYTES),
+            )
+        }
+        .map_err(|_| ())?;
+    }
     let regs = &scratch.regs;
     let ip = reg(regs, IP_WORD);
     let now = unsafe { bpf_ktime_get_ns() };
@@ -368,12 +378,12 @@ fn start_on_thread(
     f.longest_off_ns = 0;
     f.waker_pid = 0;
     f.waker_tid = 0;
-    read_args(spec, regs, ip, &mut f.args);
-    f.str_len = if cfg.flags & CFG_HIST == 0 {
-        read_str(spec, &f.args, &mut f.str)
+    if cfg.flags & CFG_HIST == 0 {
+        read_args(spec, regs, ip, &mut f.args);
+        f.str_len = read_str(spec, &f.args, &mut f.str);
     } else {
-        0
-    };
+        f.str_len = 0;
+    }
     st.depth = depth as u32 + 1;
     Ok(())
 }
