@@ -29,7 +29,7 @@ for _ in $(seq 100); do
     sleep 0.05
 done
 
-echo "\$ usdt-trace watch $fmt $server" >&2
+echo "\$ usdt-trace watch ${fmt:+$fmt }$server" >&2
 target/release/usdt-trace watch $fmt "$server" >"$tmp/watch.out" 2>"$tmp/watch.err" &
 watch_pid=$!
 until grep -q '^Attached' "$tmp/watch.err" 2>/dev/null; do

@@ -36,6 +36,10 @@ fn main() -> anyhow::Result<()> {
     let root = manifest.join("../usdt-trace-ebpf");
     let root = root.to_str().expect("utf-8 path");
     println!("cargo:rerun-if-changed={root}/common/src");
+    // aya-build relays every line the nested cargo prints as a build-script warning; keep it
+    // to errors so `cargo build --quiet` stays quiet.
+    // SAFETY: build scripts are single-threaded here.
+    unsafe { env::set_var("CARGO_TERM_QUIET", "true") };
     aya_build::build_ebpf(
         [aya_build::Package {
             name: "usdt-trace-ebpf",

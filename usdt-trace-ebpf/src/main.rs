@@ -19,6 +19,9 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 #![cfg_attr(not(target_arch = "bpf"), allow(dead_code, unused_imports))]
+// Map values are passed by reference on purpose: `insert(key, *frame)` would copy a 400-byte
+// frame (or a 5 KB thread state) onto the 512-byte BPF stack.
+#![allow(clippy::needless_borrows_for_generic_args)]
 
 use aya_ebpf::{
     bindings::{

@@ -633,6 +633,10 @@ fn print_hists(
     let hists = tracer.hists(pairs.len())?;
     let mut buf = Vec::new();
     for (p, h) in pairs.iter().zip(hists.iter()) {
+        // Span names that never closed a span have nothing to draw.
+        if h[0].count == 0 {
+            continue;
+        }
         if json {
             hist::render_json(&mut buf, p, h);
         } else {

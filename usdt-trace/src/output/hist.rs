@@ -88,7 +88,20 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
         );
     }
     s.push('\n');
-    for b in lo..=hi.min(HIST_BUCKETS - 1) {
+    // Zero-valued components (no I/O at all, say) sit in bucket 0, far below the durations;
+    // a run of two or more empty rows between is drawn as one `...` row.
+    let row_used = |b: usize| h.iter().any(|x| x.buckets[b] > 0);
+    let mut b = lo;
+    let last = hi.min(HIST_BUCKETS - 1);
+    while b <= last {
+        if !row_used(b) {
+            let run_end = (b..=last).find(|&k| row_used(k)).unwrap_or(last + 1);
+            if run_end - b >= 2 {
+                s.push_str("...\n");
+                b = run_end;
+                continue;
+            }
+        }
         let (a, z) = bucket_range(b);
         let label = if b == 0 {
             "[0]".to_string()
@@ -104,6 +117,7 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
             }
         }
         s.push('\n');
+        b += 1;
     }
     s
 }
@@ -180,6 +194,13 @@ mod tests {
         };
         let t = render_text(&pair, &h);
         assert!(t.contains("@p:q  3 spans"), "{t}");
+        // Far-apart buckets: the empty rows between them fold into one "...".
+        let mut far = h;
+        far[4].buckets[0] = 3;
+        far[4].count = 3;
+        let t2 = render_text(&pair, &far);
+        assert!(t2.contains("[0] ") && t2.contains("\n...\n"), "{t2}");
+        assert!(!t2.contains("[4, 8)"), "{t2}");
         assert!(t.contains("[1K, 2K)"), "{t}");
         let mut out = Vec::new();
         render_json(&mut out, &pair, &h);
