@@ -1,13 +1,17 @@
 //! The only module that touches aya and the kernel.
 //!
 //! It loads the eBPF object built by `build.rs`, fills the spec table, attaches the generic
-//! uprobe program at every site, and reads the ring buffer. Uprobes are opened with
-//! `perf_event_open` on the uprobe PMU rather than through aya, because aya 0.14 cannot set a
-//! uprobe's `ref_ctr_offset` (the semaphore the kernel raises while the probe is attached); the
-//! program is then attached to each perf event with `BPF_LINK_CREATE` and a BPF cookie, which
-//! is the site's index in the spec table. Every link and perf event is an owned file
-//! descriptor, so when this process exits, however it exits (even SIGKILL), the kernel detaches
-//! the probes and lowers the semaphores.
+//! uprobe program at every site, and reads the ring buffer. Each site's attachment carries a
+//! BPF cookie, its index in the spec table, and the file offset of its semaphore, which the
+//! kernel raises while the probe is attached (`ref_ctr_offset`).
+//!
+//! Sites are attached with one `BPF_TRACE_UPROBE_MULTI` link per object (see [`multi`]), which
+//! takes offsets, semaphore offsets and cookies for all sites at once and detaches them behind
+//! a single grace period. Where the kernel has no uprobe_multi, each site gets a uprobe opened
+//! with `perf_event_open` on the uprobe PMU (aya 0.14 cannot set `ref_ctr_offset`) and a
+//! `BPF_LINK_CREATE` link with the cookie. Every link and perf event is an owned file
+//! descriptor, so when this process exits, however it exits (even SIGKILL), the kernel
+//! detaches the probes and lowers the semaphores.
 
 mod multi;
 mod sys;
