@@ -11,7 +11,7 @@ mod util;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -33,12 +33,7 @@ fn servers() -> &'static (PathBuf, PathBuf) {
     })
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+use util::free_port;
 
 struct Server(Child);
 
@@ -59,6 +54,7 @@ fn start_server(bin: &Path, port: u16, root: &Path) -> Server {
         .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
     let server = Server(child);
     let t0 = Instant::now();
+    let mut server = server;
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
             t0.elapsed() < Duration::from_secs(10),
@@ -67,6 +63,12 @@ fn start_server(bin: &Path, port: u16, root: &Path) -> Server {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Something answered; make sure it is our server and not another one on a reused port.
+    assert!(
+        matches!(server.0.try_wait(), Ok(None)),
+        "{} exited (port {port} taken?)",
+        bin.display()
+    );
     server
 }
 

@@ -4,7 +4,7 @@
 mod util;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,13 +19,6 @@ fn servers() -> (PathBuf, PathBuf) {
         target.join("debug/demo-httpserver"),
         target.join("debug/demo-httpserver-c"),
     )
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 struct Server(Child);

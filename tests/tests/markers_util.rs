@@ -346,3 +346,25 @@ impl Drop for TestProg {
         let _ = self.child.wait();
     }
 }
+
+/// A loopback port nobody in this test process has been given yet.
+///
+/// Binding port 0 and closing it is racy on its own: two tests running in parallel can be
+/// handed the same port, and the second server then fails to bind while the test talks to the
+/// first one (regression: the C-server demo test hit "connection refused" once the Rust
+/// test's server went away). Ports are remembered, so each is handed out once per process.
+pub fn free_port() -> u16 {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if given.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
+}
