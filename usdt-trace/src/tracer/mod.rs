@@ -197,13 +197,16 @@ impl Tracer {
             hooks.extend(["sched_switch", "sched_waking"]);
             // Interrupt context, so a wakeup from a timer or an IRQ is not blamed on the task
             // the interrupt happened to hit.
+            // Exits before entries: an entry attached before its exit could count an
+            // interrupt that is never uncounted, and that CPU would then blame every later
+            // wakeup on an interrupt. An exit without its entry is ignored.
             hooks.extend([
-                "irq_handler_entry",
                 "irq_handler_exit",
-                "softirq_entry",
                 "softirq_exit",
-                "hrtimer_expire_entry",
                 "hrtimer_expire_exit",
+                "irq_handler_entry",
+                "softirq_entry",
+                "hrtimer_expire_entry",
             ]);
         }
         let btf = aya::Btf::from_sys_fs().map_err(|e| TraceError::Btf(e.to_string()))?;
