@@ -245,23 +245,33 @@ fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
     let regs = &scratch.regs;
     let ip = reg(regs, IP_WORD);
     let now = unsafe { bpf_ktime_get_ns() };
+    let hit = Hit {
+        spec,
+        cfg,
+        regs,
+        ip,
+        now,
+        cookie,
+        tgid,
+        tid,
+    };
     match spec.role {
         ROLE_START => {
             if spec.id_arg != ID_NONE {
-                start_by_id(spec, regs, ip, now, cookie, tgid, tid)
+                start_by_id(&hit)
             } else {
-                start_on_thread(spec, cfg, regs, ip, now, cookie, tid)
+                start_on_thread(&hit)
             }
         }
         ROLE_END => {
             if spec.id_arg != ID_NONE {
                 let end_args = unsafe { &mut *core::ptr::addr_of_mut!(scratch.end_args) };
-                end_by_id(spec, cfg, regs, end_args, ip, now, cookie, tgid, tid)
+                end_by_id(&hit, end_args)
             } else {
-                end_on_thread(spec, cfg, regs, ip, now, cookie, tgid, tid)
+                end_on_thread(&hit)
             }
         }
-        _ => emit_event(spec, cfg, regs, ip, now, cookie, tgid, tid),
+        _ => emit_event(&hit),
     }
 }
 
@@ -269,6 +279,20 @@ fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
 const IP_WORD: u8 = 32;
 #[cfg(not(bpf_target_arch = "aarch64"))]
 const IP_WORD: u8 = 16;
+
+/// One probe hit: what the site is and what the kernel told us about it.
+#[derive(Clone, Copy)]
+struct Hit<'a> {
+    spec: &'a SiteSpec,
+    cfg: &'a Config,
+    regs: &'a [u64; REGS_WORDS],
+    ip: u64,
+    now: u64,
+    /// The site's BPF cookie: its index in `SITES`.
+    cookie: u32,
+    tgid: u32,
+    tid: u32,
+}
 
 #[inline(always)]
 fn fill_header(h: &mut RecordHeader, kind: u32, site: u32, tgid: u32, tid: u32, now: u64) {
@@ -286,17 +310,18 @@ fn fill_header(h: &mut RecordHeader, kind: u32, site: u32, tgid: u32, tid: u32, 
     };
 }
 
-#[allow(clippy::too_many_arguments)]
-fn emit_event(
-    spec: &SiteSpec,
-    cfg: &Config,
-    regs: &[u64; REGS_WORDS],
-    ip: u64,
-    now: u64,
-    cookie: u32,
-    tgid: u32,
-    tid: u32,
-) -> Result<(), ()> {
+fn emit_event(hit: &Hit) -> Result<(), ()> {
+    let Hit {
+        spec,
+        cfg,
+        regs,
+        ip,
+        now,
+        cookie,
+        tgid,
+        tid,
+    } = *hit;
+
     count(CNT_EVENTS);
     if cfg.flags & CFG_HIST != 0 {
         return Ok(());
@@ -345,16 +370,18 @@ fn thread_state(tid: u32) -> Option<*mut ThreadState> {
     THREADS.get_ptr_mut(&tid)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn start_on_thread(
-    spec: &SiteSpec,
-    cfg: &Config,
-    regs: &[u64; REGS_WORDS],
-    ip: u64,
-    now: u64,
-    cookie: u32,
-    tid: u32,
-) -> Result<(), ()> {
+fn start_on_thread(hit: &Hit) -> Result<(), ()> {
+    let Hit {
+        spec,
+        cfg,
+        regs,
+        ip,
+        now,
+        cookie,
+        tid,
+        ..
+    } = *hit;
+
     let Some(st) = thread_state(tid) else {
         count(CNT_NO_STATE);
         return Ok(());
@@ -391,17 +418,18 @@ fn start_on_thread(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn end_on_thread(
-    spec: &SiteSpec,
-    cfg: &Config,
-    regs: &[u64; REGS_WORDS],
-    ip: u64,
-    now: u64,
-    cookie: u32,
-    tgid: u32,
-    tid: u32,
-) -> Result<(), ()> {
+fn end_on_thread(hit: &Hit) -> Result<(), ()> {
+    let Hit {
+        spec,
+        cfg,
+        regs,
+        ip,
+        now,
+        cookie,
+        tgid,
+        tid,
+    } = *hit;
+
     let Some(st) = THREADS.get_ptr_mut(&tid) else {
         count(CNT_UNMATCHED_END);
         return Ok(());
@@ -466,16 +494,18 @@ fn end_on_thread(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn start_by_id(
-    spec: &SiteSpec,
-    regs: &[u64; REGS_WORDS],
-    ip: u64,
-    now: u64,
-    cookie: u32,
-    tgid: u32,
-    tid: u32,
-) -> Result<(), ()> {
+fn start_by_id(hit: &Hit) -> Result<(), ()> {
+    let Hit {
+        spec,
+        regs,
+        ip,
+        now,
+        cookie,
+        tgid,
+        tid,
+        ..
+    } = *hit;
+
     let f = unsafe { &mut *FRAME_SCRATCH.get_ptr_mut(0).ok_or(())? };
     f.site = cookie;
     f.pair_id = spec.pair_id;
@@ -510,18 +540,18 @@ fn start_by_id(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn end_by_id(
-    spec: &SiteSpec,
-    cfg: &Config,
-    regs: &[u64; REGS_WORDS],
-    end_args: &mut [u64; MAX_ARGS],
-    ip: u64,
-    now: u64,
-    cookie: u32,
-    tgid: u32,
-    tid: u32,
-) -> Result<(), ()> {
+fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
+    let Hit {
+        spec,
+        cfg,
+        regs,
+        ip,
+        now,
+        cookie,
+        tgid,
+        tid,
+    } = *hit;
+
     read_args(spec, regs, ip, end_args);
     let idx = spec.id_arg as usize;
     let key = IdKey {
