@@ -12,65 +12,11 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::path::Path;
 use std::time::{Duration, Instant};
 use usdt_trace_tests::{require_root, watch};
 
-/// Builds both servers (debug) once, in the target directory `markers_demo` uses (test binaries
-/// run one after another, so the build is shared, and a no-op there never replaces a file).
-fn servers() -> &'static (PathBuf, PathBuf) {
-    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let target = util::target_dir().join("markers-demo");
-        let manifest = util::workspace_root().join("Cargo.toml");
-        util::cargo_build(&manifest, &target, "", &["-p", "demo-httpserver", "--bins"]);
-        (
-            target.join("debug/demo-httpserver"),
-            target.join("debug/demo-httpserver-c"),
-        )
-    })
-}
-
-use util::free_port;
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_server(bin: &Path, port: u16, root: &Path) -> Server {
-    let child = Command::new(bin)
-        .args(["--port", &port.to_string(), "--root"])
-        .arg(root)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-    let server = Server(child);
-    let t0 = Instant::now();
-    let mut server = server;
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "{} did not listen on {port}",
-            bin.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Something answered; make sure it is our server and not another one on a reused port.
-    assert!(
-        matches!(server.0.try_wait(), Ok(None)),
-        "{} exited (port {port} taken?)",
-        bin.display()
-    );
-    server
-}
+use util::{demo_servers as servers, free_port, start_server};
 
 /// One request on its own connection; returns (status, body).
 fn request(port: u16, raw: &str) -> (u16, Vec<u8>) {
@@ -128,7 +74,7 @@ fn u64_of(v: &Value, what: &str) -> u64 {
 fn check(bin: &Path) {
     let root = util::workspace_root().join("demo-httpserver/www");
     let port = free_port();
-    let _server = start_server(bin, port, &root);
+    let _server = start_server(bin, port, Some(&root));
     let bin_str = bin.to_str().expect("UTF-8 path");
     let mut w = watch::Watch::start(&[bin_str]);
     let t0 = Instant::now();

@@ -6,46 +6,8 @@ mod util;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use util::*;
-
-/// Builds both servers (debug) in a target directory of their own.
-fn servers() -> (PathBuf, PathBuf) {
-    let target = target_dir().join("markers-demo");
-    let manifest = workspace_root().join("Cargo.toml");
-    cargo_build(&manifest, &target, "", &["-p", "demo-httpserver", "--bins"]);
-    (
-        target.join("debug/demo-httpserver"),
-        target.join("debug/demo-httpserver-c"),
-    )
-}
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(bin: &PathBuf, port: u16) -> Server {
-    let child = Command::new(bin)
-        .args(["--port", &port.to_string()])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start server");
-    let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "server did not listen"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Server(child)
-}
 
 /// One request on its own connection; returns (status, head, body).
 fn request(port: u16, raw: &str) -> (u16, String, Vec<u8>) {
@@ -74,7 +36,7 @@ fn get(path: &str) -> String {
 
 fn check_server(bin: &PathBuf) {
     let port = free_port();
-    let server = start(bin, port);
+    let server = start_server(bin, port, None);
     let index =
         std::fs::read(workspace_root().join("demo-httpserver/www/index.html")).expect("www");
 
@@ -169,7 +131,7 @@ fn zombie_children(parent: u32) -> Vec<u32> {
 
 #[test]
 fn both_demo_servers_serve_200_requests() {
-    let (rust, c) = servers();
+    let (rust, c) = demo_servers();
     check_server(&rust);
     check_server(&c);
 }

@@ -368,3 +368,59 @@ pub fn free_port() -> u16 {
         }
     }
 }
+
+/// Both demo servers (debug), built once per test binary in a target directory of their own
+/// (`markers_demo` and `demo_watch` share it; a no-op rebuild never replaces a file).
+pub fn demo_servers() -> &'static (PathBuf, PathBuf) {
+    static BUILT: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let target = target_dir().join("markers-demo");
+        let manifest = workspace_root().join("Cargo.toml");
+        cargo_build(&manifest, &target, "", &["-p", "demo-httpserver", "--bins"]);
+        (
+            target.join("debug/demo-httpserver"),
+            target.join("debug/demo-httpserver-c"),
+        )
+    })
+}
+
+/// A running demo server, killed on drop.
+pub struct Server(pub Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start a demo server on `port` serving `root` (default root when None), and wait until it
+/// answers; asserts the answer comes from this server, not another one on a reused port.
+pub fn start_server(bin: &Path, port: u16, root: Option<&Path>) -> Server {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string()]);
+    if let Some(root) = root {
+        cmd.arg("--root").arg(root);
+    }
+    let child = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+    let mut server = Server(child);
+    let t0 = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "{} did not listen on {port}",
+            bin.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        matches!(server.0.try_wait(), Ok(None)),
+        "{} exited (port {port} taken?)",
+        bin.display()
+    );
+    server
+}
