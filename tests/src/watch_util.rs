@@ -131,11 +131,23 @@ impl Drop for Target {
 /// that starts with `usdt-trace: error:`. Returns that line.
 pub fn single_error_line(out: &std::process::Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected failure, got {:?}; stderr: {stderr}", out.status);
-    assert_eq!(out.status.code().map(|c| c != 101), Some(true), "panic exit? {stderr}");
+    assert!(
+        !out.status.success(),
+        "expected failure, got {:?}; stderr: {stderr}",
+        out.status
+    );
+    assert_eq!(
+        out.status.code().map(|c| c != 101),
+        Some(true),
+        "panic exit? {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "panic: {stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "expected exactly one stderr line, got: {stderr:?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected exactly one stderr line, got: {stderr:?}"
+    );
     assert!(
         lines[0].starts_with("usdt-trace: error:"),
         "unexpected stderr: {stderr:?}"

@@ -110,8 +110,17 @@ fn run(args: &str) -> watch::Output {
 }
 
 fn only_span<'a>(out: &'a watch::Output, name: &str) -> &'a Value {
-    let spans: Vec<_> = out.spans().into_iter().filter(|s| s["name"] == name).collect();
-    assert_eq!(spans.len(), 1, "one {name} span expected: {:?}", out.records);
+    let spans: Vec<_> = out
+        .spans()
+        .into_iter()
+        .filter(|s| s["name"] == name)
+        .collect();
+    assert_eq!(
+        spans.len(),
+        1,
+        "one {name} span expected: {:?}",
+        out.records
+    );
     spans[0]
 }
 
@@ -215,7 +224,11 @@ fn write_and_fsync_shows_io_wait() {
     let out = run(&format!("disk {} 16", dir.display()));
     let s = only_span(&out, "disk");
     let x = Split::of(s);
-    eprintln!("16 MB write + fsync in {}: {x}; waker {}", dir.display(), s["waker"]);
+    eprintln!(
+        "16 MB write + fsync in {}: {x}; waker {}",
+        dir.display(),
+        s["waker"]
+    );
     assert!(x.io > 0.0, "fsync must wait in D state (io_ns > 0): {x}");
 }
 
@@ -225,14 +238,28 @@ fn three_times_the_work_is_three_times_on_cpu_same_off_cpu() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = run("work 1");
     let spans = out.spans();
-    let w1: Vec<_> = spans.iter().copied().filter(|s| s["name"] == "w1").collect();
-    let w3: Vec<_> = spans.iter().copied().filter(|s| s["name"] == "w3").collect();
+    let w1: Vec<_> = spans
+        .iter()
+        .copied()
+        .filter(|s| s["name"] == "w1")
+        .collect();
+    let w3: Vec<_> = spans
+        .iter()
+        .copied()
+        .filter(|s| s["name"] == "w3")
+        .collect();
     assert_eq!((w1.len(), w3.len()), (3, 3), "{:?}", out.records);
     let (a, b) = (Split::sum(w1), Split::sum(w3));
-    eprintln!("w1 x3: {a}\nw3 x3: {b}\noncpu ratio {:.3}", b.oncpu / a.oncpu);
+    eprintln!(
+        "w1 x3: {a}\nw3 x3: {b}\noncpu ratio {:.3}",
+        b.oncpu / a.oncpu
+    );
     let ctx = format!("w1 {a} / w3 {b}");
     let ratio = b.oncpu / a.oncpu;
-    assert!((2.7..=3.3).contains(&ratio), "oncpu ratio w3/w1 {ratio:.3}, expected 3 ±10%: {ctx}");
+    assert!(
+        (2.7..=3.3).contains(&ratio),
+        "oncpu ratio w3/w1 {ratio:.3}, expected 3 ±10%: {ctx}"
+    );
     within10("offcpu(w3) vs offcpu(w1)", b.offcpu, a.offcpu, &ctx);
     within10("w1 oncpu vs 3 x 10 ms", a.oncpu, 30.0 * MS, &ctx);
     within10("w1 sleep vs 3 x 30 ms", a.sleep, 90.0 * MS, &ctx);
@@ -249,8 +276,18 @@ fn nested_spans_each_get_their_own_split() {
     eprintln!("inner: {inner}\nouter: {outer}");
     within10("inner oncpu (10 ms)", inner.oncpu, 10.0 * MS, &inner);
     within10("inner sleep (30 ms)", inner.sleep, 30.0 * MS, &inner);
-    within10("outer oncpu (20 + 10 + 10 ms)", outer.oncpu, 40.0 * MS, &outer);
-    within10("outer sleep (inner's 30 ms)", outer.sleep, 30.0 * MS, &outer);
+    within10(
+        "outer oncpu (20 + 10 + 10 ms)",
+        outer.oncpu,
+        40.0 * MS,
+        &outer,
+    );
+    within10(
+        "outer sleep (inner's 30 ms)",
+        outer.sleep,
+        30.0 * MS,
+        &outer,
+    );
     // The outer span contains the inner one entirely.
     assert!(outer.dur > inner.dur, "outer {outer} inner {inner}");
     assert!(outer.sleep >= inner.sleep && outer.oncpu >= inner.oncpu + 25.0 * MS);

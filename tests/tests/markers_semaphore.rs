@@ -117,7 +117,9 @@ fn semaphore_roundtrip(bin: &Path) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let out = reader.map(|r| r.join().unwrap_or_default()).unwrap_or_default();
+    let out = reader
+        .map(|r| r.join().unwrap_or_default())
+        .unwrap_or_default();
 
     // Detached: all back to 0.
     for p in std::iter::once(&mut before).chain(after.iter_mut()) {

@@ -97,7 +97,12 @@ fn span_rule_without_equals() {
 #[test]
 fn bug_span_rule_naming_missing_probes_is_ignored() {
     let bin = build_c("watch_procs", &["-O2"]);
-    watch_err(&["--span", "nope__a=nope__b", "--no-auto-span", bin.to_str().unwrap()]);
+    watch_err(&[
+        "--span",
+        "nope__a=nope__b",
+        "--no-auto-span",
+        bin.to_str().unwrap(),
+    ]);
 }
 
 #[test]
@@ -157,12 +162,18 @@ fn list_into_closed_pipe_exits_zero() {
             .spawn()
             .unwrap();
         let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
         // stdout is dropped here: the rest (far more than a pipe buffer) hits EPIPE.
         assert!(!first.is_empty());
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "json={json}: {:?} {stderr}", out.status);
+        assert!(
+            out.status.success(),
+            "json={json}: {:?} {stderr}",
+            out.status
+        );
         assert!(stderr.is_empty(), "json={json}: {stderr}");
     }
 }
@@ -182,12 +193,17 @@ fn watch_into_closed_pipe_exits_zero() {
         .spawn()
         .unwrap();
     let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
     assert!(first.starts_with('{'), "{first}");
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?} {stderr}", out.status);
-    assert!(!stderr.contains("error") && !stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !stderr.contains("error") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
 }
 
 /// ELF errors name the descriptor path watch parsed through (`/proc/self/fd/3`) next to the

@@ -15,7 +15,12 @@ fn same_name_at_three_inlined_sites_all_seen() {
 
     let cmd = format!("{} 4", bin.display());
     let w = watch::Watch::start(&["-c", &cmd, bin.to_str().unwrap(), "winl:hit"]);
-    assert!(w.attached_line.starts_with("Attached 3 probe sites in 1 object"), "{}", w.attached_line);
+    assert!(
+        w.attached_line
+            .starts_with("Attached 3 probe sites in 1 object"),
+        "{}",
+        w.attached_line
+    );
     let out = w.finish();
     assert!(out.status.success(), "{}", out.stderr);
     let events = out.events();

@@ -35,7 +35,8 @@ fn probe_in_linked_shared_library() {
     let cmd = format!("{} 4", main.display());
     let w = watch::Watch::start(&["-c", &cmd, lib.to_str().unwrap()]);
     assert!(
-        w.attached_line.starts_with("Attached 3 probe sites in 1 object"),
+        w.attached_line
+            .starts_with("Attached 3 probe sites in 1 object"),
         "{}",
         w.attached_line
     );
@@ -68,7 +69,11 @@ fn dlopen_after_attach_with_pid_filter() {
     // The watch ends by itself once its only PID is gone.
     let out = w.finish();
     check_lib_records(&out, 3);
-    assert!(out.records.iter().filter(|r| r["type"] != "summary").all(|r| r["pid"] == t_pid(&pid)));
+    assert!(out
+        .records
+        .iter()
+        .filter(|r| r["type"] != "summary")
+        .all(|r| r["pid"] == t_pid(&pid)));
 }
 
 fn t_pid(p: &str) -> serde_json::Value {

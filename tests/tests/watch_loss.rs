@@ -17,8 +17,17 @@ fn flood_tiny_ring_lost_equals_hits_minus_printed() {
     assert_eq!(hits, n + 1, "the kernel counts every hit: {sum}");
     assert!(lost > 0, "a 4 KiB ring cannot hold {n} records: {sum}");
     assert!(printed > 0, "{sum}");
-    assert_eq!(printed + lost, hits, "printed {printed} + lost {lost} != hits {hits}");
-    assert!(out.stderr.contains(&format!("warning: {lost} records were lost")), "{}", out.stderr);
+    assert_eq!(
+        printed + lost,
+        hits,
+        "printed {printed} + lost {lost} != hits {hits}"
+    );
+    assert!(
+        out.stderr
+            .contains(&format!("warning: {lost} records were lost")),
+        "{}",
+        out.stderr
+    );
     // What was printed is in order and intact.
     let idx: Vec<u64> = out
         .events()

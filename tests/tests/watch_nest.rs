@@ -41,7 +41,11 @@ fn nested_recursive_and_unmatched_spans() {
         assert_eq!(s["args"], json!([d]), "{s}");
         assert_eq!(s["end_args"], json!([d * 100]), "{s}");
         if i > 0 {
-            assert!(contains(s, rec[i - 1]), "depth {d} contains depth {}", d - 1);
+            assert!(
+                contains(s, rec[i - 1]),
+                "depth {d} contains depth {}",
+                d - 1
+            );
         }
     }
     // lone__end and orphan__start are span sites, so they are not events.

@@ -13,7 +13,11 @@ fn text_mode_header_aligned_lines_and_summary() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1 + 7 + 1, "header, 7 spans, summary:\n{stdout}");
+    assert_eq!(
+        lines.len(),
+        1 + 7 + 1,
+        "header, 7 spans, summary:\n{stdout}"
+    );
     let header = lines[0];
     for col in ["TIME", "PID", "TID", "COMM", "PROBE", "DURATION"] {
         assert!(header.contains(col), "{header}");
@@ -24,13 +28,19 @@ fn text_mode_header_aligned_lines_and_summary() {
         .iter()
         .map(|l| l[probe_col..].split_whitespace().next().unwrap())
         .collect();
-    assert_eq!(names, ["wn:inner", "wn:outer", "wn:rec", "wn:rec", "wn:rec", "wn:rec", "wn:rec"]);
+    assert_eq!(
+        names,
+        ["wn:inner", "wn:outer", "wn:rec", "wn:rec", "wn:rec", "wn:rec", "wn:rec"]
+    );
     assert!(rows[0].contains("(2) -> (-2)"), "{}", rows[0]);
     assert!(rows[6].contains("(5) -> (500)"), "{}", rows[6]);
     for r in rows {
         // Columns line up with the header: PID ends where the header's PID ends, etc.
         let pid_end = header.find("PID").unwrap() + 3;
-        assert!(r[..pid_end].trim_end().len() == pid_end, "PID column: {r:?}\n{header:?}");
+        assert!(
+            r[..pid_end].trim_end().len() == pid_end,
+            "PID column: {r:?}\n{header:?}"
+        );
         assert_eq!(&r[pid_end..pid_end + 1], " ", "{r:?}");
         let fields: Vec<&str> = r.split_whitespace().collect();
         assert!(fields[0].parse::<f64>().is_ok(), "TIME: {r}");
@@ -52,13 +62,20 @@ fn text_mode_events() {
     let cmd = format!("{b} once 42");
     let out = run(&["watch", "--no-auto-span", "-c", &cmd, b]);
     let stdout = String::from_utf8(out.stdout).expect("utf-8");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 1 + 2 + 1, "{stdout}");
     assert!(lines[1].contains("wp:job__start"), "{stdout}");
     assert!(lines[2].contains("wp:job__end"), "{stdout}");
     assert!(lines[2].contains("42"), "{stdout}");
-    assert!(lines[3].starts_with("0 spans, 2 events, 0 lost"), "{stdout}");
+    assert!(
+        lines[3].starts_with("0 spans, 2 events, 0 lost"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -98,7 +115,11 @@ fn hist_text_counts_every_span() {
     let cmd = format!("{b} 5");
     let out = run(&["watch", "--hist", "-c", &cmd, b]);
     let stdout = String::from_utf8(out.stdout).expect("utf-8");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.starts_with("@wt:op  20 spans, mean "), "{stdout}");
     // The duration count column sums to 20.
     let total: u64 = stdout
@@ -106,9 +127,19 @@ fn hist_text_counts_every_span() {
         .filter(|l| l.starts_with('['))
         .map(|l| {
             let after = &l[l.find(')').or_else(|| l.find(']')).unwrap() + 1..];
-            after.split_whitespace().next().unwrap().parse::<u64>().unwrap()
+            after
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
         })
         .sum();
     assert_eq!(total, 20, "{stdout}");
-    assert!(stdout.trim_end().lines().last().unwrap().starts_with("20 spans, 0 events, 0 lost"));
+    assert!(stdout
+        .trim_end()
+        .lines()
+        .last()
+        .unwrap()
+        .starts_with("20 spans, 0 events, 0 lost"));
 }

@@ -30,7 +30,11 @@ fn fifty_short_lived_processes_after_attach_all_seen() {
     for s in &spans {
         assert_eq!(s["name"], "job");
         let pid = s["pid"].as_u64().unwrap();
-        assert_eq!(s["args"][1].as_u64(), Some(pid), "pid argument matches the record's pid");
+        assert_eq!(
+            s["args"][1].as_u64(),
+            Some(pid),
+            "pid argument matches the record's pid"
+        );
         assert_eq!(s["args"][0], s["end_args"][0]);
         assert_eq!(s["tid"], pid);
         ids.insert(s["args"][0].as_i64().unwrap());
@@ -81,7 +85,8 @@ fn pid_filter(with_target: bool, which: &[usize]) {
     fire_all(&mut ts);
     // Each process answered after its probe fired; wait until the last one is in.
     let last = ts[*which.last().unwrap()].pid() as u64;
-    assert!(w.wait_for(Duration::from_secs(5), |r| r["pid"] == last && r["args"][1] == 3));
+    assert!(w.wait_for(Duration::from_secs(5), |r| r["pid"] == last
+        && r["args"][1] == 3));
     let out = watch_util::stop(w);
     assert!(out.status.success(), "{}", out.stderr);
     let events = out.events();
@@ -90,7 +95,11 @@ fn pid_filter(with_target: bool, which: &[usize]) {
         let pid = ts[i].pid() as u64;
         let mine: Vec<_> = events.iter().filter(|e| e["pid"] == pid).collect();
         let ns: Vec<_> = mine.iter().map(|e| e["args"].clone()).collect();
-        assert_eq!(ns, vec![json!([pid, 1]), json!([pid, 2]), json!([pid, 3])], "pid {pid}");
+        assert_eq!(
+            ns,
+            vec![json!([pid, 1]), json!([pid, 2]), json!([pid, 3])],
+            "pid {pid}"
+        );
     }
     assert_eq!(out.summary()["events"], 3 * which.len() as u64);
     for t in ts {

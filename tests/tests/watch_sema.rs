@@ -13,7 +13,11 @@ fn sema_becomes(t: &mut Target, want: &str) {
         if got == want {
             return;
         }
-        assert!(Instant::now() < deadline, "pid {}: {got:?}, want {want:?}", t.pid());
+        assert!(
+            Instant::now() < deadline,
+            "pid {}: {got:?}, want {want:?}",
+            t.pid()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -25,11 +29,19 @@ fn c_semaphores_zero_before_raised_during_zero_after() {
     let bin = build_c("watch_sema", &["-O2"]);
     let (mut before, _) = Target::spawn(&bin, &[]);
     assert_eq!(before.ask("sema"), "sema 0 0");
-    assert_eq!(before.ask("fire"), "fired 0 0", "disabled probes do not fire");
+    assert_eq!(
+        before.ask("fire"),
+        "fired 0 0",
+        "disabled probes do not fire"
+    );
 
     let mut w = watch::Watch::start(&[bin.to_str().unwrap()]);
     // Started before attach: the kernel raised the semaphores while installing the probes.
-    assert_eq!(before.ask("sema"), "sema 1 2", "one site / two sites sharing a semaphore");
+    assert_eq!(
+        before.ask("sema"),
+        "sema 1 2",
+        "one site / two sites sharing a semaphore"
+    );
     // Started after attach.
     let (mut after, _) = Target::spawn(&bin, &[]);
     assert_eq!(after.ask("sema"), "sema 1 2");
@@ -51,9 +63,17 @@ fn c_semaphores_zero_before_raised_during_zero_after() {
     for (t, n) in [(&before, 2), (&after, 1)] {
         let pid = t.pid() as u64;
         let mine: Vec<_> = events.iter().copied().filter(|e| e["pid"] == pid).collect();
-        assert_eq!(named(&mine, "one").iter().map(|e| &e["args"]).collect::<Vec<_>>(), [&json!([n])]);
-        let mut two: Vec<i64> =
-            named(&mine, "two").iter().map(|e| e["args"][0].as_i64().unwrap()).collect();
+        assert_eq!(
+            named(&mine, "one")
+                .iter()
+                .map(|e| &e["args"])
+                .collect::<Vec<_>>(),
+            [&json!([n])]
+        );
+        let mut two: Vec<i64> = named(&mine, "two")
+            .iter()
+            .map(|e| e["args"][0].as_i64().unwrap())
+            .collect();
         two.sort();
         assert_eq!(two, [-n, n], "pid {pid}");
     }

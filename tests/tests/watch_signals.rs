@@ -14,7 +14,12 @@ fn bug_sigint_right_after_attached_line_kills_watch() {
     for i in 0..40 {
         let w = watch::Watch::start(&[bin.to_str().unwrap(), "wp:ping"]);
         let out = w.stop();
-        assert!(out.status.success(), "try {i}: {:?} {}", out.status, out.stderr);
+        assert!(
+            out.status.success(),
+            "try {i}: {:?} {}",
+            out.status,
+            out.stderr
+        );
         assert_eq!(out.summary()["events"], 0);
     }
 }
@@ -26,10 +31,18 @@ fn sigint_and_sigterm_after_settling_print_summary() {
     for sig in ["-INT", "-TERM", "-HUP"] {
         let w = watch::Watch::start(&[bin.to_str().unwrap(), "wp:ping"]);
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let st = Command::new("kill").args([sig, &w.pid().to_string()]).status().unwrap();
+        let st = Command::new("kill")
+            .args([sig, &w.pid().to_string()])
+            .status()
+            .unwrap();
         assert!(st.success());
         let out = w.finish();
-        assert!(out.status.success(), "{sig}: {:?} {}", out.status, out.stderr);
+        assert!(
+            out.status.success(),
+            "{sig}: {:?} {}",
+            out.status,
+            out.stderr
+        );
         assert_eq!(out.summary()["events"], 0, "{sig}");
     }
 }

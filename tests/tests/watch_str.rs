@@ -9,16 +9,8 @@ fn str_args_escaped_truncated_null_and_on_span_start() {
     let bin = build_c("watch_str", &["-O2"]);
     let b = bin.to_str().unwrap();
     // Watch::finish parses every stdout line as JSON: invalid escapes fail right there.
-    let out = watch::Watch::start(&[
-        "--str",
-        "ws:msg:0",
-        "--str",
-        "ws:req__start:0",
-        "-c",
-        b,
-        b,
-    ])
-    .finish();
+    let out = watch::Watch::start(&["--str", "ws:msg:0", "--str", "ws:req__start:0", "-c", b, b])
+        .finish();
     assert!(out.status.success(), "{}", out.stderr);
     let events = out.events();
     let msgs = named(&events, "msg");

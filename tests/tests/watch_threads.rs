@@ -18,20 +18,32 @@ fn four_threads_overlapping_spans_pair_per_thread() {
     for s in &spans {
         assert_eq!(s["pid"], pid);
         assert_eq!(s["name"], "op");
-        assert_eq!(s["args"], s["end_args"], "start and end of one thread's span: {s}");
-        assert!(s.get("start_tid").is_none(), "started on another thread: {s}");
+        assert_eq!(
+            s["args"], s["end_args"],
+            "start and end of one thread's span: {s}"
+        );
+        assert!(
+            s.get("start_tid").is_none(),
+            "started on another thread: {s}"
+        );
         by_tid.entry(s["tid"].as_u64().unwrap()).or_default().push((
             s["args"][0].as_i64().unwrap(),
             s["args"][1].as_i64().unwrap(),
         ));
     }
     assert_eq!(by_tid.len(), 4, "four distinct tids");
-    assert!(!by_tid.contains_key(&pid), "workers are not the main thread");
+    assert!(
+        !by_tid.contains_key(&pid),
+        "workers are not the main thread"
+    );
     let mut ks: Vec<i64> = Vec::new();
     for (tid, v) in &by_tid {
         let k = v[0].0;
         ks.push(k);
-        assert!(v.iter().all(|&(kk, _)| kk == k), "tid {tid} mixed threads: {v:?}");
+        assert!(
+            v.iter().all(|&(kk, _)| kk == k),
+            "tid {tid} mixed threads: {v:?}"
+        );
         let is: Vec<i64> = v.iter().map(|&(_, i)| i).collect();
         assert_eq!(is, (0..N).collect::<Vec<_>>(), "tid {tid}");
     }

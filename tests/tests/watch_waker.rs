@@ -8,8 +8,8 @@ fn waker_is_the_thread_that_wrote_the_pipe() {
     require_root!();
     let bin = build_c("watch_waker", &["-O2", "-pthread"]);
     let cmd = format!("{} pipe", bin.display());
-    let out = watch::Watch::start(&["-c", &cmd, bin.to_str().unwrap(), "wk:wait*", "wk:helper"])
-        .finish();
+    let out =
+        watch::Watch::start(&["-c", &cmd, bin.to_str().unwrap(), "wk:wait*", "wk:helper"]).finish();
     assert!(out.status.success(), "{}", out.stderr);
     let events = out.events();
     let helper = named(&events, "helper");
@@ -50,10 +50,16 @@ fn timer_wakeup_blamed_on_interrupted_task() {
                 && s["waker"]["pid"] != 0
         })
         .collect();
-    assert!(hog_woke.is_empty(), "woken by another process while in nanosleep: {hog_woke:?}");
+    assert!(
+        hog_woke.is_empty(),
+        "woken by another process while in nanosleep: {hog_woke:?}"
+    );
     let timer_woke = spans
         .iter()
         .filter(|s| s["waker"]["comm"] == "[timer]" && s["waker"]["pid"] == 0)
         .count();
-    assert!(timer_woke >= 8, "most naps should name the timer as waker: {spans:?}");
+    assert!(
+        timer_woke >= 8,
+        "most naps should name the timer as waker: {spans:?}"
+    );
 }
