@@ -215,3 +215,39 @@ fn bug_error_message_names_proc_self_fd() {
     let e = watch_err(&[p.to_str().unwrap()]);
     assert!(!e.contains("/proc/self/fd"), "{e}");
 }
+
+/// Without root or CAP_BPF + CAP_PERFMON, `watch` says what is missing in one line (not a map
+/// creation error from deep inside the loader).
+#[test]
+fn watch_without_privileges_says_so() {
+    require_root!(); // to be able to drop to another user
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: setpriv missing");
+        return;
+    }
+    let bin = build_c("watch_procs", &["-O2"]);
+    // A copy anyone can execute, outside directories only root may enter.
+    let dir = std::env::temp_dir().join(format!("usdt-trace-noroot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let tracer = dir.join("usdt-trace");
+    std::fs::copy(usdt_trace_bin(), &tracer).expect("copy");
+    let target = dir.join("target");
+    std::fs::copy(&bin, &target).expect("copy target");
+    use std::os::unix::fs::PermissionsExt;
+    for p in [&dir, &tracer, &target] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&tracer)
+        .arg("watch")
+        .arg(&target)
+        .output()
+        .expect("setpriv");
+    let _ = std::fs::remove_dir_all(&dir);
+    let line = single_error_line(&out);
+    assert!(
+        line.contains("run as root or grant CAP_BPF and CAP_PERFMON"),
+        "{line}"
+    );
+}

@@ -137,6 +137,9 @@ impl Tracer {
         if EBPF_OBJECT.is_empty() {
             return Err(TraceError::NoObject);
         }
+        if !sys::may_trace() {
+            return Err(TraceError::Permission);
+        }
         sys::raise_memlock_limit();
         let uprobe_type = sys::uprobe_pmu_type().map_err(TraceError::NoUprobePmu)?;
         let nsites = opts.specs.len().max(1) as u32;
@@ -145,7 +148,7 @@ impl Tracer {
             .map_max_entries("EVENTS", opts.ring_bytes)
             .load(EBPF_OBJECT)
             .map_err(|e| {
-                let msg = format!("{e:#}");
+                let msg = error_chain(&e);
                 if sys::is_permission_error(&msg) && !sys::is_root() {
                     TraceError::Permission
                 } else {

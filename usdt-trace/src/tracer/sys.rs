@@ -220,3 +220,26 @@ pub fn hand_off_to_reaper(fds: Vec<OwnedFd>) -> io::Result<i32> {
     }
     Ok(pid)
 }
+
+/// CAP_PERFMON and CAP_BPF (Linux 5.8+), the capabilities a non-root tracer needs.
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Root, or CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON in the effective set.
+pub fn may_trace() -> bool {
+    if is_root() {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        // Can't tell: let the kernel decide.
+        return true;
+    };
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(u64::MAX);
+    let has = |c: u32| caps & (1u64 << c) != 0;
+    has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
+}
