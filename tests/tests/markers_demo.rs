@@ -5,7 +5,7 @@ mod util;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 use util::*;
 
@@ -34,7 +34,7 @@ fn get(path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
 }
 
-fn check_server(bin: &PathBuf) {
+fn check_server(bin: &Path) {
     let port = free_port();
     let server = start_server(bin, port, None);
     let index =
@@ -132,6 +132,6 @@ fn zombie_children(parent: u32) -> Vec<u32> {
 #[test]
 fn both_demo_servers_serve_200_requests() {
     let (rust, c) = demo_servers();
-    check_server(&rust);
-    check_server(&c);
+    check_server(rust);
+    check_server(c);
 }
