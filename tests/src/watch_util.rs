@@ -54,13 +54,14 @@ pub struct Target {
 impl Target {
     /// Spawns `bin args...` and waits for its first stdout line (the program's "ready").
     pub fn spawn(bin: &Path, args: &[&str]) -> (Target, String) {
-        let mut child = Command::new(bin)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let mut child = spawn_retrying_etxtbsy(
+            Command::new(bin)
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit()),
+        )
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
         let stdout = child.stdout.take().expect("stdout");
         let stdin = child.stdin.take();
         let (tx, rx) = mpsc::channel();
@@ -178,4 +179,23 @@ static BUILD_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 pub fn stop(w: crate::watch::Watch) -> Output {
     std::thread::sleep(Duration::from_millis(100));
     w.stop()
+}
+
+/// Spawn, retrying while the executable is "busy".
+///
+/// Regression (binary_replaced_on_disk... failed with ETXTBSY): a test that has just written an
+/// executable can't run it while a child forked at the same moment by another test thread
+/// still holds an inherited (close-on-exec, but not yet exec'd) descriptor of the file open
+/// for writing. That lasts only until the child execs, so a short retry is the fix.
+pub fn spawn_retrying_etxtbsy(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
 }

@@ -237,13 +237,24 @@ fn watch_without_privileges_says_so() {
     for p in [&dir, &tracer, &target] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&tracer)
-        .arg("watch")
-        .arg(&target)
-        .output()
-        .expect("setpriv");
+    // A child forked by another test thread while we copied may briefly hold the new file open
+    // for writing (until it execs): retry while the exec says "Text file busy".
+    let mut tries = 0;
+    let out = loop {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&tracer)
+            .arg("watch")
+            .arg(&target)
+            .output()
+            .expect("setpriv");
+        if tries < 20 && String::from_utf8_lossy(&out.stderr).contains("Text file busy") {
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            continue;
+        }
+        break out;
+    };
     let _ = std::fs::remove_dir_all(&dir);
     let line = single_error_line(&out);
     assert!(
