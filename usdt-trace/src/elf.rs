@@ -297,6 +297,36 @@ struct Notes<'a> {
     done: bool,
 }
 
+/// The notes of type and name `want` in every section called `section`, in order. Notes of
+/// other kinds are skipped silently; a truncated section is warned about once and the notes
+/// before the damage are kept.
+fn notes_of<'a>(
+    sections: &[&'a [u8]],
+    endian: Endianness,
+    section: &str,
+    want: (u32, &[u8]),
+    warnings: &mut Vec<String>,
+) -> Vec<Note<'a>> {
+    let mut found = Vec::new();
+    for data in sections {
+        for note in (Notes {
+            data,
+            endian,
+            done: false,
+        }) {
+            match note {
+                Ok(n) if n.ntype == want.0 && n.name == want.1 => found.push(n),
+                Ok(_) => {}
+                Err(e) => {
+                    warnings.push(format!("{section}: {e}; later notes lost"));
+                    break;
+                }
+            }
+        }
+    }
+    found
+}
+
 fn align4(n: usize) -> Option<usize> {
     n.checked_add(3).map(|v| v & !3)
 }
@@ -509,157 +539,135 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     out.sites.reserve(estimate);
     let mut note_index = 0usize;
     let mut bad_semaphores: HashSet<u64> = HashSet::new();
-    for section in stapsdt {
-        for note in (Notes {
-            data: section,
-            endian,
-            done: false,
-        }) {
-            let note = match note {
-                Ok(n) => n,
-                Err(e) => {
-                    out.warnings
-                        .push(format!(".note.stapsdt: {e}; later notes lost"));
-                    break;
-                }
-            };
-            if note.ntype != NT_STAPSDT || note.name != b"stapsdt\0" {
+    for note in notes_of(
+        &stapsdt,
+        endian,
+        ".note.stapsdt",
+        (NT_STAPSDT, b"stapsdt\0"),
+        &mut out.warnings,
+    ) {
+        note_index += 1;
+        let raw = match decode_stapsdt(note.desc, addr_size, endian) {
+            Ok(r) => r,
+            Err(e) => {
+                out.warnings
+                    .push(format!("stapsdt note #{note_index}: {e}; skipped"));
                 continue;
             }
-            note_index += 1;
-            let raw = match decode_stapsdt(note.desc, addr_size, endian) {
-                Ok(r) => r,
-                Err(e) => {
-                    out.warnings
-                        .push(format!("stapsdt note #{note_index}: {e}; skipped"));
-                    continue;
-                }
-            };
-            let what = Lazy(|| format!("{}:{} (note #{note_index})", raw.provider, raw.name));
-            let (mut pc, mut semaphore) = (raw.pc, raw.semaphore);
-            if let (Some(base_addr), true) = (stapsdt_base, raw.base != 0) {
-                let shift = base_addr.wrapping_sub(raw.base);
-                pc = pc.wrapping_add(shift);
-                if semaphore != 0 {
-                    semaphore = semaphore.wrapping_add(shift);
-                }
+        };
+        let what = Lazy(|| format!("{}:{} (note #{note_index})", raw.provider, raw.name));
+        let (mut pc, mut semaphore) = (raw.pc, raw.semaphore);
+        if let (Some(base_addr), true) = (stapsdt_base, raw.base != 0) {
+            let shift = base_addr.wrapping_sub(raw.base);
+            pc = pc.wrapping_add(shift);
+            if semaphore != 0 {
+                semaphore = semaphore.wrapping_add(shift);
             }
-            if raw.pc == 0 || pc == 0 {
-                out.warnings.push(format!(
-                    "{what}: pc is 0 (code the linker discarded); skipped"
-                ));
-                continue;
-            }
-            let Some(seg) = loads.iter().find(|l| l.contains(pc)) else {
-                out.warnings.push(format!(
-                    "{what}: pc {pc:#x} is outside every loadable segment; skipped"
-                ));
-                continue;
-            };
-            let file_offset = match (seg.exec, seg.file_offset(pc)) {
-                (true, Some(off)) => off,
-                (false, _) => {
-                    out.warnings.push(format!(
-                        "{what}: pc {pc:#x} is in a non-executable segment; skipped"
-                    ));
-                    continue;
-                }
-                (true, None) => {
-                    out.warnings.push(format!(
-                        "{what}: pc {pc:#x} is past the file-backed part of its segment; skipped"
-                    ));
-                    continue;
-                }
-            };
-            let first_same = last_at.get(&(pc, semaphore)).copied();
-            let mut cursor = first_same;
-            let mut duplicate = false;
-            while let Some(i) = cursor {
-                let s: &Site = &out.sites[i];
-                if s.provider == raw.provider && s.name == raw.name && s.args_raw == raw.args {
-                    duplicate = true;
-                    break;
-                }
-                cursor = prev_at[i];
-            }
-            if duplicate {
-                continue;
-            }
-            let args = match parse_args(&raw.args, arch) {
-                Ok(a) => a,
-                Err(e) => {
-                    out.warnings.push(format!("{what}: {e}; skipped"));
-                    continue;
-                }
-            };
-            last_at.insert((pc, semaphore), out.sites.len());
-            prev_at.push(first_same);
-            let semaphore_offset = if semaphore == 0 {
-                None
-            } else {
-                match semaphore_file_offset(&loads, semaphore) {
-                    Ok(off) => Some(off),
-                    Err(why) => {
-                        if bad_semaphores.insert(semaphore) {
-                            out.warnings.push(format!(
-                                "{what}: semaphore {semaphore:#x} {why}; the probe will be \
-                                 attached without it"
-                            ));
-                        }
-                        None
-                    }
-                }
-            };
-            let (insn, insn_bytes) = classify_site(data, seg, file_offset, pc, arch);
-            out.sites.push(Site {
-                provider: raw.provider,
-                name: raw.name,
-                pc,
-                base: raw.base,
-                semaphore,
-                file_offset,
-                semaphore_offset,
-                args_raw: raw.args,
-                args,
-                insn,
-                insn_bytes,
-            });
         }
+        if raw.pc == 0 || pc == 0 {
+            out.warnings.push(format!(
+                "{what}: pc is 0 (code the linker discarded); skipped"
+            ));
+            continue;
+        }
+        let Some(seg) = loads.iter().find(|l| l.contains(pc)) else {
+            out.warnings.push(format!(
+                "{what}: pc {pc:#x} is outside every loadable segment; skipped"
+            ));
+            continue;
+        };
+        let file_offset = match (seg.exec, seg.file_offset(pc)) {
+            (true, Some(off)) => off,
+            (false, _) => {
+                out.warnings.push(format!(
+                    "{what}: pc {pc:#x} is in a non-executable segment; skipped"
+                ));
+                continue;
+            }
+            (true, None) => {
+                out.warnings.push(format!(
+                    "{what}: pc {pc:#x} is past the file-backed part of its segment; skipped"
+                ));
+                continue;
+            }
+        };
+        let first_same = last_at.get(&(pc, semaphore)).copied();
+        let mut cursor = first_same;
+        let mut duplicate = false;
+        while let Some(i) = cursor {
+            let s: &Site = &out.sites[i];
+            if s.provider == raw.provider && s.name == raw.name && s.args_raw == raw.args {
+                duplicate = true;
+                break;
+            }
+            cursor = prev_at[i];
+        }
+        if duplicate {
+            continue;
+        }
+        let args = match parse_args(&raw.args, arch) {
+            Ok(a) => a,
+            Err(e) => {
+                out.warnings.push(format!("{what}: {e}; skipped"));
+                continue;
+            }
+        };
+        last_at.insert((pc, semaphore), out.sites.len());
+        prev_at.push(first_same);
+        let semaphore_offset = if semaphore == 0 {
+            None
+        } else {
+            match semaphore_file_offset(&loads, semaphore) {
+                Ok(off) => Some(off),
+                Err(why) => {
+                    if bad_semaphores.insert(semaphore) {
+                        out.warnings.push(format!(
+                            "{what}: semaphore {semaphore:#x} {why}; the probe will be \
+                             attached without it"
+                        ));
+                    }
+                    None
+                }
+            }
+        };
+        let (insn, insn_bytes) = classify_site(data, seg, file_offset, pc, arch);
+        out.sites.push(Site {
+            provider: raw.provider,
+            name: raw.name,
+            pc,
+            base: raw.base,
+            semaphore,
+            file_offset,
+            semaphore_offset,
+            args_raw: raw.args,
+            args,
+            insn,
+            insn_bytes,
+        });
     }
 
     let mut seen_spans: HashSet<(String, String)> = HashSet::new();
-    for section in markers {
-        for note in (Notes {
-            data: section,
-            endian,
-            done: false,
-        }) {
-            let note = match note {
-                Ok(n) => n,
-                Err(e) => {
-                    out.warnings
-                        .push(format!(".note.usdt_markers: {e}; later notes lost"));
-                    break;
+    for note in notes_of(
+        &markers,
+        endian,
+        ".note.usdt_markers",
+        (NT_USDT_MARKERS, b"usdt-markers\0"),
+        &mut out.warnings,
+    ) {
+        let parsed = cstr(note.desc).and_then(|(p, rest)| Some((p, cstr(rest)?.0)));
+        match parsed {
+            Some((p, stem)) if !stem.is_empty() => {
+                let pair = (
+                    String::from_utf8_lossy(p).into_owned(),
+                    String::from_utf8_lossy(stem).into_owned(),
+                );
+                if seen_spans.insert(pair.clone()) {
+                    out.id_spans.push(pair);
                 }
-            };
-            if note.ntype != NT_USDT_MARKERS || note.name != b"usdt-markers\0" {
-                continue;
             }
-            let parsed = cstr(note.desc).and_then(|(p, rest)| Some((p, cstr(rest)?.0)));
-            match parsed {
-                Some((p, stem)) if !stem.is_empty() => {
-                    let pair = (
-                        String::from_utf8_lossy(p).into_owned(),
-                        String::from_utf8_lossy(stem).into_owned(),
-                    );
-                    if seen_spans.insert(pair.clone()) {
-                        out.id_spans.push(pair);
-                    }
-                }
-                _ => out
-                    .warnings
-                    .push(".note.usdt_markers: malformed span note; skipped".into()),
-            }
+            _ => out
+                .warnings
+                .push(".note.usdt_markers: malformed span note; skipped".into()),
         }
     }
 
