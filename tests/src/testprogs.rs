@@ -246,3 +246,43 @@ pub fn check_against_readelf(path: &Path) -> Result<usize, String> {
     }
     Ok(ours.sites.len())
 }
+
+/// A section's header fields as `readelf -SW` prints them.
+#[derive(Clone, Copy, Debug)]
+pub struct SectionHeader {
+    pub addr: u64,
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// The header of section `name` in `path`, from readelf (an independent reader, so tests can
+/// check our parser against it and aim corruptions at known bytes).
+pub fn readelf_section(path: &Path, name: &str) -> SectionHeader {
+    let out = Command::new("readelf")
+        .args(["-SW"])
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| panic!("running readelf: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == name))
+        .unwrap_or_else(|| panic!("no {name} in {}", path.display()));
+    // "[Nr] Name Type Address Off Size ...": after the "]", columns 2, 3, 4.
+    let cols: Vec<&str> = line
+        .split(']')
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let hex = |i: usize| {
+        cols.get(i)
+            .and_then(|s| u64::from_str_radix(s, 16).ok())
+            .unwrap_or_else(|| panic!("unexpected readelf line {line:?}"))
+    };
+    SectionHeader {
+        addr: hex(2),
+        offset: hex(3),
+        size: hex(4),
+    }
+}

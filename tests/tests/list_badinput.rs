@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use usdt_trace::elf::{parse, parse_file, ElfError};
 use usdt_trace::list::{run, ListConfig, ListError};
-use usdt_trace_tests::testprogs::build_c;
+use usdt_trace_tests::testprogs::{self, build_c};
 
 fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("usdt-trace-badinput-{}", std::process::id()));
@@ -31,19 +31,8 @@ fn list_one(p: &Path) -> Result<(String, String), ListError> {
 
 /// (offset, size) of a section, from readelf.
 fn section(path: &Path, name: &str) -> (usize, usize) {
-    let out = std::process::Command::new("readelf")
-        .args(["-SW"])
-        .arg(path)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.split_whitespace().any(|w| w == name))
-        .unwrap();
-    let cols: Vec<&str> = line.split(']').nth(1).unwrap().split_whitespace().collect();
-    let hex = |s: &str| usize::from_str_radix(s, 16).unwrap();
-    (hex(cols[3]), hex(cols[4]))
+    let h = testprogs::readelf_section(path, name);
+    (h.offset as usize, h.size as usize)
 }
 
 #[test]

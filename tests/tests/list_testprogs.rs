@@ -7,7 +7,7 @@ use usdt_trace::argspec::ArgLoc;
 use usdt_trace::elf::{parse_file, ObjectProbes, Site, SiteInsn};
 use usdt_trace::list::{run, ListConfig};
 use usdt_trace::pattern::Pattern;
-use usdt_trace_tests::testprogs::{build_c, build_shared, check_against_readelf, link_args};
+use usdt_trace_tests::testprogs::{self, build_c, build_shared, check_against_readelf, link_args};
 
 fn sites<'a>(p: &'a ObjectProbes, provider: &str, name: &str) -> Vec<&'a Site> {
     p.sites
@@ -420,17 +420,6 @@ fn listing_a_process_finds_its_shared_library() {
 
 /// (sh_addr, sh_offset) of a section, from readelf.
 fn section_addr_offset(path: &Path, name: &str) -> (u64, u64) {
-    let out = std::process::Command::new("readelf")
-        .args(["-SW"])
-        .arg(path)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.split_whitespace().any(|w| w == name))
-        .unwrap_or_else(|| panic!("no {name} in {}", path.display()));
-    let cols: Vec<&str> = line.split(']').nth(1).unwrap().split_whitespace().collect();
-    let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
-    (hex(cols[2]), hex(cols[3]))
+    let h = testprogs::readelf_section(path, name);
+    (h.addr, h.offset)
 }
