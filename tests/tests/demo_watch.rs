@@ -10,8 +10,6 @@ mod util;
 
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use usdt_trace_tests::{require_root, watch};
@@ -20,22 +18,12 @@ use util::{demo_servers as servers, free_port, start_server};
 
 /// One request on its own connection; returns (status, body).
 fn request(port: u16, raw: &str) -> (u16, Vec<u8>) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    s.write_all(raw.as_bytes()).expect("send");
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
-    let split = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(&buf)));
-    let head = String::from_utf8_lossy(&buf[..split]);
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"));
-    (status, buf[split + 4..].to_vec())
+    let r = util::http_request(port, raw);
+    assert!(r.head_complete, "no header end in {:?}", r.head);
+    let status = r
+        .status
+        .unwrap_or_else(|| panic!("no status in {:?}", r.head));
+    (status, r.body)
 }
 
 /// What the 200 requests are: 180 GETs of existing files, 10 GETs of a missing one, 10 POSTs.

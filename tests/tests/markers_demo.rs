@@ -11,23 +11,8 @@ use util::*;
 
 /// One request on its own connection; returns (status, head, body).
 fn request(port: u16, raw: &str) -> (u16, String, Vec<u8>) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    s.write_all(raw.as_bytes()).expect("send");
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
-    let split = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or(buf.len());
-    let head = String::from_utf8_lossy(&buf[..split]).to_string();
-    let body = buf.get(split + 4..).unwrap_or_default().to_vec();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, head, body)
+    let r = http_request(port, raw);
+    (r.status.unwrap_or(0), r.head, r.body)
 }
 
 fn get(path: &str) -> String {

@@ -424,3 +424,36 @@ pub fn start_server(bin: &Path, port: u16, root: Option<&Path>) -> Server {
     );
     server
 }
+
+/// A demo server's answer to one request.
+pub struct Reply {
+    /// The status code from the status line, if there was one.
+    pub status: Option<u16>,
+    /// Everything before the blank line (all of it when there is none).
+    pub head: String,
+    /// Everything after the blank line.
+    pub body: Vec<u8>,
+    /// Whether the blank line ending the head was seen.
+    pub head_complete: bool,
+}
+
+/// Send `raw` on a connection of its own to 127.0.0.1:`port` and read until the server closes.
+pub fn http_request(port: u16, raw: &str) -> Reply {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok();
+    s.write_all(raw.as_bytes()).expect("send");
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n");
+    let split = end.unwrap_or(buf.len());
+    let head = String::from_utf8_lossy(&buf[..split]).to_string();
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok());
+    Reply {
+        status,
+        head,
+        body: buf.get(split + 4..).unwrap_or_default().to_vec(),
+        head_complete: end.is_some(),
+    }
+}
