@@ -401,6 +401,16 @@ mod tests {
         }
     }
 
+    fn event() -> EventRecord {
+        EventRecord {
+            hdr: header(REC_EVENT),
+            str_len: 0,
+            _pad: 0,
+            args: [0; MAX_ARGS],
+            str: [0; STR_LEN],
+        }
+    }
+
     fn header(kind: u32) -> RecordHeader {
         let mut comm = [0u8; 16];
         comm[..5].copy_from_slice(b"a\"b\x01c");
@@ -416,13 +426,7 @@ mod tests {
 
     #[test]
     fn event_json_is_valid_and_signed() {
-        let mut r = EventRecord {
-            hdr: header(REC_EVENT),
-            str_len: 0,
-            _pad: 0,
-            args: [0; MAX_ARGS],
-            str: [0; STR_LEN],
-        };
+        let mut r = event();
         r.args[0] = (-5i64) as u64;
         r.args[1] = u64::MAX;
         let s = site(
@@ -442,13 +446,7 @@ mod tests {
 
     #[test]
     fn untrusted_strings_stay_valid_json() {
-        let mut r = EventRecord {
-            hdr: header(REC_EVENT),
-            str_len: 0,
-            _pad: 0,
-            args: [0; MAX_ARGS],
-            str: [0; STR_LEN],
-        };
+        let mut r = event();
         let evil = b"\xff\xfe\"\\\n\x7f\xc3(";
         r.str[..evil.len()].copy_from_slice(evil);
         r.str_len = evil.len() as u32 + 1;
