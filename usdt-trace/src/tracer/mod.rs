@@ -351,16 +351,6 @@ impl Tracer {
         Ok(())
     }
 
-    /// Number of sites attached (per process).
-    pub fn attachments(&self) -> usize {
-        self.sites
-    }
-
-    /// True when sites are attached through uprobe_multi links.
-    pub fn uses_multi(&self) -> bool {
-        !self.multi_links.is_empty()
-    }
-
     /// Stop recording (hits during the detach are ignored), then detach every uprobe; the
     /// semaphores drop back to 0.
     ///
