@@ -12,7 +12,7 @@ use crate::pattern::Pattern;
 use crate::procmaps::{self, ProcError};
 use serde::Serialize;
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub struct ListConfig {
     pub json: bool,
@@ -373,6 +373,22 @@ fn const_value(v: u64, size: u8, signed: bool) -> String {
     } else {
         v.to_string()
     }
+}
+
+/// For tests and tools: the same listing of one file as a string.
+pub fn list_to_string(path: &Path, json: bool) -> Result<(String, String), ListError> {
+    let cfg = ListConfig {
+        json,
+        targets: vec![path.to_path_buf()],
+        pid: None,
+        patterns: Vec::new(),
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    run(&cfg, &mut out, &mut err)?;
+    Ok((
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    ))
 }
 
 #[cfg(test)]
