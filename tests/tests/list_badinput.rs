@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use usdt_trace::elf::{parse, parse_file, ElfError};
 use usdt_trace::list::{run, ListConfig, ListError};
+use usdt_trace::target::TargetError;
 use usdt_trace_tests::testprogs::{self, build_c};
 
 fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
@@ -39,7 +40,7 @@ fn section(path: &Path, name: &str) -> (usize, usize) {
 fn missing_path() {
     let e = list_one(Path::new("/nonexistent/usdt-trace/x")).unwrap_err();
     match e {
-        ListError::Elf(ElfError::Io { source, .. }) => {
+        ListError::Target(TargetError::Open { source, .. }) => {
             assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
         }
         other => panic!("{other:?}"),
@@ -50,7 +51,7 @@ fn missing_path() {
 fn directory() {
     let e = list_one(Path::new("/tmp")).unwrap_err();
     assert!(
-        matches!(e, ListError::Elf(ElfError::IsDirectory { .. })),
+        matches!(e, ListError::Target(TargetError::IsDirectory { .. })),
         "{e:?}"
     );
     assert!(e.to_string().contains("is a directory"));

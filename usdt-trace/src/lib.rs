@@ -5,25 +5,31 @@
 //!
 //! | module | job | pure |
 //! |---|---|---|
+//! | [`target`] | a path or a PID → opened, parsed objects (shared by `list` and `watch`) | reads files |
 //! | [`elf`] | `.note.stapsdt` notes, segments, symbols → probe sites and file offsets | yes |
 //! | [`argspec`] | argument spec grammar → typed locations (x86_64, aarch64) | yes |
 //! | [`btf`] | the offset of a struct member in the kernel's BTF | yes |
 //! | [`procmaps`] | `/proc/PID/maps` text → mapped objects | yes |
 //! | [`pattern`] | `provider:name` globs | yes |
-//! | [`spans`] | start/end pairing rules → what the kernel pairs | yes |
+//! | [`spans`] | start/end pairing rules → roles and span names | yes |
+//! | [`plan`] | chosen sites and roles → kernel specs, printer info and attach points per cookie | yes |
 //! | [`output`] | text and NDJSON records, histograms | yes |
+//! | [`child`] | the `-c` command: fork, hold until the probes are live, reap | no |
 //! | [`tracer`] | load the eBPF object, attach uprobes (with semaphores), read the ring buffer | no |
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod argspec;
 pub mod btf;
+pub mod child;
 pub mod cli;
 pub mod elf;
 pub mod list;
 pub mod output;
 pub mod pattern;
+pub mod plan;
 pub mod procmaps;
 pub mod spans;
+pub mod target;
 pub mod tracer;
 pub mod watch;

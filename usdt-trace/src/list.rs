@@ -7,9 +7,9 @@
 //! `nop` or an instruction the kernel must single-step at about twenty times the cost.
 
 use crate::argspec::{ArgLoc, ArgSpec};
-use crate::elf::{self, ElfError, ObjectProbes, Site, SiteInsn};
+use crate::elf::{ElfError, ObjectProbes, Site, SiteInsn};
 use crate::pattern::Pattern;
-use crate::procmaps::{self, ProcError};
+use crate::target::{self, Object, TargetError};
 use serde::Serialize;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -25,9 +25,7 @@ pub struct ListConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
     #[error(transparent)]
-    Elf(#[from] ElfError),
-    #[error(transparent)]
-    Proc(#[from] ProcError),
+    Target(#[from] TargetError),
     /// Writing the listing failed; a closed pipe (`| head`) is [`ListError::is_broken_pipe`].
     #[error("writing the listing: {0}")]
     Io(#[from] io::Error),
@@ -41,34 +39,30 @@ impl ListError {
     }
 }
 
-/// One object to list: what to show, what to open, and whether the user named it.
+/// One object to list: what to show, and whether the user named it.
 struct Target {
     shown: String,
-    read: PathBuf,
     named: bool,
 }
 
 /// Lists the probe sites of `cfg`'s files and process; returns how many sites were printed.
 pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result<usize, ListError> {
-    let mut targets: Vec<Target> = cfg
-        .targets
-        .iter()
-        .map(|p| Target {
-            shown: p.display().to_string(),
-            read: p.clone(),
-            named: true,
-        })
-        .collect();
+    let mut targets: Vec<(Target, Result<Object, TargetError>)> = Vec::new();
+    for p in &cfg.targets {
+        let shown = p.display().to_string();
+        let object = target::open(&shown, p);
+        targets.push((Target { shown, named: true }, object));
+    }
     if let Some(pid) = cfg.pid {
-        targets.extend(procmaps::mapped_objects(pid)?.into_iter().map(|o| Target {
-            shown: if o.deleted {
-                format!("{} (deleted)", o.path)
-            } else {
-                o.path
-            },
-            read: o.host_path,
-            named: false,
-        }));
+        for m in target::open_process(pid)? {
+            targets.push((
+                Target {
+                    shown: m.shown,
+                    named: false,
+                },
+                m.object,
+            ));
+        }
     }
     if targets.is_empty() {
         return Err(ListError::NoTargets);
@@ -78,9 +72,9 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
     // one is a call, which made JSON output cost more than parsing.
     let mut json_buf = Vec::with_capacity(1024);
     let mut printed = 0;
-    for t in &targets {
-        let probes = match elf::parse_file(&t.read) {
-            Ok(p) => p,
+    for (t, object) in targets {
+        let probes = match object {
+            Ok(o) => o.probes,
             Err(e) if t.named => {
                 out.flush()?;
                 return Err(e.into());
@@ -88,10 +82,12 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
             // A process maps fonts, locale archives and caches too; only ELF damage is news.
             Err(e) => {
                 if !matches!(
-                    e.kind(),
-                    ElfError::NotElf { .. } | ElfError::Truncated { .. }
+                    e.elf(),
+                    Some(ElfError::NotElf { .. } | ElfError::Truncated { .. })
                 ) {
-                    writeln!(err, "warning: {}: {}", t.shown, e.kind())?;
+                    // The path is already in front; say only what is wrong.
+                    let what = e.elf().map_or_else(|| e.to_string(), |k| k.to_string());
+                    writeln!(err, "warning: {}: {what}", t.shown)?;
                 }
                 continue;
             }
@@ -113,7 +109,7 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
                 out.write_all(&json_buf)?;
             }
         } else {
-            write_text(&mut out, t, cfg, &probes, &sites)?;
+            write_text(&mut out, &t, cfg, &probes, &sites)?;
         }
         printed += sites.len();
     }

@@ -162,6 +162,13 @@ pub fn objects_from_entries(pid: u32, entries: &[MapEntry]) -> Vec<MappedObject>
     out
 }
 
+/// The state letter of a `/proc/PID/stat` line (`R`, `S`, `Z`, ...). It follows the
+/// parenthesised comm, which may itself hold `)` and spaces, so look after the last `)`.
+pub fn stat_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+}
+
 /// Every distinct file a live process has mapped.
 pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, ProcError> {
     let text = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
@@ -187,6 +194,13 @@ pub fn mapped_objects(pid: u32) -> Result<Vec<MappedObject>, ProcError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn stat_state_reads_past_a_comm_with_parens() {
+        assert_eq!(stat_state("42 (a) b) c) Z 1 2 3"), Some('Z'));
+        assert_eq!(stat_state("7 (bash) S 1"), Some('S'));
+        assert_eq!(stat_state("garbage"), None);
+    }
 
     const SAMPLE: &str = "\
 55d0c1a00000-55d0c1a02000 r--p 00000000 fd:01 1048602                    /usr/bin/my prog

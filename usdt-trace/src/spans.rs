@@ -1,20 +1,15 @@
-//! Which probes open and close spans, and what the kernel is told about each site.
+//! Which probes open and close spans: the pairing rules.
 //!
 //! Probe authors mark the two ends of an operation with a pair of probes: PostgreSQL's
 //! `query__start`/`query__done`, Python's `function__entry`/`function__return`, our own
 //! `request__start`/`request__end`. `watch` pairs them in the kernel, so it needs, per site, a
 //! role (event, start or end) and a pair id shared by the start and end of one span name. This
 //! module decides those from the probe names alone (auto-pairing) or from `--span START=END`
-//! rules, and turns every site's argument specs into the fixed-size [`SiteSpec`] the eBPF
-//! program reads by cookie. Pure: no I/O.
+//! rules; [`crate::plan`] turns the roles into what the kernel and the printers get. Pure: no I/O.
 
-use crate::argspec::{ArgLoc, ArgSpec};
 use std::collections::HashMap;
 use thiserror::Error;
-use usdt_trace_common::{
-    ArgDesc, SiteSpec, ARG_CONST, ARG_MEM, ARG_NONE, ARG_REG, ARG_RIP, ARG_UNSUPPORTED, ID_NONE,
-    MAX_ARGS, REG_NONE, ROLE_END, ROLE_EVENT, ROLE_START, STR_NONE,
-};
+use usdt_trace_common::MAX_ARGS;
 
 /// Suffix/prefix conventions, tried in order: (start, end) name forms around a stem.
 const AUTO_RULES: &[(Affix, Affix)] = &[
@@ -290,118 +285,6 @@ fn common_stem(a: &str, b: &str) -> String {
     }
 }
 
-/// The kernel's view of one argument.
-pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
-    let mut d = ArgDesc {
-        kind: ARG_UNSUPPORTED,
-        size: arg.size,
-        signed: arg.signed as u8,
-        base_reg: REG_NONE,
-        index_reg: REG_NONE,
-        scale: 1,
-        _pad: [0; 2],
-        val: 0,
-    };
-    if !arg.readable() {
-        return d;
-    }
-    match &arg.loc {
-        ArgLoc::Const { value } => {
-            d.kind = ARG_CONST;
-            d.val = *value;
-        }
-        ArgLoc::Reg { reg } => {
-            d.kind = ARG_REG;
-            d.base_reg = reg.pt_regs_word;
-        }
-        ArgLoc::Mem {
-            base,
-            index,
-            scale,
-            disp,
-        } => {
-            d.kind = ARG_MEM;
-            d.base_reg = base.pt_regs_word;
-            if let Some(i) = index {
-                d.index_reg = i.pt_regs_word;
-                d.scale = *scale;
-            }
-            d.val = *disp as u64;
-        }
-        ArgLoc::RipRel {
-            address: Some(addr),
-            ..
-        } => {
-            // At the probe, ip == pc (the kernel rewinds it to the breakpoint), so the delta
-            // from pc finds the symbol in any load bias without knowing the process.
-            d.kind = ARG_RIP;
-            d.val = addr.wrapping_sub(pc);
-        }
-        ArgLoc::SymMem {
-            base,
-            index,
-            scale,
-            address: Some(addr),
-            ..
-        } => {
-            // `addr` is absolute (ET_EXEC only). Without a base, REG_NONE reads as 0 in the
-            // program (`reg()` returns 0 past the saved registers).
-            d.kind = ARG_MEM;
-            d.base_reg = base.as_ref().map_or(REG_NONE, |b| b.pt_regs_word);
-            if let Some(i) = index {
-                d.index_reg = i.pt_regs_word;
-                d.scale = *scale;
-            }
-            d.val = *addr;
-        }
-        _ => {}
-    }
-    d
-}
-
-/// The fixed-size spec the eBPF program reads for one site.
-pub fn site_spec(
-    args: &[ArgSpec],
-    pc: u64,
-    role: Role,
-    by_id: bool,
-    str_arg: Option<usize>,
-) -> SiteSpec {
-    let mut spec = SiteSpec {
-        pair_id: 0,
-        role: ROLE_EVENT,
-        id_arg: ID_NONE,
-        nargs: args.len().min(MAX_ARGS) as u8,
-        str_arg: STR_NONE,
-        args: [ArgDesc {
-            kind: ARG_NONE,
-            ..Default::default()
-        }; MAX_ARGS],
-    };
-    match role {
-        Role::Event => {}
-        Role::Start(id) => {
-            spec.role = ROLE_START;
-            spec.pair_id = id;
-        }
-        Role::End(id) => {
-            spec.role = ROLE_END;
-            spec.pair_id = id;
-        }
-    }
-    if by_id && !matches!(role, Role::Event) && args.first().is_some_and(|a| a.readable()) {
-        spec.id_arg = 0;
-    }
-    if let Some(i) = str_arg.filter(|&i| i < args.len() && args[i].readable() && args[i].size == 8)
-    {
-        spec.str_arg = i as u8;
-    }
-    for (d, a) in spec.args.iter_mut().zip(args) {
-        *d = arg_desc(a, pc);
-    }
-    spec
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -507,36 +390,5 @@ mod tests {
     fn common_stems() {
         assert_eq!(common_stem("query__start", "query__done"), "query");
         assert_eq!(common_stem("a", "b"), "a..b");
-    }
-
-    /// gcc -no-pie's `sym(%reg)` / `sym(,%idx,s)`: absolute memory once elf.rs resolved it.
-    #[test]
-    fn symbolic_displacement_maps_to_absolute_mem() {
-        use crate::argspec::{parse_arg, Arch};
-        let resolved = |s: &str, addr: Option<u64>| {
-            let mut a = parse_arg(s, Arch::X86_64);
-            match &mut a.loc {
-                ArgLoc::SymMem { address, .. } => *address = addr,
-                other => panic!("{s}: {other:?}"),
-            }
-            a
-        };
-        let d = arg_desc(&resolved("-4@a_s32(,%rax,4)", Some(0x404060)), 0x401000);
-        assert_eq!((d.kind, d.size, d.signed), (ARG_MEM, 4, 1));
-        assert_eq!((d.base_reg, d.index_reg, d.scale), (REG_NONE, 10, 4));
-        assert_eq!(d.val, 0x404060);
-        let d = arg_desc(&resolved("2@a_u16(%rax,%rax)", Some(0x404050)), 0x401000);
-        assert_eq!(
-            (d.kind, d.base_reg, d.index_reg, d.scale),
-            (ARG_MEM, 10, 10, 1)
-        );
-        assert_eq!(d.val, 0x404050);
-        // The offset is already in the resolved address.
-        let d = arg_desc(&resolved("8@sarr+8(%rcx)", Some(0x404088)), 0x401000);
-        assert_eq!((d.kind, d.base_reg, d.index_reg), (ARG_MEM, 11, REG_NONE));
-        assert_eq!(d.val, 0x404088);
-        // Unresolved (PIE, shared library, unknown symbol): not read.
-        let d = arg_desc(&resolved("-1@a_s8(%rax)", None), 0x401000);
-        assert_eq!(d.kind, ARG_UNSUPPORTED);
     }
 }

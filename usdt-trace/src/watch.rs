@@ -1,21 +1,25 @@
-//! `usdt-trace watch`: targets → probe sites → spec table → attach → records → output.
+//! `usdt-trace watch`: a short driver over stages that each live in their own module.
 //!
-//! Each stage consumes what the one before produced and nothing is parsed twice: the ELF is
-//! parsed once (through the same file descriptor the uprobes are attached through, so the
-//! kernel resolves the very inode we parsed), the span plan and argument specs become one
-//! [`SiteSpec`](usdt_trace_common::SiteSpec) per site, and output looks sites up by cookie.
+//! 1. [`target`]: the named files, or every object of the `-p` processes, opened once (the
+//!    uprobes attach through the same descriptor, so the kernel resolves the inode we parsed);
+//! 2. [`plan`]: the chosen sites → one kernel spec and one printer record per cookie, and the
+//!    attach points per object;
+//! 3. [`child`]: the `-c` command, forked and held until the probes are live;
+//! 4. [`Tracer`]: load, attach, read the ring buffer, detach (the only kernel-facing stage);
+//! 5. sinks ([`crate::output::Sink`]): every record, resolved by the plan, goes to them; the
+//!    loop does not know which output mode is in use.
 
-use crate::elf::{self, ObjectProbes};
-use crate::output::{self, hist, ArgFmt, PairInfo, Record, SiteInfo, Summary};
+use crate::child::{Child, SpawnError};
+use crate::output::sink::{Fanout, Hists};
+use crate::output::{self, JsonSink, Sink, Summary, TextSink};
 use crate::pattern::Pattern;
-use crate::procmaps::{self, ProcError};
-use crate::spans::{self, ProbeName, Role, SpanError, SpanRule, StrRule};
+use crate::plan::{self, Plan, PlanError, PlanOptions};
+use crate::procmaps::ProcError;
+use crate::spans::{SpanRule, StrRule};
+use crate::target::{self, Object, TargetError};
 use crate::tracer::{LoadOptions, TraceError, Tracer};
 use std::collections::BTreeSet;
-use std::ffi::CString;
-use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -40,32 +44,43 @@ pub struct WatchConfig {
     pub ring_bytes: u32,
 }
 
+impl WatchConfig {
+    fn plan_options(&self) -> PlanOptions<'_> {
+        PlanOptions {
+            patterns: &self.patterns,
+            spans: &self.spans,
+            strs: &self.strs,
+            auto_span: self.auto_span,
+        }
+    }
+
+    /// The sinks this configuration asks for; `t0` is the monotonic time text output counts
+    /// from.
+    fn sinks(&self, t0: u64) -> Fanout {
+        let stdout = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
+        let sink: Box<dyn Sink> = if self.json {
+            Box::new(JsonSink::new(stdout))
+        } else {
+            Box::new(TextSink::new(stdout, t0, !self.hist))
+        };
+        Fanout(vec![sink])
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
-    #[error("{path}: {msg}")]
-    Target { path: String, msg: String },
-    #[error("{path}: {source}")]
-    Open {
-        path: String,
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Target(#[from] TargetError),
     #[error(transparent)]
     Proc(#[from] ProcError),
     #[error("no USDT probes in {0}")]
     NoProbes(String),
-    #[error("no probe matches {patterns} in {targets}")]
-    NoMatch { patterns: String, targets: String },
     #[error(transparent)]
-    Span(#[from] SpanError),
+    Plan(#[from] PlanError),
     #[error(transparent)]
     Trace(#[from] TraceError),
-    #[error("starting {cmd}: {source}")]
-    Spawn {
-        cmd: String,
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
     #[error("writing output: {0}")]
     Output(#[from] io::Error),
 }
@@ -74,37 +89,6 @@ impl WatchError {
     pub fn is_broken_pipe(&self) -> bool {
         matches!(self, WatchError::Output(e) if e.kind() == io::ErrorKind::BrokenPipe)
     }
-}
-
-/// One ELF object being traced.
-struct Object {
-    shown: String,
-    /// Kept open: uprobes attach through /proc/self/fd/N of this descriptor.
-    file: File,
-    probes: ObjectProbes,
-}
-
-impl Object {
-    fn open(shown: String, path: &std::path::Path) -> Result<Object, WatchError> {
-        let file = File::open(path).map_err(|source| WatchError::Open {
-            path: shown.clone(),
-            source,
-        })?;
-        // Parsed through the descriptor; errors name the path the user knows.
-        let probes = elf::parse_file(&fd_path(&file)).map_err(|e| WatchError::Target {
-            path: shown.clone(),
-            msg: e.kind().to_string(),
-        })?;
-        Ok(Object {
-            shown,
-            file,
-            probes,
-        })
-    }
-}
-
-fn fd_path(f: &File) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()))
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -125,132 +109,6 @@ fn install_signal_handlers() {
     }
 }
 
-/// A child started by `-c`, held before exec until the probes are live.
-struct Child {
-    pid: libc::pid_t,
-    cmd: String,
-    release: Option<File>,
-    /// Close-on-exec: EOF means the exec succeeded, 4 bytes are the errno of a failed one.
-    exec_status: Option<File>,
-    status: Option<i32>,
-}
-
-impl Child {
-    fn spawn(argv: &[String]) -> Result<Child, WatchError> {
-        let cmd = argv.join(" ");
-        let spawn_err = |source| WatchError::Spawn {
-            cmd: cmd.clone(),
-            source,
-        };
-        let cargs: Vec<CString> = argv
-            .iter()
-            .map(|a| CString::new(a.as_bytes()))
-            .collect::<Result<_, _>>()
-            .map_err(|_| spawn_err(io::Error::from_raw_os_error(libc::EINVAL)))?;
-        let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
-        ptrs.push(std::ptr::null());
-        let mut fds = [0i32; 2];
-        let mut st = [0i32; 2];
-        // SAFETY: plain pipe2 into 2-int arrays.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0
-            || unsafe { libc::pipe2(st.as_mut_ptr(), libc::O_CLOEXEC) } != 0
-        {
-            return Err(spawn_err(io::Error::last_os_error()));
-        }
-        // SAFETY: the child only calls async-signal-safe functions (read, close, execvp, _exit)
-        // before exec; everything it touches was allocated before the fork.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(spawn_err(io::Error::last_os_error()));
-        }
-        if pid == 0 {
-            unsafe {
-                libc::close(fds[1]);
-                libc::close(st[0]);
-                let mut b = 0u8;
-                // Wait for the go-ahead: the probes are live. EOF (tracer died) means don't run.
-                if libc::read(fds[0], &mut b as *mut u8 as *mut libc::c_void, 1) != 1 {
-                    libc::_exit(126);
-                }
-                libc::execvp(ptrs[0], ptrs.as_ptr());
-                let errno = *libc::__errno_location();
-                libc::write(st[1], &errno as *const i32 as *const libc::c_void, 4);
-                libc::_exit(127);
-            }
-        }
-        // SAFETY: we own these ends; the others are the child's now.
-        unsafe {
-            libc::close(fds[0]);
-            libc::close(st[1]);
-        }
-        use std::os::fd::FromRawFd;
-        Ok(Child {
-            pid,
-            cmd,
-            // SAFETY: fds[1] and st[0] are ours alone.
-            release: Some(unsafe { File::from_raw_fd(fds[1]) }),
-            exec_status: Some(unsafe { File::from_raw_fd(st[0]) }),
-            status: None,
-        })
-    }
-
-    /// Let the child exec, and report whether the exec worked.
-    fn release(&mut self) -> Result<(), WatchError> {
-        if let Some(mut f) = self.release.take() {
-            let _ = f.write_all(b"g");
-        }
-        if let Some(mut st) = self.exec_status.take() {
-            let mut buf = [0u8; 4];
-            use std::io::Read;
-            if let Ok(4) = st.read(&mut buf) {
-                return Err(WatchError::Spawn {
-                    cmd: self.cmd.clone(),
-                    source: io::Error::from_raw_os_error(i32::from_ne_bytes(buf)),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// True once the child has exited (reaped).
-    fn exited(&mut self) -> bool {
-        if self.status.is_some() {
-            return true;
-        }
-        let mut st = 0;
-        // SAFETY: waitpid on our own child.
-        let r = unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG) };
-        if r == self.pid {
-            self.status = Some(st);
-        }
-        self.status.is_some()
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        // Dropping the release pipe unreleased makes the child exit without running.
-        self.release.take();
-        if self.status.is_none() {
-            let mut st = 0;
-            // SAFETY: reap our own child; it runs to completion on its own.
-            unsafe { libc::waitpid(self.pid, &mut st, 0) };
-        }
-    }
-}
-
-/// Alive and not a zombie (a zombie's probes can never fire again).
-fn pid_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state letter follows the parenthesised comm, which may itself hold ')'.
-        Ok(s) => s
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|state| state != 'Z' && state != 'X'),
-        Err(_) => false,
-    }
-}
-
 /// Monotonic now, in the clock bpf_ktime_get_ns uses.
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -262,39 +120,27 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// One attached site, for output.
-struct Attached {
-    info: SiteInfo,
-    pair: Option<u32>,
-}
-
-pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
-    // 1. Targets: named files, or every object of the -p processes.
-    let mut objects: Vec<Object> = Vec::new();
+/// The objects to trace: the named files, else every object with probes that the `-p`
+/// processes map (each file once).
+fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
+    let mut objects = Vec::new();
     for t in &cfg.targets {
-        objects.push(Object::open(t.display().to_string(), t)?);
+        objects.push(target::open(&t.display().to_string(), t)?);
     }
     if cfg.targets.is_empty() {
         let mut seen = BTreeSet::new();
         for &pid in &cfg.pids {
-            for m in procmaps::mapped_objects(pid)? {
-                if !seen.insert((m.dev, m.inode)) {
-                    continue;
-                }
-                // Objects without probes or that are not ELF (fonts, locale archives) are skipped.
-                if let Ok(o) = Object::open(m.path.clone(), &m.host_path) {
-                    if !o.probes.sites.is_empty() {
-                        objects.push(o);
-                    }
+            for m in target::open_process(pid)? {
+                // Objects that are not ELF (fonts, locale archives) or have no probes are
+                // not what the user is after.
+                let Ok(o) = m.object else { continue };
+                if !o.probes.sites.is_empty() && seen.insert((o.dev, o.inode)) {
+                    objects.push(o);
                 }
             }
         }
-    } else {
-        for &pid in &cfg.pids {
-            if !pid_alive(pid) {
-                return Err(ProcError::NoSuchProcess { pid }.into());
-            }
-        }
+    } else if let Some(&pid) = cfg.pids.iter().find(|&&p| !target::pid_alive(p)) {
+        return Err(ProcError::NoSuchProcess { pid }.into());
     }
     let mut err = io::stderr();
     for o in &objects {
@@ -304,180 +150,51 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
     }
     if objects.iter().all(|o| o.probes.sites.is_empty()) {
         let what = if cfg.targets.is_empty() {
-            format!(
-                "process {}",
-                cfg.pids
-                    .iter()
-                    .map(|p| p.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+            let pids: Vec<String> = cfg.pids.iter().map(|p| p.to_string()).collect();
+            format!("process {}", pids.join(", "))
         } else {
-            objects
-                .iter()
-                .map(|o| o.shown.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            let shown: Vec<&str> = objects.iter().map(|o| o.shown.as_str()).collect();
+            shown.join(", ")
         };
         return Err(WatchError::NoProbes(what));
     }
+    Ok(objects)
+}
 
-    // 2. Sites that match the patterns.
-    let matches = |p: &str, n: &str| {
-        cfg.patterns.is_empty() || cfg.patterns.iter().any(|pat| pat.matches(p, n))
-    };
-    let mut chosen: Vec<(usize, usize)> = Vec::new();
-    for (oi, o) in objects.iter().enumerate() {
-        for (si, s) in o.probes.sites.iter().enumerate() {
-            if matches(&s.provider, &s.name) {
-                chosen.push((oi, si));
-            }
-        }
-    }
-    if chosen.is_empty() {
-        return Err(WatchError::NoMatch {
-            patterns: cfg
-                .patterns
-                .iter()
-                .map(|p| p.to_string())
-                .collect::<Vec<_>>()
-                .join(" "),
-            targets: objects
-                .iter()
-                .map(|o| o.shown.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-        });
-    }
-
-    // 3. Roles: which probes open and close spans.
-    let names: Vec<ProbeName> = chosen
-        .iter()
-        .map(|&(oi, si)| {
-            let s = &objects[oi].probes.sites[si];
-            ProbeName {
-                provider: s.provider.clone(),
-                name: s.name.clone(),
-            }
-        })
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let id_spans: Vec<(String, String)> = objects
-        .iter()
-        .flat_map(|o| o.probes.id_spans.iter().cloned())
-        .collect();
-    let plan = spans::plan(&names, &cfg.spans, &id_spans, cfg.auto_span)?;
-
-    // 4. One spec per site; the index is the cookie.
-    let mut specs = Vec::with_capacity(chosen.len());
-    let mut attached = Vec::with_capacity(chosen.len());
-    for &(oi, si) in &chosen {
-        let s = &objects[oi].probes.sites[si];
-        let role = plan.role(&s.provider, &s.name);
-        let pair = match role {
-            Role::Start(id) | Role::End(id) => Some(id),
-            Role::Event => None,
-        };
-        let by_id = pair.is_some_and(|id| plan.pairs[id as usize].by_id);
-        let str_arg = cfg
-            .strs
-            .iter()
-            .find(|r| r.probe.matches(&s.provider, &s.name))
-            .map(|r| r.index);
-        let spec = spans::site_spec(&s.args, s.pc, role, by_id, str_arg);
-        let info = SiteInfo {
-            provider: s.provider.clone(),
-            name: s.name.clone(),
-            args: s
-                .args
-                .iter()
-                .map(|a| {
-                    if !a.readable() {
-                        ArgFmt::Unreadable
-                    } else if a.signed {
-                        ArgFmt::Signed
-                    } else {
-                        ArgFmt::Unsigned
-                    }
-                })
-                .collect(),
-            str_arg: (spec.str_arg as usize != usdt_trace_common::STR_NONE as usize)
-                .then_some(spec.str_arg as usize),
-        };
-        specs.push(spec);
-        attached.push(Attached { info, pair });
-    }
-    let pairs: Vec<PairInfo> = plan
-        .pairs
-        .iter()
-        .map(|p| PairInfo {
-            provider: p.provider.clone(),
-            stem: p.stem.clone(),
-            start: p.start.clone(),
-            end: p.end.clone(),
-        })
-        .collect();
-
-    // 5. Load, then attach every site (per process with -p / -c).
-    let mut child = match &cfg.command {
-        Some(argv) => Some(Child::spawn(argv)?),
-        None => None,
-    };
-    let mut pids: Vec<u32> = cfg.pids.clone();
-    if let Some(c) = &child {
-        pids.push(c.pid as u32);
-    }
-    let mut flags = 0;
-    if cfg.hist {
-        flags |= CFG_HIST;
-    }
-    if cfg.sched {
-        flags |= CFG_ACCT;
-    }
-    if !pids.is_empty() {
-        flags |= CFG_PID_FILTER;
-    }
-    let mut tracer = Tracer::load(&LoadOptions {
-        specs: &specs,
-        flags,
-        ring_bytes: cfg.ring_bytes,
-        pids: &pids,
-        sched: cfg.sched,
-    })?;
+/// Attaches every object's points, once per traced process (or once for all processes).
+fn attach(
+    tracer: &mut Tracer,
+    objects: &[Object],
+    plan: &Plan,
+    pids: &[u32],
+) -> Result<(), WatchError> {
     let pid_targets: Vec<Option<u32>> = if pids.is_empty() {
         vec![None]
     } else {
         pids.iter().map(|&p| Some(p)).collect()
     };
-    // Group the chosen sites by object: one attachment per object (and process).
-    let mut by_object: Vec<Vec<(u64, Option<u64>, u32)>> = vec![Vec::new(); objects.len()];
-    for (cookie, &(oi, si)) in chosen.iter().enumerate() {
-        let s = &objects[oi].probes.sites[si];
-        by_object[oi].push((s.file_offset, s.semaphore_offset, cookie as u32));
-    }
-    let mut used_objects = 0;
-    for (oi, sites) in by_object.iter().enumerate() {
-        if sites.is_empty() {
-            continue;
-        }
-        used_objects += 1;
-        let o = &objects[oi];
-        let path = fd_path(&o.file);
+    for op in &plan.objects {
+        let o = &objects[op.object];
+        let path = o.fd_path();
         let path = path.to_string_lossy();
+        let points: Vec<(u64, Option<u64>, u32)> = op
+            .points
+            .iter()
+            .map(|p| (p.offset, p.ref_ctr, p.cookie))
+            .collect();
         for &pid in &pid_targets {
             tracer
-                .attach_object(&path, sites, pid)
+                .attach_object(&path, &points, pid)
                 .map_err(|e| match e {
-                    // Name the file the user knows, not /proc/self/fd/N.
+                    // Name the file and probe the user knows, not /proc/self/fd/N.
                     TraceError::Attach {
                         offset, sema, msg, ..
                     } => {
-                        let probe = o
-                            .probes
-                            .sites
+                        let probe = op
+                            .points
                             .iter()
-                            .find(|s| s.file_offset == offset)
+                            .find(|p| p.offset == offset)
+                            .and_then(|p| plan.sites.get(p.cookie as usize))
                             .map(|s| format!(" ({}:{})", s.provider, s.name))
                             .unwrap_or_default();
                         TraceError::Attach {
@@ -491,124 +208,123 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
                 })?;
         }
     }
-    let nobj = used_objects;
+    Ok(())
+}
+
+/// Why the reading loop should end now, if it should.
+fn should_stop(cfg: &WatchConfig, started: Instant, child: Option<&mut Child>) -> bool {
+    STOP.load(Ordering::Relaxed)
+        || cfg.duration.is_some_and(|d| started.elapsed() >= d)
+        || child.is_some_and(|c| c.exited())
+        || (cfg.command.is_none()
+            && !cfg.pids.is_empty()
+            && cfg.pids.iter().all(|&p| !target::pid_alive(p)))
+}
+
+/// Reads records until told to stop, then detaches and drains what is left.
+struct Reader<'a> {
+    plan: &'a Plan,
+    sinks: Fanout,
+    /// Records that did not decode or named no known site.
+    bad_records: u64,
+}
+
+impl Reader<'_> {
+    fn batch(&mut self, tracer: &mut Tracer, timeout: Duration) -> Result<usize, WatchError> {
+        let mut res = Ok(());
+        let n = tracer.poll(timeout, |bytes| {
+            let view = output::decode(bytes).and_then(|r| self.plan.resolve(r));
+            match view {
+                Some(v) if res.is_ok() => res = self.sinks.record(&v),
+                Some(_) => {}
+                None => self.bad_records += 1,
+            }
+        })?;
+        res?;
+        self.sinks.flush()?;
+        Ok(n)
+    }
+
+    fn hists(&mut self, tracer: &Tracer) -> Result<(), WatchError> {
+        let hists = tracer.hists(self.plan.pairs.len())?;
+        self.sinks.hists(&Hists {
+            pairs: &self.plan.pairs,
+            hists: &hists,
+        })?;
+        Ok(())
+    }
+}
+
+pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
+    let objects = open_targets(cfg)?;
+    let named: Vec<(&str, &crate::elf::ObjectProbes)> = objects
+        .iter()
+        .map(|o| (o.shown.as_str(), &o.probes))
+        .collect();
+    let plan = plan::build(&named, &cfg.plan_options())?;
+
+    let mut child = cfg.command.as_deref().map(Child::spawn).transpose()?;
+    let mut pids: Vec<u32> = cfg.pids.clone();
+    pids.extend(child.as_ref().map(|c| c.pid as u32));
+    let mut flags = 0;
+    if cfg.hist {
+        flags |= CFG_HIST;
+    }
+    if cfg.sched {
+        flags |= CFG_ACCT;
+    }
+    if !pids.is_empty() {
+        flags |= CFG_PID_FILTER;
+    }
+    let mut tracer = Tracer::load(&LoadOptions {
+        specs: &plan.specs,
+        flags,
+        ring_bytes: cfg.ring_bytes,
+        pids: &pids,
+        sched: cfg.sched,
+    })?;
+    attach(&mut tracer, &objects, &plan, &pids)?;
     // Before the readiness line: a script may send SIGINT the moment it sees it.
     install_signal_handlers();
-    eprintln!(
-        "Attached {} probe site{} in {} object{}{}; Ctrl-C to stop",
-        chosen.len(),
-        if chosen.len() == 1 { "" } else { "s" },
-        nobj,
-        if nobj == 1 { "" } else { "s" },
-        if pairs.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " ({} span name{})",
-                pairs.len(),
-                if pairs.len() == 1 { "" } else { "s" }
-            )
-        }
-    );
+    eprintln!("{}", plan.attached_line());
     if let Some(c) = child.as_mut() {
         c.release()?;
     }
 
-    // 6. Read until told to stop.
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let t0 = monotonic_ns();
     let started = Instant::now();
-    let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
-    if !cfg.json && !cfg.hist {
-        out.write_all(output::text_header().as_bytes())?;
-        out.flush()?;
-    }
-    let mut bad_records = 0u64;
-    let mut handle = |rec: &[u8], buf: &mut Vec<u8>| match output::decode(rec) {
-        Some(Record::Event(r)) => {
-            let Some(a) = attached.get(r.hdr.site as usize) else {
-                bad_records += 1;
-                return;
-            };
-            if cfg.json {
-                output::event_json(buf, &a.info, r);
-            } else {
-                buf.extend_from_slice(output::event_text(&a.info, r, t0).as_bytes());
-            }
-        }
-        Some(Record::Span(r)) => {
-            let (Some(end), Some(start)) = (
-                attached.get(r.hdr.site as usize),
-                attached.get(r.start_site as usize),
-            ) else {
-                bad_records += 1;
-                return;
-            };
-            let Some(pair) = end.pair.and_then(|p| pairs.get(p as usize)) else {
-                bad_records += 1;
-                return;
-            };
-            if cfg.json {
-                output::span_json(buf, pair, &start.info, &end.info, r);
-            } else {
-                buf.extend_from_slice(
-                    output::span_text(pair, &start.info, &end.info, r, t0).as_bytes(),
-                );
-            }
-        }
-        None => bad_records += 1,
+    let mut reader = Reader {
+        plan: &plan,
+        sinks: cfg.sinks(t0),
+        bad_records: 0,
     };
+    reader.sinks.begin()?;
     let mut last_hist = Instant::now();
-    loop {
-        let stop_now = STOP.load(Ordering::Relaxed)
-            || cfg.duration.is_some_and(|d| started.elapsed() >= d)
-            || child.as_mut().is_some_and(|c| c.exited())
-            || (cfg.command.is_none()
-                && !cfg.pids.is_empty()
-                && cfg.pids.iter().all(|&p| !pid_alive(p)));
-        if stop_now {
-            break;
-        }
-        tracer.poll(Duration::from_millis(50), |rec| handle(rec, &mut buf))?;
-        if !buf.is_empty() {
-            out.write_all(&buf)?;
-            out.flush()?;
-            buf.clear();
-        }
-        if let Some(iv) = cfg.interval {
-            if last_hist.elapsed() >= iv {
-                last_hist = Instant::now();
-                print_hists(&mut out, &tracer, &pairs, cfg.json)?;
-            }
+    while !should_stop(cfg, started, child.as_mut()) {
+        reader.batch(&mut tracer, Duration::from_millis(50))?;
+        if cfg.interval.is_some_and(|iv| last_hist.elapsed() >= iv) {
+            last_hist = Instant::now();
+            reader.hists(&tracer)?;
         }
     }
 
-    // 7. Detach first (semaphores drop), then take what is left in the ring.
+    // Detach first (semaphores drop), then take what is left in the ring.
     let detach = tracer.detach_all();
-    while tracer.poll(Duration::from_millis(0), |rec| handle(rec, &mut buf))? > 0 {}
-    out.write_all(&buf)?;
-    buf.clear();
+    while reader.batch(&mut tracer, Duration::ZERO)? > 0 {}
     if cfg.hist {
-        print_hists(&mut out, &tracer, &pairs, cfg.json)?;
+        reader.hists(&tracer)?;
     }
     let c = tracer.counters()?;
     let open = tracer.open_spans().unwrap_or(0);
     let summary = Summary {
         events: c.events,
         spans: c.spans,
-        lost: c.lost + bad_records,
+        lost: c.lost + reader.bad_records,
         unmatched: c.unmatched_start + open,
         unmatched_end: c.unmatched_end,
         duration_ns: monotonic_ns().saturating_sub(t0),
     };
-    if cfg.json {
-        output::summary_json(&mut buf, &summary);
-        out.write_all(&buf)?;
-    } else {
-        out.write_all(output::summary_text(&summary).as_bytes())?;
-    }
-    out.flush()?;
+    reader.sinks.finish(&summary)?;
     if summary.lost > 0 {
         eprintln!(
             "warning: {} records were lost (ring buffer full); try a larger --ring-kib",
@@ -621,30 +337,5 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
         );
     }
     drop(child);
-    Ok(())
-}
-
-fn print_hists(
-    out: &mut impl Write,
-    tracer: &Tracer,
-    pairs: &[PairInfo],
-    json: bool,
-) -> Result<(), WatchError> {
-    let hists = tracer.hists(pairs.len())?;
-    let mut buf = Vec::new();
-    for (p, h) in pairs.iter().zip(hists.iter()) {
-        // Span names that never closed a span have nothing to draw.
-        if h[0].count == 0 {
-            continue;
-        }
-        if json {
-            hist::render_json(&mut buf, p, h);
-        } else {
-            buf.extend_from_slice(hist::render_text(p, h).as_bytes());
-            buf.push(b'\n');
-        }
-    }
-    out.write_all(&buf)?;
-    out.flush()?;
     Ok(())
 }

@@ -1,0 +1,320 @@
+//! NDJSON lines, written by hand into a byte buffer (serde's per-field calls cost more than the
+//! records are worth at a million spans a second). Untrusted bytes (comm, captured strings) are
+//! escaped so that every line is valid JSON.
+
+use super::decode::{cstr, string_of};
+use super::{ArgFmt, PairInfo, SiteInfo, Summary};
+use std::io::Write;
+use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, MAX_ARGS};
+
+/// Writes JSON string contents (without quotes), escaping anything JSON requires and
+/// replacing invalid UTF-8.
+pub fn json_escape(out: &mut Vec<u8>, bytes: &[u8]) {
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.extend_from_slice(b"\\\""),
+                '\\' => out.extend_from_slice(b"\\\\"),
+                '\n' => out.extend_from_slice(b"\\n"),
+                '\r' => out.extend_from_slice(b"\\r"),
+                '\t' => out.extend_from_slice(b"\\t"),
+                c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                }
+                c => {
+                    let mut b = [0u8; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+                }
+            }
+        }
+        if !chunk.invalid().is_empty() {
+            out.extend_from_slice("\u{fffd}".as_bytes());
+        }
+    }
+}
+
+pub(crate) fn json_str(out: &mut Vec<u8>, s: &[u8]) {
+    out.push(b'"');
+    json_escape(out, s);
+    out.push(b'"');
+}
+
+pub(crate) fn push_u64(out: &mut Vec<u8>, v: u64) {
+    let mut buf = itoa::Buffer::new();
+    out.extend_from_slice(buf.format(v).as_bytes());
+}
+
+fn push_i64(out: &mut Vec<u8>, v: i64) {
+    let mut buf = itoa::Buffer::new();
+    out.extend_from_slice(buf.format(v).as_bytes());
+}
+
+fn json_args(out: &mut Vec<u8>, site: &SiteInfo, args: &[u64; MAX_ARGS], s: Option<&[u8]>) {
+    out.push(b'[');
+    for (i, fmt) in site.args.iter().enumerate().take(MAX_ARGS) {
+        if i > 0 {
+            out.push(b',');
+        }
+        if site.str_arg == Some(i) {
+            match s {
+                Some(bytes) => json_str(out, bytes),
+                None => out.extend_from_slice(b"null"),
+            }
+            continue;
+        }
+        match fmt {
+            ArgFmt::Unsigned => push_u64(out, args[i]),
+            ArgFmt::Signed => push_i64(out, args[i] as i64),
+            ArgFmt::Unreadable => out.extend_from_slice(b"null"),
+        }
+    }
+    out.push(b']');
+}
+
+fn json_head(out: &mut Vec<u8>, kind: &str, provider: &str, name: &str, h: &RecordHeader) {
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"provider\":");
+    json_str(out, provider.as_bytes());
+    out.extend_from_slice(b",\"name\":");
+    json_str(out, name.as_bytes());
+    out.extend_from_slice(b",\"pid\":");
+    push_u64(out, h.pid as u64);
+    out.extend_from_slice(b",\"tid\":");
+    push_u64(out, h.tid as u64);
+    out.extend_from_slice(b",\"comm\":");
+    json_str(out, cstr(&h.comm));
+}
+
+/// `{"type":"event",...}` line.
+pub fn event_json(out: &mut Vec<u8>, site: &SiteInfo, r: &EventRecord) {
+    json_head(out, "event", &site.provider, &site.name, &r.hdr);
+    out.extend_from_slice(b",\"ts_ns\":");
+    push_u64(out, r.hdr.ts_ns);
+    out.extend_from_slice(b",\"args\":");
+    let s = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
+    json_args(out, site, &r.args, s);
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"type":"span",...}` line.
+pub fn span_json(
+    out: &mut Vec<u8>,
+    pair: &PairInfo,
+    start: &SiteInfo,
+    end: &SiteInfo,
+    r: &SpanRecord,
+) {
+    json_head(out, "span", &pair.provider, &pair.stem, &r.hdr);
+    out.extend_from_slice(b",\"start\":");
+    json_str(out, pair.start.as_bytes());
+    out.extend_from_slice(b",\"end\":");
+    json_str(out, pair.end.as_bytes());
+    if r.start_tid != r.hdr.tid {
+        out.extend_from_slice(b",\"start_tid\":");
+        push_u64(out, r.start_tid as u64);
+    }
+    out.extend_from_slice(b",\"start_ns\":");
+    push_u64(out, r.start_ns);
+    out.extend_from_slice(b",\"duration_ns\":");
+    push_u64(out, r.hdr.ts_ns.saturating_sub(r.start_ns));
+    if r.acct_valid != 0 {
+        let a = &r.acct;
+        for (k, v) in [
+            ("oncpu_ns", a.oncpu),
+            ("offcpu_ns", a.runq + a.sleep + a.io),
+            ("runq_ns", a.runq),
+            ("sleep_ns", a.sleep),
+            ("io_ns", a.io),
+        ] {
+            out.extend_from_slice(b",\"");
+            out.extend_from_slice(k.as_bytes());
+            out.extend_from_slice(b"\":");
+            push_u64(out, v);
+        }
+        if r.longest_off_ns > 0 && (r.waker_pid != 0 || r.waker_comm[0] != 0) {
+            out.extend_from_slice(b",\"waker\":{\"pid\":");
+            push_u64(out, r.waker_pid as u64);
+            out.extend_from_slice(b",\"tid\":");
+            push_u64(out, r.waker_tid as u64);
+            out.extend_from_slice(b",\"comm\":");
+            json_str(out, cstr(&r.waker_comm));
+            out.extend_from_slice(b",\"off_ns\":");
+            push_u64(out, r.longest_off_ns);
+            out.push(b'}');
+        }
+    }
+    out.extend_from_slice(b",\"args\":");
+    let s = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
+    json_args(out, start, &r.args, s);
+    out.extend_from_slice(b",\"end_args\":");
+    json_args(out, end, &r.end_args, None);
+    out.extend_from_slice(b"}\n");
+}
+
+/// The final `{"type":"summary",...}` line.
+pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
+    let _ = writeln!(
+        out,
+        "{{\"type\":\"summary\",\"events\":{},\"spans\":{},\"lost\":{},\"unmatched\":{},\"unmatched_end\":{},\"duration_ns\":{}}}",
+        s.events, s.spans, s.lost, s.unmatched, s.unmatched_end, s.duration_ns
+    );
+}
+
+/// Golden lines: the NDJSON schema the README documents, byte for byte. A change here is a
+/// change of the schema that users' `jq` scripts read, and must be deliberate (and
+/// documented in the README's schema section).
+#[cfg(test)]
+mod golden {
+    use super::*;
+    use crate::output::hist::render_json;
+    use usdt_trace_common::{
+        log2_bucket, Acct, Hist, HIST_COMPONENTS, REC_EVENT, REC_SPAN, STR_LEN,
+    };
+
+    fn hdr(kind: u32) -> RecordHeader {
+        let mut comm = [0u8; 16];
+        comm[..6].copy_from_slice(b"worker");
+        RecordHeader {
+            kind,
+            site: 0,
+            pid: 100,
+            tid: 101,
+            ts_ns: 9_000,
+            comm,
+        }
+    }
+
+    fn info(name: &str, args: &[ArgFmt], str_arg: Option<usize>) -> SiteInfo {
+        SiteInfo {
+            provider: "app".into(),
+            name: name.into(),
+            args: args.to_vec(),
+            str_arg,
+            pair: None,
+        }
+    }
+
+    fn pair() -> PairInfo {
+        PairInfo {
+            provider: "app".into(),
+            stem: "request".into(),
+            start: "request__start".into(),
+            end: "request__end".into(),
+        }
+    }
+
+    fn span(acct_valid: u32, start_tid: u32) -> SpanRecord {
+        SpanRecord {
+            hdr: hdr(REC_SPAN),
+            start_site: 0,
+            start_tid,
+            start_ns: 1_000,
+            acct: Acct {
+                oncpu: 3_000,
+                runq: 1_000,
+                sleep: 3_500,
+                io: 500,
+            },
+            acct_valid,
+            waker_pid: 7,
+            waker_tid: 8,
+            str_len: 0,
+            longest_off_ns: 3_500,
+            waker_comm: *b"timer\0\0\0\0\0\0\0\0\0\0\0",
+            args: [42; MAX_ARGS],
+            end_args: [200; MAX_ARGS],
+            str: [0; STR_LEN],
+        }
+    }
+
+    fn line(f: impl FnOnce(&mut Vec<u8>)) -> String {
+        let mut out = Vec::new();
+        f(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn event_line() {
+        let mut r = EventRecord {
+            hdr: hdr(REC_EVENT),
+            str_len: 0,
+            _pad: 0,
+            args: [0; MAX_ARGS],
+            str: [0; STR_LEN],
+        };
+        r.args[0] = (-3i64) as u64;
+        r.args[1] = 7;
+        r.str[..5].copy_from_slice(b"/idx\0");
+        r.str_len = 5;
+        let site = info(
+            "tick",
+            &[
+                ArgFmt::Signed,
+                ArgFmt::Unsigned,
+                ArgFmt::Unreadable,
+                ArgFmt::Unsigned,
+            ],
+            Some(3),
+        );
+        assert_eq!(
+            line(|o| event_json(o, &site, &r)),
+            r#"{"type":"event","provider":"app","name":"tick","pid":100,"tid":101,"comm":"worker","ts_ns":9000,"args":[-3,7,null,"/idx"]}
+"#
+        );
+    }
+
+    #[test]
+    fn span_line_with_time_split_and_waker() {
+        let start = info("request__start", &[ArgFmt::Unsigned], None);
+        let end = info("request__end", &[ArgFmt::Unsigned, ArgFmt::Signed], None);
+        assert_eq!(
+            line(|o| span_json(o, &pair(), &start, &end, &span(1, 101))),
+            r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_ns":1000,"duration_ns":8000,"oncpu_ns":3000,"offcpu_ns":5000,"runq_ns":1000,"sleep_ns":3500,"io_ns":500,"waker":{"pid":7,"tid":8,"comm":"timer","off_ns":3500},"args":[42],"end_args":[200,200]}
+"#
+        );
+    }
+
+    #[test]
+    fn span_line_that_crossed_threads_has_start_tid_and_no_split() {
+        let start = info("request__start", &[ArgFmt::Unsigned], None);
+        let end = info("request__end", &[], None);
+        assert_eq!(
+            line(|o| span_json(o, &pair(), &start, &end, &span(0, 99))),
+            r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_tid":99,"start_ns":1000,"duration_ns":8000,"args":[42],"end_args":[]}
+"#
+        );
+    }
+
+    #[test]
+    fn hist_line() {
+        let mut h = [Hist::default(); HIST_COMPONENTS];
+        for (c, v) in [(0, 1500u64), (0, 3000), (1, 700)] {
+            h[c].buckets[log2_bucket(v)] += 1;
+            h[c].count += 1;
+            h[c].sum += v;
+        }
+        assert_eq!(
+            line(|o| render_json(o, &pair(), &h)),
+            r#"{"type":"hist","provider":"app","name":"request","duration":{"count":2,"sum_ns":4500,"buckets":[{"lo":1024,"hi":2048,"count":1},{"lo":2048,"hi":4096,"count":1}]},"oncpu":{"count":1,"sum_ns":700,"buckets":[{"lo":512,"hi":1024,"count":1}]},"runq":{"count":0,"sum_ns":0,"buckets":[]},"sleep":{"count":0,"sum_ns":0,"buckets":[]},"io":{"count":0,"sum_ns":0,"buckets":[]}}
+"#
+        );
+    }
+
+    #[test]
+    fn summary_line() {
+        let s = Summary {
+            events: 1,
+            spans: 2,
+            lost: 3,
+            unmatched: 4,
+            unmatched_end: 5,
+            duration_ns: 6,
+        };
+        assert_eq!(
+            line(|o| summary_json(o, &s)),
+            r#"{"type":"summary","events":1,"spans":2,"lost":3,"unmatched":4,"unmatched_end":5,"duration_ns":6}
+"#
+        );
+    }
+}

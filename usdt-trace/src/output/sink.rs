@@ -1,0 +1,210 @@
+//! Sinks: what consumes decoded records. `watch` resolves each record against the plan once
+//! ([`View`]) and hands it to every sink; a sink decides how it looks and where it goes. New
+//! outputs (a timeline file, an exporter) are new sinks, and the reading loop never branches on
+//! the output mode.
+
+use super::{hist, json, text, PairInfo, SiteInfo, Summary};
+use std::io::{self, Write};
+use usdt_trace_common::{EventRecord, Hist, SpanRecord, HIST_COMPONENTS};
+
+/// A record with the sites it refers to already looked up.
+#[derive(Clone, Copy)]
+pub enum View<'a> {
+    Event {
+        site: &'a SiteInfo,
+        rec: &'a EventRecord,
+    },
+    Span {
+        pair: &'a PairInfo,
+        start: &'a SiteInfo,
+        end: &'a SiteInfo,
+        rec: &'a SpanRecord,
+    },
+}
+
+/// Histograms of every span name, in pair order, as read from the kernel.
+pub struct Hists<'a> {
+    pub pairs: &'a [PairInfo],
+    pub hists: &'a [[Hist; HIST_COMPONENTS]],
+}
+
+impl Hists<'_> {
+    /// Span names that closed at least one span (the others have nothing to draw).
+    fn drawn(&self) -> impl Iterator<Item = (&PairInfo, &[Hist; HIST_COMPONENTS])> {
+        self.pairs
+            .iter()
+            .zip(self.hists.iter())
+            .filter(|(_, h)| h[0].count > 0)
+    }
+}
+
+/// Consumes records. Each call may buffer; [`Sink::flush`] follows every batch.
+pub trait Sink {
+    /// Once, before the first record.
+    fn begin(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn record(&mut self, v: &View) -> io::Result<()>;
+    /// After each batch of records: make what was written visible.
+    fn flush(&mut self) -> io::Result<()>;
+    /// The histograms, at each `--interval` and at the end of a `--hist` run.
+    fn hists(&mut self, _h: &Hists) -> io::Result<()> {
+        Ok(())
+    }
+    /// Once, at the end.
+    fn finish(&mut self, s: &Summary) -> io::Result<()>;
+}
+
+/// Aligned text for a terminal.
+pub struct TextSink<W: Write> {
+    out: W,
+    buf: Vec<u8>,
+    /// Monotonic time that `TIME(s)` counts from.
+    t0: u64,
+    /// Print the column header (not in histogram mode, where no span lines follow).
+    header: bool,
+}
+
+impl<W: Write> TextSink<W> {
+    pub fn new(out: W, t0: u64, header: bool) -> Self {
+        TextSink {
+            out,
+            buf: Vec::with_capacity(1 << 16),
+            t0,
+            header,
+        }
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+impl<W: Write> Sink for TextSink<W> {
+    fn begin(&mut self) -> io::Result<()> {
+        if self.header {
+            self.out.write_all(text::text_header().as_bytes())?;
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, v: &View) -> io::Result<()> {
+        let line = match *v {
+            View::Event { site, rec } => text::event_text(site, rec, self.t0),
+            View::Span {
+                pair,
+                start,
+                end,
+                rec,
+            } => text::span_text(pair, start, end, rec, self.t0),
+        };
+        self.buf.extend_from_slice(line.as_bytes());
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    fn hists(&mut self, h: &Hists) -> io::Result<()> {
+        self.flush()?;
+        for (p, x) in h.drawn() {
+            self.buf
+                .extend_from_slice(hist::render_text(p, x).as_bytes());
+            self.buf.push(b'\n');
+        }
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        self.out.flush()
+    }
+
+    fn finish(&mut self, s: &Summary) -> io::Result<()> {
+        self.flush()?;
+        self.out.write_all(text::summary_text(s).as_bytes())?;
+        self.out.flush()
+    }
+}
+
+/// One JSON object per line (`--json`).
+pub struct JsonSink<W: Write> {
+    out: W,
+    buf: Vec<u8>,
+}
+
+impl<W: Write> JsonSink<W> {
+    pub fn new(out: W) -> Self {
+        JsonSink {
+            out,
+            buf: Vec::with_capacity(1 << 16),
+        }
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+impl<W: Write> Sink for JsonSink<W> {
+    fn record(&mut self, v: &View) -> io::Result<()> {
+        match *v {
+            View::Event { site, rec } => json::event_json(&mut self.buf, site, rec),
+            View::Span {
+                pair,
+                start,
+                end,
+                rec,
+            } => json::span_json(&mut self.buf, pair, start, end, rec),
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    fn hists(&mut self, h: &Hists) -> io::Result<()> {
+        self.flush()?;
+        for (p, x) in h.drawn() {
+            hist::render_json(&mut self.buf, p, x);
+        }
+        self.flush()
+    }
+
+    fn finish(&mut self, s: &Summary) -> io::Result<()> {
+        json::summary_json(&mut self.buf, s);
+        self.flush()
+    }
+}
+
+/// Several sinks fed the same records, in order (e.g. text on stdout and a file beside it).
+#[derive(Default)]
+pub struct Fanout(pub Vec<Box<dyn Sink>>);
+
+impl Sink for Fanout {
+    fn begin(&mut self) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.begin())
+    }
+    fn record(&mut self, v: &View) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.record(v))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.flush())
+    }
+    fn hists(&mut self, h: &Hists) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.hists(h))
+    }
+    fn finish(&mut self, s: &Summary) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|x| x.finish(s))
+    }
+}

@@ -1,0 +1,130 @@
+//! Aligned text lines for a terminal.
+
+use super::decode::{cstr, string_of};
+use super::{fmt_duration, ArgFmt, PairInfo, SiteInfo, Summary};
+use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, MAX_ARGS};
+
+fn text_args(out: &mut String, site: &SiteInfo, args: &[u64; MAX_ARGS], s: Option<&[u8]>) {
+    use std::fmt::Write as _;
+    out.push('(');
+    for (i, fmt) in site.args.iter().enumerate().take(MAX_ARGS) {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        if site.str_arg == Some(i) {
+            match s {
+                Some(b) => {
+                    let _ = write!(out, "{:?}", String::from_utf8_lossy(b));
+                }
+                None => out.push_str("null"),
+            }
+            continue;
+        }
+        let _ = match fmt {
+            ArgFmt::Unsigned => write!(out, "{}", args[i]),
+            ArgFmt::Signed => write!(out, "{}", args[i] as i64),
+            ArgFmt::Unreadable => write!(out, "?"),
+        };
+    }
+    out.push(')');
+}
+
+/// Column header for text mode.
+pub fn text_header() -> String {
+    format!(
+        "{:<12} {:>7} {:>7} {:<15} {:<32} {:>10}  DETAILS\n",
+        "TIME(s)", "PID", "TID", "COMM", "PROBE", "DURATION"
+    )
+}
+
+fn text_prefix(h: &RecordHeader, t0: u64, ts: u64, probe: &str, dur: &str) -> String {
+    let secs = ts.saturating_sub(t0) as f64 / 1e9;
+    let comm = String::from_utf8_lossy(cstr(&h.comm))
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect::<String>();
+    format!(
+        "{:<12.6} {:>7} {:>7} {:<15} {:<32} {:>10}  ",
+        secs, h.pid, h.tid, comm, probe, dur
+    )
+}
+
+/// One text line for an event; `t0` is the monotonic time `watch` started.
+pub fn event_text(site: &SiteInfo, r: &EventRecord, t0: u64) -> String {
+    let mut s = text_prefix(
+        &r.hdr,
+        t0,
+        r.hdr.ts_ns,
+        &format!("{}:{}", site.provider, site.name),
+        "-",
+    );
+    let st = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
+    text_args(&mut s, site, &r.args, st);
+    s.push('\n');
+    s
+}
+
+/// One text line for a span: duration, arguments, and where the time went.
+pub fn span_text(
+    pair: &PairInfo,
+    start: &SiteInfo,
+    end: &SiteInfo,
+    r: &SpanRecord,
+    t0: u64,
+) -> String {
+    use std::fmt::Write as _;
+    let dur = r.hdr.ts_ns.saturating_sub(r.start_ns);
+    let mut s = text_prefix(
+        &r.hdr,
+        t0,
+        r.start_ns,
+        &format!("{}:{}", pair.provider, pair.stem),
+        &fmt_duration(dur),
+    );
+    let st = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
+    text_args(&mut s, start, &r.args, st);
+    if !end.args.is_empty() {
+        s.push_str(" -> ");
+        text_args(&mut s, end, &r.end_args, None);
+    }
+    if r.acct_valid != 0 && dur > 0 {
+        let a = &r.acct;
+        let pct = |v: u64| v as f64 * 100.0 / dur as f64;
+        let _ = write!(
+            s,
+            "  cpu {:.0}% runq {:.0}% sleep {:.0}% io {:.0}%",
+            pct(a.oncpu),
+            pct(a.runq),
+            pct(a.sleep),
+            pct(a.io)
+        );
+        if r.longest_off_ns > 0 && (r.waker_pid != 0 || r.waker_comm[0] != 0) {
+            let _ = write!(
+                s,
+                "  woken by {}/{} {:?} after {}",
+                r.waker_pid,
+                r.waker_tid,
+                String::from_utf8_lossy(cstr(&r.waker_comm)),
+                fmt_duration(r.longest_off_ns)
+            );
+        }
+    }
+    if r.start_tid != r.hdr.tid {
+        let _ = write!(s, "  (started on tid {})", r.start_tid);
+    }
+    s.push('\n');
+    s
+}
+
+/// The text summary at exit.
+pub fn summary_text(s: &Summary) -> String {
+    format!(
+        "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends in {:.1}s\n",
+        s.spans,
+        s.events,
+        s.lost,
+        s.unmatched,
+        s.unmatched_end,
+        s.duration_ns as f64 / 1e9
+    )
+}

@@ -1,0 +1,587 @@
+//! The plan: which sites `watch` attaches to, and what each one means, decided once.
+//!
+//! From the parsed objects and the user's patterns and rules, [`build`] derives in one pass,
+//! for every chosen site (its index is the BPF cookie of the uprobe attached there):
+//! - the [`SiteSpec`] the eBPF program reads: role, span name (pair id), how to read each
+//!   argument, which argument carries a span id, which one is a string;
+//! - the [`SiteInfo`] the printers need for a record from that site: names, how to show each
+//!   argument, the string argument — from the same facts, so the two can never disagree;
+//! - per object, the [`AttachPoint`]s (file offset, semaphore offset, cookie) the tracer
+//!   attaches.
+//!
+//! Records come back carrying cookies; [`Plan::resolve`] turns one into a [`View`] for the
+//! sinks. Pure: no I/O, unit-tested without root.
+
+use crate::argspec::{ArgLoc, ArgSpec};
+use crate::elf::ObjectProbes;
+use crate::output::{ArgFmt, PairInfo, Record, SiteInfo, View};
+use crate::pattern::Pattern;
+use crate::spans::{self, ProbeName, Role, SpanError, SpanRule, StrRule};
+use std::collections::BTreeSet;
+use usdt_trace_common::{
+    ArgDesc, SiteSpec, ARG_CONST, ARG_MEM, ARG_NONE, ARG_REG, ARG_RIP, ARG_UNSUPPORTED, ID_NONE,
+    MAX_ARGS, REG_NONE, ROLE_END, ROLE_EVENT, ROLE_START, STR_NONE,
+};
+
+/// Where one uprobe goes in one file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttachPoint {
+    /// File offset of the probed instruction.
+    pub offset: u64,
+    /// File offset of the semaphore the kernel raises while attached, if the probe has one.
+    pub ref_ctr: Option<u64>,
+    /// Index into the spec table, handed to the program as the BPF cookie.
+    pub cookie: u32,
+}
+
+/// The attach points that fall in one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectPlan {
+    /// Index of the object in the slice given to [`build`].
+    pub object: usize,
+    pub points: Vec<AttachPoint>,
+}
+
+/// What the user asked for, validated.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanOptions<'a> {
+    /// Sites matching any pattern are traced; none means all.
+    pub patterns: &'a [Pattern],
+    pub spans: &'a [SpanRule],
+    pub strs: &'a [StrRule],
+    /// Pair probes by naming convention (`X__start`/`X__end`, ...).
+    pub auto_span: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("no probe matches {patterns} in {targets}")]
+    NoMatch { patterns: String, targets: String },
+    #[error(transparent)]
+    Span(#[from] SpanError),
+}
+
+/// Everything decided before attaching; indexed by cookie.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// What the kernel gets, one per cookie.
+    pub specs: Vec<SiteSpec>,
+    /// What the printers get, one per cookie.
+    pub sites: Vec<SiteInfo>,
+    /// Span names, indexed by pair id.
+    pub pairs: Vec<PairInfo>,
+    /// Attach points grouped by object, only for objects with chosen sites.
+    pub objects: Vec<ObjectPlan>,
+}
+
+/// Decides which sites of `objects` (each with the name it is shown by) are traced and how.
+pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Plan, PlanError> {
+    let matches = |p: &str, n: &str| {
+        opts.patterns.is_empty() || opts.patterns.iter().any(|pat| pat.matches(p, n))
+    };
+    // (object, site) of every chosen site, in object then note order: the cookie order.
+    let chosen: Vec<(usize, usize)> = objects
+        .iter()
+        .enumerate()
+        .flat_map(|(oi, (_, o))| {
+            o.sites
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| matches(&s.provider, &s.name))
+                .map(move |(si, _)| (oi, si))
+        })
+        .collect();
+    if chosen.is_empty() {
+        let join = |v: Vec<String>| v.join(" ");
+        return Err(PlanError::NoMatch {
+            patterns: join(opts.patterns.iter().map(|p| p.to_string()).collect()),
+            targets: objects
+                .iter()
+                .map(|(shown, _)| *shown)
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let site = |(oi, si): (usize, usize)| &objects[oi].1.sites[si];
+
+    // Roles: which probes open and close spans.
+    let names: Vec<ProbeName> = chosen
+        .iter()
+        .map(|&c| ProbeName {
+            provider: site(c).provider.clone(),
+            name: site(c).name.clone(),
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let id_spans: Vec<(String, String)> = objects
+        .iter()
+        .flat_map(|(_, o)| o.id_spans.iter().cloned())
+        .collect();
+    let roles = spans::plan(&names, opts.spans, &id_spans, opts.auto_span)?;
+
+    let mut plan = Plan {
+        pairs: roles
+            .pairs
+            .iter()
+            .map(|p| PairInfo {
+                provider: p.provider.clone(),
+                stem: p.stem.clone(),
+                start: p.start.clone(),
+                end: p.end.clone(),
+            })
+            .collect(),
+        ..Plan::default()
+    };
+    for (cookie, &c) in chosen.iter().enumerate() {
+        let s = site(c);
+        let role = roles.role(&s.provider, &s.name);
+        let pair = match role {
+            Role::Start(id) | Role::End(id) => Some(id),
+            Role::Event => None,
+        };
+        let by_id = pair.is_some_and(|id| roles.pairs[id as usize].by_id);
+        // A string is read only from an address-sized, readable argument.
+        let str_arg = opts
+            .strs
+            .iter()
+            .find(|r| r.probe.matches(&s.provider, &s.name))
+            .map(|r| r.index)
+            .filter(|&i| i < s.args.len() && s.args[i].readable() && s.args[i].size == 8);
+        plan.specs
+            .push(site_spec(&s.args, s.pc, role, by_id, str_arg));
+        plan.sites.push(SiteInfo {
+            provider: s.provider.clone(),
+            name: s.name.clone(),
+            args: s.args.iter().map(arg_fmt).collect(),
+            str_arg,
+            pair,
+        });
+        let point = AttachPoint {
+            offset: s.file_offset,
+            ref_ctr: s.semaphore_offset,
+            cookie: cookie as u32,
+        };
+        match plan.objects.last_mut() {
+            Some(o) if o.object == c.0 => o.points.push(point),
+            _ => plan.objects.push(ObjectPlan {
+                object: c.0,
+                points: vec![point],
+            }),
+        }
+    }
+    Ok(plan)
+}
+
+fn arg_fmt(a: &ArgSpec) -> ArgFmt {
+    if !a.readable() {
+        ArgFmt::Unreadable
+    } else if a.signed {
+        ArgFmt::Signed
+    } else {
+        ArgFmt::Unsigned
+    }
+}
+
+impl Plan {
+    /// The one line `watch` prints once every probe is live.
+    pub fn attached_line(&self) -> String {
+        let n = self.sites.len();
+        let nobj = self.objects.len();
+        let s = |k: usize| if k == 1 { "" } else { "s" };
+        let spans = match self.pairs.len() {
+            0 => String::new(),
+            p => format!(" ({p} span name{})", s(p)),
+        };
+        format!(
+            "Attached {n} probe site{} in {nobj} object{}{spans}; Ctrl-C to stop",
+            s(n),
+            s(nobj)
+        )
+    }
+
+    /// Looks up the sites a record names; None for a record that names no known site (a
+    /// malformed record, counted as lost by the caller).
+    pub fn resolve<'a>(&'a self, rec: Record<'a>) -> Option<View<'a>> {
+        match rec {
+            Record::Event(r) => Some(View::Event {
+                site: self.sites.get(r.hdr.site as usize)?,
+                rec: r,
+            }),
+            Record::Span(r) => {
+                let end = self.sites.get(r.hdr.site as usize)?;
+                let start = self.sites.get(r.start_site as usize)?;
+                let pair = self.pairs.get(end.pair? as usize)?;
+                Some(View::Span {
+                    pair,
+                    start,
+                    end,
+                    rec: r,
+                })
+            }
+        }
+    }
+}
+
+/// The kernel's view of one argument.
+pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
+    let mut d = ArgDesc {
+        kind: ARG_UNSUPPORTED,
+        size: arg.size,
+        signed: arg.signed as u8,
+        base_reg: REG_NONE,
+        index_reg: REG_NONE,
+        scale: 1,
+        _pad: [0; 2],
+        val: 0,
+    };
+    if !arg.readable() {
+        return d;
+    }
+    match &arg.loc {
+        ArgLoc::Const { value } => {
+            d.kind = ARG_CONST;
+            d.val = *value;
+        }
+        ArgLoc::Reg { reg } => {
+            d.kind = ARG_REG;
+            d.base_reg = reg.pt_regs_word;
+        }
+        ArgLoc::Mem {
+            base,
+            index,
+            scale,
+            disp,
+        } => {
+            d.kind = ARG_MEM;
+            d.base_reg = base.pt_regs_word;
+            if let Some(i) = index {
+                d.index_reg = i.pt_regs_word;
+                d.scale = *scale;
+            }
+            d.val = *disp as u64;
+        }
+        ArgLoc::RipRel {
+            address: Some(addr),
+            ..
+        } => {
+            // At the probe, ip == pc (the kernel rewinds it to the breakpoint), so the delta
+            // from pc finds the symbol in any load bias without knowing the process.
+            d.kind = ARG_RIP;
+            d.val = addr.wrapping_sub(pc);
+        }
+        ArgLoc::SymMem {
+            base,
+            index,
+            scale,
+            address: Some(addr),
+            ..
+        } => {
+            // `addr` is absolute (ET_EXEC only). Without a base, REG_NONE reads as 0 in the
+            // program (`reg()` returns 0 past the saved registers).
+            d.kind = ARG_MEM;
+            d.base_reg = base.as_ref().map_or(REG_NONE, |b| b.pt_regs_word);
+            if let Some(i) = index {
+                d.index_reg = i.pt_regs_word;
+                d.scale = *scale;
+            }
+            d.val = *addr;
+        }
+        _ => {}
+    }
+    d
+}
+
+/// The fixed-size spec the eBPF program reads for one site.
+pub fn site_spec(
+    args: &[ArgSpec],
+    pc: u64,
+    role: Role,
+    by_id: bool,
+    str_arg: Option<usize>,
+) -> SiteSpec {
+    let mut spec = SiteSpec {
+        pair_id: 0,
+        role: ROLE_EVENT,
+        id_arg: ID_NONE,
+        nargs: args.len().min(MAX_ARGS) as u8,
+        str_arg: STR_NONE,
+        args: [ArgDesc {
+            kind: ARG_NONE,
+            ..Default::default()
+        }; MAX_ARGS],
+    };
+    match role {
+        Role::Event => {}
+        Role::Start(id) => {
+            spec.role = ROLE_START;
+            spec.pair_id = id;
+        }
+        Role::End(id) => {
+            spec.role = ROLE_END;
+            spec.pair_id = id;
+        }
+    }
+    if by_id && !matches!(role, Role::Event) && args.first().is_some_and(|a| a.readable()) {
+        spec.id_arg = 0;
+    }
+    if let Some(i) = str_arg.filter(|&i| i < args.len() && args[i].readable() && args[i].size == 8)
+    {
+        spec.str_arg = i as u8;
+    }
+    for (d, a) in spec.args.iter_mut().zip(args) {
+        *d = arg_desc(a, pc);
+    }
+    spec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::argspec::{parse_arg, Arch};
+    use crate::elf::{Site, SiteInsn};
+    use usdt_trace_common::{
+        Acct, EventRecord, RecordHeader, SpanRecord, REC_EVENT, REC_SPAN, STR_LEN,
+    };
+
+    fn site(provider: &str, name: &str, off: u64, sema: Option<u64>, args: &[&str]) -> Site {
+        Site {
+            provider: provider.into(),
+            name: name.into(),
+            pc: 0x1000 + off,
+            base: 0,
+            semaphore: sema.map_or(0, |s| s + 0x4000),
+            file_offset: off,
+            semaphore_offset: sema,
+            args_raw: args.join(" "),
+            args: args.iter().map(|a| parse_arg(a, Arch::X86_64)).collect(),
+            insn: SiteInsn::Nop,
+            insn_bytes: "90".into(),
+        }
+    }
+
+    fn objects() -> (ObjectProbes, ObjectProbes) {
+        let a = ObjectProbes {
+            sites: vec![
+                site(
+                    "app",
+                    "query__start",
+                    0x10,
+                    Some(0x20),
+                    &["8@%rdi", "-4@%esi"],
+                ),
+                site("app", "query__done", 0x30, Some(0x22), &["-4@%eax"]),
+                site("app", "tick", 0x40, None, &["8@%rdi", "8f@%xmm0"]),
+            ],
+            ..Default::default()
+        };
+        let b = ObjectProbes {
+            sites: vec![site("lib", "req__start", 0x50, None, &["8@%rdi"])],
+            id_spans: vec![("lib".into(), "req".into())],
+            ..Default::default()
+        };
+        (a, b)
+    }
+
+    fn opts<'a>(patterns: &'a [Pattern], strs: &'a [StrRule]) -> PlanOptions<'a> {
+        PlanOptions {
+            patterns,
+            spans: &[],
+            strs,
+            auto_span: true,
+        }
+    }
+
+    #[test]
+    fn cookies_index_specs_and_sites_alike_and_group_by_object() {
+        let (a, b) = objects();
+        let strs = [StrRule::parse("query__start:0").unwrap()];
+        let plan = build(&[("a", &a), ("b", &b)], &opts(&[], &strs)).unwrap();
+        assert_eq!(plan.specs.len(), 4);
+        assert_eq!(plan.sites.len(), 4);
+        assert_eq!(plan.pairs.len(), 1);
+        assert_eq!(plan.pairs[0].stem, "query");
+        // Start and end share the pair id; the event has none.
+        assert_eq!(plan.specs[0].role, ROLE_START);
+        assert_eq!(plan.specs[1].role, ROLE_END);
+        assert_eq!(plan.specs[0].pair_id, plan.specs[1].pair_id);
+        assert_eq!(plan.specs[2].role, ROLE_EVENT);
+        assert_eq!(plan.sites[0].pair, Some(0));
+        assert_eq!(plan.sites[2].pair, None);
+        // The string rule reaches the kernel and the printer alike.
+        assert_eq!(plan.specs[0].str_arg, 0);
+        assert_eq!(plan.sites[0].str_arg, Some(0));
+        assert_eq!(plan.specs[1].str_arg, STR_NONE);
+        assert_eq!(plan.sites[1].str_arg, None);
+        assert_eq!(plan.sites[0].args, vec![ArgFmt::Unsigned, ArgFmt::Signed]);
+        assert_eq!(plan.sites[2].args[1], ArgFmt::Unreadable);
+        assert_eq!(plan.specs[2].args[1].kind, ARG_UNSUPPORTED);
+        assert_eq!(
+            plan.objects,
+            vec![
+                ObjectPlan {
+                    object: 0,
+                    points: vec![
+                        AttachPoint {
+                            offset: 0x10,
+                            ref_ctr: Some(0x20),
+                            cookie: 0
+                        },
+                        AttachPoint {
+                            offset: 0x30,
+                            ref_ctr: Some(0x22),
+                            cookie: 1
+                        },
+                        AttachPoint {
+                            offset: 0x40,
+                            ref_ctr: None,
+                            cookie: 2
+                        },
+                    ]
+                },
+                ObjectPlan {
+                    object: 1,
+                    points: vec![AttachPoint {
+                        offset: 0x50,
+                        ref_ctr: None,
+                        cookie: 3
+                    }]
+                },
+            ]
+        );
+        assert_eq!(
+            plan.attached_line(),
+            "Attached 4 probe sites in 2 objects (1 span name); Ctrl-C to stop"
+        );
+    }
+
+    #[test]
+    fn a_string_rule_on_a_narrow_argument_is_not_read_as_a_string() {
+        let (a, _) = objects();
+        let strs = [StrRule::parse("query__start:1").unwrap()];
+        let plan = build(&[("a", &a)], &opts(&[], &strs)).unwrap();
+        assert_eq!(plan.specs[0].str_arg, STR_NONE);
+        assert_eq!(plan.sites[0].str_arg, None);
+    }
+
+    #[test]
+    fn patterns_select_sites_and_objects_without_matches_get_no_attach_points() {
+        let (a, b) = objects();
+        let pats = [Pattern::parse("lib:*").unwrap()];
+        let plan = build(&[("a", &a), ("b", &b)], &opts(&pats, &[])).unwrap();
+        assert_eq!(plan.sites.len(), 1);
+        assert_eq!(plan.objects.len(), 1);
+        assert_eq!(plan.objects[0].object, 1);
+        assert_eq!(plan.objects[0].points[0].cookie, 0);
+        // A lone start is an event: its end was not chosen.
+        assert_eq!(plan.specs[0].role, ROLE_EVENT);
+        assert_eq!(
+            plan.attached_line(),
+            "Attached 1 probe site in 1 object; Ctrl-C to stop"
+        );
+        let none = [Pattern::parse("nothing:here").unwrap()];
+        let e = build(&[("a", &a), ("b", &b)], &opts(&none, &[])).unwrap_err();
+        assert_eq!(e.to_string(), "no probe matches nothing:here in a, b");
+    }
+
+    #[test]
+    fn resolve_finds_sites_and_rejects_unknown_cookies() {
+        let (a, _) = objects();
+        let plan = build(&[("a", &a)], &opts(&[], &[])).unwrap();
+        let hdr = |kind, site| RecordHeader {
+            kind,
+            site,
+            ..Default::default()
+        };
+        let ev = EventRecord {
+            hdr: hdr(REC_EVENT, 2),
+            str_len: 0,
+            _pad: 0,
+            args: [0; MAX_ARGS],
+            str: [0; STR_LEN],
+        };
+        match plan.resolve(Record::Event(&ev)) {
+            Some(View::Event { site, .. }) => assert_eq!(site.name, "tick"),
+            _ => panic!("event not resolved"),
+        }
+        let bad = EventRecord {
+            hdr: hdr(REC_EVENT, 99),
+            ..ev
+        };
+        assert!(plan.resolve(Record::Event(&bad)).is_none());
+        let mut sp = SpanRecord {
+            hdr: hdr(REC_SPAN, 1),
+            start_site: 0,
+            start_tid: 0,
+            start_ns: 0,
+            acct: Acct::default(),
+            acct_valid: 0,
+            waker_pid: 0,
+            waker_tid: 0,
+            str_len: 0,
+            longest_off_ns: 0,
+            waker_comm: [0; 16],
+            args: [0; MAX_ARGS],
+            end_args: [0; MAX_ARGS],
+            str: [0; STR_LEN],
+        };
+        match plan.resolve(Record::Span(&sp)) {
+            Some(View::Span {
+                pair, start, end, ..
+            }) => {
+                assert_eq!(
+                    (pair.stem.as_str(), start.name.as_str()),
+                    ("query", "query__start")
+                );
+                assert_eq!(end.name, "query__done");
+            }
+            _ => panic!("span not resolved"),
+        }
+        // A span record whose end site is an event site names no span.
+        sp.hdr.site = 2;
+        assert!(plan.resolve(Record::Span(&sp)).is_none());
+    }
+
+    #[test]
+    fn id_spans_read_the_span_id_from_the_first_argument() {
+        let (_, b) = objects();
+        let mut b = b;
+        b.sites
+            .push(site("lib", "req__end", 0x60, None, &["8@%rdi"]));
+        let plan = build(&[("b", &b)], &opts(&[], &[])).unwrap();
+        assert_eq!(plan.specs[0].id_arg, 0);
+        assert_eq!(plan.specs[1].id_arg, 0);
+        assert_eq!(plan.specs[0].role, ROLE_START);
+    }
+
+    /// gcc -no-pie's `sym(%reg)` / `sym(,%idx,s)`: absolute memory once elf.rs resolved it.
+    #[test]
+    fn symbolic_displacement_maps_to_absolute_mem() {
+        use crate::argspec::{parse_arg, Arch};
+        let resolved = |s: &str, addr: Option<u64>| {
+            let mut a = parse_arg(s, Arch::X86_64);
+            match &mut a.loc {
+                ArgLoc::SymMem { address, .. } => *address = addr,
+                other => panic!("{s}: {other:?}"),
+            }
+            a
+        };
+        let d = arg_desc(&resolved("-4@a_s32(,%rax,4)", Some(0x404060)), 0x401000);
+        assert_eq!((d.kind, d.size, d.signed), (ARG_MEM, 4, 1));
+        assert_eq!((d.base_reg, d.index_reg, d.scale), (REG_NONE, 10, 4));
+        assert_eq!(d.val, 0x404060);
+        let d = arg_desc(&resolved("2@a_u16(%rax,%rax)", Some(0x404050)), 0x401000);
+        assert_eq!(
+            (d.kind, d.base_reg, d.index_reg, d.scale),
+            (ARG_MEM, 10, 10, 1)
+        );
+        assert_eq!(d.val, 0x404050);
+        // The offset is already in the resolved address.
+        let d = arg_desc(&resolved("8@sarr+8(%rcx)", Some(0x404088)), 0x401000);
+        assert_eq!((d.kind, d.base_reg, d.index_reg), (ARG_MEM, 11, REG_NONE));
+        assert_eq!(d.val, 0x404088);
+        // Unresolved (PIE, shared library, unknown symbol): not read.
+        let d = arg_desc(&resolved("-1@a_s8(%rax)", None), 0x401000);
+        assert_eq!(d.kind, ARG_UNSUPPORTED);
+    }
+}

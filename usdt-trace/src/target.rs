@@ -1,0 +1,233 @@
+//! From what the user named — a path, or a PID — to opened, parsed ELF objects.
+//!
+//! `list` and `watch` both start here. An object is opened once and parsed through that same
+//! descriptor, and `watch` later attaches its uprobes through `/proc/self/fd/N` of it, so the
+//! kernel resolves the very inode that was parsed even if the path is replaced in between.
+//!
+//! Files are opened non-blocking and checked to be regular files before any read: a FIFO named
+//! as a target would otherwise block `open()` forever. For a process, the objects are the
+//! distinct files in `/proc/PID/maps`, reached through `/proc/PID/root` so that processes in
+//! other mount namespaces (containers) work. Which failures are fatal is the caller's policy:
+//! a file the user named must parse, while a process maps fonts and locale archives too.
+
+use crate::elf::{self, ElfError, ObjectProbes};
+use crate::procmaps::{self, ProcError};
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Why an object could not be opened or parsed.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("{path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: is a directory, not an ELF object")]
+    IsDirectory { path: String },
+    #[error("{path}: not a regular file ({kind})")]
+    NotRegularFile { path: String, kind: &'static str },
+    /// The file opened but is not a usable ELF object; `source` carries no path of its own.
+    #[error("{path}: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: ElfError,
+    },
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+}
+
+impl TargetError {
+    /// The ELF problem, if that is what this is.
+    pub fn elf(&self) -> Option<&ElfError> {
+        match self {
+            TargetError::Parse { source, .. } => Some(source.kind()),
+            _ => None,
+        }
+    }
+}
+
+/// One opened and parsed object.
+#[derive(Debug)]
+pub struct Object {
+    /// The name to show: the path as the user or the process sees it.
+    pub shown: String,
+    /// Kept open: `watch` attaches through `/proc/self/fd/N` of this descriptor.
+    pub file: File,
+    pub probes: ObjectProbes,
+    /// Device and inode of the opened file, for deduplication and identity checks.
+    pub dev: u64,
+    pub inode: u64,
+}
+
+impl Object {
+    /// A path naming this object's open descriptor (what the kernel attaches through).
+    pub fn fd_path(&self) -> PathBuf {
+        fd_path(&self.file)
+    }
+}
+
+fn fd_path(f: &File) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()))
+}
+
+fn file_kind(ft: std::fs::FileType) -> &'static str {
+    if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else {
+        "not a file"
+    }
+}
+
+/// Opens and parses `path`, naming it `shown` in every error.
+pub fn open(shown: &str, path: &Path) -> Result<Object, TargetError> {
+    let shown = shown.to_string();
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. It has
+    // no effect on the regular files we go on to read.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|source| TargetError::Open {
+            path: shown.clone(),
+            source,
+        })?;
+    let meta = file.metadata().map_err(|source| TargetError::Open {
+        path: shown.clone(),
+        source,
+    })?;
+    if meta.is_dir() {
+        return Err(TargetError::IsDirectory { path: shown });
+    }
+    if !meta.is_file() {
+        return Err(TargetError::NotRegularFile {
+            kind: file_kind(meta.file_type()),
+            path: shown,
+        });
+    }
+    // Parsed through the descriptor; the error names the path the user knows.
+    let probes = elf::parse_file(&fd_path(&file)).map_err(|e| TargetError::Parse {
+        path: shown.clone(),
+        source: strip_path(e),
+    })?;
+    use std::os::unix::fs::MetadataExt;
+    Ok(Object {
+        shown,
+        dev: meta.dev(),
+        inode: meta.ino(),
+        file,
+        probes,
+    })
+}
+
+/// `parse_file` wraps errors in the (descriptor) path it was given; drop that wrapper.
+fn strip_path(e: ElfError) -> ElfError {
+    match e {
+        ElfError::InFile { source, .. } => *source,
+        other => other,
+    }
+}
+
+/// One file a process maps, opened (or why not).
+#[derive(Debug)]
+pub struct MappedTarget {
+    /// The path as the process sees it, with ` (deleted)` when it was removed.
+    pub shown: String,
+    pub object: Result<Object, TargetError>,
+}
+
+/// Every distinct file `pid` maps, each opened and parsed.
+pub fn open_process(pid: u32) -> Result<Vec<MappedTarget>, TargetError> {
+    Ok(procmaps::mapped_objects(pid)?
+        .into_iter()
+        .map(|m| {
+            let shown = if m.deleted {
+                format!("{} (deleted)", m.path)
+            } else {
+                m.path.clone()
+            };
+            MappedTarget {
+                object: open(&m.path, &m.host_path),
+                shown,
+            }
+        })
+        .collect())
+}
+
+/// Alive and not a zombie (a zombie's probes can never fire again).
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => procmaps::stat_state(&s).is_some_and(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("usdt-target-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: plain mkfifo on a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let r = open("fifo", &dir);
+        let _ = std::fs::remove_file(&dir);
+        match r {
+            Err(TargetError::NotRegularFile { kind, .. }) => assert_eq!(kind, "a FIFO"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_shown_path_not_the_descriptor() {
+        let e = open("shown-name", Path::new("/")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "shown-name: is a directory, not an ELF object"
+        );
+        let e = open("missing", Path::new("/nonexistent/x")).unwrap_err();
+        assert!(e.to_string().starts_with("missing: No such file"), "{e}");
+        let me = std::env::current_exe().unwrap();
+        // A text file is not ELF: the message names our path and says what it starts with.
+        let tmp = std::env::temp_dir().join(format!("usdt-target-txt-{}", std::process::id()));
+        std::fs::write(&tmp, b"hello world").unwrap();
+        let e = open("notes.txt", &tmp).unwrap_err();
+        let _ = std::fs::remove_file(&tmp);
+        assert!(
+            e.to_string().starts_with("notes.txt: not an ELF file"),
+            "{e}"
+        );
+        assert!(matches!(e.elf(), Some(ElfError::NotElf { .. })));
+        // Our own test binary is ELF (without probes, most likely): it opens.
+        let o = open("me", &me).unwrap();
+        assert!(o.inode != 0);
+        assert!(o.fd_path().starts_with("/proc/self/fd/"));
+    }
+
+    #[test]
+    fn our_own_process_maps_our_executable() {
+        let me = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+        let objs = open_process(std::process::id()).unwrap();
+        assert!(
+            objs.iter()
+                .any(|m| Path::new(&m.shown) == me && m.object.is_ok()),
+            "{:?}",
+            objs.iter().map(|m| &m.shown).collect::<Vec<_>>()
+        );
+        assert!(pid_alive(std::process::id()));
+    }
+}
