@@ -4,10 +4,43 @@
 //! The child waits on a pipe for one byte; EOF instead means the tracer failed or died, and the
 //! child exits without running the command. A second, close-on-exec pipe reports a failed
 //! `exec` back as its errno, so "no such command" is an error of `watch`, not a silent exit.
+//!
+//! When tracing ends before the command does (`--duration`, Ctrl-C, SIGTERM), the command is
+//! ended too: SIGTERM, then SIGKILL after [`GRACE`] — unless the user asked to leave it
+//! running. `watch` then exits with the command's own status when the command ended by itself.
 
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Write};
+use std::time::{Duration, Instant};
+
+/// How long a command gets to exit after SIGTERM before it is sent SIGKILL.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// How a command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl Exit {
+    fn from_wait_status(st: i32) -> Exit {
+        if libc::WIFSIGNALED(st) {
+            Exit::Signal(libc::WTERMSIG(st))
+        } else {
+            Exit::Code(libc::WEXITSTATUS(st))
+        }
+    }
+
+    /// The exit code a shell would report for it (128 + signal for a killed command).
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Exit::Code(c) => c,
+            Exit::Signal(s) => 128 + s,
+        }
+    }
+}
 
 /// Why the command could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +138,46 @@ impl Child {
         Ok(())
     }
 
+    /// How the child ended, once it has (and was reaped).
+    pub fn exit(&mut self) -> Option<Exit> {
+        self.exited();
+        self.status.map(Exit::from_wait_status)
+    }
+
+    /// Ends a child that is still running: SIGTERM, then SIGKILL after `grace`. Returns how
+    /// it ended. A child that already exited is only reaped.
+    pub fn terminate(&mut self, grace: Duration) -> Exit {
+        if let Some(e) = self.exit() {
+            return e;
+        }
+        // Never released: closing the pipe makes it exit without running the command.
+        if self.release.take().is_none() {
+            // SAFETY: signalling our own unreaped child (its PID cannot have been reused).
+            unsafe { libc::kill(self.pid, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Some(e) = self.exit() {
+                return e;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        let mut st = 0;
+        // SAFETY: blocking reap of our own child, which SIGKILL ends.
+        if unsafe { libc::waitpid(self.pid, &mut st, 0) } == self.pid {
+            self.status = Some(st);
+        }
+        self.status
+            .map_or(Exit::Signal(libc::SIGKILL), Exit::from_wait_status)
+    }
+
+    /// Lets the child run on after `watch` exits: it is not waited for or signalled.
+    pub fn leave_running(mut self) {
+        self.status = Some(0);
+    }
+
     /// True once the child has exited (reaped).
     pub fn exited(&mut self) -> bool {
         if self.status.is_some() {
@@ -121,13 +194,89 @@ impl Child {
 }
 
 impl Drop for Child {
+    /// On every way out of `watch`, errors included: never leave the command running
+    /// untraced behind a tracer that is gone, and never wait on it forever.
     fn drop(&mut self) {
-        // Dropping the release pipe unreleased makes the child exit without running.
-        self.release.take();
         if self.status.is_none() {
-            let mut st = 0;
-            // SAFETY: reap our own child; it runs to completion on its own.
-            unsafe { libc::waitpid(self.pid, &mut st, 0) };
+            self.terminate(GRACE);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spawn(cmd: &[&str]) -> Child {
+        let argv: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
+        let mut c = Child::spawn(&argv).unwrap();
+        c.release().unwrap();
+        c
+    }
+
+    /// Waits (bounded) for a child that ends by itself.
+    fn wait_exit(c: &mut Child) -> Exit {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(e) = c.exit() {
+                return e;
+            }
+            assert!(Instant::now() < deadline, "child did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn exit_codes_and_signals_come_back() {
+        let mut c = spawn(&["sh", "-c", "exit 7"]);
+        let e = wait_exit(&mut c);
+        assert_eq!(e, Exit::Code(7));
+        assert_eq!(e.shell_code(), 7);
+        // Terminating a child that already ended only reports how it ended.
+        assert_eq!(c.terminate(Duration::from_secs(5)), Exit::Code(7));
+        let mut c = spawn(&["sh", "-c", "kill -9 $$"]);
+        assert_eq!(wait_exit(&mut c), Exit::Signal(libc::SIGKILL));
+        assert_eq!(Exit::Signal(libc::SIGKILL).shell_code(), 137);
+    }
+
+    #[test]
+    fn a_running_command_is_terminated_then_killed() {
+        // Honours SIGTERM: ends by it.
+        let mut c = spawn(&["sleep", "30"]);
+        let t = Instant::now();
+        assert_eq!(
+            c.terminate(Duration::from_secs(5)),
+            Exit::Signal(libc::SIGTERM)
+        );
+        assert!(t.elapsed() < Duration::from_secs(5));
+        // Ignores SIGTERM: SIGKILL after the grace period.
+        let ready = std::env::temp_dir().join(format!("usdt-child-ready-{}", std::process::id()));
+        let _ = std::fs::remove_file(&ready);
+        let script = format!(
+            "trap '' TERM; touch {}; while :; do sleep 0.05; done",
+            ready.display()
+        );
+        let mut c = spawn(&["sh", "-c", &script]);
+        // The trap is set once the file exists: no race with the SIGTERM below.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready.exists() {
+            assert!(Instant::now() < deadline, "child never got ready");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = std::fs::remove_file(&ready);
+        let t = Instant::now();
+        assert_eq!(
+            c.terminate(Duration::from_millis(300)),
+            Exit::Signal(libc::SIGKILL)
+        );
+        assert!(t.elapsed() >= Duration::from_millis(300));
+    }
+
+    #[test]
+    fn an_unreleased_child_never_runs_the_command() {
+        let argv = vec!["sh".to_string(), "-c".to_string(), "exit 3".to_string()];
+        let mut c = Child::spawn(&argv).unwrap();
+        // Not released: it exits 126 on EOF without running `exit 3`.
+        assert_eq!(c.terminate(Duration::from_secs(5)), Exit::Code(126));
     }
 }

@@ -57,15 +57,27 @@ pub struct WatchArgs {
     /// Trace only this process (repeatable). Without a TARGET, trace every object it maps.
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
-    /// Run this command once the probes are live, trace it, and stop when it exits.
+    /// Run this command once the probes are live, trace it, and stop when it exits; exit with
+    /// its status. If tracing stops first (--duration, Ctrl-C, SIGTERM), the command gets
+    /// SIGTERM, then SIGKILL 2 s later, unless --leave-running.
     #[arg(short = 'c', long = "command", value_name = "CMD")]
     pub command: Option<String>,
+    /// With -c: when tracing stops before the command exits, leave it running.
+    #[arg(long, requires = "command")]
+    pub leave_running: bool,
     /// Stop after this many seconds (fractions allowed).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
-    /// Pair START with END as a span (repeatable). Each side is NAME or PROVIDER:NAME.
+    /// Pair START with END as a span (repeatable). Each side is NAME or PROVIDER:NAME. Give one
+    /// START several ENDs (commit or abort) with several rules; each span says which end
+    /// closed it.
     #[arg(long = "span", value_name = "START=END")]
     pub spans: Vec<String>,
+    /// Pair the --span rules by argument N (0-based) instead of per thread: a start is closed by
+    /// the end whose argument N is equal, for instances that overlap or end in start order
+    /// (like bpftrace's @start[argN]).
+    #[arg(long, value_name = "N", requires = "spans")]
+    pub key: Option<usize>,
     /// Read argument N of PROBE as a NUL-terminated string (repeatable), e.g.
     /// postgresql:query__start:0. Strings are cut at 127 bytes.
     #[arg(long = "str", value_name = "PROBE:N")]
@@ -169,10 +181,16 @@ fn which(prog: &str) -> Option<PathBuf> {
 impl WatchArgs {
     pub fn validate(&self) -> Result<WatchConfig, UsageError> {
         let (mut targets, patterns) = split_targets(&self.args)?;
+        let key = match self.key {
+            Some(k) if k >= usdt_trace_common::MAX_ARGS => {
+                return Err(crate::spans::SpanError::KeyIndex(k).into())
+            }
+            k => k.map(|k| k as u8),
+        };
         let spans = self
             .spans
             .iter()
-            .map(|s| SpanRule::parse(s))
+            .map(|s| SpanRule::parse(s).map(|r| SpanRule { key, ..r }))
             .collect::<Result<Vec<_>, _>>()?;
         let strs = self
             .strs
@@ -210,10 +228,14 @@ impl WatchArgs {
         if targets.is_empty() && self.pids.is_empty() {
             return Err(UsageError::NoTarget);
         }
+        // The same process named twice is traced once.
+        let mut pids = self.pids.clone();
+        let mut seen = std::collections::HashSet::new();
+        pids.retain(|p| seen.insert(*p));
         Ok(WatchConfig {
             json: self.json,
             targets,
-            pids: self.pids.clone(),
+            pids,
             command,
             duration,
             patterns,
@@ -224,6 +246,7 @@ impl WatchArgs {
             interval,
             sched: !self.no_sched,
             ring_bytes: self.ring_kib * 1024,
+            leave_running: self.leave_running,
         })
     }
 }
@@ -238,7 +261,7 @@ pub fn main() -> i32 {
             return code;
         }
     };
-    let result: Result<(), String> = match cli.command {
+    let result: Result<i32, String> = match cli.command {
         Command::List(a) => match a.validate() {
             Err(e) => Err(e.to_string()),
             Ok(cfg) => {
@@ -250,8 +273,8 @@ pub fn main() -> i32 {
                         .map(|_| n)
                         .map_err(Into::into)
                 }) {
-                    Ok(_) => Ok(()),
-                    Err(e) if e.is_broken_pipe() => Ok(()),
+                    Ok(_) => Ok(0),
+                    Err(e) if e.is_broken_pipe() => Ok(0),
                     Err(e) => Err(e.to_string()),
                 }
             }
@@ -259,14 +282,14 @@ pub fn main() -> i32 {
         Command::Watch(a) => match a.validate() {
             Err(e) => Err(e.to_string()),
             Ok(cfg) => match watch::run(&cfg) {
-                Ok(()) => Ok(()),
-                Err(e) if e.is_broken_pipe() => Ok(()),
+                Ok(code) => Ok(code),
+                Err(e) if e.is_broken_pipe() => Ok(0),
                 Err(e) => Err(e.to_string()),
             },
         },
     };
     match result {
-        Ok(()) => 0,
+        Ok(code) => code,
         Err(msg) => {
             // One line: nested causes are already folded into the message.
             eprintln!("usdt-trace: error: {}", msg.replace('\n', " "));

@@ -128,7 +128,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
                 provider: p.provider.clone(),
                 stem: p.stem.clone(),
                 start: p.start.clone(),
-                end: p.end.clone(),
+                ends: p.ends.clone(),
             })
             .collect(),
         ..Plan::default()
@@ -140,7 +140,21 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             Role::Start(id) | Role::End(id) => Some(id),
             Role::Event => None,
         };
-        let by_id = pair.is_some_and(|id| roles.pairs[id as usize].by_id);
+        let key = pair.and_then(|id| roles.pairs[id as usize].key);
+        if let Some(k) = key {
+            // An explicit key must be there to read at both ends; the span id that
+            // usdt-markers puts first always is.
+            let explicit = opts.spans.iter().any(|r| r.key == Some(k));
+            let readable = s.args.get(k as usize).is_some_and(|a| a.readable());
+            if explicit && !readable {
+                return Err(SpanError::KeyArg {
+                    key: k,
+                    probe: format!("{}:{}", s.provider, s.name),
+                    nargs: s.args.len(),
+                }
+                .into());
+            }
+        }
         // A string is read only from an address-sized, readable argument.
         let str_arg = opts
             .strs
@@ -149,7 +163,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             .map(|r| r.index)
             .filter(|&i| i < s.args.len() && s.args[i].readable() && s.args[i].size == 8);
         plan.specs
-            .push(site_spec(&s.args, s.pc, role, by_id, str_arg));
+            .push(site_spec(&s.args, s.pc, role, key, str_arg));
         plan.sites.push(SiteInfo {
             provider: s.provider.clone(),
             name: s.name.clone(),
@@ -297,7 +311,7 @@ pub fn site_spec(
     args: &[ArgSpec],
     pc: u64,
     role: Role,
-    by_id: bool,
+    key: Option<u8>,
     str_arg: Option<usize>,
 ) -> SiteSpec {
     let mut spec = SiteSpec {
@@ -322,8 +336,10 @@ pub fn site_spec(
             spec.pair_id = id;
         }
     }
-    if by_id && !matches!(role, Role::Event) && args.first().is_some_and(|a| a.readable()) {
-        spec.id_arg = 0;
+    if let Some(k) = key.filter(|&k| args.get(k as usize).is_some_and(|a| a.readable())) {
+        if !matches!(role, Role::Event) {
+            spec.id_arg = k;
+        }
     }
     if let Some(i) = str_arg.filter(|&i| i < args.len() && args[i].readable() && args[i].size == 8)
     {
@@ -540,6 +556,34 @@ mod tests {
         // A span record whose end site is an event site names no span.
         sp.hdr.site = 2;
         assert!(plan.resolve(Record::Span(&sp)).is_none());
+    }
+
+    #[test]
+    fn an_explicit_key_must_be_a_readable_argument_at_both_ends() {
+        let (a, _) = objects();
+        let rule = |k| SpanRule {
+            key: Some(k),
+            ..SpanRule::parse("query__start=query__done").unwrap()
+        };
+        // Argument 0 exists at the start and at the end: both sites pair on it.
+        let ok = [rule(0)];
+        let o = PlanOptions {
+            spans: &ok,
+            ..opts(&[], &[])
+        };
+        let plan = build(&[("a", &a)], &o).unwrap();
+        assert_eq!((plan.specs[0].id_arg, plan.specs[1].id_arg), (0, 0));
+        // query__done has one argument: key 1 cannot be read there.
+        let bad = [rule(1)];
+        let o = PlanOptions {
+            spans: &bad,
+            ..opts(&[], &[])
+        };
+        let e = build(&[("a", &a)], &o).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--key 1: app:query__done has 1 argument; the key must be one of them and readable"
+        );
     }
 
     #[test]

@@ -11,14 +11,20 @@ use std::collections::HashMap;
 use thiserror::Error;
 use usdt_trace_common::MAX_ARGS;
 
-/// Suffix/prefix conventions, tried in order: (start, end) name forms around a stem.
-const AUTO_RULES: &[(Affix, Affix)] = &[
-    (Affix::Suffix("__start"), Affix::Suffix("__end")),
-    (Affix::Suffix("__start"), Affix::Suffix("__done")),
-    (Affix::Suffix("__begin"), Affix::Suffix("__end")),
-    (Affix::Suffix("__entry"), Affix::Suffix("__return")),
-    (Affix::Suffix("_start"), Affix::Suffix("_end")),
-    (Affix::Prefix("start_"), Affix::Prefix("end_")),
+/// Naming conventions, tried in order: a start form and the end forms that close it. The first
+/// rule under which any end exists wins, and every end of that rule that exists closes the span
+/// (PostgreSQL's transactions end in a commit or an abort).
+const AUTO_RULES: &[(Affix, &[Affix])] = &[
+    (Affix::Suffix("__start"), &[Affix::Suffix("__end")]),
+    (Affix::Suffix("__start"), &[Affix::Suffix("__done")]),
+    (
+        Affix::Suffix("__start"),
+        &[Affix::Suffix("__commit"), Affix::Suffix("__abort")],
+    ),
+    (Affix::Suffix("__begin"), &[Affix::Suffix("__end")]),
+    (Affix::Suffix("__entry"), &[Affix::Suffix("__return")]),
+    (Affix::Suffix("_start"), &[Affix::Suffix("_end")]),
+    (Affix::Prefix("start_"), &[Affix::Prefix("end_")]),
 ];
 
 #[derive(Clone, Copy, Debug)]
@@ -44,11 +50,15 @@ impl Affix {
     }
 }
 
-/// An explicit `--span START=END` rule; each side is `name` or `provider:name`.
+/// An explicit `--span START=END` rule; each side is `name` or `provider:name`. Several rules
+/// with one START give that span several ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpanRule {
     pub start: ProbeRef,
     pub end: ProbeRef,
+    /// `--key N`: pair a start with the end whose argument N is equal (instances that overlap
+    /// on one thread, or move between threads) instead of the innermost open start.
+    pub key: Option<u8>,
 }
 
 /// A probe named on the command line: `name` (any provider) or `provider:name`.
@@ -94,6 +104,16 @@ pub enum SpanError {
         "--span {start}={end}: no traced probe pair matches (check the names and the provider)"
     )]
     RuleMatchesNothing { start: String, end: String },
+    #[error("--span '{0}': START and END must be different probes")]
+    SameStartAndEnd(String),
+    #[error("--key {key}: {probe} has {nargs} argument{}; the key must be one of them and readable", if *nargs == 1 { "" } else { "s" })]
+    KeyArg {
+        key: u8,
+        probe: String,
+        nargs: usize,
+    },
+    #[error("--key {0}: the key is an argument index, 0 to 11")]
+    KeyIndex(usize),
     #[error("too many span names ({0}); at most {1} can be tracked")]
     TooManyPairs(usize, u32),
 }
@@ -102,10 +122,16 @@ impl SpanRule {
     pub fn parse(s: &str) -> Result<SpanRule, SpanError> {
         let bad = || SpanError::BadRule(s.to_string());
         let (a, b) = s.split_once('=').ok_or_else(bad)?;
-        Ok(SpanRule {
+        let rule = SpanRule {
             start: ProbeRef::parse(a.trim()).ok_or_else(bad)?,
             end: ProbeRef::parse(b.trim()).ok_or_else(bad)?,
-        })
+            key: None,
+        };
+        // A probe that both opens and closes would pair every hit with the one before.
+        if rule.start == rule.end {
+            return Err(SpanError::SameStartAndEnd(s.to_string()));
+        }
+        Ok(rule)
     }
 }
 
@@ -149,9 +175,11 @@ pub struct Pair {
     /// The common stem (`query` for `query__start`/`query__done`).
     pub stem: String,
     pub start: String,
-    pub end: String,
-    /// Paired by a span id in the first argument rather than per thread.
-    pub by_id: bool,
+    /// The probes that close it (commit or abort, return or error), in rule order.
+    pub ends: Vec<String>,
+    /// Paired by the value of this argument (a span id, an instance key) rather than as the
+    /// innermost open span of the thread.
+    pub key: Option<u8>,
 }
 
 /// The role of one probe, as decided by [`plan`].
@@ -170,6 +198,57 @@ pub struct SpanPlan {
 }
 
 impl SpanPlan {
+    /// Makes `start` open a span that `end` closes. A start that already opens a span gains
+    /// another end; otherwise a probe takes one role, and the first rule that claims it wins.
+    /// Returns whether the pair (or the extra end) was added.
+    fn add(
+        &mut self,
+        start: &ProbeName,
+        stem: &str,
+        end: &str,
+        key: Option<u8>,
+        id_spans: &[(String, String)],
+    ) -> bool {
+        let e = ProbeName {
+            provider: start.provider.clone(),
+            name: end.to_string(),
+        };
+        if self.roles.contains_key(&e) {
+            return false;
+        }
+        match self.roles.get(start) {
+            Some(Role::Start(id)) => {
+                let id = *id;
+                let pair = &mut self.pairs[id as usize];
+                // One span name pairs one way: an extra end cannot bring its own key.
+                if key.is_some() && key != pair.key {
+                    return false;
+                }
+                pair.ends.push(end.to_string());
+                self.roles.insert(e, Role::End(id));
+                true
+            }
+            Some(_) => false,
+            None => {
+                let id = self.pairs.len() as u32;
+                // usdt-markers' spans carry their span id first.
+                let marked = id_spans
+                    .iter()
+                    .any(|(p, st)| *p == start.provider && st == stem);
+                self.pairs.push(Pair {
+                    provider: start.provider.clone(),
+                    stem: stem.to_string(),
+                    start: start.name.clone(),
+                    ends: vec![end.to_string()],
+                    key: key.or(marked.then_some(0)),
+                });
+                self.roles.insert(start.clone(), Role::Start(id));
+                self.roles.insert(e, Role::End(id));
+                true
+            }
+        }
+    }
+
     pub fn role(&self, provider: &str, name: &str) -> Role {
         self.roles
             .get(&ProbeName {
@@ -191,34 +270,8 @@ pub fn plan(
 ) -> Result<SpanPlan, SpanError> {
     let mut plan = SpanPlan::default();
     let present: std::collections::HashSet<&ProbeName> = probes.iter().collect();
-    let add = |plan: &mut SpanPlan, provider: &str, stem: &str, start: &str, end: &str| {
-        let s = ProbeName {
-            provider: provider.to_string(),
-            name: start.to_string(),
-        };
-        let e = ProbeName {
-            provider: provider.to_string(),
-            name: end.to_string(),
-        };
-        // A probe takes one role: the first rule that claims it wins.
-        if plan.roles.contains_key(&s) || plan.roles.contains_key(&e) {
-            return;
-        }
-        let id = plan.pairs.len() as u32;
-        let by_id = id_spans.iter().any(|(p, st)| p == provider && st == stem);
-        plan.pairs.push(Pair {
-            provider: provider.to_string(),
-            stem: stem.to_string(),
-            start: start.to_string(),
-            end: end.to_string(),
-            by_id,
-        });
-        plan.roles.insert(s, Role::Start(id));
-        plan.roles.insert(e, Role::End(id));
-    };
     // Explicit rules first: they override the naming conventions.
     for rule in rules {
-        let before = plan.pairs.len();
         let mut matched = false;
         for p in probes
             .iter()
@@ -229,12 +282,12 @@ pub fn plan(
                 .find(|e| e.provider == p.provider && rule.end.matches(&e.provider, &e.name))
             {
                 let stem = common_stem(&p.name, &e.name);
-                add(&mut plan, &p.provider, &stem, &p.name, &e.name);
+                plan.add(p, &stem, &e.name, rule.key, id_spans);
                 matched = true;
             }
         }
         // A typo in a rule would otherwise silently give no spans.
-        if !matched && plan.pairs.len() == before {
+        if !matched {
             let show = |r: &ProbeRef| match &r.provider {
                 Some(p) => format!("{p}:{}", r.name),
                 None => r.name.clone(),
@@ -249,17 +302,26 @@ pub fn plan(
         let mut sorted: Vec<&ProbeName> = probes.iter().collect();
         sorted.sort();
         for p in sorted {
-            for (start, end) in AUTO_RULES {
+            // Conventions never add ends to a span an explicit rule made.
+            if plan.roles.contains_key(p) {
+                continue;
+            }
+            for (start, ends) in AUTO_RULES {
                 let Some(stem) = start.stem(&p.name) else {
                     continue;
                 };
-                let end_name = end.apply(stem);
-                let e = ProbeName {
-                    provider: p.provider.clone(),
-                    name: end_name.clone(),
-                };
-                if present.contains(&e) {
-                    add(&mut plan, &p.provider, stem, &p.name, &end_name);
+                let mut any = false;
+                for end in *ends {
+                    let e = ProbeName {
+                        provider: p.provider.clone(),
+                        name: end.apply(stem),
+                    };
+                    if present.contains(&e) {
+                        plan.add(p, stem, &e.name, None, id_spans);
+                        any = true;
+                    }
+                }
+                if any {
                     break;
                 }
             }
@@ -367,7 +429,7 @@ mod tests {
     fn id_spans_are_marked() {
         let ps = probes(&[("h", "request__start"), ("h", "request__end")]);
         let plan = plan(&ps, &[], &[("h".into(), "request".into())], true).unwrap();
-        assert!(plan.pairs[0].by_id);
+        assert_eq!(plan.pairs[0].key, Some(0));
     }
 
     #[test]
@@ -390,5 +452,54 @@ mod tests {
     fn common_stems() {
         assert_eq!(common_stem("query__start", "query__done"), "query");
         assert_eq!(common_stem("a", "b"), "a..b");
+    }
+
+    #[test]
+    fn one_start_may_have_several_ends() {
+        let ps = probes(&[
+            ("pg", "transaction__start"),
+            ("pg", "transaction__commit"),
+            ("pg", "transaction__abort"),
+        ]);
+        // Explicit: both rules apply to one span name.
+        let rules = [
+            SpanRule::parse("transaction__start=transaction__commit").unwrap(),
+            SpanRule::parse("transaction__start=transaction__abort").unwrap(),
+        ];
+        for (rules, auto) in [(&rules[..], false), (&[][..], true)] {
+            let plan = plan(&ps, rules, &[], auto).unwrap();
+            assert_eq!(plan.pairs.len(), 1, "auto={auto}");
+            let Role::Start(id) = plan.role("pg", "transaction__start") else {
+                panic!("auto={auto}")
+            };
+            assert_eq!(plan.role("pg", "transaction__commit"), Role::End(id));
+            assert_eq!(plan.role("pg", "transaction__abort"), Role::End(id));
+            assert_eq!(plan.pairs[0].stem, "transaction");
+            assert_eq!(
+                plan.pairs[0].ends,
+                vec!["transaction__commit", "transaction__abort"]
+            );
+        }
+    }
+
+    #[test]
+    fn a_key_pairs_by_argument_and_same_start_and_end_is_refused() {
+        let ps = probes(&[("jvm", "gc__begin"), ("jvm", "gc__end")]);
+        let rule = SpanRule {
+            key: Some(2),
+            ..SpanRule::parse("gc__begin=gc__end").unwrap()
+        };
+        let plan = plan(&ps, &[rule], &[], true).unwrap();
+        assert_eq!(plan.pairs[0].key, Some(2));
+        let auto = super::plan(&ps, &[], &[], true).unwrap();
+        assert_eq!(auto.pairs[0].key, None);
+        assert_eq!(
+            SpanRule::parse("x=x"),
+            Err(SpanError::SameStartAndEnd("x=x".into()))
+        );
+        assert_eq!(
+            SpanRule::parse("p:x=p:x").unwrap_err().to_string(),
+            "--span 'p:x=p:x': START and END must be different probes"
+        );
     }
 }

@@ -9,9 +9,9 @@
 //! 5. sinks ([`crate::output::Sink`]): every record, resolved by the plan, goes to them; the
 //!    loop does not know which output mode is in use.
 
-use crate::child::{Child, SpawnError};
+use crate::child::{Child, SpawnError, GRACE};
 use crate::output::sink::{Fanout, Hists};
-use crate::output::{self, JsonSink, Sink, Summary, TextSink};
+use crate::output::{self, JsonSink, RunInfo, Sink, Summary, TextSink};
 use crate::pattern::Pattern;
 use crate::plan::{self, Plan, PlanError, PlanOptions};
 use crate::procmaps::ProcError;
@@ -23,7 +23,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use usdt_trace_common::{CFG_ACCT, CFG_HIST, CFG_PID_FILTER};
+use usdt_trace_common::{Hist, CFG_ACCT, CFG_HIST, CFG_PID_FILTER, HIST_COMPONENTS};
 
 /// Validated `watch` settings (built by `cli`).
 #[derive(Debug, Clone)]
@@ -42,6 +42,8 @@ pub struct WatchConfig {
     pub interval: Option<Duration>,
     pub sched: bool,
     pub ring_bytes: u32,
+    /// With `-c`: leave the command running when tracing stops first.
+    pub leave_running: bool,
 }
 
 impl WatchConfig {
@@ -54,14 +56,13 @@ impl WatchConfig {
         }
     }
 
-    /// The sinks this configuration asks for; `t0` is the monotonic time text output counts
-    /// from.
-    fn sinks(&self, t0: u64) -> Fanout {
+    /// The sinks this configuration asks for.
+    fn sinks(&self) -> Fanout {
         let stdout = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
         let sink: Box<dyn Sink> = if self.json {
             Box::new(JsonSink::new(stdout))
         } else {
-            Box::new(TextSink::new(stdout, t0, !self.hist))
+            Box::new(TextSink::new(stdout, !self.hist))
         };
         Fanout(vec![sink])
     }
@@ -75,6 +76,10 @@ pub enum WatchError {
     Proc(#[from] ProcError),
     #[error("no USDT probes in {0}")]
     NoProbes(String),
+    #[error(
+        "{path} is not mapped by process {pids} (list what it maps with: usdt-trace list -p PID)"
+    )]
+    NotMapped { path: String, pids: String },
     #[error(transparent)]
     Plan(#[from] PlanError),
     #[error(transparent)]
@@ -109,26 +114,80 @@ fn install_signal_handlers() {
     }
 }
 
-/// Monotonic now, in the clock bpf_ktime_get_ns uses.
-fn monotonic_ns() -> u64 {
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid timespec out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Monotonic now, in the clock bpf_ktime_get_ns uses.
+fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Unix time of CLOCK_MONOTONIC's zero (realtime − monotonic, read back to back).
+fn monotonic_zero_unix_ns() -> u64 {
+    let real = clock_ns(libc::CLOCK_REALTIME);
+    real.saturating_sub(monotonic_ns())
+}
+
+/// The object a process maps for a path the user named: the path as the process sees it
+/// (a container's `/usr/bin/app`), or a host path to the same file.
+fn mapped_by(pid: u32, named: &std::path::Path) -> Result<Option<Object>, WatchError> {
+    use std::os::unix::fs::MetadataExt;
+    let host = std::fs::metadata(named)
+        .ok()
+        .map(|m| ((libc::major(m.dev()), libc::minor(m.dev())), m.ino()));
+    for m in crate::procmaps::mapped_objects(pid)? {
+        let same_path = std::path::Path::new(&m.path) == named;
+        let same_file = host == Some((m.dev, m.inode));
+        if same_path || same_file {
+            return Ok(Some(target::open(
+                &named.display().to_string(),
+                &m.host_path,
+            )?));
+        }
+    }
+    Ok(None)
 }
 
 /// The objects to trace: the named files, else every object with probes that the `-p`
 /// processes map (each file once).
 fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
-    let mut objects = Vec::new();
+    let mut objects: Vec<Object> = Vec::new();
+    let mut seen = BTreeSet::new();
     for t in &cfg.targets {
-        objects.push(target::open(&t.display().to_string(), t)?);
+        let o = if cfg.pids.is_empty() {
+            target::open(&t.display().to_string(), t)?
+        } else {
+            // A path named with -p is the process's file: found through its mappings, so
+            // that a container's path works and a file the process does not map is an error
+            // rather than a silent run with nothing to see.
+            if let Some(&pid) = cfg.pids.iter().find(|&&p| !target::pid_alive(p)) {
+                return Err(ProcError::NoSuchProcess { pid }.into());
+            }
+            let mut found = None;
+            for &pid in &cfg.pids {
+                if let Some(o) = mapped_by(pid, t)? {
+                    found = Some(o);
+                    break;
+                }
+            }
+            found.ok_or_else(|| WatchError::NotMapped {
+                path: t.display().to_string(),
+                pids: join_pids(&cfg.pids),
+            })?
+        };
+        // The same file named twice (a path and a symlink to it) is traced once.
+        if seen.insert((o.dev, o.inode)) {
+            objects.push(o);
+        }
     }
     if cfg.targets.is_empty() {
-        let mut seen = BTreeSet::new();
         for &pid in &cfg.pids {
             for m in target::open_process(pid)? {
                 // Objects that are not ELF (fonts, locale archives) or have no probes are
@@ -139,8 +198,6 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
                 }
             }
         }
-    } else if let Some(&pid) = cfg.pids.iter().find(|&&p| !target::pid_alive(p)) {
-        return Err(ProcError::NoSuchProcess { pid }.into());
     }
     let mut err = io::stderr();
     for o in &objects {
@@ -150,8 +207,7 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
     }
     if objects.iter().all(|o| o.probes.sites.is_empty()) {
         let what = if cfg.targets.is_empty() {
-            let pids: Vec<String> = cfg.pids.iter().map(|p| p.to_string()).collect();
-            format!("process {}", pids.join(", "))
+            format!("process {}", join_pids(&cfg.pids))
         } else {
             let shown: Vec<&str> = objects.iter().map(|o| o.shown.as_str()).collect();
             shown.join(", ")
@@ -159,6 +215,11 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
         return Err(WatchError::NoProbes(what));
     }
     Ok(objects)
+}
+
+fn join_pids(pids: &[u32]) -> String {
+    let v: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+    v.join(", ")
 }
 
 /// Attaches every object's points, once per traced process (or once for all processes).
@@ -227,6 +288,9 @@ struct Reader<'a> {
     sinks: Fanout,
     /// Records that did not decode or named no known site.
     bad_records: u64,
+    /// With `--interval`: the cumulative histograms at the last block, and when it was.
+    last: Option<(Vec<[Hist; HIST_COMPONENTS]>, u64)>,
+    t0: u64,
 }
 
 impl Reader<'_> {
@@ -245,17 +309,45 @@ impl Reader<'_> {
         Ok(n)
     }
 
-    fn hists(&mut self, tracer: &Tracer) -> Result<(), WatchError> {
+    /// One `--interval` block: what the kernel counted since the last one.
+    fn interval(&mut self, tracer: &Tracer) -> Result<(), WatchError> {
+        let now = monotonic_ns();
+        let hists = tracer.hists(self.plan.pairs.len())?;
+        let (before, since) = self.last.take().unwrap_or_else(|| {
+            let zero = vec![[Hist::default(); HIST_COMPONENTS]; hists.len()];
+            (zero, self.t0)
+        });
+        let delta: Vec<_> = hists
+            .iter()
+            .zip(before.iter())
+            .map(|(n, b)| output::hist::delta(n, b))
+            .collect();
+        self.sinks.hists(&Hists {
+            pairs: &self.plan.pairs,
+            hists: &delta,
+            bounds: Some((since, now)),
+            total: false,
+        })?;
+        self.last = Some((hists, now));
+        Ok(())
+    }
+
+    /// The whole run's histograms, at the end.
+    fn totals(&mut self, tracer: &Tracer, intervals: bool) -> Result<(), WatchError> {
         let hists = tracer.hists(self.plan.pairs.len())?;
         self.sinks.hists(&Hists {
             pairs: &self.plan.pairs,
             hists: &hists,
+            bounds: intervals.then(|| (self.t0, monotonic_ns())),
+            total: true,
         })?;
         Ok(())
     }
 }
 
-pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
+/// Traces until told to stop; returns the exit code: the `-c` command's own when it ended by
+/// itself, else 0.
+pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let objects = open_targets(cfg)?;
     let named: Vec<(&str, &crate::elf::ObjectProbes)> = objects
         .iter()
@@ -263,6 +355,8 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
         .collect();
     let plan = plan::build(&named, &cfg.plan_options())?;
 
+    // Times count from before the first probe can fire, so none is ever negative.
+    let t0 = monotonic_ns();
     let mut child = cfg.command.as_deref().map(Child::spawn).transpose()?;
     let mut pids: Vec<u32> = cfg.pids.clone();
     pids.extend(child.as_ref().map(|c| c.pid as u32));
@@ -291,20 +385,30 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
         c.release()?;
     }
 
-    let t0 = monotonic_ns();
     let started = Instant::now();
     let mut reader = Reader {
         plan: &plan,
-        sinks: cfg.sinks(t0),
+        sinks: cfg.sinks(),
         bad_records: 0,
+        last: None,
+        t0,
     };
-    reader.sinks.begin()?;
+    reader.sinks.begin(&RunInfo {
+        version: env!("CARGO_PKG_VERSION"),
+        targets: objects.iter().map(|o| o.shown.clone()).collect(),
+        pids: pids.clone(),
+        command: cfg.command.as_ref().map(|c| c.join(" ")),
+        t0_ns: t0,
+        clock_zero_unix_ns: monotonic_zero_unix_ns(),
+        sites: plan.sites.len(),
+        span_names: plan.pairs.len(),
+    })?;
     let mut last_hist = Instant::now();
     while !should_stop(cfg, started, child.as_mut()) {
         reader.batch(&mut tracer, Duration::from_millis(50))?;
         if cfg.interval.is_some_and(|iv| last_hist.elapsed() >= iv) {
             last_hist = Instant::now();
-            reader.hists(&tracer)?;
+            reader.interval(&tracer)?;
         }
     }
 
@@ -312,7 +416,7 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
     let detach = tracer.detach_all();
     while reader.batch(&mut tracer, Duration::ZERO)? > 0 {}
     if cfg.hist {
-        reader.hists(&tracer)?;
+        reader.totals(&tracer, cfg.interval.is_some())?;
     }
     let c = tracer.counters()?;
     let open = tracer.open_spans().unwrap_or(0);
@@ -336,6 +440,20 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
             "Detaching {sites} probe sites in the background (helper PID {pid}): the kernel takes about 0.1 s per site"
         );
     }
-    drop(child);
-    Ok(())
+    // The command's own status when it ended by itself; ended by us, 0.
+    let code = match child {
+        Some(mut c) => match c.exit() {
+            Some(e) => e.shell_code(),
+            None if cfg.leave_running => {
+                c.leave_running();
+                0
+            }
+            None => {
+                c.terminate(GRACE);
+                0
+            }
+        },
+        None => 0,
+    };
+    Ok(code)
 }

@@ -5,6 +5,22 @@ use super::{fmt_duration, json_escape, PairInfo};
 use std::fmt::Write as _;
 use usdt_trace_common::{Hist, HIST_BUCKETS, HIST_COMPONENTS};
 
+/// What `now` counts beyond `before`: one interval's histograms from two cumulative reads.
+pub fn delta(
+    now: &[Hist; HIST_COMPONENTS],
+    before: &[Hist; HIST_COMPONENTS],
+) -> [Hist; HIST_COMPONENTS] {
+    let mut d = *now;
+    for (x, b) in d.iter_mut().zip(before.iter()) {
+        for (c, bc) in x.buckets.iter_mut().zip(b.buckets.iter()) {
+            *c = c.saturating_sub(*bc);
+        }
+        x.count = x.count.saturating_sub(b.count);
+        x.sum = x.sum.saturating_sub(b.sum);
+    }
+    d
+}
+
 /// Names of the components, in the kernel's order.
 pub const COMPONENTS: [&str; HIST_COMPONENTS] = ["duration", "oncpu", "runq", "sleep", "io"];
 
@@ -49,6 +65,18 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
         fmt_duration(mean(d))
     );
     if h[1].count > 0 {
+        // The parts are measured only over spans one thread ran from start to end; when that
+        // is not all of them, say over how many, and add them up to those spans' own mean so
+        // that what is shown as a sum is one.
+        if h[1].count != d.count {
+            let split_sum: u64 = h[1..].iter().map(|x| x.sum).sum();
+            let _ = write!(
+                s,
+                "; time split over {} of them: {}",
+                h[1].count,
+                fmt_duration(split_sum / h[1].count)
+            );
+        }
         let _ = write!(
             s,
             " = on-CPU {} + runq {} + sleep {} + io {}",
@@ -122,13 +150,25 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
     s
 }
 
-/// One `{"type":"hist",...}` line per span name.
-pub fn render_json(out: &mut Vec<u8>, pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) {
+/// One `{"type":"hist",...}` line per span name. With `--interval`, `block` gives the
+/// monotonic bounds of what the line counts and whether it is the whole run.
+pub fn render_json(
+    out: &mut Vec<u8>,
+    pair: &PairInfo,
+    h: &[Hist; HIST_COMPONENTS],
+    block: Option<((u64, u64), bool)>,
+) {
     out.extend_from_slice(b"{\"type\":\"hist\",\"provider\":\"");
     json_escape(out, pair.provider.as_bytes());
     out.extend_from_slice(b"\",\"name\":\"");
     json_escape(out, pair.stem.as_bytes());
     out.extend_from_slice(b"\"");
+    if let Some(((a, b), total)) = block {
+        let _ = write!(
+            Vec8(out),
+            ",\"interval_start_ns\":{a},\"interval_end_ns\":{b},\"total\":{total}"
+        );
+    }
     for (name, x) in COMPONENTS.iter().zip(h.iter()) {
         let _ = write!(
             Vec8(out),
@@ -190,7 +230,7 @@ mod tests {
             provider: "p".into(),
             stem: "q".into(),
             start: "q__start".into(),
-            end: "q__end".into(),
+            ends: vec!["q__end".into()],
         };
         let t = render_text(&pair, &h);
         assert!(t.contains("@p:q  3 spans"), "{t}");
@@ -203,10 +243,74 @@ mod tests {
         assert!(!t2.contains("[4, 8)"), "{t2}");
         assert!(t.contains("[1K, 2K)"), "{t}");
         let mut out = Vec::new();
-        render_json(&mut out, &pair, &h);
+        render_json(&mut out, &pair, &h, None);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["duration"]["count"], 3);
         assert_eq!(v["oncpu"]["sum_ns"], 3050);
         assert_eq!(v["duration"]["buckets"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn header_parts_add_up_and_say_over_how_many_spans() {
+        let mut h = [Hist::default(); HIST_COMPONENTS];
+        // Four spans; two were split: 100 = 60 + 40 and 300 = 100 + 200 (on-CPU + sleep).
+        for v in [100u64, 300, 1000, 3000] {
+            h[0].buckets[log2_bucket(v)] += 1;
+            h[0].count += 1;
+            h[0].sum += v;
+        }
+        for (cpu, sleep) in [(60u64, 40u64), (100, 200)] {
+            for (c, v) in [(1, cpu), (2, 0), (3, sleep), (4, 0)] {
+                h[c].buckets[log2_bucket(v)] += 1;
+                h[c].count += 1;
+                h[c].sum += v;
+            }
+        }
+        let pair = PairInfo {
+            provider: "p".into(),
+            stem: "q".into(),
+            start: "q__start".into(),
+            ends: vec!["q__end".into()],
+        };
+        let t = render_text(&pair, &h);
+        let first = t.lines().next().unwrap();
+        assert_eq!(
+            first,
+            "@p:q  4 spans, mean 1.1us; time split over 2 of them: 200ns = on-CPU 80ns + runq 0ns + sleep 120ns + io 0ns"
+        );
+        // All split: the parts add up to the mean itself, as before.
+        let mut all = h;
+        all[0] = Hist::default();
+        for v in [100u64, 300] {
+            all[0].buckets[log2_bucket(v)] += 1;
+            all[0].count += 1;
+            all[0].sum += v;
+        }
+        let t = render_text(&pair, &all);
+        assert!(
+            t.starts_with(
+                "@p:q  2 spans, mean 200ns = on-CPU 80ns + runq 0ns + sleep 120ns + io 0ns\n"
+            ),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn delta_is_what_an_interval_added() {
+        let mut before = [Hist::default(); HIST_COMPONENTS];
+        before[0].buckets[3] = 2;
+        before[0].count = 2;
+        before[0].sum = 10;
+        let mut now = before;
+        now[0].buckets[3] = 5;
+        now[0].buckets[4] = 1;
+        now[0].count = 6;
+        now[0].sum = 40;
+        let d = delta(&now, &before);
+        assert_eq!(
+            (d[0].buckets[3], d[0].buckets[4], d[0].count, d[0].sum),
+            (3, 1, 4, 30)
+        );
+        assert_eq!(d[1].count, 0);
     }
 }

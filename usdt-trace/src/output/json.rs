@@ -3,7 +3,7 @@
 //! escaped so that every line is valid JSON.
 
 use super::decode::{cstr, string_of};
-use super::{ArgFmt, PairInfo, SiteInfo, Summary};
+use super::{ArgFmt, PairInfo, RunInfo, SiteInfo, Summary, SCHEMA_VERSION};
 use std::io::Write;
 use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, MAX_ARGS};
 
@@ -18,7 +18,9 @@ pub fn json_escape(out: &mut Vec<u8>, bytes: &[u8]) {
                 '\n' => out.extend_from_slice(b"\\n"),
                 '\r' => out.extend_from_slice(b"\\r"),
                 '\t' => out.extend_from_slice(b"\\t"),
-                c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                // C0/C1 controls and bidi overrides: JSON allows most of them raw, but a
+                // line piped to a terminal (`jq -r`) must not carry them.
+                c if super::text::is_unsafe_for_terminal(c) => {
                     let _ = write!(out, "\\u{:04x}", c as u32);
                 }
                 c => {
@@ -109,13 +111,15 @@ pub fn span_json(
     out.extend_from_slice(b",\"start\":");
     json_str(out, pair.start.as_bytes());
     out.extend_from_slice(b",\"end\":");
-    json_str(out, pair.end.as_bytes());
+    json_str(out, end.name.as_bytes());
     if r.start_tid != r.hdr.tid {
         out.extend_from_slice(b",\"start_tid\":");
         push_u64(out, r.start_tid as u64);
     }
     out.extend_from_slice(b",\"start_ns\":");
     push_u64(out, r.start_ns);
+    out.extend_from_slice(b",\"end_ns\":");
+    push_u64(out, r.hdr.ts_ns);
     out.extend_from_slice(b",\"duration_ns\":");
     push_u64(out, r.hdr.ts_ns.saturating_sub(r.start_ns));
     if r.acct_valid != 0 {
@@ -149,6 +153,43 @@ pub fn span_json(
     json_args(out, start, &r.args, s);
     out.extend_from_slice(b",\"end_args\":");
     json_args(out, end, &r.end_args, None);
+    out.extend_from_slice(b"}\n");
+}
+
+/// The first `{"type":"start",...}` line: what is traced, and how to place `*_ns` times
+/// (CLOCK_MONOTONIC) in wall-clock time: `unix_ns = clock_zero_unix_ns + ts_ns`.
+pub fn start_json(out: &mut Vec<u8>, r: &RunInfo) {
+    out.extend_from_slice(b"{\"type\":\"start\",\"schema\":");
+    push_u64(out, SCHEMA_VERSION as u64);
+    out.extend_from_slice(b",\"version\":");
+    json_str(out, r.version.as_bytes());
+    out.extend_from_slice(b",\"clock\":\"monotonic\",\"clock_zero_unix_ns\":");
+    push_u64(out, r.clock_zero_unix_ns);
+    out.extend_from_slice(b",\"start_ns\":");
+    push_u64(out, r.t0_ns);
+    out.extend_from_slice(b",\"targets\":[");
+    for (i, t) in r.targets.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        json_str(out, t.as_bytes());
+    }
+    out.extend_from_slice(b"],\"pids\":[");
+    for (i, p) in r.pids.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        push_u64(out, *p as u64);
+    }
+    out.push(b']');
+    if let Some(c) = &r.command {
+        out.extend_from_slice(b",\"command\":");
+        json_str(out, c.as_bytes());
+    }
+    out.extend_from_slice(b",\"sites\":");
+    push_u64(out, r.sites as u64);
+    out.extend_from_slice(b",\"span_names\":");
+    push_u64(out, r.span_names as u64);
     out.extend_from_slice(b"}\n");
 }
 
@@ -200,7 +241,7 @@ mod golden {
             provider: "app".into(),
             stem: "request".into(),
             start: "request__start".into(),
-            end: "request__end".into(),
+            ends: vec!["request__end".into()],
         }
     }
 
@@ -270,7 +311,7 @@ mod golden {
         let end = info("request__end", &[ArgFmt::Unsigned, ArgFmt::Signed], None);
         assert_eq!(
             line(|o| span_json(o, &pair(), &start, &end, &span(1, 101))),
-            r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_ns":1000,"duration_ns":8000,"oncpu_ns":3000,"offcpu_ns":5000,"runq_ns":1000,"sleep_ns":3500,"io_ns":500,"waker":{"pid":7,"tid":8,"comm":"timer","off_ns":3500},"args":[42],"end_args":[200,200]}
+            r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_ns":1000,"end_ns":9000,"duration_ns":8000,"oncpu_ns":3000,"offcpu_ns":5000,"runq_ns":1000,"sleep_ns":3500,"io_ns":500,"waker":{"pid":7,"tid":8,"comm":"timer","off_ns":3500},"args":[42],"end_args":[200,200]}
 "#
         );
     }
@@ -281,7 +322,7 @@ mod golden {
         let end = info("request__end", &[], None);
         assert_eq!(
             line(|o| span_json(o, &pair(), &start, &end, &span(0, 99))),
-            r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_tid":99,"start_ns":1000,"duration_ns":8000,"args":[42],"end_args":[]}
+            r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_tid":99,"start_ns":1000,"end_ns":9000,"duration_ns":8000,"args":[42],"end_args":[]}
 "#
         );
     }
@@ -295,8 +336,27 @@ mod golden {
             h[c].sum += v;
         }
         assert_eq!(
-            line(|o| render_json(o, &pair(), &h)),
+            line(|o| render_json(o, &pair(), &h, None)),
             r#"{"type":"hist","provider":"app","name":"request","duration":{"count":2,"sum_ns":4500,"buckets":[{"lo":1024,"hi":2048,"count":1},{"lo":2048,"hi":4096,"count":1}]},"oncpu":{"count":1,"sum_ns":700,"buckets":[{"lo":512,"hi":1024,"count":1}]},"runq":{"count":0,"sum_ns":0,"buckets":[]},"sleep":{"count":0,"sum_ns":0,"buckets":[]},"io":{"count":0,"sum_ns":0,"buckets":[]}}
+"#
+        );
+    }
+
+    #[test]
+    fn start_line() {
+        let r = RunInfo {
+            version: "0.1.0",
+            targets: vec!["/usr/bin/app".into()],
+            pids: vec![42],
+            command: Some("app --port 1".into()),
+            t0_ns: 5_000,
+            clock_zero_unix_ns: 1_700_000_000_000_000_000,
+            sites: 4,
+            span_names: 2,
+        };
+        assert_eq!(
+            line(|o| start_json(o, &r)),
+            r#"{"type":"start","schema":2,"version":"0.1.0","clock":"monotonic","clock_zero_unix_ns":1700000000000000000,"start_ns":5000,"targets":["/usr/bin/app"],"pids":[42],"command":"app --port 1","sites":4,"span_names":2}
 "#
         );
     }

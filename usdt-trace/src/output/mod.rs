@@ -22,7 +22,7 @@ pub mod sink;
 pub mod text;
 
 pub use decode::{decode, Record};
-pub use json::{event_json, json_escape, span_json, summary_json};
+pub use json::{event_json, json_escape, span_json, start_json, summary_json};
 pub use sink::{JsonSink, Sink, TextSink, View};
 pub use text::{event_text, span_text, summary_text, text_header};
 
@@ -53,7 +53,30 @@ pub struct PairInfo {
     pub provider: String,
     pub stem: String,
     pub start: String,
-    pub end: String,
+    /// The probes that close it; a span record names the one that did.
+    pub ends: Vec<String>,
+}
+
+/// Version of the NDJSON schema, in the first (`start`) record. 2 added the `start` record,
+/// `end_ns` on spans and the interval bounds on histograms.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// What a run traces, handed to every sink before the first record.
+#[derive(Clone, Debug, Default)]
+pub struct RunInfo {
+    pub version: &'static str,
+    /// The objects traced, as shown to the user.
+    pub targets: Vec<String>,
+    pub pids: Vec<u32>,
+    /// The `-c` command line.
+    pub command: Option<String>,
+    /// CLOCK_MONOTONIC when tracing began; text times count from here.
+    pub t0_ns: u64,
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC at the start, in ns: adding it to a record's
+    /// monotonic time gives Unix time.
+    pub clock_zero_unix_ns: u64,
+    pub sites: usize,
+    pub span_names: usize,
 }
 
 /// Totals printed at exit.
@@ -187,7 +210,7 @@ mod tests {
             provider: "httpserver".into(),
             stem: "request".into(),
             start: "request__start".into(),
-            end: "request__end".into(),
+            ends: vec!["request__end".into()],
         };
         let mut out = Vec::new();
         span_json(
@@ -201,7 +224,8 @@ mod tests {
         assert_eq!(v["type"], "span");
         assert_eq!(v["name"], "request");
         assert_eq!(v["start"], "request__start");
-        assert_eq!(v["end"], "request__end");
+        // "end" names the end site that closed the span.
+        assert_eq!(v["end"], "n");
         assert_eq!(v["duration_ns"], 4000);
         assert_eq!(v["oncpu_ns"], 1000);
         assert_eq!(v["offcpu_ns"], 3000);

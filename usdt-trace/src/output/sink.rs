@@ -3,7 +3,7 @@
 //! outputs (a timeline file, an exporter) are new sinks, and the reading loop never branches on
 //! the output mode.
 
-use super::{hist, json, text, PairInfo, SiteInfo, Summary};
+use super::{hist, json, text, PairInfo, RunInfo, SiteInfo, Summary};
 use std::io::{self, Write};
 use usdt_trace_common::{EventRecord, Hist, SpanRecord, HIST_COMPONENTS};
 
@@ -22,10 +22,14 @@ pub enum View<'a> {
     },
 }
 
-/// Histograms of every span name, in pair order, as read from the kernel.
+/// Histograms of every span name, in pair order.
 pub struct Hists<'a> {
     pub pairs: &'a [PairInfo],
     pub hists: &'a [[Hist; HIST_COMPONENTS]],
+    /// With `--interval`: the monotonic bounds of what these count (`None` for the totals of
+    /// a run without intervals), and whether this is the whole run rather than one interval.
+    pub bounds: Option<(u64, u64)>,
+    pub total: bool,
 }
 
 impl Hists<'_> {
@@ -41,7 +45,7 @@ impl Hists<'_> {
 /// Consumes records. Each call may buffer; [`Sink::flush`] follows every batch.
 pub trait Sink {
     /// Once, before the first record.
-    fn begin(&mut self) -> io::Result<()> {
+    fn begin(&mut self, _run: &RunInfo) -> io::Result<()> {
         Ok(())
     }
     fn record(&mut self, v: &View) -> io::Result<()>;
@@ -66,11 +70,11 @@ pub struct TextSink<W: Write> {
 }
 
 impl<W: Write> TextSink<W> {
-    pub fn new(out: W, t0: u64, header: bool) -> Self {
+    pub fn new(out: W, header: bool) -> Self {
         TextSink {
             out,
             buf: Vec::with_capacity(1 << 16),
-            t0,
+            t0: 0,
             header,
         }
     }
@@ -81,7 +85,8 @@ impl<W: Write> TextSink<W> {
 }
 
 impl<W: Write> Sink for TextSink<W> {
-    fn begin(&mut self) -> io::Result<()> {
+    fn begin(&mut self, run: &RunInfo) -> io::Result<()> {
+        self.t0 = run.t0_ns;
         if self.header {
             self.out.write_all(text::text_header().as_bytes())?;
             self.out.flush()?;
@@ -114,6 +119,12 @@ impl<W: Write> Sink for TextSink<W> {
 
     fn hists(&mut self, h: &Hists) -> io::Result<()> {
         self.flush()?;
+        if let Some((a, b)) = h.bounds {
+            let secs = |t: u64| t.saturating_sub(self.t0) as f64 / 1e9;
+            let what = if h.total { "total" } else { "interval" };
+            let line = format!("--- {what} {:.3}s to {:.3}s ---\n", secs(a), secs(b));
+            self.buf.extend_from_slice(line.as_bytes());
+        }
         for (p, x) in h.drawn() {
             self.buf
                 .extend_from_slice(hist::render_text(p, x).as_bytes());
@@ -151,6 +162,11 @@ impl<W: Write> JsonSink<W> {
 }
 
 impl<W: Write> Sink for JsonSink<W> {
+    fn begin(&mut self, run: &RunInfo) -> io::Result<()> {
+        json::start_json(&mut self.buf, run);
+        self.flush()
+    }
+
     fn record(&mut self, v: &View) -> io::Result<()> {
         match *v {
             View::Event { site, rec } => json::event_json(&mut self.buf, site, rec),
@@ -176,7 +192,7 @@ impl<W: Write> Sink for JsonSink<W> {
     fn hists(&mut self, h: &Hists) -> io::Result<()> {
         self.flush()?;
         for (p, x) in h.drawn() {
-            hist::render_json(&mut self.buf, p, x);
+            hist::render_json(&mut self.buf, p, x, h.bounds.map(|b| (b, h.total)));
         }
         self.flush()
     }
@@ -192,8 +208,8 @@ impl<W: Write> Sink for JsonSink<W> {
 pub struct Fanout(pub Vec<Box<dyn Sink>>);
 
 impl Sink for Fanout {
-    fn begin(&mut self) -> io::Result<()> {
-        self.0.iter_mut().try_for_each(|s| s.begin())
+    fn begin(&mut self, run: &RunInfo) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.begin(run))
     }
     fn record(&mut self, v: &View) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.record(v))

@@ -1,4 +1,9 @@
 //! Aligned text lines for a terminal.
+//!
+//! `END(s)` is when the span ended (or the event fired), in seconds since `watch` began
+//! attaching, so rows come in the order they happened: a nested span ends, and prints, before
+//! the span around it. Names and strings come from other people's files and processes, so
+//! control characters are shown escaped, never sent to the terminal (see [`clean`]).
 
 use super::decode::{cstr, string_of};
 use super::{fmt_duration, ArgFmt, PairInfo, SiteInfo, Summary};
@@ -29,11 +34,38 @@ fn text_args(out: &mut String, site: &SiteInfo, args: &[u64; MAX_ARGS], s: Optio
     out.push(')');
 }
 
+/// True for characters that must not reach a terminal raw: C0 and C1 controls (escape
+/// sequences, `\r`, bell), DEL, and the bidirectional overrides and isolates that reorder
+/// what is shown.
+pub fn is_unsafe_for_terminal(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with every character unsafe for a terminal written as a `\u{..}` escape (a
+/// backslash is doubled, so the escaped form is never ambiguous).
+pub fn clean(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| is_unsafe_for_terminal(c) || c == '\\') {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if is_unsafe_for_terminal(c) => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Column header for text mode.
 pub fn text_header() -> String {
     format!(
         "{:<12} {:>7} {:>7} {:<15} {:<32} {:>10}  DETAILS\n",
-        "TIME(s)", "PID", "TID", "COMM", "PROBE", "DURATION"
+        "END(s)", "PID", "TID", "COMM", "PROBE", "DURATION"
     )
 }
 
@@ -41,11 +73,16 @@ fn text_prefix(h: &RecordHeader, t0: u64, ts: u64, probe: &str, dur: &str) -> St
     let secs = ts.saturating_sub(t0) as f64 / 1e9;
     let comm = String::from_utf8_lossy(cstr(&h.comm))
         .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
+        .map(|c| if is_unsafe_for_terminal(c) { '?' } else { c })
         .collect::<String>();
     format!(
         "{:<12.6} {:>7} {:>7} {:<15} {:<32} {:>10}  ",
-        secs, h.pid, h.tid, comm, probe, dur
+        secs,
+        h.pid,
+        h.tid,
+        comm,
+        clean(probe),
+        dur
     )
 }
 
@@ -77,13 +114,18 @@ pub fn span_text(
     let mut s = text_prefix(
         &r.hdr,
         t0,
-        r.start_ns,
+        r.hdr.ts_ns,
         &format!("{}:{}", pair.provider, pair.stem),
         &fmt_duration(dur),
     );
     let st = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
     text_args(&mut s, start, &r.args, st);
-    if !end.args.is_empty() {
+    // A span with several possible ends says which one closed it.
+    if pair.ends.len() > 1 {
+        s.push_str(" -> ");
+        s.push_str(&clean(&end.name));
+        text_args(&mut s, end, &r.end_args, None);
+    } else if !end.args.is_empty() {
         s.push_str(" -> ");
         text_args(&mut s, end, &r.end_args, None);
     }
