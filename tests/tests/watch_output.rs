@@ -19,7 +19,7 @@ fn text_mode_header_aligned_lines_and_summary() {
         "header, 7 spans, summary:\n{stdout}"
     );
     let header = lines[0];
-    for col in ["TIME", "PID", "TID", "COMM", "PROBE", "DURATION"] {
+    for col in ["END(s)", "PID", "TID", "COMM", "PROBE", "DURATION"] {
         assert!(header.contains(col), "{header}");
     }
     let probe_col = header.find("PROBE").unwrap();

@@ -11,6 +11,7 @@
 
 use crate::child::{Child, SpawnError, GRACE};
 use crate::output::sink::{Fanout, Hists};
+use crate::output::text::clean;
 use crate::output::{self, JsonSink, RunInfo, Sink, Summary, TextSink};
 use crate::pattern::Pattern;
 use crate::plan::{self, Plan, PlanError, PlanOptions};
@@ -177,10 +178,25 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
                     break;
                 }
             }
-            found.ok_or_else(|| WatchError::NotMapped {
-                path: t.display().to_string(),
-                pids: join_pids(&cfg.pids),
-            })?
+            match found {
+                Some(o) => o,
+                // A library the process will load later is traced from this file (the
+                // uprobes wait on its inode), but say so: it may be the wrong file.
+                None if t.exists() => {
+                    eprintln!(
+                        "warning: {} is not mapped by process {} (yet): its probes fire only if the process loads this very file",
+                        clean(&t.display().to_string()),
+                        join_pids(&cfg.pids)
+                    );
+                    target::open(&t.display().to_string(), t)?
+                }
+                None => {
+                    return Err(WatchError::NotMapped {
+                        path: t.display().to_string(),
+                        pids: join_pids(&cfg.pids),
+                    })
+                }
+            }
         };
         // The same file named twice (a path and a symlink to it) is traced once.
         if seen.insert((o.dev, o.inode)) {
@@ -202,7 +218,12 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
     let mut err = io::stderr();
     for o in &objects {
         for w in &o.probes.warnings {
-            let _ = writeln!(err, "warning: {}: {w}", o.shown);
+            let _ = writeln!(
+                err,
+                "warning: {}: {}",
+                clean(&o.shown),
+                clean(&w.to_string())
+            );
         }
     }
     if objects.iter().all(|o| o.probes.sites.is_empty()) {
