@@ -10,7 +10,7 @@ use crate::output::{self, hist, ArgFmt, PairInfo, Record, SiteInfo, Summary};
 use crate::pattern::Pattern;
 use crate::procmaps::{self, ProcError};
 use crate::spans::{self, ProbeName, Role, SpanError, SpanRule, StrRule};
-use crate::tracer::{LoadOptions, TraceError, Tracer};
+use crate::tracer::{AttachMode, AttachPoint, LoadOptions, TraceError, Tracer};
 use std::collections::BTreeSet;
 use std::ffi::CString;
 use std::fs::File;
@@ -19,7 +19,6 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use usdt_trace_common::{CFG_ACCT, CFG_HIST, CFG_PID_FILTER};
 
 /// Validated `watch` settings (built by `cli`).
 #[derive(Debug, Clone)]
@@ -38,6 +37,7 @@ pub struct WatchConfig {
     pub interval: Option<Duration>,
     pub sched: bool,
     pub ring_bytes: u32,
+    pub attach: AttachMode,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -428,22 +428,13 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
     if let Some(c) = &child {
         pids.push(c.pid as u32);
     }
-    let mut flags = 0;
-    if cfg.hist {
-        flags |= CFG_HIST;
-    }
-    if cfg.sched {
-        flags |= CFG_ACCT;
-    }
-    if !pids.is_empty() {
-        flags |= CFG_PID_FILTER;
-    }
     let mut tracer = Tracer::load(&LoadOptions {
         specs: &specs,
-        flags,
         ring_bytes: cfg.ring_bytes,
         pids: &pids,
+        hist: cfg.hist,
         sched: cfg.sched,
+        attach: cfg.attach,
     })?;
     let pid_targets: Vec<Option<u32>> = if pids.is_empty() {
         vec![None]
@@ -451,10 +442,14 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
         pids.iter().map(|&p| Some(p)).collect()
     };
     // Group the chosen sites by object: one attachment per object (and process).
-    let mut by_object: Vec<Vec<(u64, Option<u64>, u32)>> = vec![Vec::new(); objects.len()];
+    let mut by_object: Vec<Vec<AttachPoint>> = vec![Vec::new(); objects.len()];
     for (cookie, &(oi, si)) in chosen.iter().enumerate() {
         let s = &objects[oi].probes.sites[si];
-        by_object[oi].push((s.file_offset, s.semaphore_offset, cookie as u32));
+        by_object[oi].push(AttachPoint {
+            offset: s.file_offset,
+            ref_ctr: s.semaphore_offset,
+            cookie: cookie as u32,
+        });
     }
     let mut used_objects = 0;
     for (oi, sites) in by_object.iter().enumerate() {
@@ -470,20 +465,15 @@ pub fn run(cfg: &WatchConfig) -> Result<(), WatchError> {
                 .attach_object(&path, sites, pid)
                 .map_err(|e| match e {
                     // Name the file the user knows, not /proc/self/fd/N.
-                    TraceError::Attach {
-                        offset, sema, msg, ..
-                    } => {
-                        let probe = o
-                            .probes
-                            .sites
-                            .iter()
-                            .find(|s| s.file_offset == offset)
+                    TraceError::Attach { point, msg, .. } => {
+                        let probe = point
+                            .and_then(|p| chosen.get(p.cookie as usize))
+                            .map(|&(_, si)| &o.probes.sites[si])
                             .map(|s| format!(" ({}:{})", s.provider, s.name))
                             .unwrap_or_default();
                         TraceError::Attach {
                             path: format!("{}{probe}", o.shown),
-                            offset,
-                            sema,
+                            point,
                             msg,
                         }
                     }

@@ -16,10 +16,10 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_PROG_TYPE_KPROBE: u32 = 2;
-const BPF_TRACE_UPROBE_MULTI: u32 = 48;
+use super::sys::{
+    sys_bpf, ProgLoadAttr, BPF_LINK_CREATE, BPF_PROG_LOAD, BPF_PROG_TYPE_KPROBE,
+    BPF_TRACE_UPROBE_MULTI,
+};
 
 fn map_fd(m: &Map) -> Option<RawFd> {
     let d = match m {
@@ -32,38 +32,6 @@ fn map_fd(m: &Map) -> Option<RawFd> {
         _ => return None,
     };
     Some(d.fd().as_fd().as_raw_fd())
-}
-
-/// `union bpf_attr` for BPF_PROG_LOAD, up to `fd_array_cnt`.
-#[repr(C)]
-#[derive(Default)]
-struct ProgLoadAttr {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
-    prog_btf_fd: u32,
-    func_info_rec_size: u32,
-    func_info: u64,
-    func_info_cnt: u32,
-    line_info_rec_size: u32,
-    line_info: u64,
-    line_info_cnt: u32,
-    attach_btf_id: u32,
-    attach_prog_fd: u32,
-    core_relo_cnt: u32,
-    fd_array: u64,
-    core_relos: u64,
-    core_relo_rec_size: u32,
-    log_true_size: u32,
 }
 
 /// Load `program` from `object` for uprobe_multi, using the maps already in `maps`.
@@ -140,11 +108,6 @@ pub fn load_program<'a>(
     let text = String::from_utf8_lossy(&log[..n]);
     let tail: String = text.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
     Err(format!("BPF_PROG_LOAD: {err}: {tail}"))
-}
-
-fn sys_bpf(cmd: libc::c_long, attr: *const u8, size: usize) -> i32 {
-    // SAFETY: attr points at a zero-padded bpf_attr of `size` bytes.
-    unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size as u32) as i32 }
 }
 
 #[repr(C)]
