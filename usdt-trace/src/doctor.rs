@@ -5,7 +5,7 @@
 //! rows (aligned text or one JSON object) is pure and tested here. Without privilege the probes
 //! that must load a program say `unknown` rather than guessing.
 
-use crate::tracer::{AttachMode, AttachPath, Feature, Features, Support};
+use crate::tracer::{AttachMode, AttachPath, Feature, Features};
 use serde_json::{json, Map, Value};
 use std::io::{self, Write};
 
@@ -35,7 +35,12 @@ pub fn feature_rows(f: &Features) -> Vec<Row> {
         Row {
             key: "privileges",
             label: "privileges",
-            value: if f.privileges.may_trace() { "yes" } else { "no" }.to_string(),
+            value: if f.privileges.may_trace() {
+                "yes"
+            } else {
+                "no"
+            }
+            .to_string(),
             detail: f.privileges.describe().to_string(),
         },
         Row::feature("vmlinux_btf", "vmlinux BTF", &f.vmlinux_btf),
@@ -45,7 +50,11 @@ pub fn feature_rows(f: &Features) -> Vec<Row> {
         Row::feature("bpf_cookie", "BPF cookies", &f.bpf_cookie),
         Row::feature("uprobe_multi", "uprobe_multi", &f.uprobe_multi),
         Row::feature("tp_btf", "tp_btf", &f.tp_btf),
-        Row::feature("uprobe_optimize", "uprobe nop5 optimize", &f.uprobe_optimize),
+        Row::feature(
+            "uprobe_optimize",
+            "uprobe nop5 optimize",
+            &f.uprobe_optimize,
+        ),
     ]
 }
 
@@ -99,7 +108,10 @@ pub fn watch_rows(f: &Features) -> Vec<Row> {
         detail: if f.tp_btf.is_yes() {
             "tp_btf: time split and thread-exit cleanup".to_string()
         } else {
-            format!("needed even with --no-sched (thread exits): {}", f.tp_btf.detail)
+            format!(
+                "needed even with --no-sched (thread exits): {}",
+                f.tp_btf.detail
+            )
         },
     });
     let mut missing = Vec::new();
@@ -184,7 +196,7 @@ pub fn run(json: bool, out: &mut impl Write) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::tracer::features::sample;
-    use crate::tracer::Privileges;
+    use crate::tracer::{Privileges, Support};
     use Support::*;
 
     fn row<'a>(rows: &'a [Row], key: &str) -> &'a Row {
@@ -245,7 +257,10 @@ mod tests {
         assert_eq!(row(&wr, "attach_auto").value, "no");
         assert_eq!(row(&wr, "semaphores").value, "no");
         let ready = &row(&wr, "ready").detail;
-        assert!(ready.starts_with("missing: no way to attach uprobes"), "{ready}");
+        assert!(
+            ready.starts_with("missing: no way to attach uprobes"),
+            "{ready}"
+        );
         assert!(ready.ends_with("; BTF tracepoints: tp refused"), "{ready}");
     }
 
@@ -264,7 +279,9 @@ mod tests {
         let ready = row(&wr, "ready");
         assert_eq!(ready.value, "no");
         assert_eq!(ready.detail, "missing: root or CAP_BPF + CAP_PERFMON");
-        assert!(row(&wr, "attach_multi").detail.starts_with("unknown until probed"));
+        assert!(row(&wr, "attach_multi")
+            .detail
+            .starts_with("unknown until probed"));
     }
 
     #[test]

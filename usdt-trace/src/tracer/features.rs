@@ -91,7 +91,10 @@ pub enum Privileges {
 
 impl Privileges {
     pub fn current() -> Privileges {
-        Privileges::from_status(sys::is_root(), std::fs::read_to_string(STATUS).ok().as_deref())
+        Privileges::from_status(
+            sys::is_root(),
+            std::fs::read_to_string(STATUS).ok().as_deref(),
+        )
     }
 
     /// From the effective UID and the text of `/proc/self/status` (its `CapEff:` line).
@@ -296,7 +299,10 @@ impl Features {
 
     /// Per-site perf-event uprobes carrying a cookie: the uprobe PMU and BPF cookies.
     pub fn perf_attach(&self) -> Feature {
-        for (what, f) in [("uprobe PMU", &self.uprobe_pmu), ("BPF cookies", &self.bpf_cookie)] {
+        for (what, f) in [
+            ("uprobe PMU", &self.uprobe_pmu),
+            ("BPF cookies", &self.bpf_cookie),
+        ] {
             if !f.is_yes() {
                 return Feature {
                     support: f.support,
@@ -398,7 +404,9 @@ fn is_uprobe_syscall(name: &str) -> bool {
         || name
             .strip_suffix("_sys_uprobe")
             .and_then(|p| p.strip_prefix("__"))
-            .is_some_and(|arch| !arch.is_empty() && !arch.contains('_') && arch != "do" && arch != "se")
+            .is_some_and(|arch| {
+                !arch.is_empty() && !arch.contains('_') && arch != "do" && arch != "se"
+            })
 }
 
 fn is_eperm(e: &std::io::Error) -> bool {
@@ -457,9 +465,9 @@ fn probe_tp_btf(vmlinux: bool) -> Feature {
     if !vmlinux {
         return Feature::no(format!("no {VMLINUX_BTF}"));
     }
-    let id = match aya::Btf::from_sys_fs().and_then(|btf| {
-        btf.id_by_type_name_kind(TP_BTF_PROBE, aya_obj::btf::BtfKind::Typedef)
-    }) {
+    let id = match aya::Btf::from_sys_fs()
+        .and_then(|btf| btf.id_by_type_name_kind(TP_BTF_PROBE, aya_obj::btf::BtfKind::Typedef))
+    {
         Ok(id) => id,
         Err(e) => return Feature::no(format!("{TP_BTF_PROBE} in {VMLINUX_BTF}: {e}")),
     };
@@ -543,7 +551,10 @@ mod tests {
             tracefs_from_mounts(m),
             Feature::yes("mounted at /sys/kernel/tracing")
         );
-        assert_eq!(tracefs_from_mounts("proc /proc proc rw 0 0\n").support, Support::No);
+        assert_eq!(
+            tracefs_from_mounts("proc /proc proc rw 0 0\n").support,
+            Support::No
+        );
         assert_eq!(tracefs_from_mounts("garbage\n").support, Support::No);
     }
 
@@ -554,7 +565,8 @@ mod tests {
         let f = uprobe_optimize_from_kallsyms(both);
         assert!(f.is_yes(), "{f:?}");
         assert!(
-            f.detail.starts_with("__ia32_sys_uprobe and arch_uprobe_optimize"),
+            f.detail
+                .starts_with("__ia32_sys_uprobe and arch_uprobe_optimize"),
             "{f:?}"
         );
         assert!(is_uprobe_syscall("sys_uprobe"));
@@ -590,7 +602,10 @@ mod tests {
         let old = sample(No, Yes);
         assert_eq!(old.attach_path(Auto), Ok(AttachPath::Perf));
         let e = old.attach_path(Multi).unwrap_err();
-        assert!(e.contains("uprobe_multi") && e.contains("multi detail"), "{e}");
+        assert!(
+            e.contains("uprobe_multi") && e.contains("multi detail"),
+            "{e}"
+        );
 
         let no_cookie = sample(Yes, No);
         assert_eq!(no_cookie.attach_path(Auto), Ok(AttachPath::Multi));
@@ -603,13 +618,19 @@ mod tests {
 
         let mut no_pmu = sample(No, Yes);
         no_pmu.uprobe_pmu = Feature::no("pmu missing");
-        assert!(no_pmu.attach_path(Perf).unwrap_err().contains("uprobe PMU: pmu missing"));
+        assert!(no_pmu
+            .attach_path(Perf)
+            .unwrap_err()
+            .contains("uprobe PMU: pmu missing"));
     }
 
     #[test]
     fn insn_encoding() {
         // Known encodings: `r0 = 0` is b7 00 0000 00000000; `call 174` has imm 0xae.
-        assert_eq!(sys::INSN_MOV_R0_0.to_le_bytes(), [0xb7, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            sys::INSN_MOV_R0_0.to_le_bytes(),
+            [0xb7, 0, 0, 0, 0, 0, 0, 0]
+        );
         assert_eq!(sys::INSN_EXIT.to_le_bytes(), [0x95, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(
             sys::insn_call(174).to_le_bytes(),

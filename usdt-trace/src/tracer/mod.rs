@@ -397,17 +397,16 @@ impl Tracer {
         let pmu = self
             .uprobe_type
             .ok_or_else(|| err("the uprobe PMU is missing".into()))?;
-        let shift = match (point.ref_ctr, self.ref_ctr_shift) {
-            (Some(_), None) => {
-                return Err(err(
+        let shift =
+            match (point.ref_ctr, self.ref_ctr_shift) {
+                (Some(_), None) => return Err(err(
                     "this kernel's uprobe PMU has no ref_ctr_offset: it cannot raise the semaphore"
                         .into(),
-                ))
-            }
-            (_, shift) => shift.unwrap_or(0),
-        };
-        let pfd = sys::open_uprobe(pmu, shift, path, point.offset, point.ref_ctr, pid).map_err(
-            |e| {
+                )),
+                (_, shift) => shift.unwrap_or(0),
+            };
+        let pfd =
+            sys::open_uprobe(pmu, shift, path, point.offset, point.ref_ctr, pid).map_err(|e| {
                 err(match e.raw_os_error() {
                     Some(libc::EINVAL) if point.ref_ctr.is_some() => format!(
                         "{e} (another tracer may hold this site with a different semaphore setting)"
@@ -415,8 +414,7 @@ impl Tracer {
                     Some(libc::ESRCH) => "no such process".to_string(),
                     _ => e.to_string(),
                 })
-            },
-        )?;
+            })?;
         let prog_fd = self.perf_prog()?;
         let link = sys::link_perf_event(prog_fd, pfd.as_raw_fd(), point.cookie as u64)
             .map_err(|e| err(format!("BPF_LINK_CREATE: {e}")))?;
@@ -569,9 +567,9 @@ fn multi_error(e: &std::io::Error, points: &[AttachPoint]) -> String {
                 points.len()
             )
         }
-        Some(libc::EINVAL) if points.len() == 1 && points[0].ref_ctr.is_some() => format!(
-            "{e} (another tracer may hold this site with a different semaphore setting)"
-        ),
+        Some(libc::EINVAL) if points.len() == 1 && points[0].ref_ctr.is_some() => {
+            format!("{e} (another tracer may hold this site with a different semaphore setting)")
+        }
         _ if points.len() > 1 => format!("uprobe_multi link for {} sites: {e}", points.len()),
         _ => e.to_string(),
     }
@@ -660,7 +658,10 @@ mod tests {
         let esrch = std::io::Error::from_raw_os_error(libc::ESRCH);
         assert_eq!(multi_error(&esrch, &[p(None), p(None)]), "no such process");
         let m = multi_error(&einval, &[p(Some(2)), p(None)]);
-        assert!(m.starts_with("uprobe_multi link for 2 sites:") && m.contains("perf names the site"), "{m}");
+        assert!(
+            m.starts_with("uprobe_multi link for 2 sites:") && m.contains("perf names the site"),
+            "{m}"
+        );
         assert!(multi_error(&einval, &[p(Some(2))]).contains("semaphore setting"));
         assert!(!multi_error(&einval, &[p(None)]).contains("semaphore"));
     }
