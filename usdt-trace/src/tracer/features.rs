@@ -397,15 +397,15 @@ pub fn uprobe_optimize_from_kallsyms(kallsyms: &str) -> Feature {
     }
 }
 
-/// `sys_uprobe` or an arch's syscall wrapper (`__x64_sys_uprobe`), not the `__do_sys_`,
-/// `__se_sys_` or `__pfx_` helpers around it.
+/// `sys_uprobe` or an arch's native syscall wrapper (`__x64_sys_uprobe`), not the 32-bit
+/// compat entry (`__ia32_`) nor the `__do_sys_`, `__se_sys_` or `__pfx_` helpers around it.
 fn is_uprobe_syscall(name: &str) -> bool {
     name == "sys_uprobe"
         || name
             .strip_suffix("_sys_uprobe")
             .and_then(|p| p.strip_prefix("__"))
             .is_some_and(|arch| {
-                !arch.is_empty() && !arch.contains('_') && arch != "do" && arch != "se"
+                !arch.is_empty() && !arch.contains('_') && !["do", "se", "ia32"].contains(&arch)
             })
 }
 
@@ -566,11 +566,12 @@ mod tests {
         assert!(f.is_yes(), "{f:?}");
         assert!(
             f.detail
-                .starts_with("__ia32_sys_uprobe and arch_uprobe_optimize"),
+                .starts_with("__x64_sys_uprobe and arch_uprobe_optimize"),
             "{f:?}"
         );
         assert!(is_uprobe_syscall("sys_uprobe"));
         assert!(!is_uprobe_syscall("__se_sys_uprobe"));
+        assert!(!is_uprobe_syscall("__ia32_sys_uprobe"));
         assert!(!is_uprobe_syscall("__pfx___x64_sys_uprobe"));
         // sys_uretprobe is not sys_uprobe.
         let old = "0 T __x64_sys_uretprobe\n0 T arch_uprobe_optimize\n";

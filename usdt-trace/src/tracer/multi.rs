@@ -7,8 +7,9 @@
 //! semaphores (`ref_ctr_offsets`) and cookies, and unregisters them all behind a single grace
 //! period. The program must be loaded with `expected_attach_type = BPF_TRACE_UPROBE_MULTI`,
 //! which aya 0.14 cannot do; so the same object is parsed again with aya-obj, relocated
-//! against the maps aya already created, and loaded here. When the kernel refuses (older than
-//! 6.6, or the program fails to load), the caller falls back to perf events.
+//! against the maps aya already created, and loaded here. This path is only taken when
+//! [`super::features`] found uprobe_multi links on this kernel; a failure here is an error,
+//! not a reason to switch to perf events half-way.
 
 use aya::maps::Map;
 use std::collections::{HashMap, HashSet};
