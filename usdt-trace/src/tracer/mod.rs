@@ -8,7 +8,7 @@
 //! What the kernel supports is probed once ([`features`]) and the attach path is chosen from
 //! that and the requested [`AttachMode`] before anything is attached; there is no silent
 //! fallback. [`AttachPath::Multi`] is one `BPF_TRACE_UPROBE_MULTI` link per object (see
-//! [`multi`]), which takes offsets, semaphore offsets and cookies for all sites at once and
+//! `multi`), which takes offsets, semaphore offsets and cookies for all sites at once and
 //! detaches them behind a single grace period. [`AttachPath::Perf`] gives each site a uprobe
 //! opened with `perf_event_open` on the uprobe PMU (aya 0.14 cannot set `ref_ctr_offset`) and
 //! a `BPF_LINK_CREATE` link with the cookie. Every link and perf event is an owned file
