@@ -9,8 +9,9 @@
 use crate::list::{self, ListConfig};
 use crate::pattern::Pattern;
 use crate::spans::{SpanRule, StrRule};
+use crate::tracer::AttachMode;
 use crate::watch::{self, WatchConfig};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -32,6 +33,36 @@ pub enum Command {
     List(ListArgs),
     /// Attach to probe sites and print spans and events as they happen.
     Watch(WatchArgs),
+    /// Show what this kernel supports for tracing and what `watch` will use (no root needed).
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// One JSON object: kernel, features and watch, each key with a value and a detail.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--attach MODE`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachArg {
+    /// uprobe_multi links when the kernel has them (6.6+), else perf events
+    Auto,
+    /// one uprobe_multi link per object; an error if the kernel has none
+    Multi,
+    /// one perf_event_open uprobe + BPF_LINK_CREATE link per site
+    Perf,
+}
+
+impl From<AttachArg> for AttachMode {
+    fn from(a: AttachArg) -> AttachMode {
+        match a {
+            AttachArg::Auto => AttachMode::Auto,
+            AttachArg::Multi => AttachMode::Multi,
+            AttachArg::Perf => AttachMode::Perf,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -98,6 +129,9 @@ pub struct WatchArgs {
     /// Ring buffer size in KiB (a power of two, at least 4). Larger buffers absorb bursts.
     #[arg(long, value_name = "KIB", default_value_t = 16384)]
     pub ring_kib: u32,
+    /// How to attach uprobes (`usdt-trace doctor` shows what this kernel supports).
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = AttachArg::Auto)]
+    pub attach: AttachArg,
     /// The executable or library to trace, then provider:name glob patterns (default: all).
     /// An argument naming an existing file, or containing '/', is a target.
     #[arg(value_name = "TARGET|PATTERN")]
@@ -247,6 +281,7 @@ impl WatchArgs {
             sched: !self.no_sched,
             ring_bytes: self.ring_kib * 1024,
             leave_running: self.leave_running,
+            attach: self.attach.into(),
         })
     }
 }
@@ -287,6 +322,15 @@ pub fn main() -> i32 {
                 Err(e) => Err(e.to_string()),
             },
         },
+        Command::Doctor(a) => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            match crate::doctor::run(a.json, &mut out) {
+                Ok(()) => Ok(0),
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+                Err(e) => Err(format!("writing output: {e}")),
+            }
+        }
     };
     match result {
         Ok(code) => code,
@@ -349,6 +393,22 @@ mod tests {
             watch(&["-c", "true", "-p", "1"]),
             Err(UsageError::CommandAndPid)
         ));
+    }
+
+    #[test]
+    fn attach_mode_flag() {
+        assert_eq!(watch(&["/bin/true"]).unwrap().attach, AttachMode::Auto);
+        assert_eq!(
+            watch(&["--attach", "perf", "/bin/true"]).unwrap().attach,
+            AttachMode::Perf
+        );
+        assert_eq!(
+            watch(&["--attach=multi", "/bin/true"]).unwrap().attach,
+            AttachMode::Multi
+        );
+        let e = Cli::try_parse_from(["usdt-trace", "watch", "--attach", "kprobe", "/bin/true"])
+            .unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod argspec;
 pub mod btf;
 pub mod child;
 pub mod cli;
+pub mod doctor;
 pub mod elf;
 pub mod list;
 pub mod output;

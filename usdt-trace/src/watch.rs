@@ -18,13 +18,13 @@ use crate::plan::{self, Plan, PlanError, PlanOptions};
 use crate::procmaps::ProcError;
 use crate::spans::{SpanRule, StrRule};
 use crate::target::{self, Object, TargetError};
-use crate::tracer::{LoadOptions, TraceError, Tracer};
+use crate::tracer::{AttachMode, LoadOptions, TraceError, Tracer};
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use usdt_trace_common::{Hist, CFG_ACCT, CFG_HIST, CFG_PID_FILTER, HIST_COMPONENTS};
+use usdt_trace_common::{Hist, HIST_COMPONENTS};
 
 /// Validated `watch` settings (built by `cli`).
 #[derive(Debug, Clone)]
@@ -45,6 +45,8 @@ pub struct WatchConfig {
     pub ring_bytes: u32,
     /// With `-c`: leave the command running when tracing stops first.
     pub leave_running: bool,
+    /// How uprobes are attached (`--attach`).
+    pub attach: AttachMode,
 }
 
 impl WatchConfig {
@@ -259,30 +261,19 @@ fn attach(
         let o = &objects[op.object];
         let path = o.fd_path();
         let path = path.to_string_lossy();
-        let points: Vec<(u64, Option<u64>, u32)> = op
-            .points
-            .iter()
-            .map(|p| (p.offset, p.ref_ctr, p.cookie))
-            .collect();
         for &pid in &pid_targets {
             tracer
-                .attach_object(&path, &points, pid)
+                .attach_object(&path, &op.points, pid)
                 .map_err(|e| match e {
                     // Name the file and probe the user knows, not /proc/self/fd/N.
-                    TraceError::Attach {
-                        offset, sema, msg, ..
-                    } => {
-                        let probe = op
-                            .points
-                            .iter()
-                            .find(|p| p.offset == offset)
+                    TraceError::Attach { point, msg, .. } => {
+                        let probe = point
                             .and_then(|p| plan.sites.get(p.cookie as usize))
                             .map(|s| format!(" ({}:{})", s.provider, s.name))
                             .unwrap_or_default();
                         TraceError::Attach {
                             path: format!("{}{probe}", o.shown),
-                            offset,
-                            sema,
+                            point,
                             msg,
                         }
                     }
@@ -381,22 +372,13 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let mut child = cfg.command.as_deref().map(Child::spawn).transpose()?;
     let mut pids: Vec<u32> = cfg.pids.clone();
     pids.extend(child.as_ref().map(|c| c.pid as u32));
-    let mut flags = 0;
-    if cfg.hist {
-        flags |= CFG_HIST;
-    }
-    if cfg.sched {
-        flags |= CFG_ACCT;
-    }
-    if !pids.is_empty() {
-        flags |= CFG_PID_FILTER;
-    }
     let mut tracer = Tracer::load(&LoadOptions {
         specs: &plan.specs,
-        flags,
         ring_bytes: cfg.ring_bytes,
         pids: &pids,
+        hist: cfg.hist,
         sched: cfg.sched,
+        attach: cfg.attach,
     })?;
     attach(&mut tracer, &objects, &plan, &pids)?;
     // Before the readiness line: a script may send SIGINT the moment it sees it.

@@ -5,16 +5,21 @@
 //! BPF cookie, its index in the spec table, and the file offset of its semaphore, which the
 //! kernel raises while the probe is attached (`ref_ctr_offset`).
 //!
-//! Sites are attached with one `BPF_TRACE_UPROBE_MULTI` link per object (see [`multi`]), which
-//! takes offsets, semaphore offsets and cookies for all sites at once and detaches them behind
-//! a single grace period. Where the kernel has no uprobe_multi, each site gets a uprobe opened
-//! with `perf_event_open` on the uprobe PMU (aya 0.14 cannot set `ref_ctr_offset`) and a
-//! `BPF_LINK_CREATE` link with the cookie. Every link and perf event is an owned file
+//! What the kernel supports is probed once ([`features`]) and the attach path is chosen from
+//! that and the requested [`AttachMode`] before anything is attached; there is no silent
+//! fallback. [`AttachPath::Multi`] is one `BPF_TRACE_UPROBE_MULTI` link per object (see
+//! `multi`), which takes offsets, semaphore offsets and cookies for all sites at once and
+//! detaches them behind a single grace period. [`AttachPath::Perf`] gives each site a uprobe
+//! opened with `perf_event_open` on the uprobe PMU (aya 0.14 cannot set `ref_ctr_offset`) and
+//! a `BPF_LINK_CREATE` link with the cookie. Every link and perf event is an owned file
 //! descriptor, so when this process exits, however it exits (even SIGKILL), the kernel
 //! detaches the probes and lowers the semaphores.
 
+pub mod features;
 mod multi;
 mod sys;
+
+pub use features::{AttachMode, AttachPath, Feature, Features, Privileges, Support};
 
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
@@ -27,7 +32,8 @@ use std::{
 };
 use thiserror::Error;
 use usdt_trace_common::{
-    Config, Hist, IdKey, SiteSpec, CFG_PID_FILTER, CFG_STOPPED, HIST_COMPONENTS, MAX_PAIRS,
+    Config, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED,
+    HIST_COMPONENTS, MAX_PAIRS,
 };
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
@@ -58,20 +64,28 @@ pub enum TraceError {
     },
     #[error("the kernel's BTF is needed for the scheduler hooks: {0}")]
     Btf(String),
-    #[error("the uprobe PMU is missing ({0}); is CONFIG_UPROBE_EVENTS enabled?")]
-    NoUprobePmu(String),
-    #[error("attaching at {path} offset {offset:#x}{}: {msg}", sema.map(|s| format!(" (semaphore at {s:#x})")).unwrap_or_default())]
+    #[error("attach mode {mode}: {reason}")]
+    AttachMode { mode: AttachMode, reason: String },
+    /// `point` is the failing site when the kernel's answer names one (always on the perf
+    /// path); a uprobe_multi link fails for its object as a whole.
+    #[error("attaching {}{path}{}: {msg}",
+        if point.is_some() { "at " } else { "" },
+        point.map(|p| format!(" offset {:#x}{}", p.offset,
+            p.ref_ctr.map(|s| format!(" (semaphore at {s:#x})")).unwrap_or_default()))
+            .unwrap_or_default())]
     Attach {
         path: String,
-        offset: u64,
-        sema: Option<u64>,
+        point: Option<AttachPoint>,
         msg: String,
     },
     #[error("reading the ring buffer: {0}")]
     Poll(std::io::Error),
 }
 
-const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+use features::VMLINUX_BTF;
+
+/// Where one uprobe goes: decided by the pure [`crate::plan`], consumed here.
+pub use crate::plan::AttachPoint;
 
 /// At most this many sites are detached before `detach_all` returns.
 pub const INLINE_DETACH: usize = 16;
@@ -99,27 +113,51 @@ pub struct Counters {
 
 /// What to load.
 pub struct LoadOptions<'a> {
+    /// One per site, indexed by cookie.
     pub specs: &'a [SiteSpec],
-    pub flags: u32,
     /// Ring buffer size in bytes (a power of two, multiple of the page size).
     pub ring_bytes: u32,
-    /// Processes to accept when `flags` has CFG_PID_FILTER.
+    /// Accept only these processes; empty accepts every process.
     pub pids: &'a [u32],
-    /// Attach the scheduler tracepoints (time attribution, thread-exit cleanup).
+    /// Keep histograms in the kernel instead of sending each span.
+    pub hist: bool,
+    /// Attach the scheduler tracepoints and split span time (on-CPU, run queue, sleep, I/O).
     pub sched: bool,
+    pub attach: AttachMode,
+}
+
+impl LoadOptions<'_> {
+    /// The eBPF programs' `CFG_*` flags.
+    fn config_flags(&self) -> u32 {
+        let mut flags = 0;
+        if self.hist {
+            flags |= CFG_HIST;
+        }
+        if self.sched {
+            flags |= CFG_ACCT;
+        }
+        if !self.pids.is_empty() {
+            flags |= CFG_PID_FILTER;
+        }
+        flags
+    }
 }
 
 pub struct Tracer {
     ebpf: Ebpf,
     ring: RingBuf<MapData>,
-    uprobe_type: u32,
+    /// How sites are attached, chosen once at load.
+    path: AttachPath,
+    /// The uprobe PMU's type and where its `config` takes `ref_ctr_offset` (perf path).
+    uprobe_type: Option<u32>,
+    ref_ctr_shift: Option<u32>,
     /// perf event and link fds (per-site attachments); dropping them detaches.
     fds: Vec<OwnedFd>,
     /// uprobe_multi links, one per object and process; dropping them detaches.
     multi_links: Vec<OwnedFd>,
-    /// The program loaded for uprobe_multi links, when the kernel supports them.
+    /// The program loaded for uprobe_multi links (multi path).
     multi_prog: Option<OwnedFd>,
-    /// The same program loaded by aya for perf-event attachment (the fallback), on demand.
+    /// The same program loaded by aya for perf-event links (perf path).
     prog_fd: Option<i32>,
     /// Sites attached so far.
     sites: usize,
@@ -141,7 +179,20 @@ impl Tracer {
             return Err(TraceError::Permission);
         }
         sys::raise_memlock_limit();
-        let uprobe_type = sys::uprobe_pmu_type().map_err(TraceError::NoUprobePmu)?;
+        let features = Features::detect();
+        let path = features
+            .attach_path(opts.attach)
+            .map_err(|reason| TraceError::AttachMode {
+                mode: opts.attach,
+                reason,
+            })?;
+        // The thread-exit hook is a BTF tracepoint and always attached.
+        if !features.tp_btf.is_yes() {
+            return Err(TraceError::Btf(format!(
+                "BTF tracepoints: {}",
+                features.tp_btf.detail
+            )));
+        }
         let nsites = opts.specs.len().max(1) as u32;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("SITES", nsites)
@@ -176,7 +227,7 @@ impl Tracer {
             let task_pid_off = crate::btf::member_offset(&vmlinux, "task_struct", "pid")
                 .map_err(|e| TraceError::Btf(e.to_string()))?;
             let config = Config {
-                flags: opts.flags,
+                flags: opts.config_flags(),
                 // Wake the reader when an eighth of the ring is full.
                 wakeup_bytes: opts.ring_bytes / 8,
                 task_pid_off,
@@ -184,7 +235,7 @@ impl Tracer {
             };
             cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
         }
-        if opts.flags & CFG_PID_FILTER != 0 {
+        if !opts.pids.is_empty() {
             let mut pids: BpfHashMap<_, u32, u8> =
                 BpfHashMap::try_from(ebpf.map_mut("PIDS").ok_or(TraceError::MissingMap("PIDS"))?)
                     .map_err(map_err("PIDS"))?;
@@ -192,8 +243,13 @@ impl Tracer {
                 pids.insert(p, 1, 0).map_err(map_err("PIDS"))?;
             }
         }
-        // Prefer one uprobe_multi link per object; aya's own load is the fallback.
-        let multi_prog = multi::load_program(EBPF_OBJECT, "usdt_site", ebpf.maps()).ok();
+        let multi_prog = match path {
+            AttachPath::Multi => Some(
+                multi::load_program(EBPF_OBJECT, "usdt_site", ebpf.maps())
+                    .map_err(|e| TraceError::Load(format!("usdt_site for uprobe_multi: {e}")))?,
+            ),
+            AttachPath::Perf => None,
+        };
         // The exit hook always runs: it frees the state of threads that die with open spans.
         let mut hooks: Vec<&'static str> = vec!["sched_process_exit"];
         if opts.sched {
@@ -232,14 +288,16 @@ impl Tracer {
         let mut t = Tracer {
             ebpf,
             ring,
-            uprobe_type,
+            path,
+            uprobe_type: features.uprobe_pmu_type,
+            ref_ctr_shift: features.ref_ctr_shift,
             fds: Vec::new(),
             multi_links: Vec::new(),
             multi_prog,
             prog_fd: None,
             sites: 0,
         };
-        if t.multi_prog.is_none() {
+        if path == AttachPath::Perf {
             t.perf_prog()?;
         }
         Ok(t)
@@ -272,70 +330,77 @@ impl Tracer {
         Ok(fd)
     }
 
-    /// Attach the program at every site of one object: `(file offset, semaphore offset,
-    /// cookie)` each. `path` must name the very file that was parsed (`/proc/self/fd/N`).
-    /// `pid` limits the uprobes to one process; None traces every process that maps the file,
-    /// now or later. One uprobe_multi link when the kernel has them, else a perf event per site.
+    /// Attach the program at every site of one object. `path` must name the very file that
+    /// was parsed (`/proc/self/fd/N`). `pid` limits the uprobes to one process; None traces
+    /// every process that maps the file, now or later. One uprobe_multi link, or a perf event
+    /// per site, as chosen at load.
     pub fn attach_object(
         &mut self,
         path: &str,
-        sites: &[(u64, Option<u64>, u32)],
+        points: &[AttachPoint],
         pid: Option<u32>,
     ) -> Result<(), TraceError> {
-        if sites.is_empty() {
+        if points.is_empty() {
             return Ok(());
         }
-        if let Some(prog) = &self.multi_prog {
-            let triples: Vec<(u64, u64, u64)> = sites
-                .iter()
-                .map(|&(off, sema, cookie)| (off, sema.unwrap_or(0), cookie as u64))
-                .collect();
-            match multi::attach(prog.as_raw_fd(), path, &triples, pid.unwrap_or(0)) {
-                Ok(link) => {
-                    self.multi_links.push(link);
-                    self.sites += sites.len();
-                    return Ok(());
-                }
-                // ESRCH is final (no such process); anything else may be a kernel without
-                // uprobe_multi: try per-site perf events, whose errors name the site.
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                    return Err(TraceError::Attach {
+        match self.path {
+            AttachPath::Multi => {
+                let prog = self
+                    .multi_prog
+                    .as_ref()
+                    .ok_or(TraceError::MissingProgram("usdt_site"))?;
+                let triples: Vec<(u64, u64, u64)> = points
+                    .iter()
+                    .map(|p| (p.offset, p.ref_ctr.unwrap_or(0), p.cookie as u64))
+                    .collect();
+                let link = multi::attach(prog.as_raw_fd(), path, &triples, pid.unwrap_or(0))
+                    .map_err(|e| TraceError::Attach {
                         path: path.to_string(),
-                        offset: sites[0].0,
-                        sema: None,
-                        msg: "no such process".into(),
-                    })
-                }
-                Err(_) => {}
+                        point: (points.len() == 1).then(|| points[0]),
+                        msg: multi_error(&e, points),
+                    })?;
+                self.multi_links.push(link);
+                self.sites += points.len();
             }
-        }
-        for &(off, sema, cookie) in sites {
-            self.attach_site(path, off, sema, cookie, pid)?;
+            AttachPath::Perf => {
+                for p in points {
+                    self.attach_site(path, *p, pid)?;
+                }
+            }
         }
         Ok(())
     }
 
-    /// Attach the program at one site. `path` must name the very file that was parsed (use
-    /// `/proc/self/fd/N` of the descriptor it was read from). `pid` limits the uprobe to one
-    /// process; None traces every process that maps the file, now or later.
+    /// Attach the program at one site through a perf event. `path` must name the very file
+    /// that was parsed (use `/proc/self/fd/N` of the descriptor it was read from). `pid`
+    /// limits the uprobe to one process; None traces every process that maps the file, now
+    /// or later.
     fn attach_site(
         &mut self,
         path: &str,
-        offset: u64,
-        ref_ctr_offset: Option<u64>,
-        cookie: u32,
+        point: AttachPoint,
         pid: Option<u32>,
     ) -> Result<(), TraceError> {
         let err = |msg: String| TraceError::Attach {
             path: path.to_string(),
-            offset,
-            sema: ref_ctr_offset,
+            point: Some(point),
             msg,
         };
+        let pmu = self
+            .uprobe_type
+            .ok_or_else(|| err("the uprobe PMU is missing".into()))?;
+        let shift =
+            match (point.ref_ctr, self.ref_ctr_shift) {
+                (Some(_), None) => return Err(err(
+                    "this kernel's uprobe PMU has no ref_ctr_offset: it cannot raise the semaphore"
+                        .into(),
+                )),
+                (_, shift) => shift.unwrap_or(0),
+            };
         let pfd =
-            sys::open_uprobe(self.uprobe_type, path, offset, ref_ctr_offset, pid).map_err(|e| {
+            sys::open_uprobe(pmu, shift, path, point.offset, point.ref_ctr, pid).map_err(|e| {
                 err(match e.raw_os_error() {
-                    Some(libc::EINVAL) if ref_ctr_offset.is_some() => format!(
+                    Some(libc::EINVAL) if point.ref_ctr.is_some() => format!(
                         "{e} (another tracer may hold this site with a different semaphore setting)"
                     ),
                     Some(libc::ESRCH) => "no such process".to_string(),
@@ -343,7 +408,7 @@ impl Tracer {
                 })
             })?;
         let prog_fd = self.perf_prog()?;
-        let link = sys::link_perf_event(prog_fd, pfd.as_raw_fd(), cookie as u64)
+        let link = sys::link_perf_event(prog_fd, pfd.as_raw_fd(), point.cookie as u64)
             .map_err(|e| err(format!("BPF_LINK_CREATE: {e}")))?;
         self.fds.push(pfd);
         self.fds.push(link);
@@ -482,6 +547,26 @@ impl Tracer {
     }
 }
 
+/// Why a uprobe_multi link failed. The kernel does not say which site, so hint at the mode
+/// that does.
+fn multi_error(e: &std::io::Error, points: &[AttachPoint]) -> String {
+    match e.raw_os_error() {
+        Some(libc::ESRCH) => "no such process".to_string(),
+        Some(libc::EINVAL) if points.len() > 1 && points.iter().any(|p| p.ref_ctr.is_some()) => {
+            format!(
+                "uprobe_multi link for {} sites: {e} (another tracer may hold one of them with a \
+                 different semaphore setting; attach mode perf names the site)",
+                points.len()
+            )
+        }
+        Some(libc::EINVAL) if points.len() == 1 && points[0].ref_ctr.is_some() => {
+            format!("{e} (another tracer may hold this site with a different semaphore setting)")
+        }
+        _ if points.len() > 1 => format!("uprobe_multi link for {} sites: {e}", points.len()),
+        _ => e.to_string(),
+    }
+}
+
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
@@ -501,5 +586,75 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         format!("... {}", &s[cut..])
     } else {
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts<'a>(hist: bool, sched: bool, pids: &'a [u32]) -> LoadOptions<'a> {
+        LoadOptions {
+            specs: &[],
+            ring_bytes: 4096,
+            pids,
+            hist,
+            sched,
+            attach: AttachMode::Auto,
+        }
+    }
+
+    #[test]
+    fn config_flags_from_plain_fields() {
+        assert_eq!(opts(false, false, &[]).config_flags(), 0);
+        assert_eq!(opts(true, false, &[]).config_flags(), CFG_HIST);
+        assert_eq!(opts(false, true, &[]).config_flags(), CFG_ACCT);
+        assert_eq!(
+            opts(true, true, &[7]).config_flags(),
+            CFG_HIST | CFG_ACCT | CFG_PID_FILTER
+        );
+    }
+
+    #[test]
+    fn attach_error_names_the_site_when_known() {
+        let p = AttachPoint {
+            offset: 0x1234,
+            ref_ctr: Some(0x5000),
+            cookie: 3,
+        };
+        let e = TraceError::Attach {
+            path: "/bin/x (p:n)".into(),
+            point: Some(p),
+            msg: "boom".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "attaching at /bin/x (p:n) offset 0x1234 (semaphore at 0x5000): boom"
+        );
+        let e = TraceError::Attach {
+            path: "/bin/x".into(),
+            point: None,
+            msg: "no such process".into(),
+        };
+        assert_eq!(e.to_string(), "attaching /bin/x: no such process");
+    }
+
+    #[test]
+    fn multi_errors_say_why() {
+        let p = |ref_ctr| AttachPoint {
+            offset: 1,
+            ref_ctr,
+            cookie: 0,
+        };
+        let einval = std::io::Error::from_raw_os_error(libc::EINVAL);
+        let esrch = std::io::Error::from_raw_os_error(libc::ESRCH);
+        assert_eq!(multi_error(&esrch, &[p(None), p(None)]), "no such process");
+        let m = multi_error(&einval, &[p(Some(2)), p(None)]);
+        assert!(
+            m.starts_with("uprobe_multi link for 2 sites:") && m.contains("perf names the site"),
+            "{m}"
+        );
+        assert!(multi_error(&einval, &[p(Some(2))]).contains("semaphore setting"));
+        assert!(!multi_error(&einval, &[p(None)]).contains("semaphore"));
     }
 }

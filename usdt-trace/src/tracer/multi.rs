@@ -7,8 +7,9 @@
 //! semaphores (`ref_ctr_offsets`) and cookies, and unregisters them all behind a single grace
 //! period. The program must be loaded with `expected_attach_type = BPF_TRACE_UPROBE_MULTI`,
 //! which aya 0.14 cannot do; so the same object is parsed again with aya-obj, relocated
-//! against the maps aya already created, and loaded here. When the kernel refuses (older than
-//! 6.6, or the program fails to load), the caller falls back to perf events.
+//! against the maps aya already created, and loaded here. This path is only taken when
+//! [`super::features`] found uprobe_multi links on this kernel; a failure here is an error,
+//! not a reason to switch to perf events half-way.
 
 use aya::maps::Map;
 use std::collections::{HashMap, HashSet};
@@ -16,10 +17,10 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_PROG_TYPE_KPROBE: u32 = 2;
-const BPF_TRACE_UPROBE_MULTI: u32 = 48;
+use super::sys::{
+    sys_bpf, ProgLoadAttr, BPF_LINK_CREATE, BPF_PROG_LOAD, BPF_PROG_TYPE_KPROBE,
+    BPF_TRACE_UPROBE_MULTI,
+};
 
 fn map_fd(m: &Map) -> Option<RawFd> {
     let d = match m {
@@ -32,38 +33,6 @@ fn map_fd(m: &Map) -> Option<RawFd> {
         _ => return None,
     };
     Some(d.fd().as_fd().as_raw_fd())
-}
-
-/// `union bpf_attr` for BPF_PROG_LOAD, up to `fd_array_cnt`.
-#[repr(C)]
-#[derive(Default)]
-struct ProgLoadAttr {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
-    prog_btf_fd: u32,
-    func_info_rec_size: u32,
-    func_info: u64,
-    func_info_cnt: u32,
-    line_info_rec_size: u32,
-    line_info: u64,
-    line_info_cnt: u32,
-    attach_btf_id: u32,
-    attach_prog_fd: u32,
-    core_relo_cnt: u32,
-    fd_array: u64,
-    core_relos: u64,
-    core_relo_rec_size: u32,
-    log_true_size: u32,
 }
 
 /// Load `program` from `object` for uprobe_multi, using the maps already in `maps`.
@@ -140,11 +109,6 @@ pub fn load_program<'a>(
     let text = String::from_utf8_lossy(&log[..n]);
     let tail: String = text.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
     Err(format!("BPF_PROG_LOAD: {err}: {tail}"))
-}
-
-fn sys_bpf(cmd: libc::c_long, attr: *const u8, size: usize) -> i32 {
-    // SAFETY: attr points at a zero-padded bpf_attr of `size` bytes.
-    unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size as u32) as i32 }
 }
 
 #[repr(C)]

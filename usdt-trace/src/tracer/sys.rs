@@ -8,12 +8,16 @@ use std::{
     time::Duration,
 };
 
-const UPROBE_PMU_TYPE: &str = "/sys/bus/event_source/devices/uprobe/type";
-/// `format/ref_ctr_offset` is `config:32-63`.
-const REF_CTR_OFFSET_SHIFT: u32 = 32;
+pub const UPROBE_PMU_TYPE: &str = "/sys/bus/event_source/devices/uprobe/type";
+pub const UPROBE_PMU_REF_CTR: &str = "/sys/bus/event_source/devices/uprobe/format/ref_ctr_offset";
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
-const BPF_LINK_CREATE: libc::c_long = 28;
+pub const BPF_PROG_LOAD: libc::c_long = 5;
+pub const BPF_LINK_CREATE: libc::c_long = 28;
+pub const BPF_PROG_TYPE_KPROBE: u32 = 2;
+pub const BPF_PROG_TYPE_TRACING: u32 = 26;
+pub const BPF_TRACE_RAW_TP: u32 = 23;
 const BPF_PERF_EVENT: u32 = 41;
+pub const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 
 pub fn uprobe_pmu_type() -> Result<u32, String> {
@@ -22,6 +26,89 @@ pub fn uprobe_pmu_type() -> Result<u32, String> {
     s.trim()
         .parse()
         .map_err(|_| format!("{UPROBE_PMU_TYPE}: unexpected contents {:?}", s.trim()))
+}
+
+/// `union bpf_attr` for BPF_PROG_LOAD, up to `log_true_size`.
+#[repr(C)]
+#[derive(Default)]
+pub struct ProgLoadAttr {
+    pub prog_type: u32,
+    pub insn_cnt: u32,
+    pub insns: u64,
+    pub license: u64,
+    pub log_level: u32,
+    pub log_size: u32,
+    pub log_buf: u64,
+    pub kern_version: u32,
+    pub prog_flags: u32,
+    pub prog_name: [u8; 16],
+    pub prog_ifindex: u32,
+    pub expected_attach_type: u32,
+    pub prog_btf_fd: u32,
+    pub func_info_rec_size: u32,
+    pub func_info: u64,
+    pub func_info_cnt: u32,
+    pub line_info_rec_size: u32,
+    pub line_info: u64,
+    pub line_info_cnt: u32,
+    pub attach_btf_id: u32,
+    pub attach_prog_fd: u32,
+    pub core_relo_cnt: u32,
+    pub fd_array: u64,
+    pub core_relos: u64,
+    pub core_relo_rec_size: u32,
+    pub log_true_size: u32,
+}
+
+pub fn sys_bpf(cmd: libc::c_long, attr: *const u8, size: usize) -> i32 {
+    // SAFETY: attr points at a zero-padded bpf_attr of `size` bytes.
+    unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size as u32) as i32 }
+}
+
+/// One eBPF instruction: opcode, registers, offset, immediate (`struct bpf_insn`).
+pub const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
+    code as u64
+        | (((dst & 0xf) | (src << 4)) as u64) << 8
+        | (off as u16 as u64) << 16
+        | (imm as u32 as u64) << 32
+}
+
+/// `r0 = 0`
+pub const INSN_MOV_R0_0: u64 = insn(0xb7, 0, 0, 0, 0);
+/// `exit`
+pub const INSN_EXIT: u64 = insn(0x95, 0, 0, 0, 0);
+/// `call helper`
+pub const fn insn_call(helper: i32) -> u64 {
+    insn(0x85, 0, 0, 0, helper)
+}
+
+/// Load a tiny GPL program, for probing what the kernel accepts.
+pub fn load_probe_program(
+    prog_type: u32,
+    expected_attach_type: u32,
+    attach_btf_id: u32,
+    insns: &[u64],
+) -> io::Result<OwnedFd> {
+    let license = c"GPL";
+    let attr = ProgLoadAttr {
+        prog_type,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        expected_attach_type,
+        attach_btf_id,
+        ..Default::default()
+    };
+    let fd = sys_bpf(
+        BPF_PROG_LOAD,
+        &attr as *const _ as *const u8,
+        std::mem::size_of::<ProgLoadAttr>(),
+    );
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new fd owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The leading fields of `struct perf_event_attr` that a uprobe needs (PERF_ATTR_SIZE_VER5).
@@ -50,9 +137,11 @@ struct PerfEventAttr {
 }
 
 /// Open a uprobe perf event at `path`+`offset`, with the kernel raising the semaphore at
-/// `ref_ctr_offset` while it is attached.
+/// `ref_ctr_offset` while it is attached; `ref_ctr_shift` is where the PMU's format puts
+/// that offset in `config`.
 pub fn open_uprobe(
     pmu: u32,
+    ref_ctr_shift: u32,
     path: &str,
     offset: u64,
     ref_ctr_offset: Option<u64>,
@@ -62,7 +151,7 @@ pub fn open_uprobe(
     let attr = PerfEventAttr {
         type_: pmu,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
-        config: ref_ctr_offset.unwrap_or(0) << REF_CTR_OFFSET_SHIFT,
+        config: ref_ctr_offset.unwrap_or(0) << ref_ctr_shift,
         config1: cpath.as_ptr() as u64,
         config2: offset,
         ..Default::default()
@@ -221,25 +310,7 @@ pub fn hand_off_to_reaper(fds: Vec<OwnedFd>) -> io::Result<i32> {
     Ok(pid)
 }
 
-/// CAP_PERFMON and CAP_BPF (Linux 5.8+), the capabilities a non-root tracer needs.
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
-const CAP_SYS_ADMIN: u32 = 21;
-
 /// Root, or CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON in the effective set.
 pub fn may_trace() -> bool {
-    if is_root() {
-        return true;
-    }
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        // Can't tell: let the kernel decide.
-        return true;
-    };
-    let caps = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(u64::MAX);
-    let has = |c: u32| caps & (1u64 << c) != 0;
-    has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
+    super::features::Privileges::current().may_trace()
 }

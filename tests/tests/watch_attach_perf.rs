@@ -1,0 +1,322 @@
+//! `watch --attach perf`: the per-site perf_event_open(uprobe PMU, ref_ctr_offset) +
+//! BPF_LINK_CREATE path, which `auto` never takes on a kernel with uprobe_multi. The key attach
+//! scenarios run through it against real processes: spans with exact arguments, semaphores (for
+//! processes started before and after attach, back to 0 after), a shared library, `-p PID`.
+//! While `watch` runs, its own file descriptors prove which path it took: `/proc/PID/fdinfo`
+//! of a BPF link says `link_type: perf` or `link_type: uprobe_multi`.
+use serde_json::{json, Value};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use usdt_trace_tests::watch_util::{self, build_c, build_shared, named, Target};
+use usdt_trace_tests::{require_root, testprogs, watch};
+
+/// How many BPF links of each uprobe kind process `pid` holds: (perf, uprobe_multi).
+fn uprobe_links(pid: u32) -> (usize, usize) {
+    let (mut perf, mut multi) = (0, 0);
+    let dir = format!("/proc/{pid}/fdinfo");
+    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let Ok(info) = std::fs::read_to_string(e.expect("fdinfo entry").path()) else {
+            continue;
+        };
+        match info
+            .lines()
+            .find_map(|l| l.strip_prefix("link_type:"))
+            .map(str::trim)
+        {
+            Some("perf") => perf += 1,
+            Some("uprobe_multi") => multi += 1,
+            _ => {}
+        }
+    }
+    (perf, multi)
+}
+
+/// `watch --attach perf --json ARGS...`, attached.
+fn start_perf(args: &[&str]) -> watch::Watch {
+    let mut v = vec!["--attach", "perf"];
+    v.extend_from_slice(args);
+    watch::Watch::start(&v)
+}
+
+/// Asks `sema` until the answer is `want` (detach can finish in the background) or 5 s pass.
+fn sema_becomes(t: &mut Target, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = t.ask("sema");
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pid {}: {got:?}, want {want:?}",
+            t.pid()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn doctor_reports_both_attach_paths() {
+    require_root!();
+    let out = watch::run(&["doctor", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["features"]["privileges"]["value"], "yes");
+    assert_eq!(v["features"]["bpf_cookie"]["value"], "yes");
+    assert_eq!(v["features"]["ref_ctr_offset"]["value"], "yes");
+    assert_eq!(v["watch"]["attach_perf"]["value"], "perf");
+    assert_eq!(v["watch"]["ready"]["value"], "yes", "{v}");
+    let text = watch::run(&["doctor"]);
+    assert!(text.status.success());
+    let text = String::from_utf8(text.stdout).expect("utf-8");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("--attach perf") && l.contains(" perf ")),
+        "{text}"
+    );
+}
+
+/// `auto` takes uprobe_multi when the kernel has it, `perf` never does.
+#[test]
+fn auto_and_perf_take_the_paths_doctor_names() {
+    require_root!();
+    let doctor: Value =
+        serde_json::from_slice(&watch::run(&["doctor", "--json"]).stdout).expect("doctor JSON");
+    let bin = build_c("watch_smoke", &["-O2", "-DATTACH_PATHS"]);
+    let target = bin.to_str().unwrap();
+    let w = watch::Watch::start(&[target]);
+    let (perf, multi) = uprobe_links(w.pid());
+    watch_util::stop(w);
+    if doctor["features"]["uprobe_multi"]["value"] == "yes" {
+        assert_eq!(
+            (perf, multi),
+            (0, 1),
+            "auto: one uprobe_multi link for the object"
+        );
+    } else {
+        assert_eq!(
+            (perf, multi),
+            (3, 0),
+            "auto without uprobe_multi: perf links"
+        );
+    }
+    let w = start_perf(&[target]);
+    assert_eq!(
+        uprobe_links(w.pid()),
+        (3, 0),
+        "--attach perf: one perf link per site (3 sites)"
+    );
+    let out = watch_util::stop(w);
+    assert!(out.status.success(), "{}", out.stderr);
+}
+
+#[test]
+fn perf_spans_and_events_with_exact_args() {
+    require_root!();
+    let bin = build_c("watch_smoke", &["-O2", "-DATTACH_PERF"]);
+    let cmd = format!("{} 5", bin.display());
+    let out = start_perf(&["-c", &cmd]).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let spans = out.spans();
+    assert_eq!(spans.len(), 5, "{:?}", out.records);
+    for (i, s) in spans.iter().enumerate() {
+        assert_eq!(s["provider"], "smoke");
+        assert_eq!(s["name"], "op");
+        assert_eq!(s["args"], json!([i, -5]));
+        assert_eq!(s["end_args"], json!([i, -77]));
+        assert!(s["duration_ns"].as_u64().unwrap() >= 1_000_000);
+    }
+    let ticks: Vec<i64> = out
+        .events()
+        .iter()
+        .map(|e| e["args"][0].as_i64().unwrap())
+        .collect();
+    assert_eq!(ticks, [0, 3, 6, 9, 12]);
+    let sum = out.summary();
+    assert_eq!(sum["spans"], 5);
+    assert_eq!(sum["events"], 5);
+    assert_eq!(sum["lost"], 0);
+    assert_eq!(sum["unmatched"], 0);
+}
+
+#[test]
+fn perf_semaphores_zero_before_raised_during_zero_after() {
+    require_root!();
+    // Flags of its own: an inode no other test attaches to with another semaphore setting.
+    let bin = build_c("watch_sema", &["-O2", "-DATTACH_PERF"]);
+    let (mut before, _) = Target::spawn(&bin, &[]);
+    assert_eq!(before.ask("sema"), "sema 0 0");
+    assert_eq!(before.ask("fire"), "fired 0 0");
+
+    let mut w = start_perf(&[bin.to_str().unwrap()]);
+    assert_eq!(uprobe_links(w.pid()), (3, 0), "one perf link per site");
+    // The kernel raised the semaphores of a running process through each perf event's
+    // ref_ctr_offset: two sites share the second one.
+    assert_eq!(before.ask("sema"), "sema 1 2");
+    let (mut after, _) = Target::spawn(&bin, &[]);
+    assert_eq!(after.ask("sema"), "sema 1 2", "started after attach");
+    assert_eq!(before.ask("fire"), "fired 1 2");
+    assert_eq!(after.ask("fire"), "fired 1 2");
+    let after_pid = after.pid() as u64;
+    assert!(w.wait_for(Duration::from_secs(5), |r| r["pid"] == after_pid
+        && r["name"] == "two"
+        && r["args"][0] == -1));
+    let out = watch_util::stop(w);
+    assert!(out.status.success(), "{:?} {}", out.status, out.stderr);
+
+    sema_becomes(&mut before, "sema 0 0");
+    sema_becomes(&mut after, "sema 0 0");
+    let (mut later, _) = Target::spawn(&bin, &[]);
+    assert_eq!(later.ask("sema"), "sema 0 0");
+
+    let events = out.events();
+    for (t, n) in [(&before, 2), (&after, 1)] {
+        let pid = t.pid() as u64;
+        let mine: Vec<_> = events.iter().copied().filter(|e| e["pid"] == pid).collect();
+        assert_eq!(
+            named(&mine, "one")
+                .iter()
+                .map(|e| &e["args"])
+                .collect::<Vec<_>>(),
+            [&json!([n])]
+        );
+        let mut two: Vec<i64> = named(&mine, "two")
+            .iter()
+            .map(|e| e["args"][0].as_i64().unwrap())
+            .collect();
+        two.sort();
+        assert_eq!(two, [-n, n], "pid {pid}");
+    }
+    assert_eq!(events.len(), 6, "{:?}", out.records);
+    for t in [before, after, later] {
+        assert!(t.quit().success());
+    }
+}
+
+fn check_lib_records(out: &watch::Output, n: i64) {
+    assert!(out.status.success(), "{}", out.stderr);
+    let spans = out.spans();
+    assert_eq!(spans.len() as i64, n, "{:?}", out.records);
+    let mut counter = 0;
+    for (i, s) in spans.iter().enumerate() {
+        let x = i as i64 + 1;
+        assert_eq!(s["provider"], "wlib");
+        assert_eq!(s["name"], "work");
+        assert_eq!(s["args"], json!([x, counter]), "span {i}");
+        counter += x;
+        assert_eq!(s["end_args"], json!([counter]), "span {i}");
+    }
+    let events = out.events();
+    let ticks = named(&events, "lib_tick");
+    assert_eq!(ticks.len() as i64, n);
+    for (i, e) in ticks.iter().enumerate() {
+        assert_eq!(e["args"], json!([(i as i64 + 1) * 10]));
+    }
+    assert_eq!(out.summary()["lost"], 0);
+}
+
+#[test]
+fn perf_probe_in_linked_shared_library() {
+    require_root!();
+    let lib = build_shared("watch_lib", &["-O2", "-DATTACH_PERF"]);
+    let link = testprogs::link_args(&lib);
+    let link: Vec<&str> = link.iter().map(String::as_str).collect();
+    let main = build_c("watch_libmain", &link);
+    let cmd = format!("{} 4", main.display());
+    let w = start_perf(&["-c", &cmd, lib.to_str().unwrap()]);
+    assert!(
+        w.attached_line
+            .starts_with("Attached 3 probe sites in 1 object"),
+        "{}",
+        w.attached_line
+    );
+    check_lib_records(&w.finish(), 4);
+}
+
+/// -p PID with the library as TARGET, for a process that maps it only after attach: the
+/// per-process perf uprobe must still catch the later mapping.
+#[test]
+fn perf_dlopen_after_attach_with_pid_filter() {
+    require_root!();
+    let lib = build_shared("watch_lib", &["-O2", "-DATTACH_PERF_DLOPEN"]);
+    let prog = build_c("watch_dlopen", &["-ldl"]);
+    let (mut t, ready) = Target::spawn(&prog, &[lib.to_str().unwrap(), "3", "wait"]);
+    assert!(ready.starts_with("ready "), "{ready}");
+    let pid = t.pid();
+    let w = start_perf(&["-p", &pid.to_string(), lib.to_str().unwrap()]);
+    assert_eq!(uprobe_links(w.pid()), (3, 0));
+    assert_eq!(t.ask("go"), "done 6");
+    assert!(t.quit().success());
+    // The watch ends by itself once its only PID is gone.
+    let out = w.finish();
+    check_lib_records(&out, 3);
+    assert!(out
+        .records
+        .iter()
+        .filter(|r| r["type"] != "summary")
+        .all(|r| r["pid"] == pid as u64));
+}
+
+/// Three servers; with -p only the chosen one's events arrive, with and without TARGET.
+fn perf_pid_filter(with_target: bool) {
+    let bin = build_c("watch_procs", &["-O2", "-DATTACH_PERF"]);
+    let mut ts: Vec<Target> = (0..3)
+        .map(|_| {
+            let (t, ready) = Target::spawn(&bin, &["serve"]);
+            assert_eq!(ready, format!("ready {}", t.pid()));
+            t
+        })
+        .collect();
+    let pid = ts[1].pid();
+    let pid_s = pid.to_string();
+    let mut args = vec!["-p", pid_s.as_str()];
+    if with_target {
+        args.push(bin.to_str().unwrap());
+    }
+    args.push("wp:ping");
+    let mut w = start_perf(&args);
+    assert_eq!(uprobe_links(w.pid()), (1, 0), "one site, one process");
+    for round in 1..=3 {
+        for t in ts.iter_mut() {
+            assert_eq!(t.ask("fire"), format!("fired {round}"));
+        }
+    }
+    assert!(
+        w.wait_for(Duration::from_secs(5), |r| r["pid"] == pid as u64
+            && r["args"][1] == 3)
+    );
+    let out = watch_util::stop(w);
+    assert!(out.status.success(), "{}", out.stderr);
+    let args: Vec<&Value> = out.events().iter().map(|e| &e["args"]).collect();
+    let p = pid as u64;
+    assert_eq!(args, [&json!([p, 1]), &json!([p, 2]), &json!([p, 3])]);
+    assert!(out.events().iter().all(|e| e["pid"] == p));
+    for t in ts {
+        assert!(t.quit().success());
+    }
+}
+
+#[test]
+fn perf_pid_filter_with_target() {
+    require_root!();
+    perf_pid_filter(true);
+}
+
+#[test]
+fn perf_pid_filter_without_target() {
+    require_root!();
+    perf_pid_filter(false);
+}
+
+/// An explicit mode is honoured or refused in one line, never silently replaced.
+#[test]
+fn unknown_attach_mode_is_a_usage_error() {
+    let out = Command::new(watch::usdt_trace_bin())
+        .args(["watch", "--attach", "kprobe", "/bin/true"])
+        .output()
+        .expect("run usdt-trace");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid value 'kprobe'"), "{stderr}");
+    assert!(stderr.contains("auto, multi, perf"), "{stderr}");
+}
