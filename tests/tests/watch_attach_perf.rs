@@ -253,7 +253,7 @@ fn perf_dlopen_after_attach_with_pid_filter() {
     assert!(out
         .records
         .iter()
-        .filter(|r| r["type"] != "summary")
+        .filter(|r| r["type"] != "summary" && r["type"] != "start")
         .all(|r| r["pid"] == pid as u64));
 }
 
