@@ -514,7 +514,7 @@ mod tests {
     fn symbolic_displacement_maps_to_absolute_mem() {
         use crate::argspec::{parse_arg, Arch};
         let resolved = |s: &str, addr: Option<u64>| {
-            let mut a = parse_arg(s, Arch::X86_64);
+            let mut a = parse_arg(s, Arch::X86_64).resolve(|_| None);
             match &mut a.loc {
                 ArgLoc::SymMem { address, .. } => *address = addr,
                 other => panic!("{s}: {other:?}"),
