@@ -2,10 +2,11 @@
 //! `.note.stapsdt` (one per probe site) and `.note.usdt_markers` (spans paired by id).
 //!
 //! A note is a 12-byte header (`namesz`, `descsz`, `type`, in file endianness), then the name
-//! and the descriptor, each padded to 4 bytes. Sections are walked by hand rather than with
-//! `object`'s note iterator so a damaged section reports how many bytes were missing, and a
-//! section aligned to 8 (which some linkers set on any note section) is still walked with the
-//! 4-byte padding `sys/sdt.h` writes.
+//! and the descriptor, each padded to 4 bytes (`sys/sdt.h` writes `.balign 4` whatever the
+//! section's alignment). Sections are walked by hand rather than with `object`'s
+//! `NoteIterator`: that one pads by `sh_addralign` (8 would misread these notes, anything but
+//! 0..=4 and 8 is refused outright), and its errors are fixed strings without the byte counts
+//! our warnings have always printed.
 
 use object::{Endian, Endianness};
 use std::borrow::Cow;
