@@ -231,7 +231,7 @@ pub fn check_against_readelf(path: &Path) -> Result<usize, String> {
     let skipped = ours
         .warnings
         .iter()
-        .filter(|w| w.ends_with("skipped"))
+        .filter(|w| w.to_string().ends_with("skipped"))
         .count();
     let missing = theirs.len() - seen.len();
     if missing != skipped {

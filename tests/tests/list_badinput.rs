@@ -92,7 +92,10 @@ fn header_only_elf32_and_big_endian_objects() {
     for (name, bytes) in [("elf32", e32), ("elf64be", e64be)] {
         let p = parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(p.sites.is_empty());
-        assert!(p.warnings[0].contains("no section headers"), "{name}");
+        assert!(
+            p.warnings[0].to_string().contains("no section headers"),
+            "{name}"
+        );
         let path = scratch(name, &bytes);
         let (out, err) = list_one(&path).unwrap();
         assert_eq!(out.trim(), format!("{}: no USDT probes", path.display()));
@@ -151,7 +154,9 @@ fn truncated_note_section_keeps_the_good_notes() {
     let p = parse(&bytes).unwrap();
     assert_eq!(p.sites.len(), full - 1);
     assert!(
-        p.warnings.iter().any(|w| w.contains("truncated")),
+        p.warnings
+            .iter()
+            .any(|w| w.to_string().contains("truncated")),
         "{:?}",
         p.warnings
     );

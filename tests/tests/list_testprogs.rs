@@ -239,7 +239,7 @@ fn semaphores_in_bss_are_unusable_and_warned_about() {
         "one warning per semaphore: {:?}",
         p.warnings
     );
-    assert!(p.warnings.iter().all(|w| w.contains(".bss")));
+    assert!(p.warnings.iter().all(|w| w.to_string().contains(".bss")));
 }
 
 #[test]

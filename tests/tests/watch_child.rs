@@ -18,7 +18,12 @@ fn watch_c(mode: &str, extra: &[&str]) -> (std::process::Output, Duration) {
 fn the_commands_exit_status_is_watchs() {
     require_root!();
     let (out, _) = watch_c("exit 7", &[]);
-    assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (out, _) = watch_c("exit 0", &[]);
     assert_eq!(out.status.code(), Some(0));
     // Killed by a signal: 128 + signal, as a shell reports it.
@@ -31,7 +36,12 @@ fn duration_ends_a_command_that_would_run_forever() {
     require_root!();
     let (out, took) = watch_c("wait", &["--duration", "0.5"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // It printed what it saw, then ended the command (SIGTERM ends it at once).
     assert!(stdout.contains("wp:txn"), "{stdout}");
     assert!(stdout.contains("1 spans"), "{stdout}");
@@ -48,7 +58,15 @@ fn leave_running_leaves_the_command_running() {
     let cmd = format!("{b} wait {tag}");
     // Output to /dev/null: the command that runs on holds watch's stdout open.
     let status = std::process::Command::new(watch::usdt_trace_bin())
-        .args(["watch", "-c", &cmd, b, "--duration", "0.3", "--leave-running"])
+        .args([
+            "watch",
+            "-c",
+            &cmd,
+            b,
+            "--duration",
+            "0.3",
+            "--leave-running",
+        ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -21,7 +21,13 @@ fn a_transaction_ends_in_commit_or_abort_and_says_which() {
     let spans = out.spans();
     let got: Vec<(Value, &str, Value)> = spans
         .iter()
-        .map(|s| (s["args"].clone(), s["end"].as_str().unwrap(), s["end_args"].clone()))
+        .map(|s| {
+            (
+                s["args"].clone(),
+                s["end"].as_str().unwrap(),
+                s["end_args"].clone(),
+            )
+        })
         .collect();
     assert_eq!(
         got,
@@ -43,8 +49,14 @@ fn a_transaction_ends_in_commit_or_abort_and_says_which() {
         );
     }
     let sum = out.summary();
-    assert_eq!((sum["spans"].as_u64(), sum["events"].as_u64()), (Some(3), Some(0)));
-    assert_eq!((sum["unmatched"].as_u64(), sum["unmatched_end"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(
+        (sum["spans"].as_u64(), sum["events"].as_u64()),
+        (Some(3), Some(0))
+    );
+    assert_eq!(
+        (sum["unmatched"].as_u64(), sum["unmatched_end"].as_u64()),
+        (Some(0), Some(0))
+    );
 }
 
 #[test]
@@ -55,7 +67,11 @@ fn text_mode_names_the_end_that_closed_each_span() {
     let cmd = format!("{b} txn");
     let out = watch::run(&["watch", "-c", &cmd, b]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rows: Vec<&str> = stdout.lines().filter(|l| l.contains("wp:txn")).collect();
     assert_eq!(rows.len(), 3, "{stdout}");
     assert!(rows[0].contains("(1) -> txn__commit(1)"), "{}", rows[0]);
@@ -117,7 +133,10 @@ fn a_key_beyond_the_probe_arguments_is_an_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--key 3: wp:pool__begin has 1 argument"), "{err}");
+    assert!(
+        err.contains("--key 3: wp:pool__begin has 1 argument"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -133,13 +152,19 @@ fn json_starts_with_a_start_record_that_places_times_in_wall_clock() {
     assert_eq!(first["schema"], 2);
     assert_eq!(first["clock"], "monotonic");
     assert_eq!(first["span_names"], 2, "txn and pool");
-    assert!(first["command"].as_str().unwrap().ends_with("watch_pairing txn"));
+    assert!(first["command"]
+        .as_str()
+        .unwrap()
+        .ends_with("watch_pairing txn"));
     let zero = first["clock_zero_unix_ns"].as_u64().unwrap();
     let t0 = first["start_ns"].as_u64().unwrap();
     // The first span, placed in wall time, falls after we started and within a minute.
     let s = out.spans()[0];
     let wall = zero + s["start_ns"].as_u64().unwrap();
     assert!(s["start_ns"].as_u64().unwrap() >= t0);
-    assert!(wall >= before && wall < before + 60_000_000_000, "{wall} vs {before}");
+    assert!(
+        wall >= before && wall < before + 60_000_000_000,
+        "{wall} vs {before}"
+    );
     assert_eq!(out.of_type("start").count(), 1);
 }

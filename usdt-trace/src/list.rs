@@ -395,7 +395,7 @@ mod tests {
 
     #[test]
     fn describes_each_kind_of_argument() {
-        let d = |s: &str| describe_arg(&parse_arg(s, Arch::X86_64));
+        let d = |s: &str| describe_arg(&parse_arg(s, Arch::X86_64).resolve(|_| None));
         assert_eq!(d("-4@%edi"), "s32 in rdi");
         assert_eq!(d("8@%r8"), "u64 in r8");
         assert_eq!(d("-4@$-9"), "s32 = -9");
@@ -408,16 +408,16 @@ mod tests {
         assert!(d("8@mp_+24(%rip)").starts_with("unreadable: symbol mp_ not found"));
         assert_eq!(d("4@%ah"), "unreadable: high-byte register %ah");
         assert_eq!(
-            describe_arg(&parse_arg("-4@[x29, -12]", Arch::Aarch64)),
+            describe_arg(&parse_arg("-4@[x29, -12]", Arch::Aarch64).resolve(|_| None)),
             "s32 at [x29-12]"
         );
-        let mut resolved = parse_arg("8@mp_+24(%rip)", Arch::X86_64);
+        let mut resolved = parse_arg("8@mp_+24(%rip)", Arch::X86_64).resolve(|_| None);
         if let ArgLoc::RipRel { address, .. } = &mut resolved.loc {
             *address = Some(0x1018);
         }
         assert_eq!(describe_arg(&resolved), "u64 at [mp_+24 = 0x1018]");
         let sym_mem = |s: &str, addr: u64| {
-            let mut a = parse_arg(s, Arch::X86_64);
+            let mut a = parse_arg(s, Arch::X86_64).resolve(|_| None);
             match &mut a.loc {
                 ArgLoc::SymMem { address, .. } => *address = Some(addr),
                 other => panic!("{s}: {other:?}"),

@@ -370,7 +370,10 @@ mod tests {
             file_offset: off,
             semaphore_offset: sema,
             args_raw: args.join(" "),
-            args: args.iter().map(|a| parse_arg(a, Arch::X86_64)).collect(),
+            args: args
+                .iter()
+                .map(|a| parse_arg(a, Arch::X86_64).resolve(|_| None))
+                .collect(),
             insn: SiteInsn::Nop,
             insn_bytes: "90".into(),
         }
@@ -603,7 +606,7 @@ mod tests {
     fn symbolic_displacement_maps_to_absolute_mem() {
         use crate::argspec::{parse_arg, Arch};
         let resolved = |s: &str, addr: Option<u64>| {
-            let mut a = parse_arg(s, Arch::X86_64);
+            let mut a = parse_arg(s, Arch::X86_64).resolve(|_| None);
             match &mut a.loc {
                 ArgLoc::SymMem { address, .. } => *address = addr,
                 other => panic!("{s}: {other:?}"),

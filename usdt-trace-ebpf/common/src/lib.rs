@@ -15,6 +15,8 @@
 //!    so each span's wall time can be split into on-CPU, run-queue, sleep and I/O time.
 #![no_std]
 
+pub mod regs;
+
 /// At most this many arguments per probe (the SDT format allows 12).
 pub const MAX_ARGS: usize = 12;
 /// Bytes captured for a `--str` argument, including the terminating NUL.

@@ -1,0 +1,530 @@
+//! `.note.stapsdt` notes, PT_LOAD segments and symbols → probe sites with the file offsets a
+//! uprobe needs.
+//!
+//! # A crash course in USDT notes
+//!
+//! `sys/sdt.h` turns `DTRACE_PROBE2(provider, name, a, b)` into a `nop` in the code and a note
+//! in the non-allocated section `.note.stapsdt`. Each note (type 3, owner `"stapsdt"`) holds
+//! three address-sized words and three strings:
+//!
+//! ```text
+//!   pc         link-time address of the nop
+//!   base       link-time address of .stapsdt.base (0 when the producer did not emit one)
+//!   semaphore  link-time address of a u16 counter, 0 when the probe has none
+//!   "provider\0" "name\0" "-4@%edi 8@-16(%rbp)\0"
+//! ```
+//!
+//! The words are in file endianness and, in ELF64, unaligned. Prelink may move the object after
+//! the notes were written: the difference between `.stapsdt.base`'s address and the note's base
+//! is the shift to apply to pc and semaphore (only when the note's base is non-zero).
+//!
+//! A uprobe is placed at a *file offset*, not an address: pc is mapped through the executable
+//! PT_LOAD segment that covers it (`pc - p_vaddr + p_offset`). Likewise the semaphore becomes
+//! the uprobe's `ref_ctr_offset` through a non-executable, file-backed PT_LOAD, and the kernel
+//! increments it in every process that maps the file while the probe is installed.
+//!
+//! The argument strings are GAS operands the compiler chose for each argument ([`crate::argspec`]
+//! decodes them). Rip-relative ones name a symbol, which is resolved here from `.symtab` or
+//! `.dynsym` so the tracer can read globals without knowing the load address.
+//!
+//! Besides the standard notes, usdt-markers emits `.note.usdt_markers`: owner `"usdt-markers"`,
+//! type 1, descriptor `provider\0stem\0`, one per span whose start and end are paired by a span
+//! id in the first argument instead of by thread.
+//!
+//! Nothing here trusts the file: every read is bounds-checked, malformed notes become typed
+//! [`ElfWarning`]s (at most [`WARNINGS_PER_KIND`] of a kind, then a count), and only structural
+//! damage (no ELF header, unreadable section or segment tables) is an [`ElfError`].
+//!
+//! # How the code is laid out
+//!
+//! [`parse`] reads the headers, finds the note sections by name and hands them to:
+//!
+//! | module | job |
+//! |---|---|
+//! | `notes` | walk a note section, decode stapsdt and usdt_markers descriptors |
+//! | `sites` | pc → file offset, semaphore → `ref_ctr_offset`, the site's instruction, dedupe |
+//! | `symbols` | addresses of the symbols that argument operands name |
+//! | `warnings` | [`ElfWarning`] and the per-kind cap |
+//!
+//! Arguments are parsed per note ([`crate::argspec::parse_args`]) and finished once all notes
+//! are in, because the symbol tables are read only if some argument names a symbol.
+//!
+//! Pure except for [`parse_file`]. INTERFACE OWNED BY THE LEAD — the types below are what the
+//! tracer consumes; keep their names and meanings, add fields if needed.
+
+mod notes;
+mod sites;
+mod symbols;
+#[cfg(test)]
+mod tests;
+mod warnings;
+
+pub use notes::{NoteError, StapsdtError};
+pub use sites::{PcProblem, SemaphoreProblem};
+pub use warnings::{ElfWarning, NoteLabel, WARNINGS_PER_KIND};
+
+use crate::argspec::{parse_args, Arch, ArgSpec, ParsedArg};
+use notes::{
+    decode_span, decode_stapsdt, notes_of, MARKERS_OWNER, MARKERS_SECTION, NT_STAPSDT,
+    NT_USDT_MARKERS, STAPSDT_BASE_SECTION, STAPSDT_OWNER, STAPSDT_SECTION,
+};
+use object::elf;
+use object::read::elf::{FileHeader, SectionHeader};
+use object::Endianness;
+use serde::Serialize;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use warnings::Warnings;
+
+/// What the instruction at the probe site costs the kernel to step over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteInsn {
+    /// 1-byte `nop` (0x90): the usual USDT site, emulated by the kernel (~0.5 µs a hit).
+    Nop,
+    /// 5-byte `nopl 0x0(%rax,%rax,1)`: the kernel can optimise it into a call.
+    Nop5,
+    /// Anything else must be single-stepped out of line (~10 µs a hit).
+    SingleStep,
+    /// The bytes could not be read (e.g. pc past p_filesz) or arch is not x86_64.
+    Unknown,
+}
+
+/// One probe site.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Site {
+    pub provider: String,
+    pub name: String,
+    /// Address as in the note, adjusted through .stapsdt.base when the note's base is non-zero.
+    pub pc: u64,
+    /// The note's base field (0 when none).
+    pub base: u64,
+    /// Semaphore address (adjusted like pc), 0 when none.
+    pub semaphore: u64,
+    /// File offset of pc (what the uprobe attaches to).
+    pub file_offset: u64,
+    /// File offset of the semaphore (the uprobe's ref_ctr_offset), None when there is none.
+    pub semaphore_offset: Option<u64>,
+    /// The argument string exactly as in the note ("" when none; ":" is also zero args).
+    pub args_raw: String,
+    pub args: Vec<ArgSpec>,
+    /// Hex of the first bytes at the site and their classification.
+    pub insn: SiteInsn,
+    pub insn_bytes: String,
+}
+
+/// All probe sites of one ELF object.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ObjectProbes {
+    pub arch: Option<Arch>,
+    /// Deduplicated, in note order.
+    pub sites: Vec<Site>,
+    /// Spans that usdt-markers declared as paired by a span id (first argument) rather than by
+    /// thread: (provider, stem) pairs read from `.note.usdt_markers`.
+    pub id_spans: Vec<(String, String)>,
+    /// What was skipped or cannot be used, in the order met (one line each when displayed).
+    pub warnings: Vec<ElfWarning>,
+}
+
+/// Why an object could not be parsed at all (a bad note is only a warning).
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: is a directory, not an ELF object", path.display())]
+    IsDirectory { path: PathBuf },
+    #[error("{}: not a regular file", path.display())]
+    NotRegularFile { path: PathBuf },
+    #[error("not an ELF file (starts with {magic})")]
+    NotElf { magic: String },
+    #[error("truncated ELF file: the {what} needs {needed} bytes, the file has {len}")]
+    Truncated {
+        what: &'static str,
+        needed: u64,
+        len: u64,
+    },
+    #[error("unsupported ELF class {class} (expected 1 for ELF32 or 2 for ELF64)")]
+    BadClass { class: u8 },
+    #[error("unsupported ELF data encoding {encoding} (expected 1 for LSB or 2 for MSB)")]
+    BadEncoding { encoding: u8 },
+    #[error("relocatable object (ET_REL): probe addresses are final only after linking")]
+    Relocatable,
+    #[error("malformed ELF {what}: {detail}")]
+    Malformed { what: &'static str, detail: String },
+    /// A parse error of a named file.
+    #[error("{}: {source}", path.display())]
+    InFile {
+        path: PathBuf,
+        #[source]
+        source: Box<ElfError>,
+    },
+}
+
+impl ElfError {
+    /// The error without the file context, for matching on what went wrong.
+    pub fn kind(&self) -> &ElfError {
+        match self {
+            ElfError::InFile { source, .. } => source.kind(),
+            other => other,
+        }
+    }
+}
+
+/// Reads and parses one object. Large libraries are mapped rather than read: `list` touches only
+/// the headers, the note sections and a few bytes per site.
+pub fn parse_file(path: &Path) -> Result<ObjectProbes, ElfError> {
+    let io = |source| ElfError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if meta.is_dir() {
+        return Err(ElfError::IsDirectory {
+            path: path.to_path_buf(),
+        });
+    }
+    if !meta.is_file() {
+        return Err(ElfError::NotRegularFile {
+            path: path.to_path_buf(),
+        });
+    }
+    let bytes = FileBytes::load(&file, meta.len()).map_err(io)?;
+    parse(bytes.as_slice()).map_err(|e| ElfError::InFile {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    })
+}
+
+/// A file's contents, mapped when possible.
+enum FileBytes {
+    Mapped { ptr: *mut libc::c_void, len: usize },
+    Read(Vec<u8>),
+}
+
+impl FileBytes {
+    fn load(mut file: &std::fs::File, len: u64) -> std::io::Result<FileBytes> {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        if let Ok(len) = usize::try_from(len) {
+            if len > 0 {
+                // SAFETY: a fresh private read-only mapping of a file we hold open; it is
+                // unmapped in Drop and only ever viewed as &[u8] of exactly `len` bytes.
+                let ptr = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ,
+                        libc::MAP_PRIVATE,
+                        file.as_raw_fd(),
+                        0,
+                    )
+                };
+                if ptr != libc::MAP_FAILED {
+                    return Ok(FileBytes::Mapped { ptr, len });
+                }
+            }
+        }
+        // Files that cannot be mapped (or report size 0, like some procfs entries) are read.
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf)?;
+        Ok(FileBytes::Read(buf))
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            // SAFETY: ptr/len describe a live PROT_READ mapping owned by self. A concurrent
+            // truncation of the file could fault, as for any tool that maps its input.
+            FileBytes::Mapped { ptr, len } => unsafe {
+                std::slice::from_raw_parts(*ptr as *const u8, *len)
+            },
+            FileBytes::Read(v) => v,
+        }
+    }
+}
+
+impl Drop for FileBytes {
+    fn drop(&mut self) {
+        if let FileBytes::Mapped { ptr, len } = *self {
+            // SAFETY: unmapping the mapping created in load(); no slice of it outlives self.
+            unsafe {
+                libc::munmap(ptr, len);
+            }
+        }
+    }
+}
+
+/// Parses an ELF object held in memory.
+pub fn parse(data: &[u8]) -> Result<ObjectProbes, ElfError> {
+    if data.len() < 4 || &data[..4] != b"\x7fELF" {
+        let magic: String = data
+            .iter()
+            .take(4)
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        return Err(ElfError::NotElf {
+            magic: if magic.is_empty() {
+                "nothing: the file is empty".into()
+            } else {
+                magic
+            },
+        });
+    }
+    if data.len() < 16 {
+        return Err(ElfError::Truncated {
+            what: "ELF identification",
+            needed: 16,
+            len: data.len() as u64,
+        });
+    }
+    // e_ident[EI_DATA], then e_ident[EI_CLASS].
+    match data[5] {
+        elf::ELFDATA2LSB | elf::ELFDATA2MSB => {}
+        encoding => return Err(ElfError::BadEncoding { encoding }),
+    }
+    match data[4] {
+        elf::ELFCLASS32 => parse_class::<elf::FileHeader32<Endianness>>(data),
+        elf::ELFCLASS64 => parse_class::<elf::FileHeader64<Endianness>>(data),
+        class => Err(ElfError::BadClass { class }),
+    }
+}
+
+/// A site whose arguments still wait for the symbol tables.
+struct PendingSite {
+    site: Site,
+    args: Vec<ParsedArg>,
+}
+
+fn parse_class<Elf: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+) -> Result<ObjectProbes, ElfError> {
+    let header_len = std::mem::size_of::<Elf>();
+    if data.len() < header_len {
+        return Err(ElfError::Truncated {
+            what: "ELF header",
+            needed: header_len as u64,
+            len: data.len() as u64,
+        });
+    }
+    let malformed = |what: &'static str| {
+        move |e: object::read::Error| ElfError::Malformed {
+            what,
+            detail: e.to_string(),
+        }
+    };
+    let header = Elf::parse(data).map_err(malformed("header"))?;
+    let endian = header.endian().map_err(malformed("header"))?;
+    if header.e_type(endian) == elf::ET_REL {
+        return Err(ElfError::Relocatable);
+    }
+    let arch = match header.e_machine(endian) {
+        elf::EM_X86_64 => Arch::X86_64,
+        elf::EM_AARCH64 => Arch::Aarch64,
+        _ => Arch::Other,
+    };
+    let addr_size = if header.is_class_64() { 8 } else { 4 };
+    let mut out = ObjectProbes {
+        arch: Some(arch),
+        ..ObjectProbes::default()
+    };
+    let mut warnings = Warnings::default();
+    let sections = header
+        .sections(endian, data)
+        .map_err(malformed("section header table"))?;
+    if sections.is_empty() {
+        warnings.push(ElfWarning::NoSectionHeaders);
+        out.warnings = warnings.finish();
+        return Ok(out);
+    }
+    let loads = sites::loads(
+        header
+            .program_headers(endian, data)
+            .map_err(malformed("program header table"))?,
+        endian,
+    );
+
+    let mut stapsdt: Vec<&[u8]> = Vec::new();
+    let mut markers: Vec<&[u8]> = Vec::new();
+    let mut stapsdt_base: Option<u64> = None;
+    for shdr in sections.iter() {
+        let Ok(name) = sections.section_name(endian, shdr) else {
+            continue;
+        };
+        let list = match name {
+            n if n == STAPSDT_SECTION.as_bytes() => &mut stapsdt,
+            n if n == MARKERS_SECTION.as_bytes() => &mut markers,
+            n if n == STAPSDT_BASE_SECTION.as_bytes() => {
+                stapsdt_base.get_or_insert(shdr.sh_addr(endian).into());
+                continue;
+            }
+            _ => continue,
+        };
+        match shdr.data(endian, data) {
+            Ok(bytes) => list.push(bytes),
+            Err(_) => {
+                // Keep whatever part of the section the file still holds: a truncated file
+                // loses only its last notes.
+                let start = usize::try_from(shdr.sh_offset(endian).into()).unwrap_or(usize::MAX);
+                let part = data.get(start..).unwrap_or(&[]);
+                warnings.push(ElfWarning::SectionPastEof {
+                    section: String::from_utf8_lossy(name).into_owned(),
+                });
+                if shdr.sh_type(endian) != elf::SHT_NOBITS {
+                    list.push(part);
+                }
+            }
+        }
+    }
+
+    let estimate = stapsdt.iter().map(|s| s.len() / 64).sum::<usize>();
+    let mut pending: Vec<PendingSite> = Vec::with_capacity(estimate);
+    let mut dedupe = sites::Dedupe::with_capacity(estimate);
+    let mut bad_semaphores: HashSet<u64> = HashSet::new();
+    let found = notes_of(&stapsdt, endian, (NT_STAPSDT, STAPSDT_OWNER), |error| {
+        warnings.push(ElfWarning::DamagedNotes {
+            section: STAPSDT_SECTION,
+            error,
+        })
+    });
+    for (index, note) in (1usize..).zip(found) {
+        let raw = match decode_stapsdt(note.desc, addr_size, endian) {
+            Ok(r) => r,
+            Err(error) => {
+                warnings.push(ElfWarning::BadStapsdtNote { index, error });
+                continue;
+            }
+        };
+        let probe = || NoteLabel {
+            provider: raw.provider.to_string(),
+            name: raw.name.to_string(),
+            index,
+        };
+        let (mut pc, mut semaphore) = (raw.pc, raw.semaphore);
+        if let (Some(base_addr), true) = (stapsdt_base, raw.base != 0) {
+            let shift = base_addr.wrapping_sub(raw.base);
+            pc = pc.wrapping_add(shift);
+            if semaphore != 0 {
+                semaphore = semaphore.wrapping_add(shift);
+            }
+        }
+        if raw.pc == 0 || pc == 0 {
+            warnings.push(ElfWarning::PcZero { probe: probe() });
+            continue;
+        }
+        let (seg, file_offset) = match sites::probe_offset(&loads, pc) {
+            Ok(found) => found,
+            Err(problem) => {
+                warnings.push(ElfWarning::BadPc {
+                    probe: probe(),
+                    pc,
+                    problem,
+                });
+                continue;
+            }
+        };
+        let key = (
+            pc,
+            semaphore,
+            raw.provider.clone(),
+            raw.name.clone(),
+            raw.args.clone(),
+        );
+        if dedupe.contains(&key) {
+            continue;
+        }
+        let args = match parse_args(&raw.args, arch) {
+            Ok(a) => a,
+            Err(error) => {
+                warnings.push(ElfWarning::BadArgs {
+                    probe: probe(),
+                    error,
+                });
+                continue;
+            }
+        };
+        dedupe.insert(key);
+        let semaphore_offset = if semaphore == 0 {
+            None
+        } else {
+            match sites::semaphore_offset(&loads, semaphore) {
+                Ok(off) => Some(off),
+                Err(problem) => {
+                    if bad_semaphores.insert(semaphore) {
+                        warnings.push(ElfWarning::BadSemaphore {
+                            probe: probe(),
+                            semaphore,
+                            problem,
+                        });
+                    }
+                    None
+                }
+            }
+        };
+        let (insn, insn_bytes) = sites::classify_site(data, seg, file_offset, pc, arch);
+        pending.push(PendingSite {
+            site: Site {
+                provider: raw.provider.into_owned(),
+                name: raw.name.into_owned(),
+                pc,
+                base: raw.base,
+                semaphore,
+                file_offset,
+                semaphore_offset,
+                args_raw: raw.args.into_owned(),
+                args: Vec::new(),
+                insn,
+                insn_bytes,
+            },
+            args,
+        });
+    }
+
+    let mut seen_spans: HashSet<(String, String)> = HashSet::new();
+    let found = notes_of(
+        &markers,
+        endian,
+        (NT_USDT_MARKERS, MARKERS_OWNER),
+        |error| {
+            warnings.push(ElfWarning::DamagedNotes {
+                section: MARKERS_SECTION,
+                error,
+            })
+        },
+    );
+    for note in found {
+        match decode_span(note.desc) {
+            Some(pair) => {
+                if seen_spans.insert(pair.clone()) {
+                    out.id_spans.push(pair);
+                }
+            }
+            None => warnings.push(ElfWarning::MalformedSpanNote),
+        }
+    }
+
+    let exec = header.e_type(endian) == elf::ET_EXEC;
+    let mut resolver = symbols::Resolver::new(
+        &sections,
+        endian,
+        data,
+        exec,
+        pending.iter().flat_map(|p| &p.args),
+    );
+    out.sites = pending
+        .into_iter()
+        .map(|PendingSite { mut site, args }| {
+            site.args = args
+                .into_iter()
+                .map(|a| resolver.resolve(a, &mut warnings))
+                .collect::<Vec<ArgSpec>>();
+            site
+        })
+        .collect();
+    out.warnings = warnings.finish();
+    Ok(out)
+}

@@ -1,0 +1,247 @@
+//! From a note's link-time addresses to what a uprobe needs: the probe's file offset, the
+//! semaphore's file offset (`ref_ctr_offset`), what instruction sits at the site, and whether
+//! an identical note was already seen.
+
+use super::SiteInsn;
+use crate::argspec::Arch;
+use object::elf;
+use object::read::elf::ProgramHeader;
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+/// A PT_LOAD segment, reduced to what offset mapping needs.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Load {
+    pub vaddr: u64,
+    pub memsz: u64,
+    pub offset: u64,
+    pub filesz: u64,
+    pub exec: bool,
+}
+
+impl Load {
+    fn contains(&self, addr: u64) -> bool {
+        addr >= self.vaddr && addr - self.vaddr < self.memsz
+    }
+    fn file_offset(&self, addr: u64) -> Option<u64> {
+        let rel = addr.checked_sub(self.vaddr)?;
+        (rel < self.filesz).then(|| self.offset.wrapping_add(rel))
+    }
+}
+
+/// The PT_LOAD segments of a program header table.
+pub(super) fn loads<P: ProgramHeader>(phdrs: &[P], endian: P::Endian) -> Vec<Load> {
+    phdrs
+        .iter()
+        .filter(|ph| ph.p_type(endian) == elf::PT_LOAD)
+        .map(|ph| Load {
+            vaddr: ph.p_vaddr(endian).into(),
+            memsz: ph.p_memsz(endian).into(),
+            offset: ph.p_offset(endian).into(),
+            filesz: ph.p_filesz(endian).into(),
+            exec: ph.p_flags(endian) & elf::PF_X != 0,
+        })
+        .collect()
+}
+
+/// Why no uprobe can be placed at a pc.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PcProblem {
+    #[error("is outside every loadable segment")]
+    Outside,
+    #[error("is in a non-executable segment")]
+    NotExecutable,
+    #[error("is past the file-backed part of its segment")]
+    PastFile,
+}
+
+/// The segment holding `pc` and pc's file offset: `pc - p_vaddr + p_offset` (never assume
+/// vaddr == offset: lld layouts break that).
+pub(super) fn probe_offset(loads: &[Load], pc: u64) -> Result<(&Load, u64), PcProblem> {
+    let seg = loads
+        .iter()
+        .find(|l| l.contains(pc))
+        .ok_or(PcProblem::Outside)?;
+    match (seg.exec, seg.file_offset(pc)) {
+        (true, Some(off)) => Ok((seg, off)),
+        (false, _) => Err(PcProblem::NotExecutable),
+        (true, None) => Err(PcProblem::PastFile),
+    }
+}
+
+/// Why the kernel could not count a semaphore.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SemaphoreProblem {
+    #[error("is at an odd address (the kernel needs 2-byte alignment)")]
+    OddAddress,
+    #[error("is outside every loadable segment")]
+    Outside,
+    #[error("is in an executable segment")]
+    Executable,
+    #[error("is past the file-backed part of its segment (.bss)")]
+    PastFile,
+}
+
+/// The semaphore's file offset (the uprobe's `ref_ctr_offset`), or why the kernel could not
+/// count it: it must be 2-byte aligned in a non-executable, file-backed PT_LOAD.
+pub(super) fn semaphore_offset(loads: &[Load], sema: u64) -> Result<u64, SemaphoreProblem> {
+    if !sema.is_multiple_of(2) {
+        return Err(SemaphoreProblem::OddAddress);
+    }
+    let seg = loads
+        .iter()
+        .find(|l| l.contains(sema))
+        .ok_or(SemaphoreProblem::Outside)?;
+    if seg.exec {
+        return Err(SemaphoreProblem::Executable);
+    }
+    match seg.file_offset(sema) {
+        Some(off) if sema.wrapping_add(2) <= seg.vaddr.wrapping_add(seg.filesz) => Ok(off),
+        _ => Err(SemaphoreProblem::PastFile),
+    }
+}
+
+/// The first bytes at the site (at most 5, as hex) and what they cost the kernel to step over.
+pub(super) fn classify_site(
+    data: &[u8],
+    seg: &Load,
+    off: u64,
+    pc: u64,
+    arch: Arch,
+) -> (SiteInsn, String) {
+    // Never read past the segment's file image: what follows belongs to another segment.
+    let in_seg = seg.vaddr.wrapping_add(seg.filesz).saturating_sub(pc).min(5) as usize;
+    let bytes = usize::try_from(off)
+        .ok()
+        .and_then(|o| data.get(o..))
+        .map_or(&[][..], |b| b.get(..b.len().min(in_seg)).unwrap_or(&[]));
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        hex.push(DIGITS[usize::from(b >> 4)] as char);
+        hex.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    let insn = match (arch, bytes) {
+        (Arch::X86_64, []) => SiteInsn::Unknown,
+        (Arch::X86_64, [0x90, ..]) => SiteInsn::Nop,
+        (Arch::X86_64, [0x0f, 0x1f, 0x44, 0x00, 0x00]) => SiteInsn::Nop5,
+        (Arch::X86_64, _) => SiteInsn::SingleStep,
+        _ => SiteInsn::Unknown,
+    };
+    (insn, hex)
+}
+
+/// What makes two notes the same site: identical notes are common (the same inline function
+/// emitted twice into one place) and must be attached once, while the same provider:name at
+/// the same pc with other arguments is a distinct site.
+type SiteKey<'a> = (u64, u64, Cow<'a, str>, Cow<'a, str>, Cow<'a, str>);
+
+/// Notes already kept, keyed by adjusted pc, semaphore, provider, name and args. One hash
+/// lookup per note, so thousands of notes sharing a pc stay linear. The strings borrow from
+/// the note section, so the set costs no copies for valid UTF-8.
+#[derive(Default)]
+pub(super) struct Dedupe<'a> {
+    seen: HashSet<SiteKey<'a>>,
+}
+
+impl<'a> Dedupe<'a> {
+    pub(super) fn with_capacity(n: usize) -> Self {
+        Dedupe {
+            seen: HashSet::with_capacity(n),
+        }
+    }
+
+    pub(super) fn contains(&self, key: &SiteKey<'a>) -> bool {
+        self.seen.contains(key)
+    }
+
+    pub(super) fn insert(&mut self, key: SiteKey<'a>) {
+        self.seen.insert(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const TEXT: Load = Load {
+        vaddr: 0x401000,
+        memsz: 0x1000,
+        offset: 0x1000,
+        filesz: 0x800,
+        exec: true,
+    };
+    const DATA: Load = Load {
+        vaddr: 0x602000,
+        memsz: 0x1000,
+        offset: 0x2000,
+        filesz: 0x100,
+        exec: false,
+    };
+
+    #[test]
+    fn pcs_map_through_their_segment() {
+        let loads = [TEXT, DATA];
+        assert_eq!(probe_offset(&loads, 0x401010).unwrap().1, 0x1010);
+        assert_eq!(
+            probe_offset(&loads, 0x401900).map(|(_, o)| o),
+            Err(PcProblem::PastFile)
+        );
+        assert_eq!(
+            probe_offset(&loads, 0x602000).map(|(_, o)| o),
+            Err(PcProblem::NotExecutable)
+        );
+        assert_eq!(
+            probe_offset(&loads, 0x10).map(|(_, o)| o),
+            Err(PcProblem::Outside)
+        );
+    }
+
+    #[test]
+    fn semaphores_need_a_file_backed_data_word() {
+        let loads = [TEXT, DATA];
+        assert_eq!(semaphore_offset(&loads, 0x602010), Ok(0x2010));
+        assert_eq!(
+            semaphore_offset(&loads, 0x602011),
+            Err(SemaphoreProblem::OddAddress)
+        );
+        assert_eq!(
+            semaphore_offset(&loads, 0x6020ff + 1),
+            Err(SemaphoreProblem::PastFile)
+        );
+        assert_eq!(semaphore_offset(&loads, 0x6020fe), Ok(0x20fe));
+        assert_eq!(
+            semaphore_offset(&loads, 0x401000),
+            Err(SemaphoreProblem::Executable)
+        );
+        assert_eq!(
+            semaphore_offset(&loads, 0x900000),
+            Err(SemaphoreProblem::Outside)
+        );
+    }
+
+    #[test]
+    fn site_bytes_stop_at_the_segment_end() {
+        let mut data = vec![0u8; 0x2000];
+        data[0x1000..0x1800].fill(0x90);
+        let (insn, hex) = classify_site(&data, &TEXT, 0x17fe, 0x4017fe, Arch::X86_64);
+        assert_eq!((insn, hex.as_str()), (SiteInsn::Nop, "9090"));
+        let (insn, hex) = classify_site(&data, &TEXT, 0x1000, 0x401000, Arch::Aarch64);
+        assert_eq!((insn, hex.as_str()), (SiteInsn::Unknown, "9090909090"));
+        let (insn, hex) = classify_site(&data, &TEXT, 0x9000, 0x401000, Arch::X86_64);
+        assert_eq!((insn, hex.as_str()), (SiteInsn::Unknown, ""));
+    }
+
+    #[test]
+    fn dedupe_keys_on_every_field() {
+        let key = |pc, args: &'static str| (pc, 0, "p".into(), "n".into(), args.into());
+        let mut d = Dedupe::default();
+        d.insert(key(1, "8@%rax"));
+        assert!(d.contains(&key(1, "8@%rax")));
+        assert!(!d.contains(&key(1, "8@%rbx")));
+        assert!(!d.contains(&key(2, "8@%rax")));
+        // An owned (repaired) string equals a borrowed one with the same text.
+        assert!(d.contains(&(1, 0, Cow::Owned("p".into()), "n".into(), "8@%rax".into())));
+    }
+}
