@@ -12,8 +12,7 @@ use crate::argspec::{ArgLoc, ArgSpec};
 use std::collections::HashMap;
 use thiserror::Error;
 use usdt_trace_common::{
-    ArgDesc, SiteSpec, ARG_CONST, ARG_MEM, ARG_NONE, ARG_REG, ARG_RIP, ARG_UNSUPPORTED, ID_NONE,
-    MAX_ARGS, REG_NONE, ROLE_END, ROLE_EVENT, ROLE_START, STR_NONE,
+    ArgDesc, ArgKind, SiteRole, SiteSpec, ID_NONE, MAX_ARGS, REG_NONE, STR_NONE,
 };
 
 /// Suffix/prefix conventions, tried in order: (start, end) name forms around a stem.
@@ -293,7 +292,7 @@ fn common_stem(a: &str, b: &str) -> String {
 /// The kernel's view of one argument.
 pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
     let mut d = ArgDesc {
-        kind: ARG_UNSUPPORTED,
+        kind: ArgKind::UNSUPPORTED,
         size: arg.size,
         signed: arg.signed as u8,
         base_reg: REG_NONE,
@@ -307,11 +306,11 @@ pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
     }
     match &arg.loc {
         ArgLoc::Const { value } => {
-            d.kind = ARG_CONST;
+            d.kind = ArgKind::CONST;
             d.val = *value;
         }
         ArgLoc::Reg { reg } => {
-            d.kind = ARG_REG;
+            d.kind = ArgKind::REG;
             d.base_reg = reg.pt_regs_word;
         }
         ArgLoc::Mem {
@@ -320,7 +319,7 @@ pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
             scale,
             disp,
         } => {
-            d.kind = ARG_MEM;
+            d.kind = ArgKind::MEM;
             d.base_reg = base.pt_regs_word;
             if let Some(i) = index {
                 d.index_reg = i.pt_regs_word;
@@ -334,7 +333,7 @@ pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
         } => {
             // At the probe, ip == pc (the kernel rewinds it to the breakpoint), so the delta
             // from pc finds the symbol in any load bias without knowing the process.
-            d.kind = ARG_RIP;
+            d.kind = ArgKind::RIP;
             d.val = addr.wrapping_sub(pc);
         }
         ArgLoc::SymMem {
@@ -346,7 +345,7 @@ pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
         } => {
             // `addr` is absolute (ET_EXEC only). Without a base, REG_NONE reads as 0 in the
             // program (`reg()` returns 0 past the saved registers).
-            d.kind = ARG_MEM;
+            d.kind = ArgKind::MEM;
             d.base_reg = base.as_ref().map_or(REG_NONE, |b| b.pt_regs_word);
             if let Some(i) = index {
                 d.index_reg = i.pt_regs_word;
@@ -369,23 +368,23 @@ pub fn site_spec(
 ) -> SiteSpec {
     let mut spec = SiteSpec {
         pair_id: 0,
-        role: ROLE_EVENT,
+        role: SiteRole::EVENT,
         id_arg: ID_NONE,
         nargs: args.len().min(MAX_ARGS) as u8,
         str_arg: STR_NONE,
         args: [ArgDesc {
-            kind: ARG_NONE,
+            kind: ArgKind::NONE,
             ..Default::default()
         }; MAX_ARGS],
     };
     match role {
         Role::Event => {}
         Role::Start(id) => {
-            spec.role = ROLE_START;
+            spec.role = SiteRole::START;
             spec.pair_id = id;
         }
         Role::End(id) => {
-            spec.role = ROLE_END;
+            spec.role = SiteRole::END;
             spec.pair_id = id;
         }
     }
@@ -522,21 +521,24 @@ mod tests {
             a
         };
         let d = arg_desc(&resolved("-4@a_s32(,%rax,4)", Some(0x404060)), 0x401000);
-        assert_eq!((d.kind, d.size, d.signed), (ARG_MEM, 4, 1));
+        assert_eq!((d.kind, d.size, d.signed), (ArgKind::MEM, 4, 1));
         assert_eq!((d.base_reg, d.index_reg, d.scale), (REG_NONE, 10, 4));
         assert_eq!(d.val, 0x404060);
         let d = arg_desc(&resolved("2@a_u16(%rax,%rax)", Some(0x404050)), 0x401000);
         assert_eq!(
             (d.kind, d.base_reg, d.index_reg, d.scale),
-            (ARG_MEM, 10, 10, 1)
+            (ArgKind::MEM, 10, 10, 1)
         );
         assert_eq!(d.val, 0x404050);
         // The offset is already in the resolved address.
         let d = arg_desc(&resolved("8@sarr+8(%rcx)", Some(0x404088)), 0x401000);
-        assert_eq!((d.kind, d.base_reg, d.index_reg), (ARG_MEM, 11, REG_NONE));
+        assert_eq!(
+            (d.kind, d.base_reg, d.index_reg),
+            (ArgKind::MEM, 11, REG_NONE)
+        );
         assert_eq!(d.val, 0x404088);
         // Unresolved (PIE, shared library, unknown symbol): not read.
         let d = arg_desc(&resolved("-1@a_s8(%rax)", None), 0x401000);
-        assert_eq!(d.kind, ARG_UNSUPPORTED);
+        assert_eq!(d.kind, ArgKind::UNSUPPORTED);
     }
 }

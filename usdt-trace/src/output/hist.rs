@@ -3,9 +3,11 @@
 
 use super::{fmt_duration, json_escape, PairInfo};
 use std::fmt::Write as _;
-use usdt_trace_common::{Hist, HIST_BUCKETS, HIST_COMPONENTS};
+use usdt_trace_common::{
+    Hist, HIST_BUCKETS, HIST_COMPONENTS, HIST_DURATION, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP,
+};
 
-/// Names of the components, in the kernel's order.
+/// Names of the components, indexed by `HIST_DURATION`, `HIST_ONCPU`, ... (the kernel's order).
 pub const COMPONENTS: [&str; HIST_COMPONENTS] = ["duration", "oncpu", "runq", "sleep", "io"];
 
 /// Inclusive-exclusive value range of a log2 bucket: 0 holds only 0.
@@ -38,7 +40,7 @@ fn short(v: u64) -> String {
 /// Draw one span name's histograms.
 pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
     let mut s = String::new();
-    let d = &h[0];
+    let d = &h[HIST_DURATION];
     let mean = |x: &Hist| x.sum.checked_div(x.count).unwrap_or(0);
     let _ = write!(
         s,
@@ -48,14 +50,14 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
         d.count,
         fmt_duration(mean(d))
     );
-    if h[1].count > 0 {
+    if h[HIST_ONCPU].count > 0 {
         let _ = write!(
             s,
             " = on-CPU {} + runq {} + sleep {} + io {}",
-            fmt_duration(mean(&h[1])),
-            fmt_duration(mean(&h[2])),
-            fmt_duration(mean(&h[3])),
-            fmt_duration(mean(&h[4]))
+            fmt_duration(mean(&h[HIST_ONCPU])),
+            fmt_duration(mean(&h[HIST_RUNQ])),
+            fmt_duration(mean(&h[HIST_SLEEP])),
+            fmt_duration(mean(&h[HIST_IO]))
         );
     }
     s.push('\n');
@@ -78,7 +80,7 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
     }
     let Some((lo, hi)) = range else { return s };
     let max = d.buckets.iter().copied().max().unwrap_or(1).max(1);
-    let split = h[1].count > 0;
+    let split = h[HIST_ONCPU].count > 0;
     let _ = write!(s, "{:<20} {:>8} {:<52}", "ns", "count", "duration");
     if split {
         let _ = write!(

@@ -10,9 +10,7 @@
 pub mod hist;
 
 use std::io::Write;
-use usdt_trace_common::{
-    EventRecord, RecordHeader, SpanRecord, MAX_ARGS, REC_EVENT, REC_SPAN, STR_LEN,
-};
+use usdt_trace_common::{EventRecord, RecordHeader, RecordKind, SpanRecord, MAX_ARGS, STR_LEN};
 
 /// What the formatter knows about one attached site.
 #[derive(Clone, Debug, Default)]
@@ -56,15 +54,15 @@ pub fn decode(buf: &[u8]) -> Option<Record<'_>> {
     // The ring buffer hands out 8-byte aligned samples; check anyway rather than assume.
     let aligned = |align: usize| (buf.as_ptr() as usize).is_multiple_of(align);
     // SAFETY: size checked; RecordHeader is plain data valid for any bits.
-    let kind = unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const u32) };
+    let kind = RecordKind(unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const u32) });
     match kind {
-        REC_EVENT if buf.len() >= std::mem::size_of::<EventRecord>() && aligned(8) => {
+        RecordKind::EVENT if buf.len() >= std::mem::size_of::<EventRecord>() && aligned(8) => {
             // SAFETY: size and alignment checked, EventRecord is valid for any bits.
             Some(Record::Event(unsafe {
                 &*(buf.as_ptr() as *const EventRecord)
             }))
         }
-        REC_SPAN if buf.len() >= std::mem::size_of::<SpanRecord>() && aligned(8) => {
+        RecordKind::SPAN if buf.len() >= std::mem::size_of::<SpanRecord>() && aligned(8) => {
             // SAFETY: as above.
             Some(Record::Span(unsafe {
                 &*(buf.as_ptr() as *const SpanRecord)
@@ -403,7 +401,7 @@ mod tests {
 
     fn event() -> EventRecord {
         EventRecord {
-            hdr: header(REC_EVENT),
+            hdr: header(RecordKind::EVENT),
             str_len: 0,
             _pad: 0,
             args: [0; MAX_ARGS],
@@ -411,7 +409,7 @@ mod tests {
         }
     }
 
-    fn header(kind: u32) -> RecordHeader {
+    fn header(kind: RecordKind) -> RecordHeader {
         let mut comm = [0u8; 16];
         comm[..5].copy_from_slice(b"a\"b\x01c");
         RecordHeader {
@@ -467,7 +465,7 @@ mod tests {
     #[test]
     fn span_json_has_schema_fields_and_split() {
         let r = SpanRecord {
-            hdr: header(REC_SPAN),
+            hdr: header(RecordKind::SPAN),
             start_site: 0,
             start_tid: 11,
             start_ns: 1000,

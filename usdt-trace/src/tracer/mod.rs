@@ -27,7 +27,8 @@ use std::{
 };
 use thiserror::Error;
 use usdt_trace_common::{
-    Config, Hist, IdKey, SiteSpec, CFG_PID_FILTER, CFG_STOPPED, HIST_COMPONENTS, MAX_PAIRS,
+    hist_slot, Config, Hist, IdKey, SiteSpec, CFG_PID_FILTER, CFG_STOPPED, HIST_COMPONENTS,
+    MAX_PAIRS,
 };
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
@@ -467,7 +468,7 @@ impl Tracer {
         for pair in 0..npairs.min(MAX_PAIRS as usize) {
             let mut comps = [Hist::default(); HIST_COMPONENTS];
             for (c, slot) in comps.iter_mut().enumerate() {
-                let idx = (pair * HIST_COMPONENTS + c) as u32;
+                let idx = hist_slot(pair as u32, c);
                 for h in map.get(&idx, 0).map_err(map_err("HISTS"))?.iter() {
                     for (a, b) in slot.buckets.iter_mut().zip(h.buckets.iter()) {
                         *a += b;
