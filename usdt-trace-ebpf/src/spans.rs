@@ -197,6 +197,7 @@ fn close_span(hit: &Hit, f: &Frame, acct: Option<Acct>, end_args: Option<&[u64; 
     rec.longest_off_ns = f.longest_off_ns;
     rec.args = f.args;
     rec.str_len = f.str_len;
+    // User space reads `str` only up to `str_len`: skip the 128-byte copy when there is none.
     if f.str_len > 0 {
         rec.str = f.str;
     }
@@ -215,6 +216,8 @@ fn start_on_thread(hit: &Hit) -> Result<(), ()> {
     };
     st.resume_accounting(hit.now);
     let depth = st.depth as usize;
+    // A full stack drops the start; the check is also the bound the verifier needs on the
+    // map-held depth before it indexes `frames`.
     if depth >= MAX_DEPTH {
         count(CNT_UNMATCHED_START);
         return Ok(());
@@ -321,6 +324,7 @@ fn hist_one(pair_id: u32, component: usize, v: u64) {
 
 #[inline(always)]
 fn hist_add(pair_id: u32, dur: u64, acct: Option<&Acct>) {
+    // Beyond MAX_PAIRS a pair's slots would run into the end of HISTS (or wrap): no histogram.
     if pair_id >= MAX_PAIRS {
         return;
     }

@@ -98,7 +98,7 @@ impl RecordKind {
     pub const SPAN: RecordKind = RecordKind(2);
 }
 
-/// Indices into the `COUNTERS` per-CPU array.
+/// Indices into the `COUNTERS` per-CPU array. Events seen.
 pub const CNT_EVENTS: u32 = 0;
 /// Spans closed.
 pub const CNT_SPANS: u32 = 1;
@@ -119,7 +119,8 @@ pub const NUM_COUNTERS: u32 = CNT_NO_STATE + 1;
 pub const CFG_PID_FILTER: u32 = 1;
 /// `Config::flags`: keep in-kernel histograms and emit no per-span records.
 pub const CFG_HIST: u32 = 2;
-/// `Config::flags`: account scheduler time per span.
+/// `Config::flags`: account scheduler time per span. The eBPF side does not read it: accounting
+/// runs whenever the scheduler hooks are attached (`--no-sched` leaves them out).
 pub const CFG_ACCT: u32 = 4;
 
 /// `Config::flags`: tracing has stopped; hits during the detach are ignored so the summary
@@ -365,17 +366,23 @@ impl ThreadState {
     #[inline(always)]
     pub fn find_open(&self, pair_id: u32) -> Option<usize> {
         let depth = self.depth as usize;
-        let mut found = None;
+        // A sentinel rather than an Option in the loop: one register per iteration in the
+        // unrolled eBPF code instead of two.
+        let mut found = MAX_DEPTH;
         // Scan with a constant-bounded index (the verifier must see j < MAX_DEPTH); the last
         // match below depth is the innermost open frame.
         let mut j = 0;
         while j < MAX_DEPTH {
             if j < depth && self.frames[j].pair_id == pair_id {
-                found = Some(j);
+                found = j;
             }
             j += 1;
         }
-        found
+        if found < MAX_DEPTH {
+            Some(found)
+        } else {
+            None
+        }
     }
 }
 
