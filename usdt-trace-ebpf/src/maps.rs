@@ -108,6 +108,6 @@ pub fn existing_thread(tid: u32) -> Option<&'static mut ThreadState> {
     // SAFETY: a live map value: it stays valid until the program returns even if the entry is
     // deleted (RCU). Writers are the thread's own probes and the scheduler hooks for it, which
     // the kernel runs one at a time for a given thread in practice; a rare race (sched_waking
-    // from another CPU) can only skew one interval's accounting, never memory safety of BPF.
+    // on another CPU) can skew one interval's accounting, and the verifier bounds every access.
     Some(unsafe { &mut *p })
 }

@@ -45,6 +45,7 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             let now = unsafe { bpf_ktime_get_ns() };
             let preempt: u64 = ctx.arg(0);
             let prev_state: u64 = ctx.arg(3);
+            // `preempt` is a bool widened to a register: only its low bit is defined.
             st.switch_out(now, preempt & 1 != 0, prev_state as u32);
         }
     }

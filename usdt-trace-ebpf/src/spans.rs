@@ -89,7 +89,7 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
-    // SAFETY: the map is read, and the key is on our stack.
+    // SAFETY: only the entry's presence is tested; the value reference is never read.
     if cfg.flags & CFG_PID_FILTER != 0 && unsafe { PIDS.get(&tgid) }.is_none() {
         count(CNT_FILTERED);
         return Ok(());
