@@ -19,8 +19,7 @@ use crate::pattern::Pattern;
 use crate::spans::{self, ProbeName, Role, SpanError, SpanRule, StrRule};
 use std::collections::BTreeSet;
 use usdt_trace_common::{
-    ArgDesc, SiteSpec, ARG_CONST, ARG_MEM, ARG_NONE, ARG_REG, ARG_RIP, ARG_UNSUPPORTED, ID_NONE,
-    MAX_ARGS, REG_NONE, ROLE_END, ROLE_EVENT, ROLE_START, STR_NONE,
+    ArgDesc, ArgKind, SiteRole, SiteSpec, ID_NONE, MAX_ARGS, REG_NONE, STR_NONE,
 };
 
 /// Where one uprobe goes in one file.
@@ -240,7 +239,7 @@ impl Plan {
 /// The kernel's view of one argument.
 pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
     let mut d = ArgDesc {
-        kind: ARG_UNSUPPORTED,
+        kind: ArgKind::UNSUPPORTED,
         size: arg.size,
         signed: arg.signed as u8,
         base_reg: REG_NONE,
@@ -254,11 +253,11 @@ pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
     }
     match &arg.loc {
         ArgLoc::Const { value } => {
-            d.kind = ARG_CONST;
+            d.kind = ArgKind::CONST;
             d.val = *value;
         }
         ArgLoc::Reg { reg } => {
-            d.kind = ARG_REG;
+            d.kind = ArgKind::REG;
             d.base_reg = reg.pt_regs_word;
         }
         ArgLoc::Mem {
@@ -267,7 +266,7 @@ pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
             scale,
             disp,
         } => {
-            d.kind = ARG_MEM;
+            d.kind = ArgKind::MEM;
             d.base_reg = base.pt_regs_word;
             if let Some(i) = index {
                 d.index_reg = i.pt_regs_word;
@@ -281,7 +280,7 @@ pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
         } => {
             // At the probe, ip == pc (the kernel rewinds it to the breakpoint), so the delta
             // from pc finds the symbol in any load bias without knowing the process.
-            d.kind = ARG_RIP;
+            d.kind = ArgKind::RIP;
             d.val = addr.wrapping_sub(pc);
         }
         ArgLoc::SymMem {
@@ -293,7 +292,7 @@ pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
         } => {
             // `addr` is absolute (ET_EXEC only). Without a base, REG_NONE reads as 0 in the
             // program (`reg()` returns 0 past the saved registers).
-            d.kind = ARG_MEM;
+            d.kind = ArgKind::MEM;
             d.base_reg = base.as_ref().map_or(REG_NONE, |b| b.pt_regs_word);
             if let Some(i) = index {
                 d.index_reg = i.pt_regs_word;
@@ -316,23 +315,23 @@ pub fn site_spec(
 ) -> SiteSpec {
     let mut spec = SiteSpec {
         pair_id: 0,
-        role: ROLE_EVENT,
+        role: SiteRole::EVENT,
         id_arg: ID_NONE,
         nargs: args.len().min(MAX_ARGS) as u8,
         str_arg: STR_NONE,
         args: [ArgDesc {
-            kind: ARG_NONE,
+            kind: ArgKind::NONE,
             ..Default::default()
         }; MAX_ARGS],
     };
     match role {
         Role::Event => {}
         Role::Start(id) => {
-            spec.role = ROLE_START;
+            spec.role = SiteRole::START;
             spec.pair_id = id;
         }
         Role::End(id) => {
-            spec.role = ROLE_END;
+            spec.role = SiteRole::END;
             spec.pair_id = id;
         }
     }
@@ -356,9 +355,7 @@ mod tests {
     use super::*;
     use crate::argspec::{parse_arg, Arch};
     use crate::elf::{Site, SiteInsn};
-    use usdt_trace_common::{
-        Acct, EventRecord, RecordHeader, SpanRecord, REC_EVENT, REC_SPAN, STR_LEN,
-    };
+    use usdt_trace_common::{Acct, EventRecord, RecordHeader, RecordKind, SpanRecord, STR_LEN};
 
     fn site(provider: &str, name: &str, off: u64, sema: Option<u64>, args: &[&str]) -> Site {
         Site {
@@ -421,10 +418,10 @@ mod tests {
         assert_eq!(plan.pairs.len(), 1);
         assert_eq!(plan.pairs[0].stem, "query");
         // Start and end share the pair id; the event has none.
-        assert_eq!(plan.specs[0].role, ROLE_START);
-        assert_eq!(plan.specs[1].role, ROLE_END);
+        assert_eq!(plan.specs[0].role, SiteRole::START);
+        assert_eq!(plan.specs[1].role, SiteRole::END);
         assert_eq!(plan.specs[0].pair_id, plan.specs[1].pair_id);
-        assert_eq!(plan.specs[2].role, ROLE_EVENT);
+        assert_eq!(plan.specs[2].role, SiteRole::EVENT);
         assert_eq!(plan.sites[0].pair, Some(0));
         assert_eq!(plan.sites[2].pair, None);
         // The string rule reaches the kernel and the printer alike.
@@ -434,7 +431,7 @@ mod tests {
         assert_eq!(plan.sites[1].str_arg, None);
         assert_eq!(plan.sites[0].args, vec![ArgFmt::Unsigned, ArgFmt::Signed]);
         assert_eq!(plan.sites[2].args[1], ArgFmt::Unreadable);
-        assert_eq!(plan.specs[2].args[1].kind, ARG_UNSUPPORTED);
+        assert_eq!(plan.specs[2].args[1].kind, ArgKind::UNSUPPORTED);
         assert_eq!(
             plan.objects,
             vec![
@@ -493,7 +490,7 @@ mod tests {
         assert_eq!(plan.objects[0].object, 1);
         assert_eq!(plan.objects[0].points[0].cookie, 0);
         // A lone start is an event: its end was not chosen.
-        assert_eq!(plan.specs[0].role, ROLE_EVENT);
+        assert_eq!(plan.specs[0].role, SiteRole::EVENT);
         assert_eq!(
             plan.attached_line(),
             "Attached 1 probe site in 1 object; Ctrl-C to stop"
@@ -513,7 +510,7 @@ mod tests {
             ..Default::default()
         };
         let ev = EventRecord {
-            hdr: hdr(REC_EVENT, 2),
+            hdr: hdr(RecordKind::EVENT, 2),
             str_len: 0,
             _pad: 0,
             args: [0; MAX_ARGS],
@@ -524,12 +521,12 @@ mod tests {
             _ => panic!("event not resolved"),
         }
         let bad = EventRecord {
-            hdr: hdr(REC_EVENT, 99),
+            hdr: hdr(RecordKind::EVENT, 99),
             ..ev
         };
         assert!(plan.resolve(Record::Event(&bad)).is_none());
         let mut sp = SpanRecord {
-            hdr: hdr(REC_SPAN, 1),
+            hdr: hdr(RecordKind::SPAN, 1),
             start_site: 0,
             start_tid: 0,
             start_ns: 0,
@@ -598,7 +595,7 @@ mod tests {
         let plan = build(&[("b", &b)], &opts(&[], &[])).unwrap();
         assert_eq!(plan.specs[0].id_arg, 0);
         assert_eq!(plan.specs[1].id_arg, 0);
-        assert_eq!(plan.specs[0].role, ROLE_START);
+        assert_eq!(plan.specs[0].role, SiteRole::START);
     }
 
     /// gcc -no-pie's `sym(%reg)` / `sym(,%idx,s)`: absolute memory once elf.rs resolved it.
@@ -614,21 +611,24 @@ mod tests {
             a
         };
         let d = arg_desc(&resolved("-4@a_s32(,%rax,4)", Some(0x404060)), 0x401000);
-        assert_eq!((d.kind, d.size, d.signed), (ARG_MEM, 4, 1));
+        assert_eq!((d.kind, d.size, d.signed), (ArgKind::MEM, 4, 1));
         assert_eq!((d.base_reg, d.index_reg, d.scale), (REG_NONE, 10, 4));
         assert_eq!(d.val, 0x404060);
         let d = arg_desc(&resolved("2@a_u16(%rax,%rax)", Some(0x404050)), 0x401000);
         assert_eq!(
             (d.kind, d.base_reg, d.index_reg, d.scale),
-            (ARG_MEM, 10, 10, 1)
+            (ArgKind::MEM, 10, 10, 1)
         );
         assert_eq!(d.val, 0x404050);
         // The offset is already in the resolved address.
         let d = arg_desc(&resolved("8@sarr+8(%rcx)", Some(0x404088)), 0x401000);
-        assert_eq!((d.kind, d.base_reg, d.index_reg), (ARG_MEM, 11, REG_NONE));
+        assert_eq!(
+            (d.kind, d.base_reg, d.index_reg),
+            (ArgKind::MEM, 11, REG_NONE)
+        );
         assert_eq!(d.val, 0x404088);
         // Unresolved (PIE, shared library, unknown symbol): not read.
         let d = arg_desc(&resolved("-1@a_s8(%rax)", None), 0x401000);
-        assert_eq!(d.kind, ARG_UNSUPPORTED);
+        assert_eq!(d.kind, ArgKind::UNSUPPORTED);
     }
 }

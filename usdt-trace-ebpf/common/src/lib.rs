@@ -25,45 +25,82 @@ pub const STR_LEN: usize = 128;
 pub const MAX_DEPTH: usize = 16;
 /// Number of log2 buckets per histogram (covers 1 ns up to ~2^63 ns).
 pub const HIST_BUCKETS: usize = 64;
-/// Components of a span histogram: duration, on-CPU, run-queue, sleep, I/O.
+/// Components of a span histogram, each an index into the component axis of `HISTS`.
 pub const HIST_COMPONENTS: usize = 5;
+/// Histogram component: the span's wall-clock duration.
+pub const HIST_DURATION: usize = 0;
+/// Histogram component: time on CPU.
+pub const HIST_ONCPU: usize = 1;
+/// Histogram component: time runnable, waiting for a CPU.
+pub const HIST_RUNQ: usize = 2;
+/// Histogram component: time in interruptible sleep.
+pub const HIST_SLEEP: usize = 3;
+/// Histogram component: time in uninterruptible (I/O) sleep.
+pub const HIST_IO: usize = 4;
 /// Span names (pairs) that can have histograms.
 pub const MAX_PAIRS: u32 = 4096;
 
+/// Index into the `HISTS` per-CPU array of one span name's histogram of `component`.
+#[inline(always)]
+pub fn hist_slot(pair_id: u32, component: usize) -> u32 {
+    pair_id * HIST_COMPONENTS as u32 + component as u32
+}
+
 /// `ArgDesc::kind`: how to fetch an argument.
-pub const ARG_NONE: u8 = 0;
-/// Immediate constant in `val`.
-pub const ARG_CONST: u8 = 1;
-/// Register `base_reg` (a u64 word index into `pt_regs`).
-pub const ARG_REG: u8 = 2;
-/// Memory at `regs[base_reg] + regs[index_reg] * scale + val` (index_reg may be `REG_NONE`).
-pub const ARG_MEM: u8 = 3;
-/// Memory at `ip + val`: `val` is `(symbol + offset) - pc`, which is position independent.
-pub const ARG_RIP: u8 = 4;
-/// The spec could not be decoded or cannot be read (floats, 16-byte structs, %ah, ...).
-pub const ARG_UNSUPPORTED: u8 = 5;
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArgKind(pub u8);
+
+impl ArgKind {
+    /// No argument.
+    pub const NONE: ArgKind = ArgKind(0);
+    /// Immediate constant in `val`.
+    pub const CONST: ArgKind = ArgKind(1);
+    /// Register `base_reg` (a u64 word index into `pt_regs`).
+    pub const REG: ArgKind = ArgKind(2);
+    /// Memory at `regs[base_reg] + regs[index_reg] * scale + val` (index_reg may be `REG_NONE`).
+    pub const MEM: ArgKind = ArgKind(3);
+    /// Memory at `ip + val`: `val` is `(symbol + offset) - pc`, which is position independent.
+    pub const RIP: ArgKind = ArgKind(4);
+    /// The spec could not be decoded or cannot be read (floats, 16-byte structs, %ah, ...).
+    pub const UNSUPPORTED: ArgKind = ArgKind(5);
+}
 
 /// No register.
 pub const REG_NONE: u8 = 0xff;
 
-/// `SiteSpec::role`.
-pub const ROLE_EVENT: u8 = 0;
-/// Opens a span.
-pub const ROLE_START: u8 = 1;
-/// Closes a span.
-pub const ROLE_END: u8 = 2;
+/// `SiteSpec::role`: what a hit at the site does.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SiteRole(pub u8);
+
+impl SiteRole {
+    /// A point event.
+    pub const EVENT: SiteRole = SiteRole(0);
+    /// Opens a span.
+    pub const START: SiteRole = SiteRole(1);
+    /// Closes a span.
+    pub const END: SiteRole = SiteRole(2);
+}
 
 /// `SiteSpec::id_arg` when the span pairs on the thread's stack rather than by an id argument.
 pub const ID_NONE: u8 = 0xff;
 /// `SiteSpec::str_arg` when no argument is captured as a string.
 pub const STR_NONE: u8 = 0xff;
 
-/// Ring buffer record kinds (`RecordHeader::kind`).
-pub const REC_EVENT: u32 = 1;
-/// A closed span.
-pub const REC_SPAN: u32 = 2;
+/// `RecordHeader::kind`: which record follows the header in the ring buffer.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordKind(pub u32);
 
-/// Indices into the `COUNTERS` per-CPU array.
+impl RecordKind {
+    /// An [`EventRecord`].
+    pub const EVENT: RecordKind = RecordKind(1);
+    /// A [`SpanRecord`]: a closed span.
+    pub const SPAN: RecordKind = RecordKind(2);
+}
+
+/// Indices into the `COUNTERS` per-CPU array. Events seen.
 pub const CNT_EVENTS: u32 = 0;
 /// Spans closed.
 pub const CNT_SPANS: u32 = 1;
@@ -78,13 +115,14 @@ pub const CNT_FILTERED: u32 = 5;
 /// Per-thread state could not be allocated (map full).
 pub const CNT_NO_STATE: u32 = 6;
 /// Number of counters.
-pub const NUM_COUNTERS: u32 = 8;
+pub const NUM_COUNTERS: u32 = CNT_NO_STATE + 1;
 
 /// `Config::flags`: only hits from PIDs in the `PIDS` map count.
 pub const CFG_PID_FILTER: u32 = 1;
 /// `Config::flags`: keep in-kernel histograms and emit no per-span records.
 pub const CFG_HIST: u32 = 2;
-/// `Config::flags`: account scheduler time per span.
+/// `Config::flags`: account scheduler time per span. The eBPF side does not read it: accounting
+/// runs whenever the scheduler hooks are attached (`--no-sched` leaves them out).
 pub const CFG_ACCT: u32 = 4;
 
 /// `Config::flags`: tracing has stopped; hits during the detach are ignored so the summary
@@ -100,12 +138,14 @@ pub const TS_SLEEP: u32 = 2;
 /// Uninterruptible sleep (disk and other D-state waits).
 pub const TS_IO: u32 = 3;
 
+/// The kernel's TASK_UNINTERRUPTIBLE bit of `prev_state` in sched_switch: D-state waits.
+pub const TASK_UNINTERRUPTIBLE: u32 = 2;
+
 /// How to read one argument at a probe site.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ArgDesc {
-    /// One of the `ARG_*` constants.
-    pub kind: u8,
+    pub kind: ArgKind,
     /// Size in bytes: 1, 2, 4 or 8.
     pub size: u8,
     /// 1 when the value is sign-extended from `size` bytes.
@@ -127,8 +167,7 @@ pub struct ArgDesc {
 pub struct SiteSpec {
     /// Span name index (for histograms and for matching starts with ends).
     pub pair_id: u32,
-    /// One of `ROLE_*`.
-    pub role: u8,
+    pub role: SiteRole,
     /// For spans paired by id: which argument carries the span id; else `ID_NONE`.
     pub id_arg: u8,
     /// Number of arguments to read.
@@ -214,6 +253,141 @@ pub struct ThreadState {
     pub frames: [Frame; MAX_DEPTH],
 }
 
+impl Acct {
+    /// Adds `d` ns spent in scheduling state `state` (`TS_*`).
+    #[inline(always)]
+    pub fn add(&mut self, state: u32, d: u64) {
+        match state {
+            TS_RUNQ => self.runq += d,
+            TS_SLEEP => self.sleep += d,
+            TS_IO => self.io += d,
+            _ => self.oncpu += d,
+        }
+    }
+
+    /// The time accrued since `start`, an earlier snapshot of the same thread's totals.
+    #[inline(always)]
+    pub fn since(&self, start: &Acct) -> Acct {
+        Acct {
+            oncpu: self.oncpu.saturating_sub(start.oncpu),
+            runq: self.runq.saturating_sub(start.runq),
+            sleep: self.sleep.saturating_sub(start.sleep),
+            io: self.io.saturating_sub(start.io),
+        }
+    }
+}
+
+/// The state a thread leaves the CPU in, from sched_switch's `preempt` and `prev_state`: a
+/// preempted or still-runnable thread waits in the run queue, a D-state one waits for I/O.
+#[inline(always)]
+pub fn off_cpu_state(preempt: bool, prev_state: u32) -> u32 {
+    if preempt || prev_state == 0 {
+        TS_RUNQ
+    } else if prev_state & TASK_UNINTERRUPTIBLE != 0 {
+        TS_IO
+    } else {
+        TS_SLEEP
+    }
+}
+
+impl ThreadState {
+    /// Accounting runs while the thread has any span open.
+    #[inline(always)]
+    pub fn active(&self) -> bool {
+        self.depth > 0 || self.id_open > 0
+    }
+
+    /// Current totals, including the interval in progress.
+    #[inline(always)]
+    pub fn acct_at(&self, now: u64) -> Acct {
+        let mut a = self.acct;
+        a.add(self.state, now.saturating_sub(self.since_ns));
+        a
+    }
+
+    /// Closes the interval in progress and starts one in `state`.
+    #[inline(always)]
+    pub fn set_state(&mut self, now: u64, state: u32) {
+        self.acct = self.acct_at(now);
+        self.since_ns = now;
+        self.state = state;
+    }
+
+    /// A span opens on this thread. Accounting only runs while a span is open, so when none
+    /// was, restart the clock: the thread is running, and whoever woke it earlier is stale.
+    #[inline(always)]
+    pub fn resume_accounting(&mut self, now: u64) {
+        if !self.active() {
+            self.state = TS_RUNNING;
+            self.since_ns = now;
+            self.last_waker_pid = 0;
+        }
+    }
+
+    /// The thread leaves the CPU (sched_switch, as `prev`): an off-CPU interval starts.
+    #[inline(always)]
+    pub fn switch_out(&mut self, now: u64, preempt: bool, prev_state: u32) {
+        self.set_state(now, off_cpu_state(preempt, prev_state));
+        self.off_start_ns = now;
+        self.last_waker_pid = 0;
+        self.last_waker_comm = [0; 16];
+    }
+
+    /// The thread gets the CPU back (sched_switch, as `next`). Each open frame remembers the
+    /// longest off-CPU interval it saw and who ended it (the last waker).
+    #[inline(always)]
+    pub fn switch_in(&mut self, now: u64) {
+        self.set_state(now, TS_RUNNING);
+        let off = now.saturating_sub(self.off_start_ns);
+        let depth = self.depth as usize;
+        // The verifier needs a constant loop bound: iterate to MAX_DEPTH, stop at depth.
+        let mut j = 0;
+        while j < MAX_DEPTH {
+            if j >= depth {
+                break;
+            }
+            let f = &mut self.frames[j];
+            if off > f.longest_off_ns {
+                f.longest_off_ns = off;
+                f.waker_pid = self.last_waker_pid;
+                f.waker_tid = self.last_waker_tid;
+                f.waker_comm = self.last_waker_comm;
+            }
+            j += 1;
+        }
+    }
+
+    /// Whether a wakeup of this thread matters: it is accounted and asleep.
+    #[inline(always)]
+    pub fn woken_from_sleep(&self) -> bool {
+        self.active() && (self.state == TS_SLEEP || self.state == TS_IO)
+    }
+
+    /// The frame an end of span `pair_id` closes: the innermost open frame of that name (frames
+    /// above it never got their end), or None.
+    #[inline(always)]
+    pub fn find_open(&self, pair_id: u32) -> Option<usize> {
+        let depth = self.depth as usize;
+        // A sentinel rather than an Option in the loop: one register per iteration in the
+        // unrolled eBPF code instead of two.
+        let mut found = MAX_DEPTH;
+        // Scan with a constant-bounded index (the verifier must see j < MAX_DEPTH); the last
+        // match below depth is the innermost open frame.
+        let mut j = 0;
+        while j < MAX_DEPTH {
+            if j < depth && self.frames[j].pair_id == pair_id {
+                found = j;
+            }
+            j += 1;
+        }
+        if found < MAX_DEPTH {
+            Some(found)
+        } else {
+            None
+        }
+    }
+}
+
 /// Key of a span opened by a probe that carries a span id.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -227,8 +401,7 @@ pub struct IdKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RecordHeader {
-    /// `REC_EVENT` or `REC_SPAN`.
-    pub kind: u32,
+    pub kind: RecordKind,
     /// Cookie of the site that fired (the end site for spans).
     pub site: u32,
     /// Process id (tgid).
@@ -273,15 +446,6 @@ pub struct SpanRecord {
     pub str: [u8; STR_LEN],
 }
 
-/// Key of one histogram bucket row: the span name and the component.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HistKey {
-    pub pair_id: u32,
-    /// 0 duration, 1 on-CPU, 2 run-queue, 3 sleep, 4 I/O.
-    pub component: u32,
-}
-
 /// One histogram: counts per log2 bucket, plus the sum for means.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -324,7 +488,6 @@ mod pod {
     unsafe impl aya::Pod for SiteSpec {}
     unsafe impl aya::Pod for Config {}
     unsafe impl aya::Pod for IdKey {}
-    unsafe impl aya::Pod for HistKey {}
     unsafe impl aya::Pod for Hist {}
     unsafe impl aya::Pod for Acct {}
     unsafe impl aya::Pod for Frame {}
@@ -343,6 +506,198 @@ mod tests {
         assert_eq!(log2_bucket(3), 2);
         assert_eq!(log2_bucket(1024), 11);
         assert_eq!(log2_bucket(u64::MAX), HIST_BUCKETS - 1);
+    }
+
+    fn thread() -> ThreadState {
+        // SAFETY: ThreadState is integers and arrays of integers: all zeroes is a valid value
+        // (and the state the kernel side starts a thread in, from ZERO_THREAD).
+        unsafe { core::mem::zeroed() }
+    }
+
+    fn push(st: &mut ThreadState, pair_id: u32) {
+        let d = st.depth as usize;
+        st.frames[d].pair_id = pair_id;
+        st.depth += 1;
+    }
+
+    #[test]
+    fn acct_adds_to_the_state_it_was_in() {
+        let mut a = Acct::default();
+        a.add(TS_RUNNING, 1);
+        a.add(TS_RUNQ, 2);
+        a.add(TS_SLEEP, 3);
+        a.add(TS_IO, 4);
+        // Unknown states count as on CPU, like the kernel side always did.
+        a.add(99, 10);
+        let want = Acct {
+            oncpu: 11,
+            runq: 2,
+            sleep: 3,
+            io: 4,
+        };
+        assert_eq!(a, want);
+    }
+
+    #[test]
+    fn acct_since_saturates() {
+        let end = Acct {
+            oncpu: 10,
+            runq: 5,
+            sleep: 0,
+            io: 7,
+        };
+        let start = Acct {
+            oncpu: 4,
+            runq: 6,
+            sleep: 0,
+            io: 7,
+        };
+        let d = end.since(&start);
+        assert_eq!((d.oncpu, d.runq, d.sleep, d.io), (6, 0, 0, 0));
+    }
+
+    #[test]
+    fn off_cpu_states() {
+        assert_eq!(
+            off_cpu_state(true, 1),
+            TS_RUNQ,
+            "preempted while sleeping-to-be"
+        );
+        assert_eq!(off_cpu_state(false, 0), TS_RUNQ, "yielded while runnable");
+        assert_eq!(off_cpu_state(false, TASK_UNINTERRUPTIBLE), TS_IO);
+        assert_eq!(off_cpu_state(false, TASK_UNINTERRUPTIBLE | 0x100), TS_IO);
+        assert_eq!(off_cpu_state(false, 1), TS_SLEEP);
+    }
+
+    #[test]
+    fn accounting_follows_state_changes() {
+        let mut st = thread();
+        push(&mut st, 0);
+        st.resume_accounting(100);
+        // Already active: a second span must not restart the clock.
+        st.since_ns = 100;
+        st.resume_accounting(150);
+        assert_eq!(st.since_ns, 100);
+        st.switch_out(130, false, 1);
+        assert_eq!(st.state, TS_SLEEP);
+        assert_eq!(st.acct.oncpu, 30);
+        st.set_state(170, TS_RUNQ);
+        st.switch_in(175);
+        assert_eq!(st.state, TS_RUNNING);
+        let a = st.acct_at(180);
+        let want = Acct {
+            oncpu: 35,
+            runq: 5,
+            sleep: 40,
+            io: 0,
+        };
+        assert_eq!(a, want);
+        // A clock that went backwards adds nothing rather than wrapping.
+        assert_eq!(st.acct_at(0), st.acct);
+    }
+
+    #[test]
+    fn resume_restarts_an_idle_thread() {
+        let mut st = thread();
+        st.state = TS_SLEEP;
+        st.since_ns = 5;
+        st.last_waker_pid = 9;
+        st.resume_accounting(50);
+        assert_eq!(
+            (st.state, st.since_ns, st.last_waker_pid),
+            (TS_RUNNING, 50, 0)
+        );
+    }
+
+    #[test]
+    fn longest_off_cpu_interval_keeps_its_waker() {
+        let mut st = thread();
+        push(&mut st, 0);
+        push(&mut st, 1);
+        st.switch_out(100, false, TASK_UNINTERRUPTIBLE);
+        assert_eq!(st.state, TS_IO);
+        st.last_waker_pid = 7;
+        st.last_waker_tid = 8;
+        st.last_waker_comm[0] = b'w';
+        st.switch_in(400);
+        for f in &st.frames[..2] {
+            assert_eq!((f.longest_off_ns, f.waker_pid, f.waker_tid), (300, 7, 8));
+            assert_eq!(f.waker_comm[0], b'w');
+        }
+        // Frames above the depth are not open: untouched.
+        assert_eq!(st.frames[2].longest_off_ns, 0);
+        // switch_out forgets the waker; a shorter interval keeps the longer one's.
+        st.switch_out(500, true, 1);
+        assert_eq!((st.last_waker_pid, st.last_waker_comm[0]), (0, 0));
+        st.last_waker_pid = 70;
+        st.switch_in(550);
+        assert_eq!(
+            (st.frames[0].longest_off_ns, st.frames[0].waker_pid),
+            (300, 7)
+        );
+        assert_eq!(st.acct.io, 300);
+        assert_eq!(st.acct.runq, 50);
+    }
+
+    #[test]
+    fn woken_only_when_accounted_and_asleep() {
+        let mut st = thread();
+        st.state = TS_SLEEP;
+        assert!(!st.woken_from_sleep(), "no span open");
+        st.id_open = 1;
+        assert!(st.woken_from_sleep());
+        st.state = TS_IO;
+        assert!(st.woken_from_sleep());
+        st.state = TS_RUNQ;
+        assert!(!st.woken_from_sleep());
+    }
+
+    #[test]
+    fn an_end_closes_the_innermost_open_frame_of_its_name() {
+        let mut st = thread();
+        assert_eq!(st.find_open(0), None);
+        push(&mut st, 3);
+        push(&mut st, 5);
+        push(&mut st, 3);
+        push(&mut st, 8);
+        assert_eq!(st.find_open(3), Some(2));
+        assert_eq!(st.find_open(5), Some(1));
+        assert_eq!(st.find_open(9), None);
+        // A frame above the depth is closed already.
+        st.depth = 2;
+        assert_eq!(st.find_open(3), Some(0));
+        assert_eq!(st.find_open(8), None);
+        st.depth = MAX_DEPTH as u32;
+        st.frames[MAX_DEPTH - 1].pair_id = 42;
+        assert_eq!(st.find_open(42), Some(MAX_DEPTH - 1));
+    }
+
+    #[test]
+    fn hist_slots_do_not_overlap() {
+        assert_eq!(hist_slot(0, HIST_DURATION), 0);
+        assert_eq!(hist_slot(0, HIST_IO), 4);
+        assert_eq!(hist_slot(1, HIST_DURATION), HIST_COMPONENTS as u32);
+        assert_eq!(
+            hist_slot(MAX_PAIRS - 1, HIST_IO),
+            MAX_PAIRS * HIST_COMPONENTS as u32 - 1
+        );
+    }
+
+    #[test]
+    fn protocol_values_are_stable() {
+        // User space and the eBPF object are built together, but these values also appear in
+        // the SITES map and the ring buffer: a change here must be deliberate.
+        assert_eq!(
+            (SiteRole::EVENT.0, SiteRole::START.0, SiteRole::END.0),
+            (0, 1, 2)
+        );
+        assert_eq!((RecordKind::EVENT.0, RecordKind::SPAN.0), (1, 2));
+        assert_eq!(ArgKind::default(), ArgKind::NONE);
+        assert_eq!(
+            (ArgKind::CONST.0, ArgKind::RIP.0, ArgKind::UNSUPPORTED.0),
+            (1, 4, 5)
+        );
+        assert_eq!(NUM_COUNTERS, 7);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Ring buffer bytes → typed records, each size-checked before it is read.
 
-use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, REC_EVENT, REC_SPAN, STR_LEN};
+use usdt_trace_common::{EventRecord, RecordHeader, RecordKind, SpanRecord, STR_LEN};
 
 /// One decoded ring buffer record.
 pub enum Record<'a> {
@@ -16,15 +16,15 @@ pub fn decode(buf: &[u8]) -> Option<Record<'_>> {
     // The ring buffer hands out 8-byte aligned samples; check anyway rather than assume.
     let aligned = |align: usize| (buf.as_ptr() as usize).is_multiple_of(align);
     // SAFETY: size checked; RecordHeader is plain data valid for any bits.
-    let kind = unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const u32) };
+    let kind = RecordKind(unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const u32) });
     match kind {
-        REC_EVENT if buf.len() >= std::mem::size_of::<EventRecord>() && aligned(8) => {
+        RecordKind::EVENT if buf.len() >= std::mem::size_of::<EventRecord>() && aligned(8) => {
             // SAFETY: size and alignment checked, EventRecord is valid for any bits.
             Some(Record::Event(unsafe {
                 &*(buf.as_ptr() as *const EventRecord)
             }))
         }
-        REC_SPAN if buf.len() >= std::mem::size_of::<SpanRecord>() && aligned(8) => {
+        RecordKind::SPAN if buf.len() >= std::mem::size_of::<SpanRecord>() && aligned(8) => {
             // SAFETY: as above.
             Some(Record::Span(unsafe {
                 &*(buf.as_ptr() as *const SpanRecord)

@@ -209,11 +209,9 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
 mod golden {
     use super::*;
     use crate::output::hist::render_json;
-    use usdt_trace_common::{
-        log2_bucket, Acct, Hist, HIST_COMPONENTS, REC_EVENT, REC_SPAN, STR_LEN,
-    };
+    use usdt_trace_common::{log2_bucket, Acct, Hist, RecordKind, HIST_COMPONENTS, STR_LEN};
 
-    fn hdr(kind: u32) -> RecordHeader {
+    fn hdr(kind: RecordKind) -> RecordHeader {
         let mut comm = [0u8; 16];
         comm[..6].copy_from_slice(b"worker");
         RecordHeader {
@@ -247,7 +245,7 @@ mod golden {
 
     fn span(acct_valid: u32, start_tid: u32) -> SpanRecord {
         SpanRecord {
-            hdr: hdr(REC_SPAN),
+            hdr: hdr(RecordKind::SPAN),
             start_site: 0,
             start_tid,
             start_ns: 1_000,
@@ -278,7 +276,7 @@ mod golden {
     #[test]
     fn event_line() {
         let mut r = EventRecord {
-            hdr: hdr(REC_EVENT),
+            hdr: hdr(RecordKind::EVENT),
             str_len: 0,
             _pad: 0,
             args: [0; MAX_ARGS],

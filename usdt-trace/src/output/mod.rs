@@ -107,7 +107,7 @@ pub fn fmt_duration(ns: u64) -> String {
 mod tests {
     use super::*;
     use usdt_trace_common::{
-        Acct, EventRecord, RecordHeader, SpanRecord, MAX_ARGS, REC_EVENT, REC_SPAN, STR_LEN,
+        Acct, EventRecord, RecordHeader, RecordKind, SpanRecord, MAX_ARGS, STR_LEN,
     };
 
     fn site(args: &[ArgFmt], str_arg: Option<usize>) -> SiteInfo {
@@ -122,7 +122,7 @@ mod tests {
 
     fn event() -> EventRecord {
         EventRecord {
-            hdr: header(REC_EVENT),
+            hdr: header(RecordKind::EVENT),
             str_len: 0,
             _pad: 0,
             args: [0; MAX_ARGS],
@@ -130,7 +130,7 @@ mod tests {
         }
     }
 
-    fn header(kind: u32) -> RecordHeader {
+    fn header(kind: RecordKind) -> RecordHeader {
         let mut comm = [0u8; 16];
         comm[..5].copy_from_slice(b"a\"b\x01c");
         RecordHeader {
@@ -186,7 +186,7 @@ mod tests {
     #[test]
     fn span_json_has_schema_fields_and_split() {
         let r = SpanRecord {
-            hdr: header(REC_SPAN),
+            hdr: header(RecordKind::SPAN),
             start_site: 0,
             start_tid: 11,
             start_ns: 1000,

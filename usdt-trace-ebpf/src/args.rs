@@ -1,0 +1,150 @@
+//! Reading probe arguments: the register copy, the `ArgDesc` decoding, and `--str` strings.
+
+use aya_ebpf::{
+    helpers::{bpf_probe_read_kernel_buf, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
+    programs::ProbeContext,
+};
+use usdt_trace_common::regs;
+use usdt_trace_common::{ArgDesc, ArgKind, SiteSpec, MAX_ARGS, REG_NONE, STR_LEN};
+
+// The register tables live in the shared crate (`regs`), where user space numbers the words
+// it puts in each `ArgDesc`: one home for both sides.
+
+/// The scratch copy has room for the larger of the two register files.
+pub const REGS_WORDS: usize = regs::MAX_PT_REGS_WORDS;
+/// Bytes of this architecture's register file that the probe context points at.
+#[cfg(bpf_target_arch = "aarch64")]
+const REGS_BYTES: usize = regs::AARCH64_PT_REGS_WORDS * 8;
+#[cfg(not(bpf_target_arch = "aarch64"))]
+const REGS_BYTES: usize = regs::X86_64_PT_REGS_WORDS * 8;
+
+/// The word of `pt_regs` holding the instruction pointer (`pc` on aarch64, `ip` on x86_64).
+#[cfg(bpf_target_arch = "aarch64")]
+pub const IP_WORD: u8 = regs::aarch64::IP;
+#[cfg(not(bpf_target_arch = "aarch64"))]
+pub const IP_WORD: u8 = regs::x86_64::IP;
+
+/// Copies the probed thread's registers into `regs`, so the spec's register numbers can index
+/// them as words.
+#[inline(always)]
+pub fn copy_regs(ctx: &ProbeContext, regs: &mut [u64; REGS_WORDS]) -> Result<(), ()> {
+    // SAFETY: `regs` has REGS_WORDS * 8 >= REGS_BYTES bytes; `ctx.regs` is the kernel's
+    // pt_regs for this probe, read through the helper rather than dereferenced.
+    unsafe {
+        bpf_probe_read_kernel_buf(
+            ctx.regs as *const u8,
+            core::slice::from_raw_parts_mut(regs.as_mut_ptr() as *mut u8, REGS_BYTES),
+        )
+    }
+    .map_err(|_| ())
+}
+
+/// Register word `idx`, or 0 for `REG_NONE` and anything out of range.
+#[inline(always)]
+pub fn reg(regs: &[u64; REGS_WORDS], idx: u8) -> u64 {
+    // The explicit bound is what lets the verifier accept a map-supplied index.
+    let i = idx as usize;
+    if i < REGS_WORDS {
+        regs[i]
+    } else {
+        0
+    }
+}
+
+#[inline(always)]
+fn read_user(addr: u64, size: u8) -> u64 {
+    // Read exactly `size` bytes: a wider read could cross into an unmapped page.
+    // SAFETY: bpf_probe_read_user checks the address and fails on a fault; we read nothing
+    // through the pointer ourselves.
+    unsafe {
+        match size {
+            1 => bpf_probe_read_user(addr as *const u8)
+                .map(|v| v as u64)
+                .unwrap_or(0),
+            2 => bpf_probe_read_user(addr as *const u16)
+                .map(|v| v as u64)
+                .unwrap_or(0),
+            4 => bpf_probe_read_user(addr as *const u32)
+                .map(|v| v as u64)
+                .unwrap_or(0),
+            _ => bpf_probe_read_user(addr as *const u64).unwrap_or(0),
+        }
+    }
+}
+
+/// Widens a `size`-byte value to 64 bits, sign-extending when `signed` is set.
+#[inline(always)]
+fn extend(v: u64, size: u8, signed: u8) -> u64 {
+    match size {
+        1 => {
+            if signed != 0 {
+                v as u8 as i8 as i64 as u64
+            } else {
+                v as u8 as u64
+            }
+        }
+        2 => {
+            if signed != 0 {
+                v as u16 as i16 as i64 as u64
+            } else {
+                v as u16 as u64
+            }
+        }
+        4 => {
+            if signed != 0 {
+                v as u32 as i32 as i64 as u64
+            } else {
+                v as u32 as u64
+            }
+        }
+        _ => v,
+    }
+}
+
+#[inline(always)]
+fn read_arg(d: &ArgDesc, regs: &[u64; REGS_WORDS], ip: u64) -> u64 {
+    let raw = match d.kind {
+        ArgKind::CONST => d.val,
+        ArgKind::REG => reg(regs, d.base_reg),
+        ArgKind::MEM => {
+            let mut addr = reg(regs, d.base_reg).wrapping_add(d.val);
+            if d.index_reg != REG_NONE {
+                addr = addr.wrapping_add(reg(regs, d.index_reg).wrapping_mul(d.scale as u64));
+            }
+            read_user(addr, d.size)
+        }
+        ArgKind::RIP => read_user(ip.wrapping_add(d.val), d.size),
+        _ => 0,
+    };
+    extend(raw, d.size, d.signed)
+}
+
+/// Reads the site's `nargs` arguments into `out`.
+#[inline(always)]
+pub fn read_args(spec: &SiteSpec, regs: &[u64; REGS_WORDS], ip: u64, out: &mut [u64; MAX_ARGS]) {
+    // Constant loop bound for the verifier; `nargs` comes from a map and only cuts it short.
+    let mut i = 0;
+    while i < MAX_ARGS {
+        if i >= spec.nargs as usize {
+            break;
+        }
+        out[i] = read_arg(&spec.args[i], regs, ip);
+        i += 1;
+    }
+}
+
+/// Reads the NUL-terminated user string that argument `spec.str_arg` points at into `buf`.
+/// Returns its length including the NUL, or 0 when the site captures none or it is unreadable.
+#[inline(always)]
+pub fn read_str(spec: &SiteSpec, args: &[u64; MAX_ARGS], buf: &mut [u8; STR_LEN]) -> u32 {
+    // STR_NONE is out of range too; the explicit bound also keeps the index verifiable.
+    let i = spec.str_arg as usize;
+    if i >= MAX_ARGS {
+        return 0;
+    }
+    // SAFETY: the helper checks the user address and bounds the copy by `buf`'s length.
+    match unsafe { bpf_probe_read_user_str_bytes(args[i] as *const u8, buf) } {
+        Ok(s) => s.len() as u32 + 1,
+        Err(_) => 0,
+    }
+}

@@ -1,0 +1,113 @@
+//! Every map of the object, and the small helpers over them that all programs share.
+//!
+//! User space finds maps by these static names; renaming one breaks `tracer/`.
+
+use aya_ebpf::{
+    bindings::{
+        BPF_F_NO_PREALLOC, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,
+    },
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+};
+use usdt_trace_common::{
+    Config, Frame, Hist, IdKey, SiteSpec, ThreadState, HIST_COMPONENTS, MAX_ARGS, MAX_PAIRS,
+    NUM_COUNTERS,
+};
+
+use crate::args::REGS_WORDS;
+
+/// The spec of every probe site, indexed by the site's BPF cookie. User space sizes it.
+#[map]
+pub static SITES: Array<SiteSpec> = Array::with_max_entries(1, 0);
+#[map]
+pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+/// Processes to trace when `CFG_PID_FILTER` is set.
+#[map]
+pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
+/// Span stack and scheduler accounting per thread id; an entry exists once a thread opened a span.
+#[map]
+pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+/// Open spans paired by id.
+#[map]
+pub static ID_SPANS: HashMap<IdKey, Frame> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+/// Never written: a zeroed ThreadState to insert from (too big for the 512-byte BPF stack).
+#[map]
+pub static ZERO_THREAD: PerCpuArray<ThreadState> = PerCpuArray::with_max_entries(1, 0);
+/// Scratch space for building an id-paired frame before inserting it: a Frame (~400 bytes) does
+/// not fit on the BPF stack next to everything else.
+#[map]
+pub static FRAME_SCRATCH: PerCpuArray<Frame> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU room for the register copy and end arguments: the BPF stack has only 512 bytes.
+#[repr(C)]
+pub struct Scratch {
+    pub regs: [u64; REGS_WORDS],
+    pub end_args: [u64; MAX_ARGS],
+}
+#[map]
+pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+/// `CNT_*` counters, summed over CPUs by user space.
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_COUNTERS, 0);
+/// `--hist`: one histogram per span name and component, at `hist_slot(pair_id, component)`.
+#[map]
+pub static HISTS: PerCpuArray<Hist> =
+    PerCpuArray::with_max_entries(MAX_PAIRS * HIST_COMPONENTS as u32, 0);
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 24, 0);
+/// Per CPU: how deep this CPU is in hard IRQ handlers, softirqs and hrtimer callbacks
+/// (indexed by `irq::Ctx`).
+#[map]
+pub static IRQ_CTX: PerCpuArray<u32> = PerCpuArray::with_max_entries(3, 0);
+
+#[inline(always)]
+pub fn count(idx: u32) {
+    count_n(idx, 1);
+}
+
+#[inline(always)]
+pub fn count_n(idx: u32, n: u64) {
+    if let Some(p) = COUNTERS.get_ptr_mut(idx) {
+        // SAFETY: a valid per-CPU slot, and no other program writes it on this CPU while we run.
+        unsafe { *p += n };
+    }
+}
+
+/// Flags for submitting a ring buffer record.
+#[inline(always)]
+pub fn ringbuf_flags(cfg: &Config) -> u64 {
+    // Waking the reader for every record costs more than the record itself; wake it only when
+    // a batch is waiting. The reader also polls on a timer, so nothing waits long.
+    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= cfg.wakeup_bytes as u64 {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        BPF_RB_NO_WAKEUP as u64
+    }
+}
+
+/// The state of thread `tid`, created zeroed when it has none.
+#[inline(always)]
+pub fn thread_state(tid: u32) -> Option<&'static mut ThreadState> {
+    if let Some(p) = THREADS.get_ptr_mut(&tid) {
+        // SAFETY: as in `existing_thread`.
+        return Some(unsafe { &mut *p });
+    }
+    let zero = ZERO_THREAD.get_ptr(0)?;
+    // Inserted from a map value, by reference: a 5 KB ThreadState cannot go through the stack.
+    // SAFETY: a valid per-CPU map value that nothing writes.
+    THREADS
+        .insert(&tid, unsafe { &*zero }, BPF_NOEXIST as u64)
+        .ok()?;
+    existing_thread(tid)
+}
+
+/// The state of thread `tid`, if it has one.
+#[inline(always)]
+pub fn existing_thread(tid: u32) -> Option<&'static mut ThreadState> {
+    let p = THREADS.get_ptr_mut(&tid)?;
+    // SAFETY: a live map value: it stays valid until the program returns even if the entry is
+    // deleted (RCU). Writers are the thread's own probes and the scheduler hooks for it, which
+    // the kernel runs one at a time for a given thread in practice; a rare race (sched_waking
+    // on another CPU) can skew one interval's accounting, and the verifier bounds every access.
+    Some(unsafe { &mut *p })
+}

@@ -1,0 +1,103 @@
+//! Scheduler accounting: for threads with an open span only, how long the thread was on CPU,
+//! runnable, asleep or in uninterruptible (I/O) sleep, and who woke it. The arithmetic lives in
+//! `usdt_trace_common` (`ThreadState::switch_out` and friends) where it is unit-tested.
+//!
+//! The hooks are BTF tracepoints (raw tracepoints with typed arguments): cheaper than classic
+//! tracepoints, which build a perf record before calling BPF, and never skipped because some
+//! other BPF program or map syscall is active on the CPU.
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+    },
+    programs::BtfTracePointContext,
+};
+use usdt_trace_common::{CNT_UNMATCHED_START, TS_RUNNING, TS_RUNQ};
+
+use crate::{
+    irq,
+    maps::{count_n, existing_thread, CONFIG, THREADS},
+};
+
+/// The thread id of a `struct task_struct *`, through the offset user space found in BTF.
+#[inline(always)]
+fn task_tid(task: *const u8) -> Option<u32> {
+    let off = CONFIG.get(0)?.task_pid_off as usize;
+    if off == 0 {
+        return None;
+    }
+    // SAFETY: the helper checks the kernel address and fails on a fault.
+    unsafe { bpf_probe_read_kernel(task.wrapping_add(off) as *const i32) }
+        .ok()
+        .map(|p| p as u32)
+}
+
+/// sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
+/// unsigned int prev_state). `prev` is the current task.
+#[inline(always)]
+pub fn on_switch(ctx: &BtfTracePointContext) {
+    let prev = bpf_get_current_pid_tgid() as u32;
+    if let Some(st) = existing_thread(prev) {
+        // The clock and the arguments are only read for accounted threads: this runs on every
+        // context switch of the machine.
+        if st.active() {
+            // SAFETY: the helper has no preconditions.
+            let now = unsafe { bpf_ktime_get_ns() };
+            let preempt: u64 = ctx.arg(0);
+            let prev_state: u64 = ctx.arg(3);
+            // `preempt` is a bool widened to a register: only its low bit is defined.
+            st.switch_out(now, preempt & 1 != 0, prev_state as u32);
+        }
+    }
+    let next: *const u8 = ctx.arg(2);
+    let Some(next) = task_tid(next) else {
+        return;
+    };
+    if let Some(st) = existing_thread(next) {
+        if st.active() && st.state != TS_RUNNING {
+            // SAFETY: the helper has no preconditions.
+            st.switch_in(unsafe { bpf_ktime_get_ns() });
+        }
+    }
+}
+
+/// sched_waking(struct task_struct *p): runs in the waker's context.
+#[inline(always)]
+pub fn on_waking(ctx: &BtfTracePointContext) {
+    let p: *const u8 = ctx.arg(0);
+    let Some(pid) = task_tid(p) else {
+        return;
+    };
+    let Some(st) = existing_thread(pid) else {
+        return;
+    };
+    if !st.woken_from_sleep() {
+        return;
+    }
+    // SAFETY: the helper has no preconditions.
+    st.set_state(unsafe { bpf_ktime_get_ns() }, TS_RUNQ);
+    // The waker is the current task, unless this runs in interrupt context: then the current
+    // task is merely whoever the interrupt hit, and the waker is the interrupt.
+    if let Some(label) = irq::waker_label() {
+        st.last_waker_pid = 0;
+        st.last_waker_tid = 0;
+        st.last_waker_comm = label;
+    } else {
+        let pid_tgid = bpf_get_current_pid_tgid();
+        st.last_waker_pid = (pid_tgid >> 32) as u32;
+        st.last_waker_tid = pid_tgid as u32;
+        st.last_waker_comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    }
+}
+
+/// sched_process_exit: runs in the exiting thread. Its open frames will never see their end.
+#[inline(always)]
+pub fn on_exit() {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if let Some(st) = existing_thread(tid) {
+        if st.depth > 0 {
+            count_n(CNT_UNMATCHED_START, st.depth as u64);
+        }
+        let _ = THREADS.remove(&tid);
+    }
+}

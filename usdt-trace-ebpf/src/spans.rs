@@ -1,0 +1,338 @@
+//! What a probe hit does: emit an event, open a span (push a frame on the thread's stack, or
+//! store it under its id), or close one and report it as a record or into the histograms.
+
+use aya_ebpf::{
+    helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    programs::ProbeContext,
+    EbpfContext,
+};
+use usdt_trace_common::{
+    hist_slot, log2_bucket, Acct, Config, EventRecord, Frame, IdKey, RecordHeader, RecordKind,
+    SiteRole, SiteSpec, SpanRecord, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED, CNT_EVENTS,
+    CNT_FILTERED, CNT_LOST, CNT_NO_STATE, CNT_SPANS, CNT_UNMATCHED_END, CNT_UNMATCHED_START,
+    HIST_BUCKETS, HIST_DURATION, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS,
+    MAX_DEPTH, MAX_PAIRS,
+};
+
+use crate::{
+    args::{copy_regs, read_args, read_str, reg, IP_WORD, REGS_WORDS},
+    maps::{
+        count, count_n, existing_thread, ringbuf_flags, thread_state, Scratch, CONFIG, EVENTS,
+        FRAME_SCRATCH, HISTS, ID_SPANS, PIDS, SCRATCH, SITES,
+    },
+};
+
+/// One probe hit: what the site is and what the kernel told us about it.
+struct Hit<'a> {
+    spec: &'a SiteSpec,
+    cfg: &'a Config,
+    regs: &'a [u64; REGS_WORDS],
+    ip: u64,
+    now: u64,
+    /// The site's BPF cookie: its index in `SITES`.
+    cookie: u32,
+    tgid: u32,
+    tid: u32,
+}
+
+impl Hit<'_> {
+    /// `--hist`: spans go into the in-kernel histograms, no records are emitted.
+    #[inline(always)]
+    fn hist(&self) -> bool {
+        self.cfg.flags & CFG_HIST != 0
+    }
+
+    #[inline(always)]
+    fn read_args(&self, out: &mut [u64; MAX_ARGS]) {
+        read_args(self.spec, self.regs, self.ip, out);
+    }
+
+    /// The span id this hit carries in argument `id_arg`, read from `args`.
+    #[inline(always)]
+    fn id_key(&self, args: &[u64; MAX_ARGS]) -> IdKey {
+        // The bound check keeps the map-supplied index verifiable (and ID_NONE reads as 0).
+        let idx = self.spec.id_arg as usize;
+        IdKey {
+            pair_id: self.spec.pair_id,
+            tgid: self.tgid,
+            span_id: if idx < MAX_ARGS { args[idx] } else { 0 },
+        }
+    }
+
+    #[inline(always)]
+    fn fill_header(&self, h: &mut RecordHeader, kind: RecordKind) {
+        h.kind = kind;
+        h.site = self.cookie;
+        h.pid = self.tgid;
+        h.tid = self.tid;
+        h.ts_ns = self.now;
+        // Straight into the record: the helper writes the destination buffer, no stack copy.
+        // SAFETY: `comm` is a 16-byte buffer we own, and we pass its length.
+        unsafe {
+            aya_ebpf::helpers::generated::bpf_get_current_comm(
+                h.comm.as_mut_ptr() as *mut _,
+                h.comm.len() as u32,
+            )
+        };
+    }
+}
+
+/// The generic uprobe program: the site's cookie says what this hit is.
+pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
+    // SAFETY: the helper only reads the cookie of the link this program runs for.
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let spec = SITES.get(cookie).ok_or(())?;
+    let cfg = CONFIG.get(0).ok_or(())?;
+    if cfg.flags & CFG_STOPPED != 0 {
+        return Ok(());
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let tid = pid_tgid as u32;
+    // SAFETY: only the entry's presence is tested; the value reference is never read.
+    if cfg.flags & CFG_PID_FILTER != 0 && unsafe { PIDS.get(&tgid) }.is_none() {
+        count(CNT_FILTERED);
+        return Ok(());
+    }
+    let hist = cfg.flags & CFG_HIST != 0;
+    if hist && spec.role == SiteRole::EVENT {
+        // Histograms are of spans: an event is only counted.
+        count(CNT_EVENTS);
+        return Ok(());
+    }
+    // The registers and the end arguments live in a per-CPU scratch map: the BPF stack has
+    // only 512 bytes.
+    // SAFETY: this CPU's slot, which nothing else uses while this program runs.
+    let Scratch { regs, end_args } = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };
+    // One copy of the registers: the spec's register numbers index into it. Histograms of
+    // spans paired per thread need no arguments, so that mode skips the copy (and the reads).
+    if !hist || spec.id_arg != ID_NONE {
+        copy_regs(ctx, regs)?;
+    }
+    let hit = Hit {
+        spec,
+        cfg,
+        regs,
+        ip: reg(regs, IP_WORD),
+        // SAFETY: the helper has no preconditions.
+        now: unsafe { bpf_ktime_get_ns() },
+        cookie,
+        tgid,
+        tid,
+    };
+    match spec.role {
+        SiteRole::START if spec.id_arg != ID_NONE => start_by_id(&hit),
+        SiteRole::START => start_on_thread(&hit),
+        SiteRole::END if spec.id_arg != ID_NONE => end_by_id(&hit, end_args),
+        SiteRole::END => end_on_thread(&hit),
+        _ => emit_event(&hit),
+    }
+}
+
+fn emit_event(hit: &Hit) -> Result<(), ()> {
+    count(CNT_EVENTS);
+    if hit.hist() {
+        return Ok(());
+    }
+    let Some(mut entry) = EVENTS.reserve::<EventRecord>(0) else {
+        count(CNT_LOST);
+        return Ok(());
+    };
+    // SAFETY: the reservation is an EventRecord-sized, aligned slot that only we write; every
+    // field user space reads is written below.
+    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    hit.fill_header(&mut rec.hdr, RecordKind::EVENT);
+    hit.read_args(&mut rec.args);
+    rec.str_len = read_str(hit.spec, &rec.args, &mut rec.str);
+    entry.submit(ringbuf_flags(hit.cfg));
+    Ok(())
+}
+
+/// Fills a newly opened span's frame. `with_args`: capture the start arguments (and string).
+#[inline(always)]
+fn open_frame(hit: &Hit, f: &mut Frame, acct_start: Acct, with_args: bool) {
+    f.site = hit.cookie;
+    f.pair_id = hit.spec.pair_id;
+    f.tid = hit.tid;
+    f.start_ns = hit.now;
+    f.acct_start = acct_start;
+    f.longest_off_ns = 0;
+    f.waker_pid = 0;
+    f.waker_tid = 0;
+    if with_args {
+        hit.read_args(&mut f.args);
+        f.str_len = read_str(hit.spec, &f.args, &mut f.str);
+    } else {
+        f.str_len = 0;
+    }
+}
+
+/// Counts a closed span and reports it: into the histograms, or as a record. `acct` is the
+/// span's time split when it has one; `end_args` the end arguments when already read (else
+/// they are read straight into the record).
+#[inline(always)]
+fn close_span(hit: &Hit, f: &Frame, acct: Option<Acct>, end_args: Option<&[u64; MAX_ARGS]>) {
+    count(CNT_SPANS);
+    let dur = hit.now.saturating_sub(f.start_ns);
+    if hit.hist() {
+        hist_add(hit.spec.pair_id, dur, acct.as_ref());
+        return;
+    }
+    let Some(mut entry) = EVENTS.reserve::<SpanRecord>(0) else {
+        count(CNT_LOST);
+        return;
+    };
+    // SAFETY: the reservation is a SpanRecord-sized, aligned slot that only we write; every
+    // field user space reads is written below (`str` only up to `str_len`).
+    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    hit.fill_header(&mut rec.hdr, RecordKind::SPAN);
+    rec.start_site = f.site;
+    rec.start_tid = f.tid;
+    rec.start_ns = f.start_ns;
+    rec.acct = acct.unwrap_or_default();
+    rec.acct_valid = acct.is_some() as u32;
+    rec.waker_pid = f.waker_pid;
+    rec.waker_tid = f.waker_tid;
+    rec.waker_comm = f.waker_comm;
+    rec.longest_off_ns = f.longest_off_ns;
+    rec.args = f.args;
+    rec.str_len = f.str_len;
+    // User space reads `str` only up to `str_len`: skip the 128-byte copy when there is none.
+    if f.str_len > 0 {
+        rec.str = f.str;
+    }
+    match end_args {
+        Some(a) => rec.end_args = *a,
+        None => hit.read_args(&mut rec.end_args),
+    }
+    entry.submit(ringbuf_flags(hit.cfg));
+}
+
+/// A span start paired per thread: push a frame.
+fn start_on_thread(hit: &Hit) -> Result<(), ()> {
+    let Some(st) = thread_state(hit.tid) else {
+        count(CNT_NO_STATE);
+        return Ok(());
+    };
+    st.resume_accounting(hit.now);
+    let depth = st.depth as usize;
+    // A full stack drops the start; the check is also the bound the verifier needs on the
+    // map-held depth before it indexes `frames`.
+    if depth >= MAX_DEPTH {
+        count(CNT_UNMATCHED_START);
+        return Ok(());
+    }
+    let acct = st.acct_at(hit.now);
+    open_frame(hit, &mut st.frames[depth], acct, !hit.hist());
+    st.depth = depth as u32 + 1;
+    Ok(())
+}
+
+/// A span end paired per thread: pop to the innermost open frame of the span's name.
+fn end_on_thread(hit: &Hit) -> Result<(), ()> {
+    let Some(st) = existing_thread(hit.tid) else {
+        count(CNT_UNMATCHED_END);
+        return Ok(());
+    };
+    let Some(found) = st.find_open(hit.spec.pair_id) else {
+        count(CNT_UNMATCHED_END);
+        return Ok(());
+    };
+    // Frames above the one closed never got their end.
+    let abandoned = (st.depth as usize).saturating_sub(found + 1);
+    if abandoned > 0 {
+        count_n(CNT_UNMATCHED_START, abandoned as u64);
+    }
+    st.depth = found as u32;
+    let acct_end = st.acct_at(hit.now);
+    // `get` rather than indexing: no bounds-check panic path for the verifier to reject.
+    let Some(f) = st.frames.get(found) else {
+        return Ok(());
+    };
+    close_span(hit, f, Some(acct_end.since(&f.acct_start)), None);
+    Ok(())
+}
+
+/// A span start that carries an id: store the frame under (pair, process, id).
+fn start_by_id(hit: &Hit) -> Result<(), ()> {
+    // SAFETY: this CPU's slot, which nothing else uses while this program runs.
+    let f = unsafe { &mut *FRAME_SCRATCH.get_ptr_mut(0).ok_or(())? };
+    // Keep this thread's accounting running so a span that also ends here gets a time split.
+    let mut acct_start = Acct::default();
+    if let Some(st) = thread_state(hit.tid) {
+        st.resume_accounting(hit.now);
+        acct_start = st.acct_at(hit.now);
+        st.id_open += 1;
+    }
+    open_frame(hit, f, acct_start, true);
+    // Inserted from the scratch map by reference: a Frame is too big to pass by value.
+    if ID_SPANS.insert(&hit.id_key(&f.args), &*f, 0).is_err() {
+        count(CNT_UNMATCHED_START);
+        release_id_span(hit.tid);
+    }
+    Ok(())
+}
+
+/// A span end that carries an id: close the frame stored under the same id.
+fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
+    // The end arguments carry the id, so they are read before the lookup, into scratch.
+    hit.read_args(end_args);
+    let key = hit.id_key(end_args);
+    let Some(f) = ID_SPANS.get_ptr(&key) else {
+        count(CNT_UNMATCHED_END);
+        return Ok(());
+    };
+    // SAFETY: a live map value; it stays valid until we return even though we delete it below
+    // (hash map values are freed after an RCU grace period).
+    let f = unsafe { &*f };
+    release_id_span(f.tid);
+    // A split only means something when one thread ran the span from start to end.
+    let acct = if f.tid == hit.tid {
+        existing_thread(hit.tid).map(|st| st.acct_at(hit.now).since(&f.acct_start))
+    } else {
+        None
+    };
+    close_span(hit, f, acct, Some(end_args));
+    let _ = ID_SPANS.remove(&key);
+    Ok(())
+}
+
+/// An id-paired span that `tid` opened has ended (or was never stored).
+#[inline(always)]
+fn release_id_span(tid: u32) {
+    if let Some(st) = existing_thread(tid) {
+        if st.id_open > 0 {
+            st.id_open -= 1;
+        }
+    }
+}
+
+#[inline(always)]
+fn hist_one(pair_id: u32, component: usize, v: u64) {
+    if let Some(h) = HISTS.get_ptr_mut(hist_slot(pair_id, component)) {
+        // SAFETY: this CPU's slot, which nothing else writes while this program runs.
+        let h = unsafe { &mut *h };
+        let b = log2_bucket(v);
+        // log2_bucket already clamps; the check is for the verifier.
+        if b < HIST_BUCKETS {
+            h.buckets[b] += 1;
+        }
+        h.count += 1;
+        h.sum += v;
+    }
+}
+
+#[inline(always)]
+fn hist_add(pair_id: u32, dur: u64, acct: Option<&Acct>) {
+    // Beyond MAX_PAIRS a pair's slots would run into the end of HISTS (or wrap): no histogram.
+    if pair_id >= MAX_PAIRS {
+        return;
+    }
+    hist_one(pair_id, HIST_DURATION, dur);
+    if let Some(a) = acct {
+        hist_one(pair_id, HIST_ONCPU, a.oncpu);
+        hist_one(pair_id, HIST_RUNQ, a.runq);
+        hist_one(pair_id, HIST_SLEEP, a.sleep);
+        hist_one(pair_id, HIST_IO, a.io);
+    }
+}
