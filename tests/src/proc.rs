@@ -17,6 +17,35 @@ pub fn is_root() -> bool {
 extern "C" {
     fn geteuid() -> u32;
     fn kill(pid: i32, sig: i32) -> i32;
+    fn clock_gettime(clock: i32, ts: *mut [i64; 2]) -> i32;
+    fn wait4(pid: i32, status: *mut i32, options: i32, rusage: *mut [i64; 18]) -> i32;
+}
+
+/// CPU time the calling thread has used. Timing comparisons use CPU time, not wall time: on a
+/// loaded machine a runnable thread gets a fraction of a CPU, so its wall time says more about
+/// the load than about the code.
+pub fn thread_cpu_time() -> Duration {
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut ts = [0i64; 2];
+    // SAFETY: ts is a valid struct timespec (two 64-bit fields on 64-bit Linux).
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts[0] as u64, ts[1] as u32)
+}
+
+/// Runs `cmd` (stdin and stdout to /dev/null) to completion and returns whether it exited 0 and
+/// the CPU time (user + system) it used, from wait4's rusage of that one child.
+pub fn run_cpu_time(cmd: &mut Command) -> (bool, Duration) {
+    let child = spawn(cmd.stdin(Stdio::null()).stdout(Stdio::null()));
+    let mut status = 0;
+    // struct rusage: ru_utime and ru_stime (two timevals), then 14 longs.
+    let mut ru = [0i64; 18];
+    // SAFETY: our own child's pid; status and ru are valid for writes of their C types. The
+    // child is reaped here, so `Child::wait` must not be called on it afterwards.
+    let rc = unsafe { wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    assert_eq!(rc, child.id() as i32, "wait4");
+    let tv = |sec: i64, usec: i64| Duration::new(sec as u64, (usec * 1000) as u32);
+    (status == 0, tv(ru[0], ru[1]) + tv(ru[2], ru[3]))
 }
 
 /// Sends signal `sig` (e.g. 2 for SIGINT) to `pid`.
