@@ -36,6 +36,8 @@ pub fn thread_cpu_time() -> Duration {
 /// Runs `cmd` (stdin and stdout to /dev/null) to completion and returns whether it exited 0 and
 /// the CPU time (user + system) it used, from wait4's rusage of that one child.
 pub fn run_cpu_time(cmd: &mut Command) -> (bool, Duration) {
+    // Reaped by the wait4 below, which clippy cannot see.
+    #[allow(clippy::zombie_processes)]
     let child = spawn(cmd.stdin(Stdio::null()).stdout(Stdio::null()));
     let mut status = 0;
     // struct rusage: ru_utime and ru_stime (two timevals), then 14 longs.
