@@ -102,7 +102,14 @@ impl Watch {
                 Err(NoLine::Eof) => {
                     let status = proc::wait_within(&mut child, DRAIN_TIMEOUT);
                     proc::kill_and_reap(&mut child);
-                    panic!("usdt-trace exited ({status:?}) before attaching: {early_stderr}");
+                    // Tests that attach are #[ignore = "needs root"]; say so to whoever ran
+                    // them anyway (--include-ignored) without it.
+                    let hint = if proc::is_root() {
+                        ""
+                    } else {
+                        " (not root: attaching needs root)"
+                    };
+                    panic!("usdt-trace exited ({status:?}) before attaching{hint}: {early_stderr}");
                 }
                 Err(NoLine::Timeout) => {
                     proc::kill_and_reap(&mut child);

@@ -62,6 +62,7 @@ impl Bpftrace {
             have("bpftrace"),
             "bpftrace is missing (scripts/setup.sh installs it)"
         );
+        assert!(proc::is_root(), "bpftrace attaches only as root");
         // Unbuffered, so each printf arrives when its probe fires.
         let mut child = proc::spawn(
             Command::new("bpftrace")
