@@ -1,4 +1,11 @@
 //! Shared helpers for the end-to-end tests.
+//!
+//! `proc`: root check, spawning (with the ETXTBSY retry), line reading and waiting, all bounded
+//! in time; `watch`: run `usdt-trace watch` against real processes; `watch_util`: interactive
+//! targets and assertions; `testprogs`: build the C programs in `tests/testprogs/`; `markers`:
+//! the usdt-markers test programs, an ELF layout reader, the demo servers.
+pub mod markers;
+pub mod proc;
 pub mod testprogs;
 pub mod watch;
 pub mod watch_util;

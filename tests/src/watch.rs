@@ -5,11 +5,19 @@
 //! sends SIGINT, waits for exit, and returns every JSON record, the summary included.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use crate::proc::{self, Lines, NoLine};
+
+/// How long attaching may take (it parses the targets and loads the eBPF programs; slow on a
+/// loaded machine, never minutes).
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a run may take to end after SIGINT, or by itself (-c, --duration).
+const EXIT_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the output may keep coming after watch has exited.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The `usdt-trace` binary built next to the running test (`cargo build` puts it in the same
 /// profile directory as the test executables' `deps/`).
@@ -28,34 +36,15 @@ pub fn usdt_trace_bin() -> PathBuf {
     bin
 }
 
-/// True when running as root (the e2e tests need it: CI runs as root).
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-/// Skip (return early) unless root. Tests print why, so a non-root run is not silently green.
-#[macro_export]
-macro_rules! require_root {
-    () => {
-        if !$crate::watch::is_root() {
-            eprintln!("skipped: needs root (CAP_BPF + CAP_PERFMON)");
-            return;
-        }
-    };
-}
-
 pub struct Watch {
     child: Child,
-    stdout: mpsc::Receiver<String>,
+    stdout: Lines,
+    stderr: Lines,
     pub attached_line: String,
-    stderr_rest: std::thread::JoinHandle<String>,
+    /// stderr before the readiness line.
+    early_stderr: String,
+    /// stdout lines [`Watch::wait_for`] has read, kept for [`Watch::finish`].
+    seen: Vec<String>,
 }
 
 /// Output of a finished `watch`.
@@ -93,46 +82,48 @@ impl Watch {
         if json {
             cmd.arg("--json");
         }
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn usdt-trace");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
+        let mut child = proc::spawn(
+            cmd.args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        let stdout = Lines::new(child.stdout.take().expect("stdout"));
+        let mut stderr = Lines::new(child.stderr.take().expect("stderr"));
+        let mut early_stderr = String::new();
+        let deadline = Instant::now() + ATTACH_TIMEOUT;
+        let attached_line = loop {
+            match stderr.next_within(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) if line.starts_with("Attached") => break line,
+                Ok(line) => {
+                    early_stderr.push_str(&line);
+                    early_stderr.push('\n');
+                }
+                Err(NoLine::Eof) => {
+                    let status = proc::wait_within(&mut child, DRAIN_TIMEOUT);
+                    proc::kill_and_reap(&mut child);
+                    // Tests that attach are #[ignore = "needs root"]; say so to whoever ran
+                    // them anyway (--include-ignored) without it.
+                    let hint = if proc::is_root() {
+                        ""
+                    } else {
+                        " (not root: attaching needs root)"
+                    };
+                    panic!("usdt-trace exited ({status:?}) before attaching{hint}: {early_stderr}");
+                }
+                Err(NoLine::Timeout) => {
+                    proc::kill_and_reap(&mut child);
+                    panic!("usdt-trace not attached within {ATTACH_TIMEOUT:?}: {early_stderr}");
                 }
             }
-        });
-        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-        let attached_line;
-        let mut early = String::new();
-        loop {
-            let mut line = String::new();
-            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
-                let status = child.wait().expect("wait");
-                panic!("usdt-trace exited ({status}) before attaching: {early}");
-            }
-            if line.starts_with("Attached") {
-                attached_line = line.trim_end().to_string();
-                break;
-            }
-            early.push_str(&line);
-        }
-        let stderr_rest = std::thread::spawn(move || {
-            let mut s = early;
-            let _ = stderr.read_to_string(&mut s);
-            s
-        });
+        };
         Watch {
             child,
-            stdout: rx,
+            stdout,
+            stderr,
             attached_line,
-            stderr_rest,
+            early_stderr,
+            seen: Vec::new(),
         }
     }
 
@@ -140,65 +131,49 @@ impl Watch {
         self.child.id()
     }
 
-    /// Wait until `pred` holds for some stdout record, or `timeout` passes; returns the records
-    /// seen so far (they are also kept for [`Watch::stop`]).
+    /// Wait until `pred` holds for some stdout record, or `timeout` passes (the records read are
+    /// kept for [`Watch::stop`]).
     pub fn wait_for(&mut self, timeout: Duration, mut pred: impl FnMut(&Value) -> bool) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut seen = Vec::new();
-        let mut ok = false;
-        while Instant::now() < deadline {
-            match self.stdout.recv_timeout(Duration::from_millis(20)) {
-                Ok(line) => {
-                    if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                        if pred(&v) {
-                            ok = true;
-                        }
-                    }
-                    seen.push(line);
-                    if ok {
-                        break;
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(_) => break,
-            }
-        }
-        // Put them back in order for stop().
-        let (tx, rx) = mpsc::channel();
-        for l in seen {
-            let _ = tx.send(l);
-        }
-        while let Ok(l) = self.stdout.try_recv() {
-            let _ = tx.send(l);
-        }
-        let old = std::mem::replace(&mut self.stdout, rx);
-        std::thread::spawn(move || {
-            while let Ok(l) = old.recv() {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
+        let (lines, ok) = self.stdout.until(Instant::now() + timeout, |line| {
+            serde_json::from_str::<Value>(line).is_ok_and(|v| pred(&v))
         });
+        self.seen.extend(lines);
         ok
     }
 
     /// SIGINT, wait for exit, parse every line (each must be valid JSON).
     pub fn stop(self) -> Output {
-        // SAFETY: signalling our own child.
-        unsafe { libc_kill(self.child.id() as i32, 2) };
+        proc::signal(self.child.id(), 2);
         self.finish()
     }
 
-    /// Wait for a `watch` that ends by itself (-c, --duration).
+    /// Wait for a `watch` that ends by itself (-c, --duration), or has been signalled.
     pub fn finish(mut self) -> Output {
-        let status = self.child.wait().expect("wait");
-        let mut records = Vec::new();
-        while let Ok(line) = self.stdout.recv_timeout(Duration::from_secs(5)) {
-            let v: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("invalid JSON line from watch ({e}): {line}"));
-            records.push(v);
+        let Some(status) = proc::wait_within(&mut self.child, EXIT_TIMEOUT) else {
+            proc::kill_and_reap(&mut self.child);
+            let (err, _) = self.stderr.rest_until(Instant::now() + DRAIN_TIMEOUT);
+            panic!(
+                "usdt-trace watch did not exit within {EXIT_TIMEOUT:?}; stderr:\n{}{}",
+                self.early_stderr,
+                err.join("\n")
+            );
+        };
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        let (rest, _) = self.stdout.rest_until(deadline);
+        let records = std::mem::take(&mut self.seen)
+            .into_iter()
+            .chain(rest)
+            .map(|line| {
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("invalid JSON line from watch ({e}): {line}"))
+            })
+            .collect();
+        let (err, _) = self.stderr.rest_until(deadline);
+        let mut stderr = std::mem::take(&mut self.early_stderr);
+        for l in err {
+            stderr.push_str(&l);
+            stderr.push('\n');
         }
-        let stderr = self.stderr_rest.join().unwrap_or_default();
         Output {
             records,
             stderr,
@@ -207,16 +182,14 @@ impl Watch {
     }
 }
 
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
+/// A test that panics while watch runs must not leave it attached.
+impl Drop for Watch {
+    fn drop(&mut self) {
+        proc::kill_and_reap(&mut self.child);
+    }
 }
 
 /// Run `usdt-trace ARGS...` to completion (for commands that end by themselves).
 pub fn run(args: &[&str]) -> std::process::Output {
-    Command::new(usdt_trace_bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run usdt-trace")
+    proc::output_within(Command::new(usdt_trace_bin()).args(args), proc::RUN_TIMEOUT)
 }

@@ -2,21 +2,21 @@
 //! stdin, and small assertions on records.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::watch::{usdt_trace_bin, Output};
+use crate::proc::{self, Lines};
+use crate::watch::{run, Output};
+
+/// How long a target may take to answer one command.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `usdt-trace list --json PATH`: one JSON object per site.
 pub fn list_json(path: &Path) -> Vec<Value> {
-    let out = Command::new(usdt_trace_bin())
-        .args(["list", "--json"])
-        .arg(path)
-        .output()
-        .expect("run usdt-trace list");
+    let path_str = path.to_str().expect("UTF-8 path");
+    let out = run(&["list", "--json", path_str]);
     assert!(
         out.status.success(),
         "list --json {} failed: {}",
@@ -48,35 +48,25 @@ pub fn pids(out: &Output) -> Vec<u64> {
 pub struct Target {
     pub child: Child,
     stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
+    lines: Lines,
 }
 
 impl Target {
     /// Spawns `bin args...` and waits for its first stdout line (the program's "ready").
     pub fn spawn(bin: &Path, args: &[&str]) -> (Target, String) {
-        let mut child = spawn_retrying_etxtbsy(
+        let mut child = proc::spawn(
             Command::new(bin)
                 .args(args)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
-        )
-        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-        let stdout = child.stdout.take().expect("stdout");
+        );
+        let lines = Lines::new(child.stdout.take().expect("stdout"));
         let stdin = child.stdin.take();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
         let mut t = Target {
             child,
             stdin,
-            lines: rx,
+            lines,
         };
         let first = t.line();
         (t, first)
@@ -96,35 +86,23 @@ impl Target {
 
     /// The next stdout line (panics after 10 s).
     pub fn line(&mut self) -> String {
+        let pid = self.pid();
         self.lines
-            .recv_timeout(Duration::from_secs(10))
-            .expect("target line within 10 s")
+            .expect_within(REPLY_TIMEOUT, &format!("target {pid}"))
     }
 
     /// Closes stdin and waits for exit.
     pub fn quit(mut self) -> std::process::ExitStatus {
         drop(self.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(st) = self.child.try_wait().expect("try_wait") {
-                return st;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("target did not exit after stdin closed");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        proc::wait_within(&mut self.child, REPLY_TIMEOUT)
+            .unwrap_or_else(|| panic!("target {} did not exit after stdin closed", self.pid()))
     }
 }
 
 impl Drop for Target {
     fn drop(&mut self) {
         drop(self.stdin.take());
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        proc::kill_and_reap(&mut self.child);
     }
 }
 
@@ -171,31 +149,3 @@ pub fn build_shared(name: &str, extra_args: &[&str]) -> std::path::PathBuf {
 }
 
 static BUILD_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// [`Watch::stop`](crate::watch::Watch::stop) after a short pause. watch installs its SIGINT
-/// handler just after printing the readiness line, so a SIGINT sent at once can kill it
-/// (pinned by `watch_signals::bug_sigint_right_after_attached_line_kills_watch`); tests about
-/// other things pause so that race does not make them flaky.
-pub fn stop(w: crate::watch::Watch) -> Output {
-    std::thread::sleep(Duration::from_millis(100));
-    w.stop()
-}
-
-/// Spawn, retrying while the executable is "busy".
-///
-/// Regression (binary_replaced_on_disk... failed with ETXTBSY): a test that has just written an
-/// executable can't run it while a child forked at the same moment by another test thread
-/// still holds an inherited (close-on-exec, but not yet exec'd) descriptor of the file open
-/// for writing. That lasts only until the child execs, so a short retry is the fix.
-pub fn spawn_retrying_etxtbsy(cmd: &mut Command) -> std::io::Result<std::process::Child> {
-    let mut tries = 0;
-    loop {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            other => return other,
-        }
-    }
-}

@@ -7,7 +7,7 @@
 //! contention scenario would otherwise disturb the others on the pinned CPU).
 use serde_json::Value;
 use std::sync::Mutex;
-use usdt_trace_tests::{require_root, testprogs, watch};
+use usdt_trace_tests::{testprogs, watch};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -125,8 +125,8 @@ fn only_span<'a>(out: &'a watch::Output, name: &str) -> &'a Value {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn cpu_bound_alone_is_on_cpu() {
-    require_root!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = run("cpu 1");
     let x = Split::of(only_span(&out, "cpu"));
@@ -137,8 +137,8 @@ fn cpu_bound_alone_is_on_cpu() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn cpu_contention_is_half_run_queue() {
-    require_root!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = run("contend 1");
     let x = Split::of(only_span(&out, "contend"));
@@ -158,8 +158,8 @@ fn cpu_contention_is_half_run_queue() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nanosleep_is_sleep() {
-    require_root!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = run("sleep");
     let x = Split::of(only_span(&out, "sleep"));
@@ -170,8 +170,8 @@ fn nanosleep_is_sleep() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn mutex_wait_is_sleep_and_the_holder_is_the_waker() {
-    require_root!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = run("lock");
     let s = only_span(&out, "lock");
@@ -214,8 +214,8 @@ fn block_backed_dir() -> Option<std::path::PathBuf> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn write_and_fsync_shows_io_wait() {
-    require_root!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = block_backed_dir() else {
         eprintln!("skipped: no writable directory on a block device (only tmpfs)");
@@ -233,8 +233,8 @@ fn write_and_fsync_shows_io_wait() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn three_times_the_work_is_three_times_on_cpu_same_off_cpu() {
-    require_root!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = run("work 1");
     let spans = out.spans();
@@ -267,8 +267,8 @@ fn three_times_the_work_is_three_times_on_cpu_same_off_cpu() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nested_spans_each_get_their_own_split() {
-    require_root!();
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = run("nested 1");
     let inner = Split::of(only_span(&out, "inner"));

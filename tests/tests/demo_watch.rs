@@ -5,16 +5,12 @@
 //! Span ids are unique per process (the C server forks one child per connection, and every
 //! child's counter starts where the parent's stood), so spans are keyed by (pid, span id), the
 //! key `watch` pairs them by.
-#[path = "markers_util.rs"]
-mod util;
-
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use usdt_trace_tests::{require_root, watch};
-
-use util::{demo_servers as servers, free_port, start_server};
+use usdt_trace_tests::markers::{self as util, demo_servers as servers, free_port, start_server};
+use usdt_trace_tests::watch;
 
 /// One request on its own connection; returns (status, body).
 fn request(port: u16, raw: &str) -> (u16, Vec<u8>) {
@@ -98,18 +94,18 @@ fn check(bin: &Path) {
     assert_eq!(replies.len(), 200);
 
     let mut requests_seen = 0;
-    let arrived = w.wait_for(Duration::from_secs(10), |r| {
+    let arrived = w.wait_for(Duration::from_secs(60), |r| {
         if r["type"] == "span" && r["name"] == "request" {
             requests_seen += 1;
         }
         requests_seen >= 200
     });
-    // A moment for anything extra (there should be nothing) before stopping.
-    std::thread::sleep(Duration::from_millis(200));
+    // No pause for stragglers: watch drains the ring after detaching, so anything extra (there
+    // should be nothing) is in the output.
     let out = w.stop();
     assert!(
         arrived,
-        "only {requests_seen} request spans within 10 s; stderr: {}",
+        "only {requests_seen} request spans within 60 s; stderr: {}",
         out.stderr
     );
     assert!(out.status.success(), "watch failed: {}", out.stderr);
@@ -226,13 +222,13 @@ fn check(bin: &Path) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn rust_server_200_requests_give_200_request_spans() {
-    require_root!();
     check(&servers().0);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn c_server_200_requests_give_200_request_spans() {
-    require_root!();
     check(&servers().1);
 }

@@ -7,6 +7,7 @@ use usdt_trace::argspec::ArgLoc;
 use usdt_trace::elf::{parse_file, ObjectProbes, Site, SiteInsn};
 use usdt_trace::list::{run, ListConfig};
 use usdt_trace::pattern::Pattern;
+use usdt_trace_tests::proc;
 use usdt_trace_tests::testprogs::{self, build_c, build_shared, check_against_readelf, link_args};
 
 fn sites<'a>(p: &'a ObjectProbes, provider: &str, name: &str) -> Vec<&'a Site> {
@@ -271,7 +272,7 @@ fn shared_library_offsets_and_symbols() {
             .map(String::as_str)
             .collect::<Vec<_>>(),
     );
-    let out = std::process::Command::new(&exe).arg("4").output().unwrap();
+    let out = proc::output_within(std::process::Command::new(&exe).arg("4"), proc::RUN_TIMEOUT);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "6");
 }
 
@@ -378,21 +379,21 @@ fn listing_a_process_finds_its_shared_library() {
             .map(String::as_str)
             .collect::<Vec<_>>(),
     );
-    let mut child = std::process::Command::new(&exe)
-        .args(["100000", "10"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = proc::spawn(
+        std::process::Command::new(&exe)
+            .args(["100000", "10"])
+            .stdout(std::process::Stdio::null()),
+    );
     let pid = child.id();
-    // Wait for the dynamic loader to map the library.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .unwrap_or_default()
-        .contains("libsdt_lib.so")
-    {
-        assert!(std::time::Instant::now() < deadline, "library never mapped");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    proc::wait_until(
+        "the dynamic loader maps the library",
+        std::time::Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(format!("/proc/{pid}/maps"))
+                .unwrap_or_default()
+                .contains("libsdt_lib.so")
+        },
+    );
     let cfg = ListConfig {
         json: true,
         targets: vec![],
@@ -401,8 +402,7 @@ fn listing_a_process_finds_its_shared_library() {
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let n = run(&cfg, &mut out, &mut err);
-    let _ = child.kill();
-    let _ = child.wait();
+    proc::kill_and_reap(&mut child);
     assert_eq!(n.unwrap(), 2);
     let out = String::from_utf8(out).unwrap();
     for l in out.lines() {

@@ -1,13 +1,11 @@
 //! Both demo servers answer 200 requests right: 200 for files (with the MIME type), 404 for
 //! missing ones, 405 for POST, and survive malformed requests and concurrent clients.
-#[path = "markers_util.rs"]
-mod util;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
-use util::*;
+use usdt_trace_tests::markers::*;
+use usdt_trace_tests::proc;
 
 /// One request on its own connection; returns (status, head, body).
 fn request(port: u16, raw: &str) -> (u16, String, Vec<u8>) {
@@ -90,10 +88,14 @@ fn check_server(bin: &Path) {
 
     assert_eq!(request(port, &get("/")).0, 200, "still serving");
 
-    // Forked children are reaped: no zombies left behind.
-    std::thread::sleep(Duration::from_millis(300));
-    let zombies = zombie_children(server.0.id());
-    assert!(zombies.is_empty(), "zombie children: {zombies:?}");
+    // Forked children are reaped: no zombies left behind (reaping follows each child's exit
+    // asynchronously, so give it a bounded while).
+    let pid = server.0.id();
+    let mut zombies = Vec::new();
+    proc::wait_until("forked children reaped", Duration::from_secs(10), || {
+        zombies = zombie_children(pid);
+        zombies.is_empty()
+    });
 }
 
 fn zombie_children(parent: u32) -> Vec<u32> {

@@ -1,12 +1,11 @@
 //! usdt-markers notes, as readelf, bpftrace and `usdt-trace list` see them, for the Rust crate
 //! and the C header, and their survival under `--gc-sections` with each linker.
-#[path = "markers_util.rs"]
-mod util;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
-use util::*;
+use usdt_trace_tests::markers::*;
+use usdt_trace_tests::proc;
+use usdt_trace_tests::watch_util::list_json;
 
 /// `provider:name` of every probe readelf shows.
 fn readelf_names(bin: &Path) -> BTreeSet<String> {
@@ -35,11 +34,12 @@ fn bpftrace_names(bin: &Path) -> Option<BTreeSet<String>> {
     if !have("bpftrace") {
         return None;
     }
-    let out = Command::new("bpftrace")
-        .arg("-l")
-        .arg(format!("usdt:{}:*", bin.display()))
-        .output()
-        .ok()?;
+    let out = proc::output_within(
+        Command::new("bpftrace")
+            .arg("-l")
+            .arg(format!("usdt:{}:*", bin.display())),
+        proc::RUN_TIMEOUT,
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     Some(
         text.lines()
@@ -53,58 +53,19 @@ fn bpftrace_names(bin: &Path) -> Option<BTreeSet<String>> {
     )
 }
 
-/// `usdt-trace list --json BIN`, if the tool has been built; entries as probes.
-fn usdt_trace_list(bin: &Path) -> Option<Vec<Probe>> {
-    let tool = ["debug", "release"]
+/// `usdt-trace list --json BIN`; entries as probes.
+fn usdt_trace_list(bin: &Path) -> Vec<Probe> {
+    list_json(bin)
         .iter()
-        .map(|p| target_dir().join(p).join("usdt-trace"))
-        .find(|p| p.exists())?;
-    let out = Command::new(&tool)
-        .args(["list", "--json"])
-        .arg(bin)
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "skipping usdt-trace list: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    // Either one JSON array or one object per line.
-    let values: Vec<serde_json::Value> = match serde_json::from_str(&text) {
-        Ok(serde_json::Value::Array(v)) => v,
-        Ok(v) => vec![v],
-        Err(_) => text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect(),
-    };
-    let num = |v: &serde_json::Value| {
-        v.as_u64()
-            .or_else(|| {
-                v.as_str()
-                    .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
-            })
-            .unwrap_or(0)
-    };
-    Some(
-        values
-            .iter()
-            .map(|v| Probe {
-                pc: num(&v["pc"]),
-                base: 0,
-                semaphore: num(&v["semaphore"]),
-                provider: v["provider"].as_str().unwrap_or_default().to_string(),
-                name: v["name"].as_str().unwrap_or_default().to_string(),
-                args: match &v["args"] {
-                    serde_json::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                },
-            })
-            .collect(),
-    )
+        .map(|v| Probe {
+            pc: v["pc"].as_u64().expect("pc"),
+            base: 0,
+            semaphore: v["semaphore"].as_u64().expect("semaphore"),
+            provider: v["provider"].as_str().expect("provider").to_string(),
+            name: v["name"].as_str().expect("name").to_string(),
+            args: v["args"].as_str().expect("args").to_string(),
+        })
+        .collect()
 }
 
 fn expected_names() -> BTreeSet<String> {
@@ -194,24 +155,18 @@ fn check_binary(bin: &Path, what: &str) {
     assert_eq!(hint_sec.kind, 7, "SHT_NOTE");
     assert_eq!(hint_sec.flags & 2, 0, "not SHF_ALLOC");
 
-    if let Some(listed) = usdt_trace_list(bin) {
-        let listed_names: BTreeSet<String> = listed
-            .iter()
-            .map(|p| format!("{}:{}", p.provider, p.name))
-            .collect();
-        assert_eq!(listed_names, expected_names(), "{what}: usdt-trace list");
-        let pcs = |v: &[Probe]| {
-            v.iter()
-                .map(|p| (p.name.clone(), p.pc))
-                .collect::<BTreeSet<_>>()
-        };
-        let listed_pcs = pcs(&listed);
-        if listed_pcs.iter().all(|(_, pc)| *pc != 0) {
-            assert_eq!(listed_pcs, pcs(&probes), "{what}: usdt-trace list pcs");
-        }
-    } else {
-        eprintln!("usdt-trace list not available; skipped that part");
-    }
+    let listed = usdt_trace_list(bin);
+    let listed_names: BTreeSet<String> = listed
+        .iter()
+        .map(|p| format!("{}:{}", p.provider, p.name))
+        .collect();
+    assert_eq!(listed_names, expected_names(), "{what}: usdt-trace list");
+    let pcs = |v: &[Probe]| {
+        v.iter()
+            .map(|p| (p.name.clone(), p.pc))
+            .collect::<BTreeSet<_>>()
+    };
+    assert_eq!(pcs(&listed), pcs(&probes), "{what}: usdt-trace list pcs");
 }
 
 #[test]

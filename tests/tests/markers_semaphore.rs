@@ -1,22 +1,19 @@
 //! Is-enabled semaphores under a real tracer (bpftrace, which registers uprobes with a
 //! `ref_ctr_offset`): 0 before, non-zero during — in processes started before *and* after the
-//! attach — and 0 again after detach. Needs root and bpftrace; skipped otherwise.
-#[path = "markers_util.rs"]
-mod util;
+//! attach — and 0 again after detach. The layout checks run everywhere; tracing needs root and
+//! bpftrace.
+//!
+//! bpftrace's own timing is not under test: it detaches its perf-event uprobes one by one under
+//! a kernel mutex, so how long it takes to exit after SIGINT depends on every other tracer on
+//! the machine. Its output is read as it comes, and one that does not exit in time is killed;
+//! the semaphores must drop either way.
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use util::*;
-
-fn can_trace() -> bool {
-    if !is_root() || !have("bpftrace") {
-        eprintln!("skipped: needs root and bpftrace");
-        return false;
-    }
-    true
-}
+use usdt_trace_tests::markers::*;
+use usdt_trace_tests::proc::{self, Lines};
+use usdt_trace_tests::watch_util::Target;
 
 /// No file page holding a semaphore may be mapped by another writable PT_LOAD: that is what
 /// let the kernel raise the wrong copy under lld's layout.
@@ -44,22 +41,107 @@ fn assert_semaphore_pages_private(bin: &Path) {
     }
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
+/// How long bpftrace may take to attach, or to exit after SIGINT before it is killed.
+const BPFTRACE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the kernel may take to raise or lower the semaphores (it unregisters uprobes one at
+/// a time under a mutex other tracers contend for).
+const SEMA_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A running bpftrace with its output read as it comes; killed on drop.
+struct Bpftrace {
+    child: Child,
+    stdout: Lines,
+    stderr: Lines,
+    /// Every stdout line so far.
+    out: Vec<String>,
+}
+
+impl Bpftrace {
+    fn start(script: &str) -> Bpftrace {
         assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out: {what}"
+            have("bpftrace"),
+            "bpftrace is missing (scripts/setup.sh installs it)"
         );
-        std::thread::sleep(Duration::from_millis(100));
+        assert!(proc::is_root(), "bpftrace attaches only as root");
+        // Unbuffered, so each printf arrives when its probe fires.
+        let mut child = proc::spawn(
+            Command::new("bpftrace")
+                .args(["-B", "none", "-e", script])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        let stdout = Lines::new(child.stdout.take().expect("stdout"));
+        let stderr = Lines::new(child.stderr.take().expect("stderr"));
+        Bpftrace {
+            child,
+            stdout,
+            stderr,
+            out: Vec::new(),
+        }
     }
+
+    /// Reads output until `done(lines so far)` holds; panics (with what was printed and bpftrace's
+    /// stderr) when it does not within `timeout` or bpftrace exits first.
+    fn read_until(&mut self, what: &str, timeout: Duration, done: impl Fn(&[String]) -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !done(&self.out) {
+            match self
+                .stdout
+                .next_within(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => self.out.push(line),
+                Err(e) => {
+                    let status = proc::wait_within(&mut self.child, Duration::ZERO);
+                    let (err, _) = self.stderr.rest_until(Instant::now());
+                    panic!(
+                        "{what}: {e:?} (bpftrace {status:?}); stdout:\n{}\nstderr:\n{}",
+                        self.out.join("\n"),
+                        err.join("\n")
+                    );
+                }
+            }
+        }
+    }
+
+    /// SIGINT, then a bounded wait for exit; killed when it does not exit in time. Returns
+    /// whether it exited by itself.
+    fn stop(&mut self) -> bool {
+        proc::signal(self.child.id(), 2);
+        let exited = proc::wait_within(&mut self.child, BPFTRACE_TIMEOUT).is_some();
+        if !exited {
+            eprintln!(
+                "bpftrace still detaching {BPFTRACE_TIMEOUT:?} after SIGINT (other tracers hold \
+                 the uprobe mutex?); killed it"
+            );
+            proc::kill_and_reap(&mut self.child);
+        }
+        exited
+    }
+}
+
+impl Drop for Bpftrace {
+    fn drop(&mut self) {
+        proc::kill_and_reap(&mut self.child);
+    }
+}
+
+fn sema_becomes(p: &mut Target, want: (bool, bool), what: &str) {
+    let pid = p.pid();
+    proc::wait_until(&format!("{what} (pid {pid})"), SEMA_TIMEOUT, || {
+        sema(p) == want
+    });
 }
 
 const PATTERN: u64 = 0xf7f6_f5f4_f3f2_f1f0;
 
 fn semaphore_roundtrip(bin: &Path) {
-    let mut before = TestProg::start(bin);
-    assert_eq!(before.sema(), (false, false), "semaphores before attach");
+    let mut before = start_testprog(bin);
+    assert_eq!(
+        sema(&mut before),
+        (false, false),
+        "semaphores before attach"
+    );
 
     let b = bin.display();
     let script = format!(
@@ -69,67 +151,59 @@ fn semaphore_roundtrip(bin: &Path) {
          usdt:{b}:markers_test:op__start {{ printf(\"op_start %d %lu %lu %lu\\n\", pid, arg0, arg1, arg2); }}
          usdt:{b}:markers_test:op__end {{ printf(\"op_end %d %lu %ld\\n\", pid, arg0, arg1); }}"
     );
-    let mut bt = Command::new("bpftrace")
-        .args(["-e", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start bpftrace");
+    let mut bt = Bpftrace::start(&script);
+    // bpftrace says "Attaching N probes..." before it attaches and nothing once it has; the
+    // semaphores rising is the readiness signal.
+    bt.read_until("bpftrace starts attaching", SEMA_TIMEOUT, |out| {
+        out.iter().any(|l| l.starts_with("Attaching"))
+    });
 
     // (a) a process started before the attach: the kernel raises its semaphores in place.
-    wait_until(
+    sema_becomes(
+        &mut before,
+        (true, true),
         "semaphores raised in the process started before attach",
-        || before.sema() == (true, true),
     );
     // (b) processes started after the attach: the kernel's delayed increment at mmap time.
-    let mut after: Vec<TestProg> = (0..3).map(|_| TestProg::start(bin)).collect();
+    let mut after: Vec<Target> = (0..3).map(|_| start_testprog(bin)).collect();
     for p in &mut after {
         assert_eq!(
-            p.sema(),
+            sema(p),
             (true, true),
             "semaphores in pid {} started after attach",
-            p.pid
+            p.pid()
         );
     }
-    before.cmd("fire");
+    before.ask("fire");
     for p in &mut after {
-        p.cmd("fire");
+        p.ask("fire");
     }
-    std::thread::sleep(Duration::from_millis(500));
-
-    let _ = Command::new("kill")
-        .args(["-INT", &bt.id().to_string()])
-        .status();
-    // Read in a thread and bound the wait: a bpftrace that ignores SIGINT must not hang CI.
-    let reader = bt.stdout.take().map(|mut stdout| {
-        std::thread::spawn(move || {
-            let mut out = String::new();
-            let _ = stdout.read_to_string(&mut out);
-            out
+    let pids: Vec<u32> = std::iter::once(before.pid())
+        .chain(after.iter().map(Target::pid))
+        .collect();
+    // Each process fired 4 probes; wait for all 4 lines of each.
+    bt.read_until("every probe's line", BPFTRACE_TIMEOUT, |out| {
+        pids.iter().all(|pid| {
+            ["zero", "sizes", "op_start", "op_end"]
+                .iter()
+                .all(|k| out.iter().any(|l| l.starts_with(&format!("{k} {pid}"))))
         })
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while bt.try_wait().ok().flatten().is_none() {
-        if Instant::now() > deadline {
-            let _ = bt.kill();
-            let _ = bt.wait();
-            panic!("bpftrace did not exit within 30 s of SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = reader
-        .map(|r| r.join().unwrap_or_default())
-        .unwrap_or_default();
 
-    // Detached: all back to 0.
+    // Detached (whether bpftrace exited by itself or was killed): all back to 0.
+    let exited = bt.stop();
     for p in std::iter::once(&mut before).chain(after.iter_mut()) {
-        let pid = p.pid;
-        wait_until(&format!("semaphores of {pid} back to 0"), || {
-            p.sema() == (false, false)
-        });
+        let what = if exited {
+            "semaphores back to 0 after bpftrace exited"
+        } else {
+            "semaphores back to 0 after bpftrace was killed"
+        };
+        sema_becomes(p, (false, false), what);
     }
 
     // Every process fired, with the right values (bpftrace 0.17 reads at most 6 USDT args).
+    let out = bt.out.join("\n");
+    let has = |l: &str| bt.out.iter().any(|o| o == l);
     let sizes = format!(
         "{} {} {} {} {} {}",
         PATTERN as u8,
@@ -139,17 +213,15 @@ fn semaphore_roundtrip(bin: &Path) {
         PATTERN as u32,
         PATTERN as u32 as i32,
     );
-    for pid in std::iter::once(before.pid).chain(after.iter().map(|p| p.pid)) {
+    for pid in pids {
+        assert!(has(&format!("zero {pid}")), "zero from {pid}:\n{out}");
         assert!(
-            out.contains(&format!("zero {pid}\n")),
-            "zero from {pid}:\n{out}"
-        );
-        assert!(
-            out.contains(&format!("sizes {pid} {sizes}\n")),
+            has(&format!("sizes {pid} {sizes}")),
             "sizes from {pid}, want {sizes}:\n{out}"
         );
-        let start = out
-            .lines()
+        let start = bt
+            .out
+            .iter()
             .find(|l| l.starts_with(&format!("op_start {pid} ")))
             .unwrap_or_else(|| panic!("op__start from {pid}:\n{out}"));
         let f: Vec<&str> = start.split(' ').collect();
@@ -158,7 +230,7 @@ fn semaphore_roundtrip(bin: &Path) {
         assert_eq!(f[3], "0", "op has no parent");
         assert_eq!(f[4], "1", "round");
         assert!(
-            out.contains(&format!("op_end {pid} {span_id} -7\n")),
+            has(&format!("op_end {pid} {span_id} -7")),
             "op__end pairs with span {span_id}:\n{out}"
         );
     }
@@ -166,30 +238,37 @@ fn semaphore_roundtrip(bin: &Path) {
 
 /// Rust's default linker here is rust-lld, whose layout put semaphores on the file page where
 /// RELRO ends; processes started after the tracer attached kept their semaphores at 0. The crate
-/// page-aligns `.probes`; this pins it.
+/// page-aligns `.probes`; this pins the layout.
 #[test]
-fn rust_lld_semaphore_shares_page_with_relro() {
-    let bin = rust_testprog(None);
-    assert_semaphore_pages_private(&bin);
-    if can_trace() {
-        semaphore_roundtrip(&bin);
-    }
+fn rust_lld_semaphores_on_a_page_of_their_own() {
+    assert_semaphore_pages_private(&rust_testprog(None));
+}
+
+/// ...and this that the kernel raises them, under rust-lld's layout.
+#[test]
+#[ignore = "needs root"]
+fn rust_lld_semaphores_before_during_after_attach() {
+    semaphore_roundtrip(&rust_testprog(None));
 }
 
 #[test]
+fn c_header_semaphores_on_a_page_of_their_own() {
+    assert_semaphore_pages_private(&c_testprog(&[]));
+}
+
+#[test]
+#[ignore = "needs root"]
 fn c_header_semaphores_before_during_after_attach() {
-    let bin = c_testprog(&[]);
-    assert_semaphore_pages_private(&bin);
-    if can_trace() {
-        semaphore_roundtrip(&bin);
-    }
+    semaphore_roundtrip(&c_testprog(&[]));
 }
 
 #[test]
-fn rust_semaphores_with_gnu_ld() {
-    let bin = rust_testprog(Some("bfd"));
-    assert_semaphore_pages_private(&bin);
-    if can_trace() {
-        semaphore_roundtrip(&bin);
-    }
+fn rust_gnu_ld_semaphores_on_a_page_of_their_own() {
+    assert_semaphore_pages_private(&rust_testprog(Some("bfd")));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn rust_gnu_ld_semaphores_before_during_after_attach() {
+    semaphore_roundtrip(&rust_testprog(Some("bfd")));
 }

@@ -1,11 +1,11 @@
 //! One probe name at several inlined sites: every site is attached and reports its own args.
 use std::collections::BTreeMap;
 use usdt_trace_tests::watch_util::list_json;
-use usdt_trace_tests::{require_root, testprogs, watch};
+use usdt_trace_tests::{testprogs, watch};
 
 #[test]
+#[ignore = "needs root"]
 fn same_name_at_three_inlined_sites_all_seen() {
-    require_root!();
     let bin = testprogs::build_c("watch_inline", &["-O2"]);
     let sites = list_json(&bin);
     let hits: Vec<_> = sites.iter().filter(|s| s["name"] == "hit").collect();

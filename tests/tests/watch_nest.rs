@@ -1,7 +1,7 @@
 //! Nested and recursive spans pair per thread as a stack; unmatched starts and ends are counted.
 use serde_json::{json, Value};
+use usdt_trace_tests::watch;
 use usdt_trace_tests::watch_util::{build_c, named};
-use usdt_trace_tests::{require_root, watch};
 
 fn end_ns(s: &Value) -> u64 {
     s["start_ns"].as_u64().unwrap() + s["duration_ns"].as_u64().unwrap()
@@ -13,8 +13,8 @@ fn contains(outer: &Value, inner: &Value) -> bool {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn nested_recursive_and_unmatched_spans() {
-    require_root!();
     let bin = build_c("watch_nest", &["-O2"]);
     let out = watch::Watch::start(&["-c", bin.to_str().unwrap(), bin.to_str().unwrap()]).finish();
     assert!(out.status.success(), "{}", out.stderr);

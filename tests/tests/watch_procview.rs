@@ -5,8 +5,8 @@
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use usdt_trace_tests::watch_util::{self, build_c, Target};
-use usdt_trace_tests::{require_root, watch};
+use usdt_trace_tests::watch;
+use usdt_trace_tests::watch_util::{build_c, Target};
 
 /// A directory of our own under the temp dir, removed on drop.
 struct TempDir(PathBuf);
@@ -81,15 +81,15 @@ fn check_list(pid: u32, shown: &str) {
 fn check_watch(pid: u32) {
     let pid_s = pid.to_string();
     let mut w = watch::Watch::start(&["-p", &pid_s, "pv:tick"]);
-    // About 50 ticks a second: 10 of them arrive well within 3 s.
+    // About 50 ticks a second: 10 of them arrive in 0.2 s; the bound only stops a hang.
     let mut n = 0;
-    let got = w.wait_for(Duration::from_secs(3), |r| {
+    let got = w.wait_for(Duration::from_secs(20), |r| {
         if r["type"] == "event" && r["pid"] == pid {
             n += 1;
         }
         n >= 10
     });
-    let out = watch_util::stop(w);
+    let out = w.stop();
     assert!(
         got,
         "no ticks from {pid}: {:?}\n{}",
@@ -117,8 +117,8 @@ fn check_watch(pid: u32) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn binary_replaced_on_disk_old_process_traced_through_map_files() {
-    require_root!();
     let (old, new) = (old_build(), new_build());
     let dir = TempDir::new("replaced");
     let bin = dir.path().join("procview_tick");
@@ -143,8 +143,8 @@ fn binary_replaced_on_disk_old_process_traced_through_map_files() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn process_in_another_mount_namespace_traced_through_proc_root() {
-    require_root!();
     let old = old_build();
     let dir = TempDir::new("mntns");
     // An empty directory on the host; inside the namespace a tmpfs holding the binary.

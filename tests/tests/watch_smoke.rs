@@ -1,10 +1,10 @@
 //! The smallest end-to-end check: attach to a C program built with <sys/sdt.h>, run it with -c,
 //! and read back exact values.
-use usdt_trace_tests::{require_root, testprogs, watch};
+use usdt_trace_tests::{testprogs, watch};
 
 #[test]
+#[ignore = "needs root"]
 fn c_program_spans_and_events_with_exact_args() {
-    require_root!();
     let bin = testprogs::build_c("watch_smoke", &["-O2"]);
     let cmd = format!("{} 5", bin.display());
     let out = watch::Watch::start(&["-c", &cmd]).finish();

@@ -1,11 +1,11 @@
 //! `--str PROBE:N`: string arguments as JSON strings, escaped so every line stays valid JSON.
 use serde_json::json;
+use usdt_trace_tests::watch;
 use usdt_trace_tests::watch_util::{build_c, named};
-use usdt_trace_tests::{require_root, watch};
 
 #[test]
+#[ignore = "needs root"]
 fn str_args_escaped_truncated_null_and_on_span_start() {
-    require_root!();
     let bin = build_c("watch_str", &["-O2"]);
     let b = bin.to_str().unwrap();
     // Watch::finish parses every stdout line as JSON: invalid escapes fail right there.
@@ -38,8 +38,8 @@ fn str_args_escaped_truncated_null_and_on_span_start() {
 
 /// Without --str the pointer is a plain unsigned number.
 #[test]
+#[ignore = "needs root"]
 fn str_arg_without_flag_is_a_number() {
-    require_root!();
     let bin = build_c("watch_str", &["-O2"]);
     let b = bin.to_str().unwrap();
     let out = watch::Watch::start(&["-c", b, b, "ws:msg"]).finish();

@@ -95,8 +95,9 @@
 //! starts on a page boundary both in memory and in the file, which is past the last file page of
 //! the RELRO segment: no other mapping can contain a semaphore, and the kernel's delayed increment
 //! lands where the code reads it. Cost: up to one page of padding per binary. Verified by
-//! `tests/tests/markers_semaphore.rs` (`rust_lld_semaphore_shares_page_with_relro`), which
-//! starts processes after bpftrace attached and checks they see their semaphore raised.
+//! `tests/tests/markers_semaphore.rs`: `rust_lld_semaphores_on_a_page_of_their_own` checks the
+//! layout, and `rust_lld_semaphores_before_during_after_attach` starts processes after bpftrace
+//! attached and checks they see their semaphore raised.
 //!
 //! # Spans
 //!

@@ -1,11 +1,13 @@
-//! Helpers for the `markers_*` tests, included by each of them with `#[path]` (and compiled once
-//! on its own as a test target without tests).
-#![allow(dead_code)]
+//! Helpers for the `markers_*` and `demo_watch` tests: the usdt-markers test programs (Rust and
+//! C, built with each linker), a minimal ELF reader to check their layout, and the demo servers.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::proc;
+use crate::watch_util::Target;
 
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -29,16 +31,6 @@ pub fn have(tool: &str) -> bool {
         .args(["-c", &format!("command -v {tool} >/dev/null")])
         .status()
         .is_ok_and(|s| s.success())
-}
-
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc_geteuid() == 0 }
-}
-
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
 }
 
 /// Runs a nested `cargo build` in a target directory of its own (the outer `cargo test` holds
@@ -294,57 +286,24 @@ pub const TESTPROG_PROBES: &[&str] = &[
     "zero",
 ];
 
-/// A running test program (`ready`, then one reply line per command).
-pub struct TestProg {
-    pub child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    pub pid: u32,
+/// Starts a markers test program (Rust or C; both answer `fire`, `sema` and `quit` on stdin,
+/// one reply line each, and exit on EOF) and checks its `ready` line.
+pub fn start_testprog(bin: &Path) -> Target {
+    let (t, ready) = Target::spawn(bin, &[]);
+    assert_eq!(
+        ready,
+        format!("ready {}", t.pid()),
+        "first line of {}",
+        bin.display()
+    );
+    t
 }
 
-impl TestProg {
-    pub fn start(bin: &Path) -> TestProg {
-        let mut child = Command::new(bin)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start test program");
-        let stdin = child.stdin.take().expect("stdin");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("ready line");
-        assert!(line.starts_with("ready "), "unexpected first line {line:?}");
-        let pid = child.id();
-        TestProg {
-            child,
-            stdin,
-            stdout,
-            pid,
-        }
-    }
-
-    pub fn cmd(&mut self, cmd: &str) -> String {
-        writeln!(self.stdin, "{cmd}").expect("write command");
-        self.stdin.flush().expect("flush");
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("reply");
-        line.trim().to_string()
-    }
-
-    /// `(zero, op)` semaphore states as the program sees them.
-    pub fn sema(&mut self) -> (bool, bool) {
-        let reply = self.cmd("sema");
-        let get = |k: &str| reply.contains(&format!("{k}=1"));
-        (get("zero"), get("op"))
-    }
-}
-
-impl Drop for TestProg {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        let _ = self.child.wait();
-    }
+/// `(zero, op)` semaphore states as a markers test program sees them.
+pub fn sema(t: &mut Target) -> (bool, bool) {
+    let reply = t.ask("sema");
+    let get = |k: &str| reply.contains(&format!("{k}=1"));
+    (get("zero"), get("op"))
 }
 
 /// A loopback port nobody in this test process has been given yet.
@@ -389,8 +348,7 @@ pub struct Server(pub Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        proc::kill_and_reap(&mut self.0);
     }
 }
 
@@ -402,21 +360,12 @@ pub fn start_server(bin: &Path, port: u16, root: Option<&Path>) -> Server {
     if let Some(root) = root {
         cmd.arg("--root").arg(root);
     }
-    let child = cmd
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-    let mut server = Server(child);
-    let t0 = std::time::Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(10),
-            "{} did not listen on {port}",
-            bin.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut server = Server(proc::spawn(cmd.stdin(Stdio::null()).stderr(Stdio::null())));
+    proc::wait_until(
+        &format!("{} listening on {port}", bin.display()),
+        std::time::Duration::from_secs(10),
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    );
     assert!(
         matches!(server.0.try_wait(), Ok(None)),
         "{} exited (port {port} taken?)",
