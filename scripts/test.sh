@@ -18,4 +18,5 @@ if [ "$(id -u)" -eq 0 ]; then
 else
     echo "not root: the end-to-end tests that attach probes are listed as ignored" >&2
 fi
-cargo test --workspace "${args[@]}"
+# Every test binary runs even after one fails, so a CI log shows every failure at once.
+cargo test --workspace --no-fail-fast "${args[@]}"
