@@ -27,6 +27,7 @@ pub mod doctor;
 pub mod elf;
 pub mod list;
 pub mod output;
+pub mod outqueue;
 pub mod pattern;
 pub mod plan;
 pub mod procmaps;

@@ -13,6 +13,7 @@ use crate::child::{Child, SpawnError, GRACE};
 use crate::output::sink::{Fanout, Hists};
 use crate::output::text::clean;
 use crate::output::{self, JsonSink, RunInfo, Sink, Summary, TextSink};
+use crate::outqueue::{self, QueueHandle};
 use crate::pattern::Pattern;
 use crate::plan::{self, Plan, PlanError, PlanOptions};
 use crate::procmaps::ProcError;
@@ -59,15 +60,15 @@ impl WatchConfig {
         }
     }
 
-    /// The sinks this configuration asks for.
-    fn sinks(&self) -> Fanout {
-        let stdout = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
+    /// The sinks this configuration asks for, and the stdout writer thread behind them.
+    fn sinks(&self) -> (Fanout, QueueHandle) {
+        let (stdout, handle) = outqueue::spawn(io::stdout());
         let sink: Box<dyn Sink> = if self.json {
             Box::new(JsonSink::new(stdout))
         } else {
             Box::new(TextSink::new(stdout, !self.hist))
         };
-        Fanout(vec![sink])
+        (Fanout(vec![sink]), handle)
     }
 }
 
@@ -389,9 +390,10 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     }
 
     let started = Instant::now();
+    let (sinks, output) = cfg.sinks();
     let mut reader = Reader {
         plan: &plan,
-        sinks: cfg.sinks(),
+        sinks,
         bad_records: 0,
         last: None,
         t0,
@@ -432,6 +434,14 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         duration_ns: monotonic_ns().saturating_sub(t0),
     };
     reader.sinks.finish(&summary)?;
+    drop(reader);
+    // A reader that stopped reading gets a moment, then what it did not take is counted.
+    let unwritten = output.finish(Duration::from_secs(1));
+    if unwritten > 0 {
+        eprintln!(
+            "warning: {unwritten} records could not be written to stdout (its reader did not keep up or stopped reading)"
+        );
+    }
     if summary.lost > 0 {
         eprintln!(
             "warning: {} records were lost (ring buffer full); try a larger --ring-kib",

@@ -87,6 +87,10 @@ use features::VMLINUX_BTF;
 /// Where one uprobe goes: decided by the pure [`crate::plan`], consumed here.
 pub use crate::plan::AttachPoint;
 
+/// Records handed out by one [`Tracer::poll`]: bounds the memory and the time between two
+/// checks for a stop, whatever the rate.
+pub const MAX_BATCH: usize = 4096;
+
 /// At most this many sites are detached before `detach_all` returns.
 pub const INLINE_DETACH: usize = 16;
 
@@ -450,7 +454,9 @@ impl Tracer {
         }
     }
 
-    /// Wait up to `timeout` for records, then hand each one to `f`. Returns how many were read.
+    /// Wait up to `timeout` for records, then hand each one to `f`, at most [`MAX_BATCH`] per
+    /// call so that the caller writes and checks for a stop between batches even when
+    /// producers never pause. Returns how many were read.
     pub fn poll(
         &mut self,
         timeout: Duration,
@@ -467,7 +473,8 @@ impl Tracer {
 
     fn drain(&mut self, f: &mut impl FnMut(&[u8])) -> usize {
         let mut n = 0;
-        while let Some(item) = self.ring.next() {
+        while n < MAX_BATCH {
+            let Some(item) = self.ring.next() else { break };
             f(&item);
             n += 1;
         }

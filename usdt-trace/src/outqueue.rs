@@ -1,0 +1,247 @@
+//! Output that can never stall tracing.
+//!
+//! A reader that stops reading (`watch --json | sleep 25`, a slow `pv`, a terminal on hold)
+//! would otherwise block `watch` inside `write()`: signals would go unanswered and the probes
+//! and semaphores would stay live in the target. So sinks write into a [`QueueWriter`], which
+//! hands each flushed batch to a writer thread through a bounded queue. When the queue is full
+//! the batch is dropped and its records are counted as lost; the reading loop goes on, and
+//! stopping (detach first) happens on time whatever the reader does. At the end, the writer
+//! gets a bounded time to drain; what it could not write is counted, never silently lost.
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Batches the queue holds before new ones are dropped (with 64 KiB batches, a few MiB).
+pub const QUEUE_BATCHES: usize = 64;
+
+/// What the writer thread and the producers share.
+#[derive(Default)]
+struct Shared {
+    /// Lines (records) dropped because the queue was full or the writer had failed.
+    lost_lines: AtomicU64,
+    /// Lines handed to the writer thread and not yet written.
+    pending_lines: AtomicU64,
+    /// The writer's first error (a closed pipe ends `watch` as `| head` expects).
+    error: Mutex<Option<io::ErrorKind>>,
+}
+
+/// The producer side: a `Write` that buffers until `flush`, then queues the batch.
+pub struct QueueWriter {
+    buf: Vec<u8>,
+    tx: Option<SyncSender<Vec<u8>>>,
+    shared: Arc<Shared>,
+}
+
+/// The writer thread, for the end of the run.
+pub struct QueueHandle {
+    thread: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    done: mpsc::Receiver<()>,
+}
+
+fn lines(b: &[u8]) -> u64 {
+    b.iter().filter(|&&c| c == b'\n').count() as u64
+}
+
+/// A writer thread over `out` and the `Write` that feeds it.
+pub fn spawn<W: Write + Send + 'static>(mut out: W) -> (QueueWriter, QueueHandle) {
+    let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_BATCHES);
+    let (done_tx, done) = mpsc::channel();
+    let shared = Arc::new(Shared::default());
+    let s = Arc::clone(&shared);
+    let thread = std::thread::spawn(move || {
+        let mut failed = false;
+        for batch in rx {
+            let n = lines(&batch);
+            if !failed {
+                if let Err(e) = out.write_all(&batch).and_then(|_| out.flush()) {
+                    failed = true;
+                    *s.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.kind());
+                }
+            }
+            if failed {
+                s.lost_lines.fetch_add(n, Ordering::Relaxed);
+            }
+            s.pending_lines.fetch_sub(n, Ordering::Relaxed);
+        }
+        let _ = done_tx.send(());
+    });
+    (
+        QueueWriter {
+            buf: Vec::with_capacity(1 << 16),
+            tx: Some(tx),
+            shared: Arc::clone(&shared),
+        },
+        QueueHandle {
+            thread: Some(thread),
+            shared,
+            done,
+        },
+    )
+}
+
+impl Write for QueueWriter {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if let Some(kind) = *self.shared.error.lock().unwrap_or_else(|e| e.into_inner()) {
+            self.shared
+                .lost_lines
+                .fetch_add(lines(&self.buf), Ordering::Relaxed);
+            self.buf.clear();
+            return Err(io::Error::from(kind));
+        }
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::replace(&mut self.buf, Vec::with_capacity(1 << 16));
+        let n = lines(&batch);
+        let Some(tx) = &self.tx else {
+            self.shared.lost_lines.fetch_add(n, Ordering::Relaxed);
+            return Ok(());
+        };
+        self.shared.pending_lines.fetch_add(n, Ordering::Relaxed);
+        match tx.try_send(batch) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.shared.pending_lines.fetch_sub(n, Ordering::Relaxed);
+                self.shared.lost_lines.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for QueueWriter {
+    fn drop(&mut self) {
+        let _ = self.flush();
+        // Closing the channel lets the writer thread finish once it has written the rest.
+        self.tx.take();
+    }
+}
+
+impl QueueHandle {
+    /// Records dropped so far because output could not keep up.
+    pub fn lost(&self) -> u64 {
+        self.shared.lost_lines.load(Ordering::Relaxed)
+    }
+
+    /// Waits up to `timeout` for the writer to write what is queued (the producers must be
+    /// dropped first). Returns the records that were never written: dropped, or still queued
+    /// behind a reader that does not read.
+    pub fn finish(mut self, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if self.done.recv_timeout(left).is_ok() {
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+        // A writer still blocked in write() is left behind: the process exits around it.
+        self.lost() + self.shared.pending_lines.load(Ordering::Relaxed)
+    }
+
+    /// The writer's error, if writing failed.
+    pub fn error(&self) -> Option<io::ErrorKind> {
+        *self.shared.error.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that blocks until released, as a pipe nobody reads does.
+    struct Stalled(mpsc::Receiver<()>, Arc<Mutex<Vec<u8>>>);
+    impl Write for Stalled {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            let _ = self.0.recv();
+            self.1.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stalled_reader_never_blocks_the_producer_and_loss_is_counted() {
+        let (release, gate) = mpsc::channel();
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let (mut w, h) = spawn(Stalled(gate, Arc::clone(&written)));
+        let t = Instant::now();
+        // Far more batches than the queue holds: none of these calls may block.
+        for i in 0..(QUEUE_BATCHES * 4) {
+            writeln!(w, "record {i}").unwrap();
+            w.flush().unwrap();
+        }
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(h.lost() >= (QUEUE_BATCHES * 2) as u64, "{}", h.lost());
+        drop(w);
+        // Still stalled: finish gives up on time and counts everything unwritten.
+        let t = Instant::now();
+        let unwritten = h.finish(Duration::from_millis(200));
+        assert!(t.elapsed() < Duration::from_secs(2));
+        assert!(unwritten >= (QUEUE_BATCHES * 3) as u64 - 1, "{unwritten}");
+        assert!(unwritten <= (QUEUE_BATCHES * 4) as u64);
+        drop(release);
+    }
+
+    #[test]
+    fn everything_is_written_when_the_reader_keeps_up() {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let (mut w, h) = spawn(Shared(Arc::clone(&buf)));
+        for i in 0..10 {
+            writeln!(w, "{i}").unwrap();
+            w.flush().unwrap();
+            // Give the writer a moment so the tiny queue never fills in this test.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(w);
+        assert_eq!(h.finish(Duration::from_secs(10)), 0);
+        assert_eq!(
+            buf.lock().unwrap().iter().filter(|&&c| c == b'\n').count(),
+            10
+        );
+    }
+
+    #[test]
+    fn a_closed_pipe_comes_back_as_broken_pipe() {
+        struct Closed;
+        impl Write for Closed {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::Error::from(io::ErrorKind::BrokenPipe))
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let (mut w, h) = spawn(Closed);
+        writeln!(w, "x").unwrap();
+        w.flush().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while h.error().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(h.error(), Some(io::ErrorKind::BrokenPipe));
+        writeln!(w, "y").unwrap();
+        assert_eq!(w.flush().unwrap_err().kind(), io::ErrorKind::BrokenPipe);
+    }
+}
