@@ -79,8 +79,17 @@ fn check_list(pid: u32, shown: &str) {
 /// `watch --json -p PID pv:tick` (no TARGET) must see the running process's ticks with 42 and
 /// consecutive sequence numbers.
 fn check_watch(pid: u32) {
+    check_watch_with(pid, None);
+}
+
+/// As [`check_watch`]; with `named`, the binary is named as a TARGET, by the path the process
+/// sees (which the host may not have).
+fn check_watch_with(pid: u32, named: Option<&str>) {
     let pid_s = pid.to_string();
-    let mut w = watch::Watch::start(&["-p", &pid_s, "pv:tick"]);
+    let mut args = vec!["-p", pid_s.as_str()];
+    args.extend(named);
+    args.push("pv:tick");
+    let mut w = watch::Watch::start(&args);
     // About 50 ticks a second: 10 of them arrive in 0.2 s; the bound only stops a hang.
     let mut n = 0;
     let got = w.wait_for(Duration::from_secs(20), |r| {
@@ -179,5 +188,41 @@ fn process_in_another_mount_namespace_traced_through_proc_root() {
     );
     check_list(pid, &shown);
     check_watch(pid);
+    // Named as the process sees it: found through its mappings, though the host has no such
+    // file.
+    check_watch_with(pid, Some(&shown));
+    assert!(target.quit().success());
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_target_the_process_does_not_map_is_said_not_silently_traced() {
+    let old = old_build();
+    let (target, ready) = Target::spawn(&old, &[]);
+    let pid = target.pid();
+    assert_eq!(ready, format!("ready {pid}"));
+    let pid_s = pid.to_string();
+    // A file that exists but that the process does not map: traced (it may load it later),
+    // with a warning that says so.
+    let other = new_build();
+    let mut w = watch::Watch::start(&["-p", &pid_s, other.to_str().unwrap(), "pv:tick"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = w.wait_for(Duration::from_millis(100), |_| false);
+    let out = w.stop();
+    assert!(
+        out.stderr.contains("is not mapped by process"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.summary()["events"], 0, "{:?}", out.records);
+    // A path that neither the host nor the process has: an error, one line.
+    let out = watch::run(&["watch", "-p", &pid_s, "/nonexistent/usdt/app"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("/nonexistent/usdt/app is not mapped by process"),
+        "{err}"
+    );
     assert!(target.quit().success());
 }
