@@ -3,6 +3,7 @@
 use std::{env, path::PathBuf};
 
 fn main() -> anyhow::Result<()> {
+    git_revision();
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let object = out_dir.join("usdt-trace-probes");
     println!("cargo:rerun-if-env-changed=USDT_TRACE_SKIP_EBPF");
@@ -48,4 +49,31 @@ fn main() -> anyhow::Result<()> {
         }],
         aya_build::Toolchain::default(),
     )
+}
+
+/// `USDT_TRACE_GIT_REV` for `--version`: the commit this was built from, or "unknown" outside
+/// a git checkout (a crate tarball).
+fn git_revision() {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let rev = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=USDT_TRACE_GIT_REV={rev}");
+    // A new commit moves the branch ref (or HEAD itself when detached).
+    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        let dir = std::path::Path::new(&dir);
+        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
+        if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={}", dir.join(r).display());
+        }
+        println!(
+            "cargo:rerun-if-changed={}",
+            dir.join("packed-refs").display()
+        );
+    }
 }

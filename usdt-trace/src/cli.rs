@@ -15,10 +15,18 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// `--version`: the crate version and the git revision it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("USDT_TRACE_GIT_REV"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "usdt-trace",
-    version,
+    version = VERSION,
     about = "List and trace USDT probes (.note.stapsdt) with eBPF: latency spans, events, and where each span's time went",
     after_help = "Examples:\n  usdt-trace list /usr/lib/x86_64-linux-gnu/libc.so.6\n  usdt-trace list -p 1234 'httpserver:*'\n  usdt-trace watch --json ./target/release/demo-httpserver\n  usdt-trace watch -p 1234 --span query__start=query__done\n  usdt-trace watch --hist -c './myprog --flag'"
 )]
@@ -35,6 +43,13 @@ pub enum Command {
     Watch(WatchArgs),
     /// Show what this kernel supports for tracing and what `watch` will use (no root needed).
     Doctor(DoctorArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout: `usdt-trace man | man -l -`.
+    Man,
 }
 
 #[derive(Args, Debug)]
@@ -96,9 +111,12 @@ pub struct WatchArgs {
     /// With -c: when tracing stops before the command exits, leave it running.
     #[arg(long, requires = "command")]
     pub leave_running: bool,
-    /// Stop after this many seconds (fractions allowed).
-    #[arg(long, value_name = "SECS")]
-    pub duration: Option<f64>,
+    /// Stop after this long: seconds (`2.5`) or with a unit (`500ms`, `10s`, `1m`, `1h`).
+    #[arg(short = 'd', long, value_name = "DURATION")]
+    pub duration: Option<String>,
+    /// Write the records to FILE instead of stdout (so a -c command's own output stays apart).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
     /// Pair START with END as a span (repeatable). Each side is NAME or PROVIDER:NAME. Give one
     /// START several ENDs (commit or abort) with several rules; each span says which end
     /// closed it.
@@ -120,9 +138,9 @@ pub struct WatchArgs {
     /// the kernel instead of printing each span; draw them at exit.
     #[arg(long)]
     pub hist: bool,
-    /// With --hist, also draw the histograms every SECS seconds.
-    #[arg(long, value_name = "SECS", requires = "hist")]
-    pub interval: Option<f64>,
+    /// With --hist, also draw what each interval added, every DURATION (`2`, `500ms`, `1m`).
+    #[arg(short = 'i', long, value_name = "DURATION", requires = "hist")]
+    pub interval: Option<String>,
     /// Do not split span time into on-CPU/run-queue/sleep/I/O (skips the scheduler hooks).
     #[arg(long)]
     pub no_sched: bool,
@@ -133,7 +151,9 @@ pub struct WatchArgs {
     #[arg(long, value_name = "MODE", value_enum, default_value_t = AttachArg::Auto)]
     pub attach: AttachArg,
     /// The executable or library to trace, then provider:name glob patterns (default: all).
-    /// An argument naming an existing file, or containing '/', is a target.
+    /// An argument with '/' is a file; without -p, the first other argument is a file when it
+    /// names one (here, else a program on PATH); every other argument is a pattern.
+    /// `usdt:PATH:PATTERN` (bpftrace's spelling) names both.
     #[arg(value_name = "TARGET|PATTERN")]
     pub args: Vec<String>,
 }
@@ -145,10 +165,14 @@ pub enum UsageError {
     Pattern(#[from] crate::pattern::PatternError),
     #[error(transparent)]
     Span(#[from] crate::spans::SpanError),
-    #[error("--duration {0}: must be a positive number of seconds")]
-    Duration(f64),
-    #[error("--interval {0}: must be a positive number of seconds")]
-    Interval(f64),
+    #[error("--duration {0:?}: expected a positive duration: seconds (2.5) or with a unit (500ms, 10s, 1m, 1h)")]
+    Duration(String),
+    #[error("--interval {0:?}: expected a positive duration: seconds (2.5) or with a unit (500ms, 10s, 1m, 1h)")]
+    Interval(String),
+    #[error("{path}: a script for {interpreter}; trace that (its probes are in the interpreter and its libraries)")]
+    Script { path: String, interpreter: String },
+    #[error("-c: {0:?}: pipelines and command lists are not traced; run one program (redirections and VAR=value are fine)")]
+    CommandList(String),
     #[error("--ring-kib {0}: must be a power of two between 4 and 1048576")]
     Ring(u32),
     #[error("-c: empty or unbalanced command {0:?}")]
@@ -161,37 +185,185 @@ pub enum UsageError {
     CommandAndPid,
 }
 
-/// Split positional arguments: files first, then patterns.
-fn split_targets(args: &[String]) -> Result<(Vec<PathBuf>, Vec<Pattern>), UsageError> {
+/// Split positional arguments into files and patterns, by one rule that never guesses from
+/// what happens to exist: an argument with '/' is a file; `usdt:PATH[:PATTERN]` is both; when
+/// `first_may_be_file` (no -p), the first other argument is a file if it names one here or a
+/// program on PATH; every other argument is a pattern. So `list python3.11 gc__start` filters
+/// on gc__start even if a file of that name exists here (write ./gc__start for the file).
+fn split_targets(
+    args: &[String],
+    first_may_be_file: bool,
+) -> Result<(Vec<PathBuf>, Vec<Pattern>), UsageError> {
     let mut targets = Vec::new();
     let mut patterns = Vec::new();
+    let mut first = first_may_be_file;
     for a in args {
-        if a.contains('/') || Path::new(a).is_file() {
+        if let Some(rest) = a.strip_prefix("usdt:") {
+            // The path runs to the first ':' after its last '/'.
+            let slash = rest.rfind('/').map_or(0, |i| i + 1);
+            let (path, pattern) = match rest[slash..].find(':') {
+                Some(i) => (&rest[..slash + i], &rest[slash + i + 1..]),
+                None => (rest, ""),
+            };
+            targets.push(resolve_program(path));
+            if !pattern.is_empty() {
+                patterns.push(Pattern::parse(pattern)?);
+            }
+        } else if a.contains('/') {
             targets.push(PathBuf::from(a));
+        } else if first && !a.contains([':', '*', '?', '[']) && file_or_program(a).is_some() {
+            targets.push(file_or_program(a).unwrap_or_default());
         } else {
             patterns.push(Pattern::parse(a)?);
         }
+        first = false;
+    }
+    for t in &targets {
+        check_not_script(t)?;
     }
     Ok((targets, patterns))
 }
 
+/// `name` as a file here, else as a program on PATH.
+fn file_or_program(name: &str) -> Option<PathBuf> {
+    let here = Path::new(name);
+    if here.is_file() {
+        return Some(here.to_path_buf());
+    }
+    which(name)
+}
+
+fn resolve_program(p: &str) -> PathBuf {
+    if p.contains('/') {
+        PathBuf::from(p)
+    } else {
+        file_or_program(p).unwrap_or_else(|| PathBuf::from(p))
+    }
+}
+
+/// A `#!` script has no probes of its own: name the interpreter to trace instead.
+fn check_not_script(path: &Path) -> Result<(), UsageError> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return Ok(()); // opening errors are reported, with context, when the target is opened
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Ok(());
+    }
+    let n = f.read(&mut head).unwrap_or(0);
+    if let Some(rest) = head[..n].strip_prefix(b"#!") {
+        let line = rest.split(|&b| b == b'\n').next().unwrap_or(&[]);
+        let line = String::from_utf8_lossy(line);
+        let mut words = line.split_whitespace();
+        let mut interpreter = words.next().unwrap_or("").to_string();
+        // `#!/usr/bin/env python3`: the program env runs.
+        if interpreter.ends_with("/env") {
+            if let Some(prog) = words.find(|w| !w.starts_with('-')) {
+                interpreter = which(prog).map_or(prog.to_string(), |p| p.display().to_string());
+            }
+        }
+        return Err(UsageError::Script {
+            path: path.display().to_string(),
+            interpreter,
+        });
+    }
+    Ok(())
+}
+
+/// A duration: plain seconds (`2.5`) or a number with a unit (`ns`, `us`, `ms`, `s`, `m`, `h`).
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num.parse().ok()?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ns" => 1e-9,
+        "us" => 1e-6,
+        "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return None,
+    };
+    let secs = v * scale;
+    (secs.is_finite() && secs > 0.0 && secs < 1e9).then(|| Duration::from_secs_f64(secs))
+}
+
+/// True when `cmd` needs a shell: redirections, variables, quotes that sh must see.
+fn has_shell_syntax(cmd: &str) -> bool {
+    cmd.contains(['<', '>', '$', '`', '|', '&', ';', '(', ')', '*', '?', '~'])
+        || shlex::split(cmd)
+            .and_then(|v| v.first().cloned())
+            .is_some_and(|w| is_assignment(&w))
+}
+
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
+/// The argv to run for `-c CMD`, and the program it ends up executing (what to trace). A
+/// command with shell syntax runs as `sh -c 'exec [env VAR=x] CMD'`: sh sets up redirections
+/// and then replaces itself, so the traced process is the program itself.
+fn command_argv(cmd: &str) -> Result<(Vec<String>, String), UsageError> {
+    let words = shlex::split(cmd)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| UsageError::Command(cmd.to_string()))?;
+    if !has_shell_syntax(cmd) {
+        let prog = words[0].clone();
+        return Ok((words, prog));
+    }
+    // Outside quotes, these make several processes: refuse rather than trace the wrong one.
+    let unquoted: String = {
+        let mut out = String::new();
+        let (mut sq, mut dq) = (false, false);
+        for c in cmd.chars() {
+            match c {
+                '\'' if !dq => sq = !sq,
+                '"' if !sq => dq = !dq,
+                c if !sq && !dq => out.push(c),
+                _ => {}
+            }
+        }
+        out
+    };
+    // `2>&1`, `<&3` and `&>` are redirections, not background jobs.
+    let unquoted = unquoted
+        .replace(">&", ">")
+        .replace("<&", "<")
+        .replace("&>", ">");
+    if unquoted.contains(['|', ';', '&', '(', ')', '`']) {
+        return Err(UsageError::CommandList(cmd.to_string()));
+    }
+    let assignments = words.iter().take_while(|w| is_assignment(w)).count();
+    let prog = words
+        .get(assignments)
+        .filter(|w| !w.starts_with(['<', '>']))
+        .cloned()
+        .ok_or_else(|| UsageError::Command(cmd.to_string()))?;
+    let script = if assignments > 0 {
+        format!("exec env {cmd}")
+    } else {
+        format!("exec {cmd}")
+    };
+    Ok((vec!["/bin/sh".into(), "-c".into(), script], prog))
+}
+
 impl ListArgs {
     pub fn validate(&self) -> Result<ListConfig, UsageError> {
-        let (targets, patterns) = split_targets(&self.args)?;
+        let (targets, patterns) = split_targets(&self.args, self.pid.is_none())?;
         Ok(ListConfig {
             json: self.json,
             targets,
             pid: self.pid,
             patterns,
         })
-    }
-}
-
-fn seconds(v: f64, err: fn(f64) -> UsageError) -> Result<Duration, UsageError> {
-    if v.is_finite() && v > 0.0 && v < 1e9 {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(err(v))
     }
 }
 
@@ -214,7 +386,9 @@ fn which(prog: &str) -> Option<PathBuf> {
 
 impl WatchArgs {
     pub fn validate(&self) -> Result<WatchConfig, UsageError> {
-        let (mut targets, patterns) = split_targets(&self.args)?;
+        // With -p or -c the program is known: bare words are patterns.
+        let first_may_be_file = self.pids.is_empty() && self.command.is_none();
+        let (mut targets, patterns) = split_targets(&self.args, first_may_be_file)?;
         let key = match self.key {
             Some(k) if k >= usdt_trace_common::MAX_ARGS => {
                 return Err(crate::spans::SpanError::KeyIndex(k).into())
@@ -233,11 +407,13 @@ impl WatchArgs {
             .collect::<Result<Vec<_>, _>>()?;
         let duration = self
             .duration
-            .map(|d| seconds(d, UsageError::Duration))
+            .as_deref()
+            .map(|d| parse_duration(d).ok_or_else(|| UsageError::Duration(d.to_string())))
             .transpose()?;
         let interval = self
             .interval
-            .map(|d| seconds(d, UsageError::Interval))
+            .as_deref()
+            .map(|d| parse_duration(d).ok_or_else(|| UsageError::Interval(d.to_string())))
             .transpose()?;
         if !(4..=1 << 20).contains(&self.ring_kib) || !self.ring_kib.is_power_of_two() {
             return Err(UsageError::Ring(self.ring_kib));
@@ -247,12 +423,10 @@ impl WatchArgs {
                 if !self.pids.is_empty() {
                     return Err(UsageError::CommandAndPid);
                 }
-                let argv = shlex::split(c)
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(|| UsageError::Command(c.clone()))?;
-                let exe =
-                    which(&argv[0]).ok_or_else(|| UsageError::CommandNotFound(argv[0].clone()))?;
+                let (argv, prog) = command_argv(c)?;
+                let exe = which(&prog).ok_or_else(|| UsageError::CommandNotFound(prog.clone()))?;
                 if targets.is_empty() {
+                    check_not_script(&exe)?;
                     targets.push(exe);
                 }
                 Some(argv)
@@ -282,7 +456,18 @@ impl WatchArgs {
             ring_bytes: self.ring_kib * 1024,
             leave_running: self.leave_running,
             attach: self.attach.into(),
+            output: self.output.clone(),
         })
+    }
+}
+
+/// Writes generated text to stdout; a closed pipe is not an error.
+fn write_stdout(bytes: &[u8]) -> Result<i32, String> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(bytes) {
+        Ok(()) => Ok(0),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+        Err(e) => Err(format!("writing output: {e}")),
     }
 }
 
@@ -329,6 +514,20 @@ pub fn main() -> i32 {
                 Ok(()) => Ok(0),
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
                 Err(e) => Err(format!("writing output: {e}")),
+            }
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "usdt-trace", &mut out);
+            write_stdout(&out)
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            let mut out = Vec::new();
+            match clap_mangen::Man::new(Cli::command()).render(&mut out) {
+                Ok(()) => write_stdout(&out),
+                Err(e) => Err(format!("rendering the man page: {e}")),
             }
         }
     };
@@ -416,5 +615,90 @@ mod tests {
         let c = watch(&["-c", "true --x 'a b'"]).unwrap();
         assert_eq!(c.command.unwrap(), vec!["true", "--x", "a b"]);
         assert!(c.targets[0].ends_with("true"));
+    }
+
+    #[test]
+    fn durations_take_units() {
+        assert_eq!(parse_duration("2.5"), Some(Duration::from_millis(2500)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("10us"), Some(Duration::from_micros(10)));
+        for bad in ["", "0", "-1", "1x", "ms", "nan", "1e99"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+        assert!(matches!(
+            watch(&["/bin/true", "-d", "1fortnight"]),
+            Err(UsageError::Duration(_))
+        ));
+        let c = watch(&["/bin/true", "-d", "1m", "--hist", "-i", "500ms"]).unwrap();
+        assert_eq!(c.duration, Some(Duration::from_secs(60)));
+        assert_eq!(c.interval, Some(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn one_rule_splits_files_from_patterns() {
+        // Tests run in the package directory, where Cargo.toml exists: a file that is not the
+        // first argument is still a pattern (no guessing from what happens to exist).
+        assert!(Path::new("Cargo.toml").is_file());
+        let (t, p) = split_targets(&["sh".into(), "Cargo.toml".into()], true).unwrap();
+        assert_eq!(t.len(), 1);
+        assert!(t[0].ends_with("sh"), "{t:?}");
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].to_string(), "Cargo.toml");
+        // First, it names the file here.
+        let (t, p) = split_targets(&["Cargo.toml".into()], true).unwrap();
+        assert_eq!((t, p.len()), (vec![PathBuf::from("Cargo.toml")], 0));
+        let (t, p) = split_targets(&["./Cargo.toml".into()], false).unwrap();
+        assert_eq!((t.len(), p.len()), (1, 0));
+        // Without -p or -c freedom (first_may_be_file false), a bare word is a pattern.
+        let (t, p) = split_targets(&["sh".into()], false).unwrap();
+        assert_eq!((t.len(), p.len()), (0, 1));
+        // bpftrace's spelling.
+        let (t, p) = split_targets(&["usdt:/bin/sh:python:function__entry".into()], true).unwrap();
+        assert_eq!(t, vec![PathBuf::from("/bin/sh")]);
+        assert_eq!(p[0].to_string(), "python:function__entry");
+        let (t, p) = split_targets(&["usdt:/bin/sh".into()], true).unwrap();
+        assert_eq!((t.len(), p.len()), (1, 0));
+    }
+
+    #[test]
+    fn a_script_names_its_interpreter() {
+        let f = std::env::temp_dir().join(format!("usdt-cli-script-{}.py", std::process::id()));
+        std::fs::write(&f, b"#!/usr/bin/env sh\nprint(1)\n").unwrap();
+        let e = check_not_script(&f).unwrap_err();
+        let _ = std::fs::remove_file(&f);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("a script for /")
+                && msg.ends_with(
+                    "sh; trace that (its probes are in the interpreter and its libraries)"
+                ),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn commands_with_shell_syntax_run_through_sh_and_exec() {
+        let (argv, prog) = command_argv("prog --x 'a b'").unwrap();
+        assert_eq!(argv, vec!["prog", "--x", "a b"]);
+        assert_eq!(prog, "prog");
+        let (argv, prog) = command_argv("prog > out.txt 2>&1").unwrap();
+        assert_eq!(argv, vec!["/bin/sh", "-c", "exec prog > out.txt 2>&1"]);
+        assert_eq!(prog, "prog");
+        let (argv, prog) = command_argv("A=1 B=2 prog x").unwrap();
+        assert_eq!(argv, vec!["/bin/sh", "-c", "exec env A=1 B=2 prog x"]);
+        assert_eq!(prog, "prog");
+        assert!(matches!(
+            command_argv("a | b"),
+            Err(UsageError::CommandList(_))
+        ));
+        assert!(matches!(
+            command_argv("a; b"),
+            Err(UsageError::CommandList(_))
+        ));
+        // Quoted, they are arguments.
+        let (argv, _) = command_argv("grep 'a|b' > o").unwrap();
+        assert_eq!(argv[2], "exec grep 'a|b' > o");
     }
 }

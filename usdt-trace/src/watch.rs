@@ -48,6 +48,8 @@ pub struct WatchConfig {
     pub leave_running: bool,
     /// How uprobes are attached (`--attach`).
     pub attach: AttachMode,
+    /// `-o FILE`: records go there instead of stdout.
+    pub output: Option<PathBuf>,
 }
 
 impl WatchConfig {
@@ -60,15 +62,24 @@ impl WatchConfig {
         }
     }
 
-    /// The sinks this configuration asks for, and the stdout writer thread behind them.
-    fn sinks(&self) -> (Fanout, QueueHandle) {
-        let (stdout, handle) = outqueue::spawn(io::stdout());
+    /// The sinks this configuration asks for, and the output writer thread behind them.
+    fn sinks(&self) -> Result<(Fanout, QueueHandle), WatchError> {
+        let (stdout, handle) = match &self.output {
+            Some(path) => {
+                let f = std::fs::File::create(path).map_err(|source| WatchError::OutputFile {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                outqueue::spawn(Box::new(f) as Box<dyn Write + Send>)
+            }
+            None => outqueue::spawn(Box::new(io::stdout()) as Box<dyn Write + Send>),
+        };
         let sink: Box<dyn Sink> = if self.json {
             Box::new(JsonSink::new(stdout))
         } else {
             Box::new(TextSink::new(stdout, !self.hist))
         };
-        (Fanout(vec![sink]), handle)
+        Ok((Fanout(vec![sink]), handle))
     }
 }
 
@@ -92,6 +103,12 @@ pub enum WatchError {
     Spawn(#[from] SpawnError),
     #[error("writing output: {0}")]
     Output(#[from] io::Error),
+    #[error("-o {path}: {source}")]
+    OutputFile {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl WatchError {
@@ -367,6 +384,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .map(|o| (o.shown.as_str(), &o.probes))
         .collect();
     let plan = plan::build(&named, &cfg.plan_options())?;
+    // Before anything is attached: a bad -o path fails first.
+    let (sinks, output) = cfg.sinks()?;
 
     // Times count from before the first probe can fire, so none is ever negative.
     let t0 = monotonic_ns();
@@ -390,7 +409,6 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     }
 
     let started = Instant::now();
-    let (sinks, output) = cfg.sinks();
     let mut reader = Reader {
         plan: &plan,
         sinks,
