@@ -8,11 +8,12 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
     },
     programs::BtfTracePointContext,
 };
-use usdt_trace_common::{CNT_UNMATCHED_START, TS_RUNNING, TS_RUNQ};
+use usdt_trace_common::{ThreadState, CNT_UNMATCHED_START, TS_RUNNING, TS_RUNQ};
 
 use crate::{
     irq,
@@ -32,6 +33,42 @@ fn task_tid(task: *const u8) -> Option<u32> {
         .map(|p| p as u32)
 }
 
+/// A u64 of `struct task_struct` at an offset from BTF (0: this kernel's BTF lacks it).
+#[inline(always)]
+fn task_u64(task: *const u8, off: u32) -> Option<u64> {
+    if off == 0 {
+        return None;
+    }
+    // SAFETY: the helper checks the kernel address and fails on a fault.
+    unsafe { bpf_probe_read_kernel(task.wrapping_add(off as usize) as *const u64) }.ok()
+}
+
+/// The kernel's CPU time and run-queue wait of `task` (see `Config::task_exec_off`).
+#[inline(always)]
+fn task_counters(task: *const u8) -> (Option<u64>, Option<u64>) {
+    match CONFIG.get(0) {
+        Some(cfg) => (
+            task_u64(task, cfg.task_exec_off),
+            task_u64(task, cfg.task_delay_off),
+        ),
+        None => (None, None),
+    }
+}
+
+/// In a probe: the current thread runs, whatever its state says. Repair a switch-in that
+/// sched_switch never reported (`ThreadState::catch_up_running`); the kernel's counters are
+/// read only when the state is wrong, which is rare.
+#[inline(always)]
+pub fn catch_up(st: &mut ThreadState, now: u64) {
+    if st.state != TS_RUNNING {
+        // SAFETY: the helper has no preconditions; the pointer is only read through
+        // bpf_probe_read_kernel.
+        let task = unsafe { bpf_get_current_task() } as *const u8;
+        let (exec, delay) = task_counters(task);
+        st.catch_up_running(now, exec, delay);
+    }
+}
+
 /// sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 /// unsigned int prev_state). `prev` is the current task.
 #[inline(always)]
@@ -44,7 +81,13 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             // SAFETY: the helper has no preconditions.
             let now = unsafe { bpf_ktime_get_ns() };
             let preempt: u64 = ctx.arg(0);
+            let prev_task: *const u8 = ctx.arg(1);
             let prev_state: u64 = ctx.arg(3);
+            // It is leaving the CPU, so it ran: repair a switch-in we never saw, then keep the
+            // kernel's counters for the next repair.
+            let (exec, delay) = task_counters(prev_task);
+            st.catch_up_running(now, exec, delay);
+            st.snap_counters(exec, delay);
             // `preempt` is a bool widened to a register: only its low bit is defined.
             st.switch_out(now, preempt & 1 != 0, prev_state as u32);
         }

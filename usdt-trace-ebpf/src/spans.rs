@@ -16,6 +16,7 @@ use usdt_trace_common::{
 
 use crate::{
     args::{copy_regs, read_args, read_str, reg, IP_WORD, REGS_WORDS},
+    sched,
     maps::{
         count, count_n, existing_thread, ringbuf_flags, thread_state, Scratch, CONFIG, EVENTS,
         FRAME_SCRATCH, HISTS, ID_SPANS, PIDS, SCRATCH, SITES,
@@ -215,6 +216,7 @@ fn start_on_thread(hit: &Hit) -> Result<(), ()> {
         return Ok(());
     };
     st.resume_accounting(hit.now);
+    sched::catch_up(st, hit.now);
     let depth = st.depth as usize;
     // A full stack drops the start; the check is also the bound the verifier needs on the
     // map-held depth before it indexes `frames`.
@@ -243,6 +245,8 @@ fn end_on_thread(hit: &Hit) -> Result<(), ()> {
     if abandoned > 0 {
         count_n(CNT_UNMATCHED_START, abandoned as u64);
     }
+    // Before the pop: the frame being closed takes part in the repair's waker bookkeeping.
+    sched::catch_up(st, hit.now);
     st.depth = found as u32;
     let acct_end = st.acct_at(hit.now);
     // `get` rather than indexing: no bounds-check panic path for the verifier to reject.
@@ -261,6 +265,7 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
     let mut acct_start = Acct::default();
     if let Some(st) = thread_state(hit.tid) {
         st.resume_accounting(hit.now);
+        sched::catch_up(st, hit.now);
         acct_start = st.acct_at(hit.now);
         st.id_open += 1;
     }
@@ -288,7 +293,10 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     release_id_span(f.tid);
     // A split only means something when one thread ran the span from start to end.
     let acct = if f.tid == hit.tid {
-        existing_thread(hit.tid).map(|st| st.acct_at(hit.now).since(&f.acct_start))
+        existing_thread(hit.tid).map(|st| {
+            sched::catch_up(st, hit.now);
+            st.acct_at(hit.now).since(&f.acct_start)
+        })
     } else {
         None
     };

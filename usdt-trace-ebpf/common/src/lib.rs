@@ -189,6 +189,11 @@ pub struct Config {
     /// Offset of `pid` in this kernel's `struct task_struct` (from its BTF): the scheduler
     /// hooks read the thread id of `next` and of the woken task through it.
     pub task_pid_off: u32,
+    /// Offsets in `struct task_struct` of `se.sum_exec_runtime` (the thread's CPU time) and
+    /// `sched_info.run_delay` (its time runnable but waiting for a CPU), 0 when BTF lacks them:
+    /// the hooks read them to account a switch-in that sched_switch never reported.
+    pub task_exec_off: u32,
+    pub task_delay_off: u32,
     pub _pad: u32,
 }
 
@@ -237,7 +242,8 @@ pub struct ThreadState {
     /// Spans paired by id that this thread opened and that are still open: they keep the
     /// accounting running like frames do.
     pub id_open: u32,
-    pub _pad: u32,
+    /// 1 when `exec_snap` and `delay_snap` are valid.
+    pub snap_ok: u32,
     /// `TS_*`: what the thread is doing since `since_ns`.
     pub state: u32,
     /// When the current state began.
@@ -250,6 +256,10 @@ pub struct ThreadState {
     pub last_waker_pid: u32,
     pub last_waker_tid: u32,
     pub last_waker_comm: [u8; 16],
+    /// The kernel's CPU time and run-queue wait of the thread (`Config::task_exec_off`,
+    /// `task_delay_off`) when it last left the CPU.
+    pub exec_snap: u64,
+    pub delay_snap: u64,
     pub frames: [Frame; MAX_DEPTH],
 }
 
@@ -338,7 +348,66 @@ impl ThreadState {
     #[inline(always)]
     pub fn switch_in(&mut self, now: u64) {
         self.set_state(now, TS_RUNNING);
-        let off = now.saturating_sub(self.off_start_ns);
+        self.note_off_interval(now.saturating_sub(self.off_start_ns));
+    }
+
+    /// The thread is seen running (in a probe, or leaving the CPU) while its state says it is
+    /// off CPU: the kernel switched it in without sched_switch reaching the hook (on 6.18,
+    /// switches out of the idle task and some others never reach the tracepoint; ftrace misses
+    /// them too). Until now that on-CPU time would have been filed as run queue or sleep. The
+    /// kernel's own counters, `now_exec` (`se.sum_exec_runtime`) and `now_delay`
+    /// (`sched_info.run_delay`), against their snapshot at the switch-out that began the
+    /// interval, split it: run-queue wait is what `run_delay` grew by, and after a sleep the
+    /// CPU time is what `sum_exec_runtime` grew by (in a probe it lags by up to a tick). Without
+    /// the counters the interval keeps its state, as before; from now on the thread runs.
+    #[inline(always)]
+    pub fn catch_up_running(&mut self, now: u64, now_exec: Option<u64>, now_delay: Option<u64>) {
+        if self.state == TS_RUNNING {
+            return;
+        }
+        let d = now.saturating_sub(self.since_ns);
+        let (mut oncpu, mut runq) = (0, 0);
+        if let (1, Some(exec), Some(delay)) = (self.snap_ok, now_exec, now_delay) {
+            let waited = delay.saturating_sub(self.delay_snap);
+            if self.state == TS_RUNQ {
+                runq = if waited < d { waited } else { d };
+                oncpu = d - runq;
+            } else {
+                let ran = exec.saturating_sub(self.exec_snap);
+                oncpu = if ran < d { ran } else { d };
+                let rest = d - oncpu;
+                runq = if waited < rest { waited } else { rest };
+            }
+        }
+        // The interval up to the switch-in keeps its state; what the counters say ran, ran.
+        self.acct = self.acct_at(now.saturating_sub(oncpu + runq));
+        self.acct.oncpu += oncpu;
+        self.acct.runq += runq;
+        self.note_off_interval(
+            now.saturating_sub(self.off_start_ns)
+                .saturating_sub(oncpu),
+        );
+        self.since_ns = now;
+        self.state = TS_RUNNING;
+    }
+
+    /// Remembers the kernel's counters as the thread leaves the CPU, for
+    /// [`ThreadState::catch_up_running`].
+    #[inline(always)]
+    pub fn snap_counters(&mut self, exec: Option<u64>, delay: Option<u64>) {
+        match (exec, delay) {
+            (Some(e), Some(d)) => {
+                self.exec_snap = e;
+                self.delay_snap = d;
+                self.snap_ok = 1;
+            }
+            _ => self.snap_ok = 0,
+        }
+    }
+
+    /// Each open frame remembers the longest off-CPU interval it saw and who ended it.
+    #[inline(always)]
+    fn note_off_interval(&mut self, off: u64) {
         let depth = self.depth as usize;
         // The verifier needs a constant loop bound: iterate to MAX_DEPTH, stop at depth.
         let mut j = 0;
