@@ -44,6 +44,33 @@ static uint64_t clock_ns(clockid_t c) {
 
 static volatile uint64_t sink;
 
+/* The kernel's own account of this thread: CPU time (exact, CLOCK_THREAD_CPUTIME_ID) and time
+ * spent runnable waiting for a CPU (sched_info run_delay, field 2 of schedstat; exact for the
+ * running thread, it is updated each time the thread gets a CPU). */
+struct truth {
+    uint64_t cpu_ns, runq_ns;
+};
+
+static struct truth truth_now(void) {
+    struct truth t = {0, 0};
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (f) {
+        unsigned long long run, wait;
+        if (fscanf(f, "%llu %llu", &run, &wait) == 2)
+            t.runq_ns = wait;
+        fclose(f);
+    }
+    t.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    return t;
+}
+
+/* One line per span on stderr (stdout is the tracer's JSON): the tests compare the tool's
+ * split with these deltas. Taken just outside the probes, so they also cover the probe hits. */
+static void truth_report(const char *span, struct truth a, struct truth b) {
+    fprintf(stderr, "truth %s tid %ld cpu_ns %llu runq_ns %llu\n", span, tid(),
+            (unsigned long long)(b.cpu_ns - a.cpu_ns), (unsigned long long)(b.runq_ns - a.runq_ns));
+}
+
 /* Spin until this thread has consumed `ms` of CPU time. */
 static void cpu_work_ms(unsigned ms) {
     uint64_t end = clock_ns(CLOCK_THREAD_CPUTIME_ID) + (uint64_t)ms * 1000000ull;
@@ -118,9 +145,11 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "cpu") == 0) {
         pin(pin_cpu);
         sleep_ms(5);
+        struct truth a = truth_now();
         DTRACE_PROBE1(attrib, cpu__start, me);
         cpu_work_ms(50);
         DTRACE_PROBE1(attrib, cpu__end, me);
+        truth_report("cpu", a, truth_now());
     } else if (strcmp(mode, "contend") == 0) {
         pin(pin_cpu);
         pthread_t t;
@@ -189,14 +218,18 @@ int main(int argc, char **argv) {
         }
     } else if (strcmp(mode, "nested") == 0) {
         pin(pin_cpu);
+        struct truth o = truth_now();
         DTRACE_PROBE1(attrib, outer__start, me);
         cpu_work_ms(20);
+        struct truth i = truth_now();
         DTRACE_PROBE1(attrib, inner__start, me);
         sleep_ms(30);
         cpu_work_ms(10);
         DTRACE_PROBE1(attrib, inner__end, me);
+        truth_report("inner", i, truth_now());
         cpu_work_ms(10);
         DTRACE_PROBE1(attrib, outer__end, me);
+        truth_report("outer", o, truth_now());
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

@@ -28,9 +28,9 @@ use aya_ebpf::{
         BPF_F_NO_PREALLOC, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,
     },
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_probe_read_user,
-        bpf_probe_read_user_str_bytes,
+        bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
+        bpf_probe_read_user, bpf_probe_read_user_str_bytes,
     },
     macros::{btf_tracepoint, map, uprobe},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -359,6 +359,99 @@ fn active(st: &ThreadState) -> bool {
 }
 
 #[inline(always)]
+fn current_task() -> *const u8 {
+    unsafe { bpf_get_current_task() as *const u8 }
+}
+
+/// A u64 of `struct task_struct` at an offset from BTF (0: unknown).
+#[inline(always)]
+fn task_u64(task: *const u8, off: u32) -> Option<u64> {
+    if off == 0 {
+        return None;
+    }
+    unsafe { bpf_probe_read_kernel(task.wrapping_add(off as usize) as *const u64) }.ok()
+}
+
+/// Remember the kernel's CPU time and run-queue wait of `task` as it leaves the CPU.
+#[inline(always)]
+fn snap_counters(st: &mut ThreadState, task: *const u8) {
+    st.snap_ok = 0;
+    let Some(cfg) = CONFIG.get(0) else {
+        return;
+    };
+    if let (Some(exec), Some(delay)) = (
+        task_u64(task, cfg.task_exec_off),
+        task_u64(task, cfg.task_delay_off),
+    ) {
+        st.exec_snap = exec;
+        st.delay_snap = delay;
+        st.snap_ok = 1;
+    }
+}
+
+/// Who woke the thread, for each open span whose longest off-CPU interval this is.
+#[inline(always)]
+fn note_off_interval(st: &mut ThreadState, off: u64) {
+    let depth = st.depth as usize;
+    let mut j = 0;
+    while j < MAX_DEPTH {
+        if j >= depth {
+            break;
+        }
+        let f = &mut st.frames[j];
+        if off > f.longest_off_ns {
+            f.longest_off_ns = off;
+            f.waker_pid = st.last_waker_pid;
+            f.waker_tid = st.last_waker_tid;
+            f.waker_comm = st.last_waker_comm;
+        }
+        j += 1;
+    }
+}
+
+/// `task` (this thread) is on CPU now, but its state says it is off CPU: the kernel switched it
+/// in without sched_switch reaching us. On 6.18 switches out of the idle task and out of some
+/// other tasks never reach the tracepoint (ftrace misses them too), and the on-CPU time until
+/// the thread's next switch-out or probe was filed as run queue (or sleep). The kernel's own
+/// counters since the switch-out that began the interval split it exactly: the run-queue wait
+/// (`run_delay` grows when the thread gets the CPU) and, after a sleep, the CPU time
+/// (`sum_exec_runtime`, current at a switch-out; in a probe it lags by up to one tick).
+#[inline(always)]
+fn catch_up_running(st: &mut ThreadState, task: *const u8, now: u64) {
+    if !active(st) || st.state == TS_RUNNING {
+        return;
+    }
+    let d = now.saturating_sub(st.since_ns);
+    let (mut oncpu, mut runq) = (0, 0);
+    if let Some(cfg) = CONFIG.get(0) {
+        if let (1, Some(exec), Some(delay)) = (
+            st.snap_ok,
+            task_u64(task, cfg.task_exec_off),
+            task_u64(task, cfg.task_delay_off),
+        ) {
+            let waited = delay.saturating_sub(st.delay_snap);
+            if st.state == TS_RUNQ {
+                runq = waited.min(d);
+                oncpu = d - runq;
+            } else {
+                oncpu = exec.saturating_sub(st.exec_snap).min(d);
+                runq = waited.min(d - oncpu);
+            }
+        }
+    }
+    // Without the counters the whole interval keeps its state, as before; from now on it runs.
+    st.acct = acct_now(st, now.saturating_sub(oncpu + runq));
+    st.acct.oncpu += oncpu;
+    st.acct.runq += runq;
+    note_off_interval(
+        st,
+        now.saturating_sub(st.off_start_ns).saturating_sub(oncpu),
+    );
+    st.since_ns = now;
+    st.state = TS_RUNNING;
+}
+
+#[inline(always)]
 fn thread_state(tid: u32) -> Option<*mut ThreadState> {
     if let Some(p) = THREADS.get_ptr_mut(&tid) {
         return Some(p);
@@ -393,6 +486,7 @@ fn start_on_thread(hit: &Hit) -> Result<(), ()> {
         st.since_ns = now;
         st.last_waker_pid = 0;
     }
+    catch_up_running(st, current_task(), now);
     let depth = st.depth as usize;
     if depth >= MAX_DEPTH {
         count(CNT_UNMATCHED_START);
@@ -454,6 +548,7 @@ fn end_on_thread(hit: &Hit) -> Result<(), ()> {
     if depth - 1 - found > 0 {
         count_n(CNT_UNMATCHED_START, (depth - 1 - found) as u64);
     }
+    catch_up_running(st, current_task(), now);
     st.depth = found as u32;
     let acct_end = acct_now(st, now);
     let f = &st.frames[found];
@@ -524,6 +619,7 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
             st.since_ns = now;
             st.last_waker_pid = 0;
         }
+        catch_up_running(st, current_task(), now);
         f.acct_start = acct_now(st, now);
         st.id_open += 1;
     }
@@ -571,8 +667,10 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     let mut acct = Acct::default();
     let mut acct_valid = 0;
     if f.tid == tid {
-        if let Some(st) = THREADS.get_ptr(&tid) {
-            let a = acct_now(unsafe { &*st }, now);
+        if let Some(st) = THREADS.get_ptr_mut(&tid) {
+            let st = unsafe { &mut *st };
+            catch_up_running(st, current_task(), now);
+            let a = acct_now(st, now);
             acct = Acct {
                 oncpu: a.oncpu.saturating_sub(f.acct_start.oncpu),
                 runq: a.runq.saturating_sub(f.acct_start.runq),
@@ -681,8 +779,11 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         if active(st) {
             let now = unsafe { bpf_ktime_get_ns() };
             let preempt: u64 = ctx.arg(0);
+            let prev_task: *const u8 = ctx.arg(1);
             let prev_state: u64 = ctx.arg(3);
             let prev_state = prev_state as u32;
+            catch_up_running(st, prev_task, now);
+            snap_counters(st, prev_task);
             st.acct = acct_now(st, now);
             st.since_ns = now;
             st.off_start_ns = now;
@@ -708,23 +809,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
             st.acct = acct_now(st, now);
             st.since_ns = now;
             st.state = TS_RUNNING;
-            let off = now.saturating_sub(st.off_start_ns);
-            // Remember who woke us for the longest off-CPU interval of each open span.
-            let depth = st.depth as usize;
-            let mut j = 0;
-            while j < MAX_DEPTH {
-                if j >= depth {
-                    break;
-                }
-                let f = &mut st.frames[j];
-                if off > f.longest_off_ns {
-                    f.longest_off_ns = off;
-                    f.waker_pid = st.last_waker_pid;
-                    f.waker_tid = st.last_waker_tid;
-                    f.waker_comm = st.last_waker_comm;
-                }
-                j += 1;
-            }
+            note_off_interval(st, now.saturating_sub(st.off_start_ns));
         }
     }
     0

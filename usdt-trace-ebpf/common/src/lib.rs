@@ -148,6 +148,11 @@ pub struct Config {
     /// Offset of `pid` in this kernel's `struct task_struct` (from its BTF): the scheduler
     /// hooks read the thread id of `next` and of the woken task through it.
     pub task_pid_off: u32,
+    /// Offsets in `struct task_struct` of `se.sum_exec_runtime` (the thread's CPU time) and
+    /// `sched_info.run_delay` (its time runnable but waiting for a CPU), 0 when BTF lacks them:
+    /// the scheduler hooks read them to account a switch-in they never saw.
+    pub task_exec_off: u32,
+    pub task_delay_off: u32,
     pub _pad: u32,
 }
 
@@ -196,7 +201,8 @@ pub struct ThreadState {
     /// Spans paired by id that this thread opened and that are still open: they keep the
     /// accounting running like frames do.
     pub id_open: u32,
-    pub _pad: u32,
+    /// 1 when `exec_snap` and `delay_snap` are valid.
+    pub snap_ok: u32,
     /// `TS_*`: what the thread is doing since `since_ns`.
     pub state: u32,
     /// When the current state began.
@@ -209,6 +215,10 @@ pub struct ThreadState {
     pub last_waker_pid: u32,
     pub last_waker_tid: u32,
     pub last_waker_comm: [u8; 16],
+    /// The kernel's CPU time and run-queue wait of the thread (`Config::task_exec_off`,
+    /// `task_delay_off`) when it last left the CPU.
+    pub exec_snap: u64,
+    pub delay_snap: u64,
     pub frames: [Frame; MAX_DEPTH],
 }
 

@@ -175,11 +175,20 @@ impl Tracer {
                 .map_err(|e| TraceError::Btf(format!("{VMLINUX_BTF}: {e}")))?;
             let task_pid_off = crate::btf::member_offset(&vmlinux, "task_struct", "pid")
                 .map_err(|e| TraceError::Btf(e.to_string()))?;
+            // Nested members; optional: without them only the repair of missed switch-ins is off.
+            let nested = |s: &str, m: &str, inner: &str, field: &str| {
+                let outer = crate::btf::member_offset(&vmlinux, s, m).ok()?;
+                Some(outer + crate::btf::member_offset(&vmlinux, inner, field).ok()?)
+            };
             let config = Config {
                 flags: opts.flags,
                 // Wake the reader when an eighth of the ring is full.
                 wakeup_bytes: opts.ring_bytes / 8,
                 task_pid_off,
+                task_exec_off: nested("task_struct", "se", "sched_entity", "sum_exec_runtime")
+                    .unwrap_or(0),
+                task_delay_off: nested("task_struct", "sched_info", "sched_info", "run_delay")
+                    .unwrap_or(0),
                 _pad: 0,
             };
             cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
