@@ -53,7 +53,7 @@ static volatile uint64_t sink;
  * spent runnable waiting for a CPU (sched_info run_delay, field 2 of schedstat; exact for the
  * running thread, it is updated each time the thread gets a CPU). */
 struct truth {
-    uint64_t cpu_ns, runq_ns;
+    uint64_t cpu_ns, runq_ns, switches;
 };
 
 static struct truth truth_now(void) {
@@ -62,14 +62,16 @@ static struct truth truth_now(void) {
     static int fd = -2;
     if (fd == -2)
         fd = open("/proc/thread-self/schedstat", O_RDONLY);
-    struct truth t = {0, 0};
+    struct truth t = {0, 0, 0};
     char buf[128];
     ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
-    unsigned long long run, wait;
+    unsigned long long run, wait, count;
     if (n > 0) {
         buf[n] = 0;
-        if (sscanf(buf, "%llu %llu", &run, &wait) == 2)
+        if (sscanf(buf, "%llu %llu %llu", &run, &wait, &count) == 3) {
             t.runq_ns = wait;
+            t.switches = count;
+        }
     }
     t.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     return t;
@@ -78,8 +80,9 @@ static struct truth truth_now(void) {
 /* One line per span on stderr (stdout is the tracer's JSON): the tests compare the tool's
  * split with these deltas. Taken just outside the probes, so they also cover the probe hits. */
 static void truth_report(const char *span, struct truth a, struct truth b) {
-    fprintf(stderr, "truth %s tid %ld cpu_ns %llu runq_ns %llu\n", span, tid(),
-            (unsigned long long)(b.cpu_ns - a.cpu_ns), (unsigned long long)(b.runq_ns - a.runq_ns));
+    fprintf(stderr, "truth %s tid %ld cpu_ns %llu runq_ns %llu switches %llu\n", span, tid(),
+            (unsigned long long)(b.cpu_ns - a.cpu_ns), (unsigned long long)(b.runq_ns - a.runq_ns),
+            (unsigned long long)(b.switches - a.switches));
 }
 
 /* Spin until this thread has consumed `ms` of CPU time. */
