@@ -418,7 +418,9 @@ fn note_off_interval(st: &mut ThreadState, off: u64) {
 /// (`sum_exec_runtime`, current at a switch-out; in a probe it lags by up to one tick).
 #[inline(always)]
 fn catch_up_running(st: &mut ThreadState, task: *const u8, now: u64) {
-    if !active(st) || st.state == TS_RUNNING {
+    // No `active` test: end_by_id calls this after releasing the span, and elsewhere an
+    // inactive thread was just reset to running.
+    if st.state == TS_RUNNING {
         return;
     }
     let d = now.saturating_sub(st.since_ns);
