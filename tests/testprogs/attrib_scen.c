@@ -14,9 +14,10 @@
  * argument is the thread id (gettid), so tests can match waker tids.
  *
  * Around every span the program also prints (on stderr: stdout is the tracer's JSON)
- * "truth NAME tid TID cpu_ns N runq_ns M": the kernel's own account of the thread from just
- * before the start probe to just after the end probe, i.e. its CPU time and its time runnable
- * but waiting for a CPU (schedstat run_delay). The tests check the tool's split against it.
+ * "truth NAME tid TID cpu_ns N runq_ns M switches S wakeups W": the kernel's own account of the
+ * thread from just before the start probe to just after the end probe: its CPU time, its time
+ * runnable but waiting for a CPU (schedstat run_delay), how many times it got a CPU (schedstat
+ * pcount) and how many times it blocked (ru_nvcsw). The tests check the tool's split against it.
  *
  * The machine is shared (other builds run on it), so every thread runs at nice -20 when it may
  * (root): other nice-0 work then gets ~1% of a CPU we use, and the known split stays known.
@@ -53,7 +54,7 @@ static volatile uint64_t sink;
  * spent runnable waiting for a CPU (sched_info run_delay, field 2 of schedstat; exact for the
  * running thread, it is updated each time the thread gets a CPU). */
 struct truth {
-    uint64_t cpu_ns, runq_ns, switches;
+    uint64_t cpu_ns, runq_ns, switches, wakeups;
 };
 
 static struct truth truth_now(void) {
@@ -62,7 +63,10 @@ static struct truth truth_now(void) {
     static int fd = -2;
     if (fd == -2)
         fd = open("/proc/thread-self/schedstat", O_RDONLY);
-    struct truth t = {0, 0, 0};
+    struct truth t = {0, 0, 0, 0};
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) == 0)
+        t.wakeups = (uint64_t)ru.ru_nvcsw; /* each voluntary switch ends in a wakeup */
     char buf[128];
     ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
     unsigned long long run, wait, count;
@@ -80,9 +84,10 @@ static struct truth truth_now(void) {
 /* One line per span on stderr (stdout is the tracer's JSON): the tests compare the tool's
  * split with these deltas. Taken just outside the probes, so they also cover the probe hits. */
 static void truth_report(const char *span, struct truth a, struct truth b) {
-    fprintf(stderr, "truth %s tid %ld cpu_ns %llu runq_ns %llu switches %llu\n", span, tid(),
-            (unsigned long long)(b.cpu_ns - a.cpu_ns), (unsigned long long)(b.runq_ns - a.runq_ns),
-            (unsigned long long)(b.switches - a.switches));
+    fprintf(stderr, "truth %s tid %ld cpu_ns %llu runq_ns %llu switches %llu wakeups %llu\n", span,
+            tid(), (unsigned long long)(b.cpu_ns - a.cpu_ns),
+            (unsigned long long)(b.runq_ns - a.runq_ns), (unsigned long long)(b.switches - a.switches),
+            (unsigned long long)(b.wakeups - a.wakeups));
 }
 
 /* Spin until this thread has consumed `ms` of CPU time. */
