@@ -13,6 +13,12 @@
  * same amount of on-CPU time whether or not the thread shares its CPU. Every span's first
  * argument is the thread id (gettid), so tests can match waker tids.
  *
+ * Around every span the program also prints (on stderr: stdout is the tracer's JSON)
+ * "truth NAME tid TID cpu_ns N runq_ns M switches S wakeups W": the kernel's own account of the
+ * thread from just before the start probe to just after the end probe: its CPU time, its time
+ * runnable but waiting for a CPU (schedstat run_delay), how many times it got a CPU (schedstat
+ * pcount) and how many times it blocked (ru_nvcsw). The tests check the tool's split against it.
+ *
  * The machine is shared (other builds run on it), so every thread runs at nice -20 when it may
  * (root): other nice-0 work then gets ~1% of a CPU we use, and the known split stays known.
  * Threads inherit the nice value of the thread that creates them. With autogroup scheduling
@@ -43,6 +49,46 @@ static uint64_t clock_ns(clockid_t c) {
 }
 
 static volatile uint64_t sink;
+
+/* The kernel's own account of this thread: CPU time (exact, CLOCK_THREAD_CPUTIME_ID) and time
+ * spent runnable waiting for a CPU (sched_info run_delay, field 2 of schedstat; exact for the
+ * running thread, it is updated each time the thread gets a CPU). */
+struct truth {
+    uint64_t cpu_ns, runq_ns, switches, wakeups;
+};
+
+static struct truth truth_now(void) {
+    /* Opened once, by the main thread (the only one with spans), so that a reading costs one
+     * pread: the readings bracket the probes as tightly as they can. */
+    static int fd = -2;
+    if (fd == -2)
+        fd = open("/proc/thread-self/schedstat", O_RDONLY);
+    struct truth t = {0, 0, 0, 0};
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) == 0)
+        t.wakeups = (uint64_t)ru.ru_nvcsw; /* each voluntary switch ends in a wakeup */
+    char buf[128];
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
+    unsigned long long run, wait, count;
+    if (n > 0) {
+        buf[n] = 0;
+        if (sscanf(buf, "%llu %llu %llu", &run, &wait, &count) == 3) {
+            t.runq_ns = wait;
+            t.switches = count;
+        }
+    }
+    t.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    return t;
+}
+
+/* One line per span on stderr (stdout is the tracer's JSON): the tests compare the tool's
+ * split with these deltas. Taken just outside the probes, so they also cover the probe hits. */
+static void truth_report(const char *span, struct truth a, struct truth b) {
+    fprintf(stderr, "truth %s tid %ld cpu_ns %llu runq_ns %llu switches %llu wakeups %llu\n", span,
+            tid(), (unsigned long long)(b.cpu_ns - a.cpu_ns),
+            (unsigned long long)(b.runq_ns - a.runq_ns), (unsigned long long)(b.switches - a.switches),
+            (unsigned long long)(b.wakeups - a.wakeups));
+}
 
 /* Spin until this thread has consumed `ms` of CPU time. */
 static void cpu_work_ms(unsigned ms) {
@@ -118,32 +164,40 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "cpu") == 0) {
         pin(pin_cpu);
         sleep_ms(5);
+        struct truth a = truth_now();
         DTRACE_PROBE1(attrib, cpu__start, me);
         cpu_work_ms(50);
         DTRACE_PROBE1(attrib, cpu__end, me);
+        truth_report("cpu", a, truth_now());
     } else if (strcmp(mode, "contend") == 0) {
         pin(pin_cpu);
         pthread_t t;
         pthread_create(&t, NULL, competitor, NULL);
         sleep_ms(20); /* let the competitor start spinning */
+        struct truth a = truth_now();
         DTRACE_PROBE1(attrib, contend__start, me);
         cpu_work_ms(50);
         DTRACE_PROBE1(attrib, contend__end, me);
+        truth_report("contend", a, truth_now());
         stop_competitor = 1;
         pthread_join(t, NULL);
     } else if (strcmp(mode, "sleep") == 0) {
+        struct truth a = truth_now();
         DTRACE_PROBE1(attrib, sleep__start, me);
         sleep_ms(50);
         DTRACE_PROBE1(attrib, sleep__end, me);
+        truth_report("sleep", a, truth_now());
     } else if (strcmp(mode, "lock") == 0) {
         pthread_t t;
         pthread_create(&t, NULL, holder, NULL);
         while (!__atomic_load_n(&holder_has_lock, __ATOMIC_SEQ_CST))
             sched_yield();
         long h = holder_tid;
+        struct truth a = truth_now();
         DTRACE_PROBE2(attrib, lock__start, me, h);
         pthread_mutex_lock(&mu);
         DTRACE_PROBE2(attrib, lock__end, me, h);
+        truth_report("lock", a, truth_now());
         pthread_mutex_unlock(&mu);
         pthread_join(t, NULL);
         fprintf(stderr, "waiter %ld holder %ld\n", me, h); /* stdout is the tracer's JSON */
@@ -160,6 +214,7 @@ int main(int argc, char **argv) {
         static char buf[1 << 20];
         for (size_t i = 0; i < sizeof buf; i++)
             buf[i] = (char)(i * 31 + 7);
+        struct truth a = truth_now();
         DTRACE_PROBE1(attrib, disk__start, me);
         for (int i = 0; i < mb; i++) {
             buf[0] = (char)i; /* distinct pages, defeat any dedup */
@@ -173,30 +228,39 @@ int main(int argc, char **argv) {
             return 2;
         }
         DTRACE_PROBE1(attrib, disk__end, me);
+        truth_report("disk", a, truth_now());
         close(fd);
         unlink(path);
     } else if (strcmp(mode, "work") == 0) {
         pin(pin_cpu);
         for (int r = 0; r < 3; r++) {
+            struct truth a = truth_now();
             DTRACE_PROBE1(attrib, w1__start, me);
             cpu_work_ms(10);
             sleep_ms(30);
             DTRACE_PROBE1(attrib, w1__end, me);
+            truth_report("w1", a, truth_now());
+            a = truth_now();
             DTRACE_PROBE1(attrib, w3__start, me);
             cpu_work_ms(30);
             sleep_ms(30);
             DTRACE_PROBE1(attrib, w3__end, me);
+            truth_report("w3", a, truth_now());
         }
     } else if (strcmp(mode, "nested") == 0) {
         pin(pin_cpu);
+        struct truth o = truth_now();
         DTRACE_PROBE1(attrib, outer__start, me);
         cpu_work_ms(20);
+        struct truth i = truth_now();
         DTRACE_PROBE1(attrib, inner__start, me);
         sleep_ms(30);
         cpu_work_ms(10);
         DTRACE_PROBE1(attrib, inner__end, me);
+        truth_report("inner", i, truth_now());
         cpu_work_ms(10);
         DTRACE_PROBE1(attrib, outer__end, me);
+        truth_report("outer", o, truth_now());
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

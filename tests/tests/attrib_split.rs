@@ -2,7 +2,8 @@
 //! known: `tests/testprogs/attrib_scen.c` runs one scenario per mode under `watch -c`.
 //!
 //! Every span is also checked for the invariants `oncpu + offcpu ≈ duration` (1% or 20 µs) and
-//! `offcpu == runq + sleep + io`. The target runs at nice -20 in its own autogroup so that other
+//! `offcpu == runq + sleep + io`, and against the kernel's own account of its thread, which
+//! the target prints around each span (see [`check_truth`]). The target runs at nice -20 in its own autogroup so that other
 //! work on a shared machine barely moves the split; the scenarios run one at a time (the
 //! contention scenario would otherwise disturb the others on the pinned CPU).
 use serde_json::Value;
@@ -84,6 +85,93 @@ fn check_invariants(s: &Value) {
     );
 }
 
+/// The kernel's account of a span's thread over a window just wider than the span: its CPU
+/// time (CLOCK_THREAD_CPUTIME_ID), its run-queue wait (schedstat run_delay), how many times it
+/// got a CPU and how many times it blocked, from the target's "truth NAME tid TID cpu_ns N
+/// runq_ns M switches S wakeups W" lines.
+#[derive(Debug, Clone, Copy)]
+struct Truth {
+    cpu: f64,
+    runq: f64,
+    switches: f64,
+    wakeups: f64,
+}
+
+fn truths(out: &watch::Output, name: &str) -> Vec<Truth> {
+    out.stderr
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w[..] {
+                ["truth", n, "tid", _, "cpu_ns", cpu, "runq_ns", runq, "switches", sw, "wakeups", wk]
+                    if n == name =>
+                {
+                    Some(Truth {
+                        cpu: cpu.parse().ok()?,
+                        runq: runq.parse().ok()?,
+                        switches: sw.parse().ok()?,
+                        wakeups: wk.parse().ok()?,
+                    })
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// What the target's readings and the probe hits themselves cost outside the span (a pread and
+/// a clock read each side).
+const WINDOW_SLACK: f64 = 0.1 * MS;
+/// Per switch onto a CPU: the kernel's clock for a switch is its runqueue clock, last updated a
+/// little before. Measured within ±12 µs per switch (preemptions, no wakeups).
+const PER_SWITCH_SLACK: f64 = 0.02 * MS;
+/// Per wakeup: when a wakeup preempts the running task the kernel skips the clock update of the
+/// switch that follows, so its counters stamp the switch with the time of the wakeup and count
+/// the wakeup-to-switch latency as CPU time, not run-queue wait; the tool's timestamps (the same
+/// as ftrace's: its split equals the one rebuilt from ftrace's events) file it as run queue.
+/// Measured 10-20 µs typically, 150 µs under two CPU hogs; 0.5 ms bounds it with margin and stays
+/// well under a misfiled interval (a missed switch-in cost 1-29 ms).
+const PER_WAKEUP_SLACK: f64 = 0.5 * MS;
+
+/// Every `name` span against the kernel's account of its thread. One-sided on purpose: time
+/// stolen by the hypervisor is on CPU for the tool (wall time) but not CPU time for the kernel,
+/// and a preemption between a reading and its probe is run-queue time for the kernel only. So
+/// on-CPU can't be less than the CPU time, and run queue can't be more than the kernel's wait.
+fn check_truth(out: &watch::Output, name: &str) {
+    let spans: Vec<_> = out
+        .spans()
+        .into_iter()
+        .filter(|s| s["name"] == name)
+        .collect();
+    let truths = truths(out, name);
+    assert_eq!(
+        spans.len(),
+        truths.len(),
+        "one truth line per {name} span: {}",
+        out.stderr
+    );
+    for (s, t) in spans.into_iter().zip(truths) {
+        let x = Split::of(s);
+        let slack = WINDOW_SLACK + PER_SWITCH_SLACK * t.switches + PER_WAKEUP_SLACK * t.wakeups;
+        let ctx = format!(
+            "{name}: {x}; kernel: cpu {:.2} ms, runq {:.2} ms, {} switches, {} wakeups; slack {:.2} ms",
+            t.cpu / MS,
+            t.runq / MS,
+            t.switches,
+            t.wakeups,
+            slack / MS
+        );
+        assert!(
+            x.oncpu >= t.cpu - slack,
+            "on-CPU time lost: less than the thread's CPU time ({ctx})"
+        );
+        assert!(
+            x.runq <= t.runq + slack,
+            "more run-queue time than the kernel's run_delay ({ctx})"
+        );
+    }
+}
+
 /// |got - want| <= 10% of want.
 fn within10(what: &str, got: f64, want: f64, ctx: &dyn std::fmt::Display) {
     assert!(
@@ -105,6 +193,16 @@ fn run(args: &str) -> watch::Output {
     assert_eq!(sum["unmatched"], 0, "{sum}");
     for s in out.spans() {
         check_invariants(s);
+    }
+    let mut names: Vec<&str> = out
+        .spans()
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        check_truth(&out, name);
     }
     out
 }
@@ -131,7 +229,9 @@ fn cpu_bound_alone_is_on_cpu() {
     let out = run("cpu 1");
     let x = Split::of(only_span(&out, "cpu"));
     eprintln!("cpu alone: {x}");
-    within10("oncpu vs duration", x.oncpu, x.dur, &x);
+    // Not "oncpu ≈ duration": on a loaded machine the kernel itself reports that the thread
+    // waited for its CPU (run_delay 8 ms of a 58 ms span at nice -20); check_truth holds the
+    // run-queue share to that.
     within10("oncpu vs the 50 ms of CPU work", x.oncpu, 50.0 * MS, &x);
     assert_eq!(x.sleep + x.io, 0.0, "a busy loop never sleeps: {x}");
 }
@@ -260,7 +360,14 @@ fn three_times_the_work_is_three_times_on_cpu_same_off_cpu() {
         (2.7..=3.3).contains(&ratio),
         "oncpu ratio w3/w1 {ratio:.3}, expected 3 ±10%: {ctx}"
     );
-    within10("offcpu(w3) vs offcpu(w1)", b.offcpu, a.offcpu, &ctx);
+    // The off-CPU time the target asks for is the same; its run-queue time is not (it grows
+    // with load and with the time spent on CPU), so compare sleep + I/O.
+    within10(
+        "sleep + io (w3) vs (w1)",
+        b.sleep + b.io,
+        a.sleep + a.io,
+        &ctx,
+    );
     within10("w1 oncpu vs 3 x 10 ms", a.oncpu, 30.0 * MS, &ctx);
     within10("w1 sleep vs 3 x 30 ms", a.sleep, 90.0 * MS, &ctx);
     within10("w3 sleep vs 3 x 30 ms", b.sleep, 90.0 * MS, &ctx);
