@@ -16,11 +16,11 @@ use usdt_trace_common::{
 
 use crate::{
     args::{copy_regs, read_args, read_str, reg, IP_WORD, REGS_WORDS},
-    sched,
     maps::{
         count, count_n, existing_thread, ringbuf_flags, thread_state, Scratch, CONFIG, EVENTS,
         FRAME_SCRATCH, HISTS, ID_SPANS, PIDS, SCRATCH, SITES,
     },
+    sched,
 };
 
 /// One probe hit: what the site is and what the kernel told us about it.

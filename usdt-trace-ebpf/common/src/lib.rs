@@ -383,10 +383,7 @@ impl ThreadState {
         self.acct = self.acct_at(now.saturating_sub(oncpu + runq));
         self.acct.oncpu += oncpu;
         self.acct.runq += runq;
-        self.note_off_interval(
-            now.saturating_sub(self.off_start_ns)
-                .saturating_sub(oncpu),
-        );
+        self.note_off_interval(now.saturating_sub(self.off_start_ns).saturating_sub(oncpu));
         self.since_ns = now;
         self.state = TS_RUNNING;
     }
@@ -706,6 +703,42 @@ mod tests {
         );
         assert_eq!(st.acct.io, 300);
         assert_eq!(st.acct.runq, 50);
+    }
+
+    #[test]
+    fn a_switch_in_never_reported_is_split_by_the_kernels_counters() {
+        // Preempted at t=1000 with 5000 ns of CPU and 200 ns of run-queue wait so far.
+        let mut st = thread();
+        st.depth = 1;
+        st.snap_counters(Some(5_000), Some(200));
+        st.switch_out(1_000, true, 0);
+        assert_eq!(st.state, TS_RUNQ);
+        // Seen running at t=11000: the kernel says it waited 3000 ns more, so it ran 7000.
+        st.catch_up_running(11_000, Some(12_000), Some(3_200));
+        assert_eq!(st.state, TS_RUNNING);
+        assert_eq!(st.since_ns, 11_000);
+        let a = st.acct_at(11_000);
+        // 1000 ns running before the switch-out, then 7000 of the 10000 off.
+        assert_eq!((a.oncpu, a.runq), (8_000, 3_000));
+        // Asleep, then seen running: CPU time is what sum_exec_runtime grew by.
+        st.snap_counters(Some(12_000), Some(3_200));
+        st.switch_out(11_000, false, 1);
+        assert_eq!(st.state, TS_SLEEP);
+        st.catch_up_running(21_000, Some(14_000), Some(3_700));
+        let b = st.acct_at(21_000).since(&a);
+        assert_eq!((b.oncpu, b.runq, b.sleep), (2_000, 500, 7_500));
+        // Without counters the interval keeps its state, and the thread runs from now on.
+        st.snap_counters(None, None);
+        let at_switch = st.acct_at(21_000);
+        st.switch_out(21_000, true, 0);
+        st.catch_up_running(22_000, Some(1), Some(1));
+        let c = st.acct_at(22_000).since(&at_switch);
+        assert_eq!(st.state, TS_RUNNING);
+        assert_eq!(c.runq, 1_000);
+        // Already running: nothing to repair.
+        let before = st.acct_at(23_000);
+        st.catch_up_running(23_000, Some(9), Some(9));
+        assert_eq!(st.acct_at(23_000), before);
     }
 
     #[test]
