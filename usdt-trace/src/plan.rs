@@ -102,6 +102,10 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         });
     }
     let site = |(oi, si): (usize, usize)| &objects[oi].1.sites[si];
+    let str_args = string_args(
+        &chosen.iter().map(|&c| site(c)).collect::<Vec<_>>(),
+        opts.strs,
+    )?;
 
     // Roles: which probes open and close spans.
     let names: Vec<ProbeName> = chosen
@@ -154,13 +158,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
                 .into());
             }
         }
-        // A string is read only from an address-sized, readable argument.
-        let str_arg = opts
-            .strs
-            .iter()
-            .find(|r| r.probe.matches(&s.provider, &s.name))
-            .map(|r| r.index)
-            .filter(|&i| i < s.args.len() && s.args[i].readable() && s.args[i].size == 8);
+        let str_arg = str_args[cookie];
         plan.specs
             .push(site_spec(&s.args, s.pc, role, key, str_arg));
         plan.sites.push(SiteInfo {
@@ -184,6 +182,60 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         }
     }
     Ok(plan)
+}
+
+/// Per chosen site, the argument read as a string. A rule must match some traced probe and
+/// name, at each probe it matches, an argument that is there and address-sized: anything else
+/// is an error rather than a rule quietly ignored (or a number quietly printed as null).
+fn string_args(
+    sites: &[&crate::elf::Site],
+    rules: &[StrRule],
+) -> Result<Vec<Option<usize>>, SpanError> {
+    let mut out = vec![None; sites.len()];
+    for r in rules {
+        let mut matched = false;
+        for (i, s) in sites.iter().enumerate() {
+            if !r.probe.matches(&s.provider, &s.name) {
+                continue;
+            }
+            matched = true;
+            let probe = format!("{}:{}", s.provider, s.name);
+            let Some(a) = s.args.get(r.index) else {
+                return Err(SpanError::StrNoArg {
+                    spec: r.spec.clone(),
+                    probe,
+                    nargs: s.args.len(),
+                });
+            };
+            if !a.readable() || a.size != 8 {
+                let what = if !a.readable() {
+                    "unreadable".to_string()
+                } else {
+                    format!("a {}-byte value", a.size)
+                };
+                return Err(SpanError::StrNotPointer {
+                    spec: r.spec.clone(),
+                    probe,
+                    index: r.index,
+                    what,
+                });
+            }
+            match out[i] {
+                Some(other) if other != r.index => {
+                    return Err(SpanError::StrTwice {
+                        spec: r.spec.clone(),
+                        probe,
+                        other,
+                    })
+                }
+                _ => out[i] = Some(r.index),
+            }
+        }
+        if !matched {
+            return Err(SpanError::StrMatchesNothing(r.spec.clone()));
+        }
+    }
+    Ok(out)
 }
 
 fn arg_fmt(a: &ArgSpec) -> ArgFmt {
@@ -472,12 +524,34 @@ mod tests {
     }
 
     #[test]
-    fn a_string_rule_on_a_narrow_argument_is_not_read_as_a_string() {
+    fn string_rules_that_cannot_apply_are_errors_not_nulls() {
         let (a, _) = objects();
-        let strs = [StrRule::parse("query__start:1").unwrap()];
+        let err = |rule: &str| {
+            let strs = [StrRule::parse(rule).unwrap()];
+            build(&[("a", &a)], &opts(&[], &strs))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("query__start:1"),
+            "--str 'query__start:1': argument 1 of app:query__start is a 4-byte value, not a pointer to a string"
+        );
+        assert_eq!(
+            err("query__done:5"),
+            "--str 'query__done:5': app:query__done has 1 argument"
+        );
+        assert_eq!(err("nope:0"), "--str 'nope:0': no traced probe matches");
+        assert_eq!(
+            err("tick:1"),
+            "--str 'tick:1': argument 1 of app:tick is unreadable, not a pointer to a string"
+        );
+        // A glob works, and two rules naming the same argument are one.
+        let strs = [
+            StrRule::parse("*start:0").unwrap(),
+            StrRule::parse("query__start:0").unwrap(),
+        ];
         let plan = build(&[("a", &a)], &opts(&[], &strs)).unwrap();
-        assert_eq!(plan.specs[0].str_arg, STR_NONE);
-        assert_eq!(plan.sites[0].str_arg, None);
+        assert_eq!(plan.sites[0].str_arg, Some(0));
     }
 
     #[test]

@@ -94,6 +94,27 @@ pub enum SpanError {
     BadRule(String),
     #[error("--str '{0}': expected PROBE:N, e.g. postgresql:query__start:0")]
     BadStr(String),
+    #[error("--str '{0}': no traced probe matches")]
+    StrMatchesNothing(String),
+    #[error("--str '{spec}': {probe} has {nargs} argument{}", if *nargs == 1 { "" } else { "s" })]
+    StrNoArg {
+        spec: String,
+        probe: String,
+        nargs: usize,
+    },
+    #[error("--str '{spec}': argument {index} of {probe} is {what}, not a pointer to a string")]
+    StrNotPointer {
+        spec: String,
+        probe: String,
+        index: usize,
+        what: String,
+    },
+    #[error("--str '{spec}': {probe} already captures argument {other} as a string; one string per probe for now")]
+    StrTwice {
+        spec: String,
+        probe: String,
+        other: usize,
+    },
     #[error("--str '{spec}': argument index {index} is out of range (0..{max})")]
     StrIndex {
         spec: String,
@@ -135,11 +156,14 @@ impl SpanRule {
     }
 }
 
-/// `--str PROBE:N`: read argument N of PROBE as a NUL-terminated string.
+/// `--str PROBE:N`: read argument N of PROBE as a NUL-terminated string. PROBE is a glob
+/// (`name`, `provider:name`, `'*:query__*'`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StrRule {
-    pub probe: ProbeRef,
+    pub probe: crate::pattern::Pattern,
     pub index: usize,
+    /// The rule as given, for error messages.
+    pub spec: String,
 }
 
 impl StrRule {
@@ -154,9 +178,13 @@ impl StrRule {
                 max: MAX_ARGS,
             });
         }
+        if probe.is_empty() {
+            return Err(bad());
+        }
         Ok(StrRule {
-            probe: ProbeRef::parse(probe).ok_or_else(bad)?,
+            probe: crate::pattern::Pattern::parse(probe).map_err(|_| bad())?,
             index,
+            spec: s.to_string(),
         })
     }
 }
@@ -439,13 +467,14 @@ mod tests {
         assert!(SpanRule::parse("a=b=c").is_err());
         let r = StrRule::parse("postgresql:query__start:0").unwrap();
         assert_eq!(r.index, 0);
-        assert_eq!(r.probe.provider.as_deref(), Some("postgresql"));
+        assert!(r.probe.matches("postgresql", "query__start"));
+        assert!(!r.probe.matches("other", "query__start"));
         assert!(matches!(
             StrRule::parse("p:n:12"),
             Err(SpanError::StrIndex { index: 12, .. })
         ));
         assert!(StrRule::parse("p:n:x").is_err());
-        assert_eq!(StrRule::parse("n:3").unwrap().probe.provider, None);
+        assert!(StrRule::parse("n:3").unwrap().probe.matches("any", "n"));
     }
 
     #[test]
