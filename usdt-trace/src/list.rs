@@ -143,6 +143,9 @@ struct JsonArg<'a> {
     float: bool,
     loc: &'a ArgLoc,
     readable: bool,
+    /// The declared size of a struct passed by value, of which `size` bytes are read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    struct_size: Option<u8>,
 }
 
 #[derive(Serialize)]
@@ -189,6 +192,7 @@ fn write_json(buf: &mut Vec<u8>, path: &str, pid: Option<u32>, s: &Site) -> io::
                 float: a.float,
                 loc: &a.loc,
                 readable: a.readable(),
+                struct_size: a.struct_size,
             })
             .collect(),
     };
@@ -314,6 +318,14 @@ fn pad_left(out: &mut String, s: &str, width: usize) {
 
 /// A compact reading of one argument: its C type and where the tracer reads it.
 pub fn describe_arg(a: &ArgSpec) -> String {
+    let d = describe_loc(a);
+    match a.struct_size {
+        Some(n) if a.readable() => format!("{d} (low 8 bytes of a {n}-byte struct)"),
+        _ => d,
+    }
+}
+
+fn describe_loc(a: &ArgSpec) -> String {
     let ty = if a.float {
         format!("f{}", u32::from(a.size) * 8)
     } else {
@@ -444,6 +456,11 @@ mod tests {
         assert_eq!(d("2@-96(%rbp,%rax,8)"), "u16 at [rbp+rax*8-96]");
         assert!(d("8@mp_+24(%rip)").starts_with("unreadable: symbol mp_ not found"));
         assert_eq!(d("4@%ah"), "unreadable: high-byte register %ah");
+        assert_eq!(d("16@%rax"), "u64 in rax (low 8 bytes of a 16-byte struct)");
+        assert_eq!(
+            d("16@-16(%rsp)"),
+            "u64 at [rsp-16] (low 8 bytes of a 16-byte struct)"
+        );
         assert_eq!(
             describe_arg(&parse_arg("-4@[x29, -12]", Arch::Aarch64).resolve(|_| None)),
             "s32 at [x29-12]"
