@@ -30,6 +30,7 @@ pub mod output;
 pub mod pattern;
 pub mod plan;
 pub mod procmaps;
+pub mod procmem;
 pub mod spans;
 pub mod target;
 pub mod tracer;

@@ -306,13 +306,13 @@ const MAX_COLUMN: usize = 96;
 fn pad_right(out: &mut String, s: &str, width: usize) {
     out.push_str(s);
     let n = s.chars().count();
-    out.extend(std::iter::repeat(' ').take(width.saturating_sub(n)));
+    out.extend(std::iter::repeat_n(' ', width.saturating_sub(n)));
 }
 
 /// Appends spaces up to `width` characters, then `s`.
 fn pad_left(out: &mut String, s: &str, width: usize) {
     let n = s.chars().count();
-    out.extend(std::iter::repeat(' ').take(width.saturating_sub(n)));
+    out.extend(std::iter::repeat_n(' ', width.saturating_sub(n)));
     out.push_str(s);
 }
 
