@@ -31,6 +31,7 @@ pub mod outqueue;
 pub mod pattern;
 pub mod plan;
 pub mod procmaps;
+pub mod procmem;
 pub mod spans;
 pub mod target;
 pub mod tracer;

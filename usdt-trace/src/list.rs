@@ -5,9 +5,14 @@
 //! it prints what the tracer derived: the file offset the uprobe goes to, the semaphore's offset
 //! (or why it is unusable), how each argument will be read, and whether the site is the usual
 //! `nop` or an instruction the kernel must single-step at about twenty times the cost.
+//!
+//! Every name shown comes from someone else's file or process: text output and warnings pass
+//! them through [`clean`], so an escape sequence in a probe name is shown, not obeyed. JSON
+//! carries them exactly (its writer escapes control characters).
 
 use crate::argspec::{ArgLoc, ArgSpec};
 use crate::elf::{ElfError, ObjectProbes, Site, SiteInsn};
+use crate::output::text::clean;
 use crate::pattern::Pattern;
 use crate::target::{self, Object, TargetError};
 use serde::Serialize;
@@ -86,14 +91,26 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
                     Some(ElfError::NotElf { .. } | ElfError::Truncated { .. })
                 ) {
                     // The path is already in front; say only what is wrong.
-                    let what = e.elf().map_or_else(|| e.to_string(), |k| k.to_string());
-                    writeln!(err, "warning: {}: {what}", t.shown)?;
+                    let what = match &e {
+                        // Its message names the path itself, cleaned below with the rest.
+                        TargetError::NotTheMappedFile { .. } => e.to_string(),
+                        _ => {
+                            let what = e.elf().map_or_else(|| e.to_string(), |k| k.to_string());
+                            format!("{}: {what}", t.shown)
+                        }
+                    };
+                    writeln!(err, "warning: {}", clean(&what))?;
                 }
                 continue;
             }
         };
         for w in &probes.warnings {
-            writeln!(err, "warning: {}: {w}", t.shown)?;
+            writeln!(
+                err,
+                "warning: {}: {}",
+                clean(&t.shown),
+                clean(&w.to_string())
+            )?;
         }
         let sites: Vec<&Site> = probes
             .sites
@@ -126,6 +143,9 @@ struct JsonArg<'a> {
     float: bool,
     loc: &'a ArgLoc,
     readable: bool,
+    /// The declared size of a struct passed by value, of which `size` bytes are read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    struct_size: Option<u8>,
 }
 
 #[derive(Serialize)]
@@ -172,6 +192,7 @@ fn write_json(buf: &mut Vec<u8>, path: &str, pid: Option<u32>, s: &Site) -> io::
                 float: a.float,
                 loc: &a.loc,
                 readable: a.readable(),
+                struct_size: a.struct_size,
             })
             .collect(),
     };
@@ -204,16 +225,17 @@ fn write_text(
             } else {
                 "no probes match"
             };
-            writeln!(out, "{}: {why}", t.shown)?;
+            writeln!(out, "{}: {why}", clean(&t.shown))?;
         }
         return Ok(());
     }
     let plural = if sites.len() == 1 { "" } else { "s" };
+    let shown = clean(&t.shown);
     match cfg.pid {
         Some(pid) if !t.named => {
-            writeln!(out, "{} (pid {pid}): {} site{plural}", t.shown, sites.len())?
+            writeln!(out, "{shown} (pid {pid}): {} site{plural}", sites.len())?
         }
-        _ => writeln!(out, "{}: {} site{plural}", t.shown, sites.len())?,
+        _ => writeln!(out, "{shown}: {} site{plural}", sites.len())?,
     }
     let rows: Vec<[String; 5]> = sites
         .iter()
@@ -224,7 +246,7 @@ fn write_text(
                 (a, None) => format!("{a:#x}(unusable)"),
             };
             [
-                format!("{}:{}", s.provider, s.name),
+                format!("{}:{}", clean(&s.provider), clean(&s.name)),
                 format!("{:#x}", s.pc),
                 sema,
                 format!("{:#x}", s.file_offset),
@@ -233,50 +255,77 @@ fn write_text(
         })
         .collect();
     let header = ["PROBE", "PC", "SEMAPHORE", "OFFSET", "SITE"];
+    // Columns are as wide as their widest cell, but a freak name (a file can hold a 100k-char
+    // probe name) only overflows its own row instead of padding every other one.
     let mut w = header.map(str::len);
     for r in &rows {
         for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.len());
+            w[i] = w[i].max(c.chars().count().min(MAX_COLUMN));
         }
     }
     let line = |out: &mut dyn Write, r: [&str; 5]| {
-        writeln!(
-            out,
-            "  {:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {}",
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            r[4],
-            w0 = w[0],
-            w1 = w[1],
-            w2 = w[2],
-            w3 = w[3]
-        )
+        let mut l = String::with_capacity(128);
+        l.push_str("  ");
+        pad_right(&mut l, r[0], w[0]);
+        for i in 1..4 {
+            l.push_str("  ");
+            pad_left(&mut l, r[i], w[i]);
+        }
+        l.push_str("  ");
+        l.push_str(r[4]);
+        writeln!(out, "{l}")
     };
     line(out, header)?;
-    let raw_w = sites
+    let raws: Vec<Vec<std::borrow::Cow<'_, str>>> = sites
         .iter()
-        .flat_map(|s| s.args.iter().map(|a| a.raw.len()))
+        .map(|s| s.args.iter().map(|a| clean(&a.raw)).collect())
+        .collect();
+    let raw_w = raws
+        .iter()
+        .flatten()
+        .map(|r| r.chars().count())
         .max()
         .unwrap_or(0)
         .min(28);
-    for (s, r) in sites.iter().zip(&rows) {
+    for ((s, r), raws) in sites.iter().zip(&rows).zip(&raws) {
         line(out, [&r[0], &r[1], &r[2], &r[3], &r[4]])?;
-        for (i, a) in s.args.iter().enumerate() {
-            writeln!(
-                out,
-                "      arg{i:<2} {:<raw_w$} -> {}",
-                a.raw,
-                describe_arg(a)
-            )?;
+        for (i, (a, raw)) in s.args.iter().zip(raws).enumerate() {
+            let mut l = format!("      arg{i:<2} ");
+            pad_right(&mut l, raw, raw_w);
+            writeln!(out, "{l} -> {}", clean(&describe_arg(a)))?;
         }
     }
     Ok(())
 }
 
+/// Widest a text column grows for alignment; longer cells overflow.
+const MAX_COLUMN: usize = 96;
+
+/// Appends `s` then spaces up to `width` characters. Done by hand: `format!`'s width must fit
+/// in a u16 and panics beyond (a 65,536-character probe name did).
+fn pad_right(out: &mut String, s: &str, width: usize) {
+    out.push_str(s);
+    let n = s.chars().count();
+    out.extend(std::iter::repeat_n(' ', width.saturating_sub(n)));
+}
+
+/// Appends spaces up to `width` characters, then `s`.
+fn pad_left(out: &mut String, s: &str, width: usize) {
+    let n = s.chars().count();
+    out.extend(std::iter::repeat_n(' ', width.saturating_sub(n)));
+    out.push_str(s);
+}
+
 /// A compact reading of one argument: its C type and where the tracer reads it.
 pub fn describe_arg(a: &ArgSpec) -> String {
+    let d = describe_loc(a);
+    match a.struct_size {
+        Some(n) if a.readable() => format!("{d} (low 8 bytes of a {n}-byte struct)"),
+        _ => d,
+    }
+}
+
+fn describe_loc(a: &ArgSpec) -> String {
     let ty = if a.float {
         format!("f{}", u32::from(a.size) * 8)
     } else {
@@ -407,6 +456,11 @@ mod tests {
         assert_eq!(d("2@-96(%rbp,%rax,8)"), "u16 at [rbp+rax*8-96]");
         assert!(d("8@mp_+24(%rip)").starts_with("unreadable: symbol mp_ not found"));
         assert_eq!(d("4@%ah"), "unreadable: high-byte register %ah");
+        assert_eq!(d("16@%rax"), "u64 in rax (low 8 bytes of a 16-byte struct)");
+        assert_eq!(
+            d("16@-16(%rsp)"),
+            "u64 at [rsp-16] (low 8 bytes of a 16-byte struct)"
+        );
         assert_eq!(
             describe_arg(&parse_arg("-4@[x29, -12]", Arch::Aarch64).resolve(|_| None)),
             "s32 at [x29-12]"

@@ -9,9 +9,15 @@
 //! distinct files in `/proc/PID/maps`, reached through `/proc/PID/root` so that processes in
 //! other mount namespaces (containers) work. Which failures are fatal is the caller's policy:
 //! a file the user named must parse, while a process maps fonts and locale archives too.
+//!
+//! `/proc/PID/root/<path>` is resolved by *us*, and the target controls what it meets there: in
+//! its own user and mount namespace an unprivileged process can put an absolute symlink where
+//! its mapped file was, and the symlink then resolves on the host, to any file root can read.
+//! So every object opened for a process is first opened `O_PATH` (no read, no device open),
+//! checked to be the inode `/proc/PID/maps` names, and only then opened for reading.
 
 use crate::elf::{self, ElfError, ObjectProbes};
-use crate::procmaps::{self, ProcError};
+use crate::procmaps::{self, MappedObject, ProcError};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -40,6 +46,21 @@ pub enum TargetError {
     },
     #[error(transparent)]
     Proc(#[from] ProcError),
+    /// What the process's path leads to now is not the file it mapped (replaced, or redirected
+    /// by a symlink in the process's own mount namespace): it is refused, not read.
+    #[error(
+        "{path}: not the file process {pid} mapped (maps says device {}:{} inode {}, the path \
+         leads to device {}:{} inode {}); skipped",
+        .mapped.0, .mapped.1, .mapped.2, .found.0, .found.1, .found.2
+    )]
+    NotTheMappedFile {
+        path: String,
+        pid: u32,
+        /// (major, minor, inode) from `/proc/PID/maps`.
+        mapped: (u32, u32, u64),
+        /// (major, minor, inode) of what the path opened.
+        found: (u32, u32, u64),
+    },
 }
 
 impl TargetError {
@@ -72,8 +93,49 @@ impl Object {
     }
 }
 
-fn fd_path(f: &File) -> PathBuf {
+fn fd_path(f: &impl AsRawFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()))
+}
+
+/// (major, minor, inode) of a stat result.
+fn identity(m: &std::fs::Metadata) -> (u32, u32, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (libc::major(m.dev()), libc::minor(m.dev()), m.ino())
+}
+
+/// Opens the object `pid` maps as `m`, after checking that its path leads to the very inode
+/// the process mapped; `shown` names it in errors.
+pub fn open_mapped(pid: u32, m: &MappedObject, shown: &str) -> Result<Object, TargetError> {
+    let open_err = |source| TargetError::Open {
+        path: shown.to_string(),
+        source,
+    };
+    // O_PATH follows the symlinks but opens nothing: a planted link to a device (a watchdog,
+    // a tape) is not opened before it is refused.
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(&m.host_path)
+        .map_err(open_err)?;
+    let found = identity(&handle.metadata().map_err(open_err)?);
+    let mapped = (m.dev.0, m.dev.1, m.inode);
+    if found != mapped && !same_as_map_files(m, found) {
+        return Err(TargetError::NotTheMappedFile {
+            path: shown.to_string(),
+            pid,
+            mapped,
+            found,
+        });
+    }
+    // Reopened through the checked handle: the same inode, whatever the path says by now.
+    open(shown, &fd_path(&handle))
+}
+
+/// Some file systems (btrfs subvolumes, overlayfs on older kernels) report in maps another
+/// device or inode than stat() does for the same file. The mapping itself, through
+/// `/proc/PID/map_files` (root only), then settles it.
+fn same_as_map_files(m: &MappedObject, found: (u32, u32, u64)) -> bool {
+    std::fs::metadata(&m.map_files).is_ok_and(|meta| identity(&meta) == found)
 }
 
 fn file_kind(ft: std::fs::FileType) -> &'static str {
@@ -147,18 +209,19 @@ pub struct MappedTarget {
     pub object: Result<Object, TargetError>,
 }
 
-/// Every distinct file `pid` maps, each opened and parsed.
+/// Every distinct file `pid` maps, each checked to be the mapped file, opened and parsed.
 pub fn open_process(pid: u32) -> Result<Vec<MappedTarget>, TargetError> {
     Ok(procmaps::mapped_objects(pid)?
         .into_iter()
         .map(|m| {
+            let path = m.shown();
             let shown = if m.deleted {
-                format!("{} (deleted)", m.path)
+                format!("{path} (deleted)")
             } else {
-                m.path.clone()
+                path.clone()
             };
             MappedTarget {
-                object: open(&m.path, &m.host_path),
+                object: open_mapped(pid, &m, &path),
                 shown,
             }
         })
@@ -216,6 +279,32 @@ mod tests {
         let o = open("me", &me).unwrap();
         assert!(o.inode != 0);
         assert!(o.fd_path().starts_with("/proc/self/fd/"));
+    }
+
+    #[test]
+    fn a_path_leading_elsewhere_than_the_mapping_is_refused() {
+        let me = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+        let ours = procmaps::mapped_objects(std::process::id())
+            .unwrap()
+            .into_iter()
+            .find(|m| m.path == me)
+            .unwrap();
+        assert!(open_mapped(std::process::id(), &ours, "me").is_ok());
+        // The same mapping, but its path now leads to another file (as a planted symlink would).
+        let other = std::env::temp_dir().join(format!("usdt-target-other-{}", std::process::id()));
+        std::fs::write(&other, b"\x7fELF not really").unwrap();
+        let forged = MappedObject {
+            host_path: other.clone(),
+            ..ours
+        };
+        let r = open_mapped(std::process::id(), &forged, "me");
+        let _ = std::fs::remove_file(&other);
+        match r {
+            Err(e @ TargetError::NotTheMappedFile { .. }) => {
+                assert!(e.to_string().starts_with("me: not the file process"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

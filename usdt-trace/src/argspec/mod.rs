@@ -101,7 +101,7 @@ pub enum ArgLoc {
         scale: u8,
         address: Option<u64>,
     },
-    /// Parsed but cannot be read (float, 16/24-byte struct, %ah, segment, xmm, unknown symbol...)
+    /// Parsed but cannot be read (float, %ah, segment, xmm, unknown symbol...)
     /// or could not be parsed at all.
     Unsupported { reason: String },
 }
@@ -111,12 +111,17 @@ pub enum ArgLoc {
 pub struct ArgSpec {
     /// The argument's text exactly as in the note (e.g. `"-4@%edi"`).
     pub raw: String,
-    /// Size in bytes (1, 2, 4, 8; 16/24 are parsed but unsupported). Inferred when omitted.
+    /// Size in bytes that the tracer reads (1, 2, 4, 8). Inferred when omitted.
     pub size: u8,
     pub signed: bool,
     /// `f` suffix: floating point.
     pub float: bool,
     pub loc: ArgLoc,
+    /// A struct passed by value (`16@%rax`, `16@-16(%rsp)`) declares 16 or 24 bytes; `size` is
+    /// then 8 and the tracer reads its low 8 bytes (the register, or 8 bytes at the address),
+    /// as other USDT tools do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub struct_size: Option<u8>,
 }
 
 impl ArgSpec {
@@ -149,6 +154,7 @@ pub struct ParsedArg {
     signed: bool,
     float: bool,
     loc: Parsed,
+    struct_size: Option<u8>,
 }
 
 /// A location, or a symbol operand still missing its address.
@@ -237,6 +243,7 @@ impl ParsedArg {
             signed: self.signed,
             float: self.float,
             loc,
+            struct_size: self.struct_size,
         }
     }
 }
@@ -294,6 +301,7 @@ pub fn parse_arg(one: &str, arch: Arch) -> ParsedArg {
         signed: false,
         float: false,
         loc: unsupported(String::new()),
+        struct_size: None,
     };
     // Hand-written probes may leave the size out entirely (`%eax`), so `@` is optional.
     let (size_part, operand) = match raw.split_once('@') {
@@ -338,9 +346,11 @@ pub fn parse_arg(one: &str, arch: Arch) -> ParsedArg {
     match size {
         None => spec.size = width.unwrap_or(8),
         Some(1 | 2 | 4 | 8) => {}
+        // A struct passed by value: its low 8 bytes are what a u64 read of the register or
+        // the memory gives. A vector register holds it only as a whole: the operand says so.
         Some(16 | 24) => {
-            spec.loc = unsupported(format!("{}-byte struct passed by value", spec.size));
-            return spec;
+            spec.struct_size = Some(spec.size);
+            spec.size = 8;
         }
         Some(n) => {
             spec.loc = unsupported(format!("invalid size {n}"));

@@ -551,7 +551,7 @@ mod tests {
     }
 
     #[test]
-    fn x86_floats_and_structs_parse_but_are_unreadable() {
+    fn x86_floats_are_unreadable_and_structs_read_low_8_bytes() {
         let f = x86("8f@%xmm0");
         assert!(f.float);
         assert_eq!(f.size, 8);
@@ -559,12 +559,23 @@ mod tests {
         let f = x86("-8f@-8(%rbp)");
         assert!(f.float && f.signed);
         assert!(reason(&f).contains("floating"));
-        for s in ["16@-32(%rbp)", "24@(%rsp)"] {
+        for (s, declared) in [("16@-32(%rbp)", 16), ("24@(%rsp)", 24), ("16@%rax", 16)] {
             let spec = x86(s);
-            assert!(reason(&spec).contains("struct"), "{s}");
-            assert!(spec.size == 16 || spec.size == 24);
-            assert!(!spec.readable());
+            assert!(spec.readable(), "{s}: {:?}", spec.loc);
+            assert_eq!((spec.size, spec.struct_size), (8, Some(declared)), "{s}");
         }
+        match x86("16@-16(%rsp)").loc {
+            ArgLoc::Mem {
+                base, index, disp, ..
+            } => assert_eq!((base.canonical.as_str(), index, disp), ("rsp", None, -16)),
+            other => panic!("{other:?}"),
+        }
+        match x86("16@%rax").loc {
+            ArgLoc::Reg { reg } => assert_eq!(reg.canonical, "rax"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(x86("8@%rax").struct_size, None);
+        assert!(!x86("16@%xmm0").readable());
     }
 
     #[test]

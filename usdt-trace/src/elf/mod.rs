@@ -174,8 +174,10 @@ impl ElfError {
     }
 }
 
-/// Reads and parses one object. Large libraries are mapped rather than read: `list` touches only
-/// the headers, the note sections and a few bytes per site.
+/// Reads and parses one object. The file is read, not mapped: a mapped file truncated while we
+/// parse it (a library being rewritten, or a hostile target) would kill us with SIGBUS, while a
+/// read sees the bytes that were there, and a short read is a plain error. Reading even a
+/// 20 MB library from the page cache costs a few milliseconds.
 pub fn parse_file(path: &Path) -> Result<ObjectProbes, ElfError> {
     let io = |source| ElfError::Io {
         path: path.to_path_buf(),
@@ -193,69 +195,23 @@ pub fn parse_file(path: &Path) -> Result<ObjectProbes, ElfError> {
             path: path.to_path_buf(),
         });
     }
-    let bytes = FileBytes::load(&file, meta.len()).map_err(io)?;
-    parse(bytes.as_slice()).map_err(|e| ElfError::InFile {
+    let bytes = read_all(&file, meta.len()).map_err(io)?;
+    parse(&bytes).map_err(|e| ElfError::InFile {
         path: path.to_path_buf(),
         source: Box::new(e),
     })
 }
 
-/// A file's contents, mapped when possible.
-enum FileBytes {
-    Mapped { ptr: *mut libc::c_void, len: usize },
-    Read(Vec<u8>),
-}
-
-impl FileBytes {
-    fn load(mut file: &std::fs::File, len: u64) -> std::io::Result<FileBytes> {
-        use std::io::Read;
-        use std::os::fd::AsRawFd;
-        if let Ok(len) = usize::try_from(len) {
-            if len > 0 {
-                // SAFETY: a fresh private read-only mapping of a file we hold open; it is
-                // unmapped in Drop and only ever viewed as &[u8] of exactly `len` bytes.
-                let ptr = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        len,
-                        libc::PROT_READ,
-                        libc::MAP_PRIVATE,
-                        file.as_raw_fd(),
-                        0,
-                    )
-                };
-                if ptr != libc::MAP_FAILED {
-                    return Ok(FileBytes::Mapped { ptr, len });
-                }
-            }
-        }
-        // Files that cannot be mapped (or report size 0, like some procfs entries) are read.
-        let mut buf = Vec::new();
-        file.read_to_end(&mut buf)?;
-        Ok(FileBytes::Read(buf))
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            // SAFETY: ptr/len describe a live PROT_READ mapping owned by self. A concurrent
-            // truncation of the file could fault, as for any tool that maps its input.
-            FileBytes::Mapped { ptr, len } => unsafe {
-                std::slice::from_raw_parts(*ptr as *const u8, *len)
-            },
-            FileBytes::Read(v) => v,
-        }
-    }
-}
-
-impl Drop for FileBytes {
-    fn drop(&mut self) {
-        if let FileBytes::Mapped { ptr, len } = *self {
-            // SAFETY: unmapping the mapping created in load(); no slice of it outlives self.
-            unsafe {
-                libc::munmap(ptr, len);
-            }
-        }
-    }
+/// The whole file, sized by `len` (its size at stat time) but read to its current end: a file
+/// that shrank meanwhile comes back short and fails to parse as truncated, one that grew is
+/// read whole.
+fn read_all(mut file: &std::fs::File, len: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    // The capacity is only a hint; a bogus size (procfs says 0) must not allocate wildly.
+    let hint = usize::try_from(len).unwrap_or(0).min(1 << 30);
+    let mut buf = Vec::with_capacity(hint.saturating_add(1));
+    file.read_to_end(&mut buf)?;
+    Ok(buf)
 }
 
 /// Parses an ELF object held in memory.

@@ -972,3 +972,28 @@ fn repeated_warnings_are_capped_with_a_count() {
         })
     );
 }
+
+/// A file that shrinks between stat and read (truncated while we parse it) reads short and
+/// fails as truncated; a mapping of the stale size faulted with SIGBUS past the new end.
+#[test]
+fn a_file_shrinking_after_stat_is_an_error_not_a_signal() {
+    let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+    let path = std::env::temp_dir().join(format!("usdt-elf-shrink-{}", std::process::id()));
+    std::fs::write(&path, &me).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    let stale_len = f.metadata().unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    let bytes = read_all(&f, stale_len);
+    let _ = std::fs::remove_file(&path);
+    let bytes = bytes.unwrap();
+    assert_eq!(bytes.len(), 100);
+    assert!(matches!(
+        parse(&bytes).unwrap_err(),
+        ElfError::Truncated { .. } | ElfError::Malformed { .. }
+    ));
+}
