@@ -12,7 +12,7 @@
 use crate::child::{Child, SpawnError, GRACE};
 use crate::output::sink::{Fanout, Hists};
 use crate::output::text::clean;
-use crate::output::{self, JsonSink, RunInfo, Sink, Summary, TextSink};
+use crate::output::{self, JsonSink, RunInfo, Sink, Summary, TextSink, View};
 use crate::outqueue::{self, QueueHandle};
 use crate::pattern::Pattern;
 use crate::plan::{self, Plan, PlanError, PlanOptions};
@@ -167,9 +167,12 @@ fn mapped_by(pid: u32, named: &std::path::Path) -> Result<Option<Object>, WatchE
         let same_path = std::path::Path::new(&m.path) == named;
         let same_file = host == Some((m.dev, m.inode));
         if same_path || same_file {
-            return Ok(Some(target::open(
+            // Checked against the mapping (device and inode): a path the process controls
+            // cannot redirect root to another file.
+            return Ok(Some(target::open_mapped(
+                pid,
+                &m,
                 &named.display().to_string(),
-                &m.host_path,
             )?));
         }
     }
@@ -323,16 +326,80 @@ struct Reader<'a> {
     t0: u64,
 }
 
+/// Late string reads allowed per batch: each costs a system call or two, and a flood of
+/// failed reads must not slow the loop that keeps the ring buffer drained.
+const LATE_READS_PER_BATCH: usize = 256;
+
+/// The kernel reads strings without faulting pages in, so a string on a page the process never
+/// touched (a literal in `.rodata`) comes back empty. Read it from the live process instead, and
+/// mark it as read late. Returns the patched string buffer and length.
+fn read_late(
+    pid: u32,
+    site: &output::SiteInfo,
+    args: &[u64; usdt_trace_common::MAX_ARGS],
+    str_len: u32,
+) -> Option<([u8; usdt_trace_common::STR_LEN], u32)> {
+    let i = site.str_arg?;
+    let addr = *args.get(i)?;
+    if str_len != 0 || addr == 0 {
+        return None;
+    }
+    let max = usdt_trace_common::STR_LEN - 1;
+    let bytes = crate::procmem::read_process_string(pid, addr, max).ok()?;
+    let mut buf = [0u8; usdt_trace_common::STR_LEN];
+    let n = bytes.len().min(max);
+    buf[..n].copy_from_slice(&bytes[..n]);
+    Some((buf, (n as u32 + 1) | output::decode::STR_READ_LATE))
+}
+
 impl Reader<'_> {
     fn batch(&mut self, tracer: &mut Tracer, timeout: Duration) -> Result<usize, WatchError> {
         let mut res = Ok(());
+        let mut late_budget = LATE_READS_PER_BATCH;
         let n = tracer.poll(timeout, |bytes| {
             let view = output::decode(bytes).and_then(|r| self.plan.resolve(r));
-            match view {
-                Some(v) if res.is_ok() => res = self.sinks.record(&v),
-                Some(_) => {}
-                None => self.bad_records += 1,
+            let Some(v) = view else {
+                self.bad_records += 1;
+                return;
+            };
+            if res.is_err() {
+                return;
             }
+            // A string the kernel could not read: patch a copy of the record.
+            match v {
+                View::Event { site, rec } if late_budget > 0 => {
+                    if let Some((s, len)) = read_late(rec.hdr.pid, site, &rec.args, rec.str_len) {
+                        late_budget -= 1;
+                        let mut copy = *rec;
+                        copy.str = s;
+                        copy.str_len = len;
+                        res = self.sinks.record(&View::Event { site, rec: &copy });
+                        return;
+                    }
+                }
+                View::Span {
+                    pair,
+                    start,
+                    end,
+                    rec,
+                } if late_budget > 0 => {
+                    if let Some((s, len)) = read_late(rec.hdr.pid, start, &rec.args, rec.str_len) {
+                        late_budget -= 1;
+                        let mut copy = *rec;
+                        copy.str = s;
+                        copy.str_len = len;
+                        res = self.sinks.record(&View::Span {
+                            pair,
+                            start,
+                            end,
+                            rec: &copy,
+                        });
+                        return;
+                    }
+                }
+                _ => {}
+            }
+            res = self.sinks.record(&v);
         })?;
         res?;
         self.sinks.flush()?;

@@ -39,7 +39,12 @@ pub fn cstr(b: &[u8]) -> &[u8] {
     &b[..n]
 }
 
+/// Set in a record's `str_len` by user space (never by the kernel, whose lengths are at most
+/// `STR_LEN`) when the string was read from the live process after the kernel's non-faulting
+/// read failed: the string is real, but read a moment later than the probe fired.
+pub const STR_READ_LATE: u32 = 1 << 31;
+
 pub fn string_of(str_len: u32, s: &[u8; STR_LEN]) -> &[u8] {
-    let n = (str_len as usize).min(STR_LEN);
+    let n = ((str_len & !STR_READ_LATE) as usize).min(STR_LEN);
     cstr(&s[..n])
 }

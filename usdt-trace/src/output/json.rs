@@ -2,7 +2,7 @@
 //! records are worth at a million spans a second). Untrusted bytes (comm, captured strings) are
 //! escaped so that every line is valid JSON.
 
-use super::decode::{cstr, string_of};
+use super::decode::{cstr, string_of, STR_READ_LATE};
 use super::{ArgFmt, PairInfo, RunInfo, SiteInfo, Summary, SCHEMA_VERSION};
 use std::io::Write;
 use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, MAX_ARGS};
@@ -96,7 +96,15 @@ pub fn event_json(out: &mut Vec<u8>, site: &SiteInfo, r: &EventRecord) {
     out.extend_from_slice(b",\"args\":");
     let s = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
     json_args(out, site, &r.args, s);
+    late_mark(out, r.str_len);
     out.extend_from_slice(b"}\n");
+}
+
+/// `"str_read_late":true` when the string came from the live process, not the probe.
+fn late_mark(out: &mut Vec<u8>, str_len: u32) {
+    if str_len & STR_READ_LATE != 0 {
+        out.extend_from_slice(b",\"str_read_late\":true");
+    }
 }
 
 /// `{"type":"span",...}` line.
@@ -153,6 +161,7 @@ pub fn span_json(
     json_args(out, start, &r.args, s);
     out.extend_from_slice(b",\"end_args\":");
     json_args(out, end, &r.end_args, None);
+    late_mark(out, r.str_len);
     out.extend_from_slice(b"}\n");
 }
 
