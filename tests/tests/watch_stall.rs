@@ -46,7 +46,8 @@ fn sigint_with_a_stalled_reader_mid_flood_stops_within_a_second_with_bounded_mem
     assert!(status.is_some(), "watch did not exit within 10 s of SIGINT");
     // Ending the flooding command takes one SIGTERM; the rest is detaching and a 1 s
     // grace for the stalled reader.
-    assert!(took < Duration::from_secs(4), "took {took:?}");
+    eprintln!("stopped {took:?} after SIGINT, RSS {rss} KiB while flooding");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
     assert!(
         rss < 300 * 1024,
         "RSS {rss} KiB while flooding into a stalled pipe"
@@ -54,7 +55,7 @@ fn sigint_with_a_stalled_reader_mid_flood_stops_within_a_second_with_bounded_mem
     let (rest, _) = err.rest_until(Instant::now() + Duration::from_secs(10));
     let stderr = rest.join("\n");
     assert!(
-        stderr.contains("could not be written to stdout"),
+        stderr.contains("reader did not keep up") || stderr.contains("could not be written"),
         "stderr: {stderr}"
     );
 }

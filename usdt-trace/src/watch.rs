@@ -305,6 +305,60 @@ fn attach(
     Ok(())
 }
 
+/// The traced files' size and modification time, checked about once a second. A file
+/// overwritten in place (`cp` over it keeps the inode) keeps its uprobes at the old offsets,
+/// which in the new content may be the middle of an instruction: the kernel does this to any
+/// tracer, and the next run of that file can crash. It cannot be undone from here, but it is
+/// said at once, so a crash or a strange span is not a mystery.
+struct ChangeWatch {
+    /// (object index, size, mtime) of the objects with attach points.
+    files: Vec<(usize, u64, i64, i64)>,
+    warned: Vec<bool>,
+    last: Instant,
+}
+
+impl ChangeWatch {
+    fn new(objects: &[Object], plan: &Plan) -> ChangeWatch {
+        use std::os::unix::fs::MetadataExt;
+        let files: Vec<_> = plan
+            .objects
+            .iter()
+            .filter_map(|op| {
+                let m = objects[op.object].file.metadata().ok()?;
+                Some((op.object, m.size(), m.mtime(), m.mtime_nsec()))
+            })
+            .collect();
+        ChangeWatch {
+            warned: vec![false; files.len()],
+            files,
+            last: Instant::now(),
+        }
+    }
+
+    fn check(&mut self, objects: &[Object]) {
+        use std::os::unix::fs::MetadataExt;
+        if self.last.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last = Instant::now();
+        for (i, &(oi, size, mtime, nsec)) in self.files.iter().enumerate() {
+            if self.warned[i] {
+                continue;
+            }
+            let Ok(m) = objects[oi].file.metadata() else {
+                continue;
+            };
+            if (m.size(), m.mtime(), m.mtime_nsec()) != (size, mtime, nsec) {
+                self.warned[i] = true;
+                eprintln!(
+                    "warning: {} was modified in place while traced: its probes stay at the old offsets, which in the new content may be mid-instruction; processes that run the new file may crash or report bogus spans: stop tracing it",
+                    clean(&objects[oi].shown)
+                );
+            }
+        }
+    }
+}
+
 /// Why the reading loop should end now, if it should.
 fn should_stop(cfg: &WatchConfig, started: Instant, child: Option<&mut Child>) -> bool {
     STOP.load(Ordering::Relaxed)
@@ -494,12 +548,14 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         span_names: plan.pairs.len(),
     })?;
     let mut last_hist = Instant::now();
+    let mut watched = ChangeWatch::new(&objects, &plan);
     while !should_stop(cfg, started, child.as_mut()) {
         reader.batch(&mut tracer, Duration::from_millis(50))?;
         if cfg.interval.is_some_and(|iv| last_hist.elapsed() >= iv) {
             last_hist = Instant::now();
             reader.interval(&tracer)?;
         }
+        watched.check(&objects);
     }
 
     // Detach first (semaphores drop), then take what is left in the ring.
@@ -510,10 +566,13 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     }
     let c = tracer.counters()?;
     let open = tracer.open_spans().unwrap_or(0);
+    // Records the output queue dropped so far are lost like those the ring had no room for:
+    // printed + lost == hits holds for what the reader sees.
+    let out_lost = output.lost();
     let summary = Summary {
         events: c.events,
         spans: c.spans,
-        lost: c.lost + reader.bad_records,
+        lost: c.lost + reader.bad_records + out_lost,
         unmatched: c.unmatched_start + open,
         unmatched_end: c.unmatched_end,
         duration_ns: monotonic_ns().saturating_sub(t0),
@@ -521,16 +580,32 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     reader.sinks.finish(&summary)?;
     drop(reader);
     // A reader that stopped reading gets a moment, then what it did not take is counted.
-    let unwritten = output.finish(Duration::from_secs(1));
-    if unwritten > 0 {
+    // Bounded so that stopping stays well under a second whatever the reader does.
+    let unwritten = output
+        .finish(Duration::from_millis(300))
+        .saturating_sub(out_lost);
+    if summary.lost > 0 {
+        let ring = summary.lost - out_lost;
+        let mut why = Vec::new();
+        if ring > 0 {
+            why.push(format!(
+                "{ring} with the ring buffer full: try a larger --ring-kib"
+            ));
+        }
+        if out_lost > 0 {
+            why.push(format!(
+                "{out_lost} because the output's reader did not keep up"
+            ));
+        }
         eprintln!(
-            "warning: {unwritten} records could not be written to stdout (its reader did not keep up or stopped reading)"
+            "warning: {} records were lost ({})",
+            summary.lost,
+            why.join("; ")
         );
     }
-    if summary.lost > 0 {
+    if unwritten > 0 {
         eprintln!(
-            "warning: {} records were lost (ring buffer full); try a larger --ring-kib",
-            summary.lost
+            "warning: {unwritten} more records, the summary among them, could not be written to stdout (its reader stopped reading)"
         );
     }
     if let crate::tracer::Detach::Background { sites, pid } = detach {
