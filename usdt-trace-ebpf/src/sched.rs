@@ -16,7 +16,7 @@ use usdt_trace_common::{CNT_UNMATCHED_START, TS_RUNNING, TS_RUNQ};
 
 use crate::{
     irq,
-    maps::{count_n, existing_thread, CONFIG, THREADS},
+    maps::{count_n, existing_thread, CONFIG, NO_STATE_TIDS, THREADS},
 };
 
 /// The thread id of a `struct task_struct *`, through the offset user space found in BTF.
@@ -91,6 +91,7 @@ pub fn on_waking(ctx: &BtfTracePointContext) {
 }
 
 /// sched_process_exit: runs in the exiting thread. Its open frames will never see their end.
+/// Starts dropped past the stack or for a full map were counted as drops already.
 #[inline(always)]
 pub fn on_exit() {
     let tid = bpf_get_current_pid_tgid() as u32;
@@ -100,4 +101,6 @@ pub fn on_exit() {
         }
         let _ = THREADS.remove(&tid);
     }
+    // The thread id will be reused: its dropped starts must not swallow a later thread's ends.
+    let _ = NO_STATE_TIDS.remove(&tid);
 }

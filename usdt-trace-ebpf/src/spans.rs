@@ -8,17 +8,18 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     hist_slot, log2_bucket, Acct, Config, EventRecord, Frame, IdKey, RecordHeader, RecordKind,
-    SiteRole, SiteSpec, SpanRecord, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED, CNT_EVENTS,
-    CNT_FILTERED, CNT_LOST, CNT_NO_STATE, CNT_SPANS, CNT_UNMATCHED_END, CNT_UNMATCHED_START,
-    HIST_BUCKETS, HIST_DURATION, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS,
-    MAX_DEPTH, MAX_PAIRS,
+    SiteRole, SiteSpec, SpanRecord, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED, CNT_DEPTH_END,
+    CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS,
+    CNT_THREADS_FULL, CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS,
+    HIST_DURATION, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS,
 };
 
 use crate::{
     args::{copy_regs, read_args, read_str, reg, IP_WORD, REGS_WORDS},
     maps::{
-        count, count_n, existing_thread, ringbuf_flags, thread_state, Scratch, CONFIG, EVENTS,
-        FRAME_SCRATCH, HISTS, ID_SPANS, PIDS, SCRATCH, SITES,
+        count, count_n, existing_thread, note_stateless_start, ringbuf_flags, take_stateless_start,
+        thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED, ID_SPANS, PIDS,
+        SCRATCH, SITES,
     },
 };
 
@@ -211,31 +212,39 @@ fn close_span(hit: &Hit, f: &Frame, acct: Option<Acct>, end_args: Option<&[u64; 
 /// A span start paired per thread: push a frame.
 fn start_on_thread(hit: &Hit) -> Result<(), ()> {
     let Some(st) = thread_state(hit.tid) else {
-        count(CNT_NO_STATE);
+        count(CNT_THREADS_FULL);
+        note_stateless_start(hit.tid);
         return Ok(());
     };
     st.resume_accounting(hit.now);
-    let depth = st.depth as usize;
-    // A full stack drops the start; the check is also the bound the verifier needs on the
-    // map-held depth before it indexes `frames`.
-    if depth >= MAX_DEPTH {
-        count(CNT_UNMATCHED_START);
+    // A full stack drops the start (and, through the thread's overflow count, its end).
+    let Some(depth) = st.push() else {
+        count(CNT_DEPTH_START);
         return Ok(());
-    }
+    };
     let acct = st.acct_at(hit.now);
-    open_frame(hit, &mut st.frames[depth], acct, !hit.hist());
-    st.depth = depth as u32 + 1;
+    // `get_mut` rather than indexing: the bound the verifier needs on the map-held depth,
+    // without a panic path.
+    let Some(f) = st.frames.get_mut(depth) else {
+        return Ok(());
+    };
+    open_frame(hit, f, acct, !hit.hist());
     Ok(())
 }
 
 /// A span end paired per thread: pop to the innermost open frame of the span's name.
 fn end_on_thread(hit: &Hit) -> Result<(), ()> {
     let Some(st) = existing_thread(hit.tid) else {
-        count(CNT_UNMATCHED_END);
+        stateless_end(hit.tid);
         return Ok(());
     };
+    // Past the stack, an end belongs to the innermost dropped start, never to a frame below.
+    if st.pop_overflow() {
+        count(CNT_DEPTH_END);
+        return Ok(());
+    }
     let Some(found) = st.find_open(hit.spec.pair_id) else {
-        count(CNT_UNMATCHED_END);
+        stateless_end(hit.tid);
         return Ok(());
     };
     // Frames above the one closed never got their end.
@@ -253,6 +262,16 @@ fn end_on_thread(hit: &Hit) -> Result<(), ()> {
     Ok(())
 }
 
+/// An end with no open frame: the end of a start dropped for a full THREADS map, or unmatched.
+#[inline(always)]
+fn stateless_end(tid: u32) {
+    if take_stateless_start(tid) {
+        count(CNT_THREADS_FULL_END);
+    } else {
+        count(CNT_UNMATCHED_END);
+    }
+}
+
 /// A span start that carries an id: store the frame under (pair, process, id).
 fn start_by_id(hit: &Hit) -> Result<(), ()> {
     // SAFETY: this CPU's slot, which nothing else uses while this program runs.
@@ -266,8 +285,11 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
     }
     open_frame(hit, f, acct_start, true);
     // Inserted from the scratch map by reference: a Frame is too big to pass by value.
-    if ID_SPANS.insert(&hit.id_key(&f.args), &*f, 0).is_err() {
-        count(CNT_UNMATCHED_START);
+    let key = hit.id_key(&f.args);
+    if ID_SPANS.insert(&key, &*f, 0).is_err() {
+        // The map is full: the span is dropped, and its id remembered so its end is too.
+        count(CNT_ID_FULL);
+        let _ = ID_DROPPED.insert(&key, &1, 0);
         release_id_span(hit.tid);
     }
     Ok(())
@@ -279,7 +301,13 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     hit.read_args(end_args);
     let key = hit.id_key(end_args);
     let Some(f) = ID_SPANS.get_ptr(&key) else {
-        count(CNT_UNMATCHED_END);
+        // SAFETY: only the entry's presence is tested.
+        if unsafe { ID_DROPPED.get(&key) }.is_some() {
+            let _ = ID_DROPPED.remove(&key);
+            count(CNT_ID_FULL_END);
+        } else {
+            count(CNT_UNMATCHED_END);
+        }
         return Ok(());
     };
     // SAFETY: a live map value; it stays valid until we return even though we delete it below

@@ -47,6 +47,9 @@ pub struct WatchConfig {
     pub leave_running: bool,
     /// How uprobes are attached (`--attach`).
     pub attach: AttachMode,
+    /// `--max-threads`, `--max-open-ids`: kernel map sizes.
+    pub max_threads: u32,
+    pub max_open_ids: u32,
 }
 
 impl WatchConfig {
@@ -379,6 +382,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         hist: cfg.hist,
         sched: cfg.sched,
         attach: cfg.attach,
+        max_threads: cfg.max_threads,
+        max_open_ids: cfg.max_open_ids,
     })?;
     attach(&mut tracer, &objects, &plan, &pids)?;
     // Before the readiness line: a script may send SIGINT the moment it sees it.
@@ -430,8 +435,16 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         unmatched: c.unmatched_start + open,
         unmatched_end: c.unmatched_end,
         duration_ns: monotonic_ns().saturating_sub(t0),
+        dropped: output::Dropped {
+            threads_full: c.threads_full,
+            id_spans_full: c.id_full,
+            depth: c.depth,
+        },
     };
     reader.sinks.finish(&summary)?;
+    for w in summary.dropped.warnings(cfg.max_threads, cfg.max_open_ids) {
+        eprintln!("{w}");
+    }
     if summary.lost > 0 {
         eprintln!(
             "warning: {} records were lost (ring buffer full); try a larger --ring-kib",
