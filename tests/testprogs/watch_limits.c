@@ -1,6 +1,7 @@
 /* Past the kernel side's limits: ./watch_limits MODE N
- *   depth N    rec__start(d)/rec__end(d) recursion d = 1..N on one thread; each level sleeps
- *              1 ms before recursing and 1 ms after, so level d lasts at least 2*(N-d+1) ms
+ *   depth N    rec__start(d, "level-d")/rec__end(d) recursion d = 1..N on one thread; each
+ *              level sleeps 1 ms before recursing and 1 ms after, so level d lasts at least
+ *              2*(N-d+1) ms
  *   threads N  N threads each hold a hold__start(i) open, started one at a time, then all end
  *              (hold__end(i)) together
  *   ids N      one thread opens id spans req__start(id) for id = 1..N, then ends them all
@@ -23,7 +24,9 @@ static void sleep_ms(long ms)
 
 __attribute__((noinline)) static void rec(long d, long n)
 {
-    DTRACE_PROBE1(lim, rec__start, d);
+    char name[32];
+    snprintf(name, sizeof(name), "level-%ld", d);
+    DTRACE_PROBE2(lim, rec__start, d, name);
     sleep_ms(1);
     if (d < n)
         rec(d + 1, n);

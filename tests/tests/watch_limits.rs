@@ -30,7 +30,8 @@ fn dropped(sum: &Value) -> (u64, u64, u64) {
 fn recursion_past_the_stack_drops_and_never_mispairs() {
     const N: u64 = 80;
     const STACK: u64 = 64;
-    let out = run("depth", N as usize, &[]);
+    // The strings live apart from the frames: check each level keeps its own.
+    let out = run("depth", N as usize, &["--str", "lim:rec__start:1"]);
     let spans = out.spans();
     let sum = out.summary();
     assert_eq!(dropped(sum), (0, 0, N - STACK), "{sum}");
@@ -41,7 +42,7 @@ fn recursion_past_the_stack_drops_and_never_mispairs() {
     // Innermost recorded level ends first: STACK, STACK-1, ..., 1.
     for (i, s) in spans.iter().enumerate() {
         let d = STACK - i as u64;
-        assert_eq!(s["args"], json!([d]), "{s}");
+        assert_eq!(s["args"], json!([d, format!("level-{d}")]), "{s}");
         assert_eq!(s["end_args"], json!([d]), "end of level {d} closed it: {s}");
         // Level d holds levels d..N, two 1 ms sleeps each. A mispaired end (an inner level's)
         // would make it shorter.

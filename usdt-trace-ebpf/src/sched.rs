@@ -16,7 +16,7 @@ use usdt_trace_common::{CNT_UNMATCHED_START, TS_RUNNING, TS_RUNQ};
 
 use crate::{
     irq,
-    maps::{count_n, existing_thread, CONFIG, NO_STATE_TIDS, THREADS},
+    maps::{count_n, existing_thread, CONFIG, NO_STATE_TIDS, THREADS, THREAD_STRS},
 };
 
 /// The thread id of a `struct task_struct *`, through the offset user space found in BTF.
@@ -100,6 +100,8 @@ pub fn on_exit() {
             count_n(CNT_UNMATCHED_START, st.depth as u64);
         }
         let _ = THREADS.remove(&tid);
+        // Only a thread with state can have strings: untraced exits skip this delete.
+        let _ = THREAD_STRS.remove(&tid);
     }
     // The thread id will be reused: its dropped starts must not swallow a later thread's ends.
     let _ = NO_STATE_TIDS.remove(&tid);

@@ -130,11 +130,11 @@ pub struct WatchArgs {
     #[arg(long, value_name = "KIB", default_value_t = 16384)]
     pub ring_kib: u32,
     /// Threads that may hold per-thread span state at once (a thread holds it from its first
-    /// span start until it exits; ~20 KB each, allocated as used). Starts on further threads
+    /// span start until it exits; 16 KB each, allocated as used). Starts on further threads
     /// are dropped and reported in the summary's `dropped.threads_full`.
     #[arg(long, value_name = "N", default_value_t = crate::tracer::DEFAULT_MAX_THREADS)]
     pub max_threads: u32,
-    /// Spans paired by id (--key, usdt-markers spans) that may be open at once (~330 bytes
+    /// Spans paired by id (--key, usdt-markers spans) that may be open at once (~0.5 KB
     /// each while open). Further starts are dropped and reported in `dropped.id_spans_full`.
     #[arg(long, value_name = "N", default_value_t = crate::tracer::DEFAULT_MAX_OPEN_IDS)]
     pub max_open_ids: u32,
@@ -147,9 +147,9 @@ pub struct WatchArgs {
     pub args: Vec<String>,
 }
 
-/// Largest `--max-threads`: 65536 thread states are ~1.3 GB at worst.
+/// Largest `--max-threads`: 65536 thread states are 1 GB at worst (2 GB with strings).
 const MAX_THREADS_LIMIT: u32 = 1 << 16;
-/// Largest `--max-open-ids`: 4M open spans are ~1.3 GB at worst.
+/// Largest `--max-open-ids`: 4M open spans are 2 GB at worst.
 const MAX_OPEN_IDS_LIMIT: u32 = 1 << 22;
 
 /// A command-line mistake, reported as one line.

@@ -126,9 +126,10 @@ pub struct Counters {
 }
 
 /// Default of `--max-threads`: threads that may hold per-thread span state at once. Each one
-/// that opens a span takes a ~20 KB `ThreadState` until it exits (80 MB at this many).
+/// that opens a span takes a ~12 KB `ThreadState` (a 16 KB allocation) until it exits, and
+/// 16 KB more if it captures `--str` strings: 64 MB at this many (128 MB with strings).
 pub const DEFAULT_MAX_THREADS: u32 = 4096;
-/// Default of `--max-open-ids`: id-paired spans open at once (~330 bytes each while open).
+/// Default of `--max-open-ids`: id-paired spans open at once (~0.5 KB each while open).
 pub const DEFAULT_MAX_OPEN_IDS: u32 = 65536;
 /// The kernel's cap on the sites of one uprobe_multi link (`MAX_UPROBE_MULTI_CNT`): more
 /// fail with E2BIG, so larger objects get several links.
@@ -232,6 +233,7 @@ impl Tracer {
             .map_max_entries("SITES", nsites)
             .map_max_entries("EVENTS", opts.ring_bytes)
             .map_max_entries("THREADS", opts.max_threads.max(1))
+            .map_max_entries("THREAD_STRS", opts.max_threads.max(1))
             .map_max_entries("ID_SPANS", opts.max_open_ids.max(1))
             .load(EBPF_OBJECT)
             .map_err(|e| {
@@ -546,7 +548,7 @@ impl Tracer {
 
     /// Spans still open right now: starts that have not seen their end.
     pub fn open_spans(&self) -> Result<u64, TraceError> {
-        let ids: BpfHashMap<_, IdKey, usdt_trace_common::Frame> = BpfHashMap::try_from(
+        let ids: BpfHashMap<_, IdKey, usdt_trace_common::IdFrame> = BpfHashMap::try_from(
             self.ebpf
                 .map("ID_SPANS")
                 .ok_or(TraceError::MissingMap("ID_SPANS"))?,
