@@ -44,12 +44,13 @@ fn sigint_with_a_stalled_reader_mid_flood_stops_within_a_second_with_bounded_mem
         proc::kill_and_reap(&mut w);
     }
     assert!(status.is_some(), "watch did not exit within 10 s of SIGINT");
-    // Ending the flooding command takes one SIGTERM; the rest is detaching and a 1 s
-    // grace for the stalled reader.
+    // Ending the flooding command takes one SIGTERM; the rest is detaching and a 0.3 s
+    // grace for the stalled reader (0.4 s in all, measured here).
     eprintln!("stopped {took:?} after SIGINT, RSS {rss} KiB while flooding");
     assert!(took < Duration::from_secs(2), "took {took:?}");
+    // The bound the README states: 16 MiB of ring, 16 MiB of output queue, and the rest.
     assert!(
-        rss < 300 * 1024,
+        rss < 150 * 1024,
         "RSS {rss} KiB while flooding into a stalled pipe"
     );
     let (rest, _) = err.rest_until(Instant::now() + Duration::from_secs(10));

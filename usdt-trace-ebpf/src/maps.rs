@@ -7,11 +7,11 @@ use aya_ebpf::{
         BPF_F_NO_PREALLOC, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,
     },
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use usdt_trace_common::{
-    Config, Frame, Hist, IdKey, SiteSpec, ThreadState, HIST_COMPONENTS, MAX_ARGS, MAX_PAIRS,
-    NUM_COUNTERS,
+    Config, Hist, IdFrame, IdKey, SiteSpec, ThreadState, ThreadStrs, HIST_COMPONENTS, MAX_ARGS,
+    MAX_PAIRS, NUM_COUNTERS,
 };
 
 use crate::args::REGS_WORDS;
@@ -24,19 +24,36 @@ pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
 /// Processes to trace when `CFG_PID_FILTER` is set.
 #[map]
 pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
-/// Span stack and scheduler accounting per thread id; an entry exists once a thread opened a span.
+/// Span stack and scheduler accounting per thread id; an entry exists from a thread's first
+/// span start until it exits. User space sizes it (`--max-threads`); past that, starts on new
+/// threads are dropped and counted.
 #[map]
-pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
-/// Open spans paired by id.
+pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(4096, BPF_F_NO_PREALLOC);
+/// Open spans paired by id. User space sizes it (`--max-open-ids`).
 #[map]
-pub static ID_SPANS: HashMap<IdKey, Frame> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+pub static ID_SPANS: HashMap<IdKey, IdFrame> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
+/// The strings of per-thread frames, for threads that capture any; sized like THREADS.
+#[map]
+pub static THREAD_STRS: HashMap<u32, ThreadStrs> =
+    HashMap::with_max_entries(4096, BPF_F_NO_PREALLOC);
+/// Threads that had span starts dropped because THREADS was full, and how many of those
+/// starts are still waiting for their end: such an end is a drop, not an unmatched end.
+/// An LRU so it never refuses; an evicted entry only makes later ends count as unmatched.
+#[map]
+pub static NO_STATE_TIDS: LruHashMap<u32, u32> = LruHashMap::with_max_entries(16384, 0);
+/// Ids of spans whose start was dropped because ID_SPANS was full, for the same reason.
+#[map]
+pub static ID_DROPPED: LruHashMap<IdKey, u8> = LruHashMap::with_max_entries(16384, 0);
 /// Never written: a zeroed ThreadState to insert from (too big for the 512-byte BPF stack).
 #[map]
 pub static ZERO_THREAD: PerCpuArray<ThreadState> = PerCpuArray::with_max_entries(1, 0);
-/// Scratch space for building an id-paired frame before inserting it: a Frame (~400 bytes) does
-/// not fit on the BPF stack next to everything else.
+/// Never written: zeroed strings to insert into THREAD_STRS from.
 #[map]
-pub static FRAME_SCRATCH: PerCpuArray<Frame> = PerCpuArray::with_max_entries(1, 0);
+pub static ZERO_STRS: PerCpuArray<ThreadStrs> = PerCpuArray::with_max_entries(1, 0);
+/// Scratch space for building an id-paired frame before inserting it: an IdFrame (~300 bytes)
+/// does not fit on the BPF stack next to everything else.
+#[map]
+pub static FRAME_SCRATCH: PerCpuArray<IdFrame> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-CPU room for the register copy and end arguments: the BPF stack has only 512 bytes.
 #[repr(C)]
@@ -93,12 +110,30 @@ pub fn thread_state(tid: u32) -> Option<&'static mut ThreadState> {
         return Some(unsafe { &mut *p });
     }
     let zero = ZERO_THREAD.get_ptr(0)?;
-    // Inserted from a map value, by reference: a 5 KB ThreadState cannot go through the stack.
+    // Inserted from a map value, by reference: a 12 KB ThreadState cannot go through the stack.
     // SAFETY: a valid per-CPU map value that nothing writes.
     THREADS
         .insert(&tid, unsafe { &*zero }, BPF_NOEXIST as u64)
         .ok()?;
     existing_thread(tid)
+}
+
+/// The string slots of thread `tid`, created when it has none (None when THREAD_STRS is full:
+/// the span then goes without its string).
+#[inline(always)]
+pub fn thread_strs(tid: u32) -> Option<&'static mut ThreadStrs> {
+    if let Some(p) = THREAD_STRS.get_ptr_mut(&tid) {
+        // SAFETY: as in `existing_thread`.
+        return Some(unsafe { &mut *p });
+    }
+    let zero = ZERO_STRS.get_ptr(0)?;
+    // SAFETY: a valid per-CPU map value that nothing writes.
+    THREAD_STRS
+        .insert(&tid, unsafe { &*zero }, BPF_NOEXIST as u64)
+        .ok()?;
+    let p = THREAD_STRS.get_ptr_mut(&tid)?;
+    // SAFETY: as in `existing_thread`.
+    Some(unsafe { &mut *p })
 }
 
 /// The state of thread `tid`, if it has one.
@@ -110,4 +145,34 @@ pub fn existing_thread(tid: u32) -> Option<&'static mut ThreadState> {
     // the kernel runs one at a time for a given thread in practice; a rare race (sched_waking
     // on another CPU) can skew one interval's accounting, and the verifier bounds every access.
     Some(unsafe { &mut *p })
+}
+
+/// A start on `tid` was dropped because THREADS was full: remember it for its end.
+#[inline(always)]
+pub fn note_stateless_start(tid: u32) {
+    if let Some(n) = NO_STATE_TIDS.get_ptr_mut(&tid) {
+        // SAFETY: a live map value; only this thread's own probes write its entry.
+        unsafe { *n += 1 };
+    } else {
+        let _ = NO_STATE_TIDS.insert(&tid, &1, 0);
+    }
+}
+
+/// An end on `tid` found no open span: whether it belongs to a start dropped because THREADS
+/// was full (and then it consumes that start).
+#[inline(always)]
+pub fn take_stateless_start(tid: u32) -> bool {
+    let Some(n) = NO_STATE_TIDS.get_ptr_mut(&tid) else {
+        return false;
+    };
+    // SAFETY: as in `note_stateless_start`.
+    let n = unsafe { &mut *n };
+    if *n == 0 {
+        return false;
+    }
+    *n -= 1;
+    if *n == 0 {
+        let _ = NO_STATE_TIDS.remove(&tid);
+    }
+    true
 }

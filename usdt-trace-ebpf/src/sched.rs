@@ -17,7 +17,7 @@ use usdt_trace_common::{ThreadState, CNT_UNMATCHED_START, TS_RUNNING, TS_RUNQ};
 
 use crate::{
     irq,
-    maps::{count_n, existing_thread, CONFIG, THREADS},
+    maps::{count_n, existing_thread, CONFIG, NO_STATE_TIDS, THREADS, THREAD_STRS},
 };
 
 /// The thread id of a `struct task_struct *`, through the offset user space found in BTF.
@@ -134,6 +134,7 @@ pub fn on_waking(ctx: &BtfTracePointContext) {
 }
 
 /// sched_process_exit: runs in the exiting thread. Its open frames will never see their end.
+/// Starts dropped past the stack or for a full map were counted as drops already.
 #[inline(always)]
 pub fn on_exit() {
     let tid = bpf_get_current_pid_tgid() as u32;
@@ -142,5 +143,9 @@ pub fn on_exit() {
             count_n(CNT_UNMATCHED_START, st.depth as u64);
         }
         let _ = THREADS.remove(&tid);
+        // Only a thread with state can have strings: untraced exits skip this delete.
+        let _ = THREAD_STRS.remove(&tid);
     }
+    // The thread id will be reused: its dropped starts must not swallow a later thread's ends.
+    let _ = NO_STATE_TIDS.remove(&tid);
 }

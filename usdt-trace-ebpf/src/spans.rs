@@ -7,18 +7,20 @@ use aya_ebpf::{
     EbpfContext,
 };
 use usdt_trace_common::{
-    hist_slot, log2_bucket, Acct, Config, EventRecord, Frame, IdKey, RecordHeader, RecordKind,
-    SiteRole, SiteSpec, SpanRecord, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED, CNT_EVENTS,
-    CNT_FILTERED, CNT_LOST, CNT_NO_STATE, CNT_SPANS, CNT_UNMATCHED_END, CNT_UNMATCHED_START,
-    HIST_BUCKETS, HIST_DURATION, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS,
-    MAX_DEPTH, MAX_PAIRS,
+    hist_slot, log2_bucket, Acct, Config, EventRecord, Frame, IdFrame, IdKey, RecordHeader,
+    RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED,
+    CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END,
+    CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END, CNT_UNMATCHED_END,
+    CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP,
+    ID_NONE, MAX_ARGS, MAX_PAIRS, STR_LEN, STR_NONE,
 };
 
 use crate::{
     args::{copy_regs, read_args, read_str, reg, IP_WORD, REGS_WORDS},
     maps::{
-        count, count_n, existing_thread, ringbuf_flags, thread_state, Scratch, CONFIG, EVENTS,
-        FRAME_SCRATCH, HISTS, ID_SPANS, PIDS, SCRATCH, SITES,
+        count, count_n, existing_thread, note_stateless_start, ringbuf_flags, take_stateless_start,
+        thread_state, thread_strs, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED,
+        ID_SPANS, PIDS, SCRATCH, SITES, THREAD_STRS,
     },
     sched,
 };
@@ -149,9 +151,16 @@ fn emit_event(hit: &Hit) -> Result<(), ()> {
     Ok(())
 }
 
-/// Fills a newly opened span's frame. `with_args`: capture the start arguments (and string).
+/// Fills a newly opened span's frame. `with_args`: capture the start arguments, and the string
+/// into `str` when there is a slot for it.
 #[inline(always)]
-fn open_frame(hit: &Hit, f: &mut Frame, acct_start: Acct, with_args: bool) {
+fn open_frame(
+    hit: &Hit,
+    f: &mut Frame,
+    str: Option<&mut [u8; STR_LEN]>,
+    acct_start: Acct,
+    with_args: bool,
+) {
     f.site = hit.cookie;
     f.pair_id = hit.spec.pair_id;
     f.tid = hit.tid;
@@ -160,19 +169,26 @@ fn open_frame(hit: &Hit, f: &mut Frame, acct_start: Acct, with_args: bool) {
     f.longest_off_ns = 0;
     f.waker_pid = 0;
     f.waker_tid = 0;
+    f.str_len = 0;
     if with_args {
         hit.read_args(&mut f.args);
-        f.str_len = read_str(hit.spec, &f.args, &mut f.str);
-    } else {
-        f.str_len = 0;
+        if let Some(s) = str {
+            f.str_len = read_str(hit.spec, &f.args, s);
+        }
     }
 }
 
-/// Counts a closed span and reports it: into the histograms, or as a record. `acct` is the
-/// span's time split when it has one; `end_args` the end arguments when already read (else
-/// they are read straight into the record).
+/// Counts a closed span and reports it: into the histograms, or as a record. `str` is the
+/// frame's string slot; `acct` the span's time split when it has one; `end_args` the end
+/// arguments when already read (else they are read straight into the record).
 #[inline(always)]
-fn close_span(hit: &Hit, f: &Frame, acct: Option<Acct>, end_args: Option<&[u64; MAX_ARGS]>) {
+fn close_span(
+    hit: &Hit,
+    f: &Frame,
+    str: Option<&[u8; STR_LEN]>,
+    acct: Option<Acct>,
+    end_args: Option<&[u64; MAX_ARGS]>,
+) {
     count(CNT_SPANS);
     let dur = hit.now.saturating_sub(f.start_ns);
     if hit.hist() {
@@ -197,10 +213,13 @@ fn close_span(hit: &Hit, f: &Frame, acct: Option<Acct>, end_args: Option<&[u64; 
     rec.waker_comm = f.waker_comm;
     rec.longest_off_ns = f.longest_off_ns;
     rec.args = f.args;
-    rec.str_len = f.str_len;
+    rec.str_len = 0;
     // User space reads `str` only up to `str_len`: skip the 128-byte copy when there is none.
     if f.str_len > 0 {
-        rec.str = f.str;
+        if let Some(s) = str {
+            rec.str = *s;
+            rec.str_len = f.str_len;
+        }
     }
     match end_args {
         Some(a) => rec.end_args = *a,
@@ -212,32 +231,47 @@ fn close_span(hit: &Hit, f: &Frame, acct: Option<Acct>, end_args: Option<&[u64; 
 /// A span start paired per thread: push a frame.
 fn start_on_thread(hit: &Hit) -> Result<(), ()> {
     let Some(st) = thread_state(hit.tid) else {
-        count(CNT_NO_STATE);
+        count(CNT_THREADS_FULL);
+        note_stateless_start(hit.tid);
         return Ok(());
     };
     st.resume_accounting(hit.now);
     sched::catch_up(st, hit.now);
-    let depth = st.depth as usize;
-    // A full stack drops the start; the check is also the bound the verifier needs on the
-    // map-held depth before it indexes `frames`.
-    if depth >= MAX_DEPTH {
-        count(CNT_UNMATCHED_START);
+    // A full stack drops the start (and, through the thread's overflow count, its end).
+    let Some(depth) = st.push() else {
+        count(CNT_DEPTH_START);
         return Ok(());
-    }
+    };
     let acct = st.acct_at(hit.now);
-    open_frame(hit, &mut st.frames[depth], acct, !hit.hist());
-    st.depth = depth as u32 + 1;
+    // `get_mut` rather than indexing: the bound the verifier needs on the map-held depth,
+    // without a panic path.
+    let Some(f) = st.frames.get_mut(depth) else {
+        return Ok(());
+    };
+    let with_args = !hit.hist();
+    // Only spans with a string argument touch the string map.
+    let str = if with_args && hit.spec.str_arg != STR_NONE {
+        thread_strs(hit.tid).and_then(|t| t.strs.get_mut(depth))
+    } else {
+        None
+    };
+    open_frame(hit, f, str, acct, with_args);
     Ok(())
 }
 
 /// A span end paired per thread: pop to the innermost open frame of the span's name.
 fn end_on_thread(hit: &Hit) -> Result<(), ()> {
     let Some(st) = existing_thread(hit.tid) else {
-        count(CNT_UNMATCHED_END);
+        stateless_end(hit.tid);
         return Ok(());
     };
+    // Past the stack, an end belongs to the innermost dropped start, never to a frame below.
+    if st.pop_overflow() {
+        count(CNT_DEPTH_END);
+        return Ok(());
+    }
     let Some(found) = st.find_open(hit.spec.pair_id) else {
-        count(CNT_UNMATCHED_END);
+        stateless_end(hit.tid);
         return Ok(());
     };
     // Frames above the one closed never got their end.
@@ -253,8 +287,24 @@ fn end_on_thread(hit: &Hit) -> Result<(), ()> {
     let Some(f) = st.frames.get(found) else {
         return Ok(());
     };
-    close_span(hit, f, Some(acct_end.since(&f.acct_start)), None);
+    let str = if f.str_len > 0 {
+        // SAFETY: a live map value, read before this program returns.
+        unsafe { THREAD_STRS.get(&hit.tid) }.and_then(|t| t.strs.get(found))
+    } else {
+        None
+    };
+    close_span(hit, f, str, Some(acct_end.since(&f.acct_start)), None);
     Ok(())
+}
+
+/// An end with no open frame: the end of a start dropped for a full THREADS map, or unmatched.
+#[inline(always)]
+fn stateless_end(tid: u32) {
+    if take_stateless_start(tid) {
+        count(CNT_THREADS_FULL_END);
+    } else {
+        count(CNT_UNMATCHED_END);
+    }
 }
 
 /// A span start that carries an id: store the frame under (pair, process, id).
@@ -269,10 +319,13 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
         acct_start = st.acct_at(hit.now);
         st.id_open += 1;
     }
-    open_frame(hit, f, acct_start, true);
-    // Inserted from the scratch map by reference: a Frame is too big to pass by value.
-    if ID_SPANS.insert(&hit.id_key(&f.args), &*f, 0).is_err() {
-        count(CNT_UNMATCHED_START);
+    open_frame(hit, &mut f.frame, Some(&mut f.str), acct_start, true);
+    // Inserted from the scratch map by reference: a frame is too big to pass by value.
+    let key = hit.id_key(&f.frame.args);
+    if ID_SPANS.insert(&key, &*f, 0).is_err() {
+        // The map is full: the span is dropped, and its id remembered so its end is too.
+        count(CNT_ID_FULL);
+        let _ = ID_DROPPED.insert(&key, &1, 0);
         release_id_span(hit.tid);
     }
     Ok(())
@@ -284,12 +337,18 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     hit.read_args(end_args);
     let key = hit.id_key(end_args);
     let Some(f) = ID_SPANS.get_ptr(&key) else {
-        count(CNT_UNMATCHED_END);
+        // SAFETY: only the entry's presence is tested.
+        if unsafe { ID_DROPPED.get(&key) }.is_some() {
+            let _ = ID_DROPPED.remove(&key);
+            count(CNT_ID_FULL_END);
+        } else {
+            count(CNT_UNMATCHED_END);
+        }
         return Ok(());
     };
     // SAFETY: a live map value; it stays valid until we return even though we delete it below
     // (hash map values are freed after an RCU grace period).
-    let f = unsafe { &*f };
+    let IdFrame { frame: f, str } = unsafe { &*f };
     release_id_span(f.tid);
     // A split only means something when one thread ran the span from start to end.
     let acct = if f.tid == hit.tid {
@@ -300,7 +359,7 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     } else {
         None
     };
-    close_span(hit, f, acct, Some(end_args));
+    close_span(hit, f, Some(str), acct, Some(end_args));
     let _ = ID_SPANS.remove(&key);
     Ok(())
 }

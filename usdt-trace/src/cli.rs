@@ -147,6 +147,15 @@ pub struct WatchArgs {
     /// Ring buffer size in KiB (a power of two, at least 4). Larger buffers absorb bursts.
     #[arg(long, value_name = "KIB", default_value_t = 16384)]
     pub ring_kib: u32,
+    /// Threads that may hold per-thread span state at once (a thread holds it from its first
+    /// span start until it exits; 16 KB each, allocated as used). Starts on further threads
+    /// are dropped and reported in the summary's `dropped.threads_full`.
+    #[arg(long, value_name = "N", default_value_t = crate::tracer::DEFAULT_MAX_THREADS)]
+    pub max_threads: u32,
+    /// Spans paired by id (--key, usdt-markers spans) that may be open at once (~0.5 KB
+    /// each while open). Further starts are dropped and reported in `dropped.id_spans_full`.
+    #[arg(long, value_name = "N", default_value_t = crate::tracer::DEFAULT_MAX_OPEN_IDS)]
+    pub max_open_ids: u32,
     /// How to attach uprobes (`usdt-trace doctor` shows what this kernel supports).
     #[arg(long, value_name = "MODE", value_enum, default_value_t = AttachArg::Auto)]
     pub attach: AttachArg,
@@ -157,6 +166,11 @@ pub struct WatchArgs {
     #[arg(value_name = "TARGET|PATTERN")]
     pub args: Vec<String>,
 }
+
+/// Largest `--max-threads`: 65536 thread states are 1 GB at worst (2 GB with strings).
+const MAX_THREADS_LIMIT: u32 = 1 << 16;
+/// Largest `--max-open-ids`: 4M open spans are 2 GB at worst.
+const MAX_OPEN_IDS_LIMIT: u32 = 1 << 22;
 
 /// A command-line mistake, reported as one line.
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +189,12 @@ pub enum UsageError {
     CommandList(String),
     #[error("--ring-kib {0}: must be a power of two between 4 and 1048576")]
     Ring(u32),
+    #[error("--{flag} {value}: must be between 1 and {max}")]
+    Limit {
+        flag: &'static str,
+        value: u32,
+        max: u32,
+    },
     #[error("-c: empty or unbalanced command {0:?}")]
     Command(String),
     #[error("-c: {0:?} is not an executable file (nor found in PATH)")]
@@ -418,6 +438,15 @@ impl WatchArgs {
         if !(4..=1 << 20).contains(&self.ring_kib) || !self.ring_kib.is_power_of_two() {
             return Err(UsageError::Ring(self.ring_kib));
         }
+        // Upper bounds keep a typo from asking the kernel for gigabytes at load.
+        for (flag, value, max) in [
+            ("max-threads", self.max_threads, MAX_THREADS_LIMIT),
+            ("max-open-ids", self.max_open_ids, MAX_OPEN_IDS_LIMIT),
+        ] {
+            if !(1..=max).contains(&value) {
+                return Err(UsageError::Limit { flag, value, max });
+            }
+        }
         let command = match &self.command {
             Some(c) => {
                 if !self.pids.is_empty() {
@@ -457,6 +486,8 @@ impl WatchArgs {
             leave_running: self.leave_running,
             attach: self.attach.into(),
             output: self.output.clone(),
+            max_threads: self.max_threads,
+            max_open_ids: self.max_open_ids,
         })
     }
 }

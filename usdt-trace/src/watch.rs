@@ -50,6 +50,9 @@ pub struct WatchConfig {
     pub attach: AttachMode,
     /// `-o FILE`: records go there instead of stdout.
     pub output: Option<PathBuf>,
+    /// `--max-threads`, `--max-open-ids`: kernel map sizes.
+    pub max_threads: u32,
+    pub max_open_ids: u32,
 }
 
 impl WatchConfig {
@@ -520,6 +523,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         hist: cfg.hist,
         sched: cfg.sched,
         attach: cfg.attach,
+        max_threads: cfg.max_threads,
+        max_open_ids: cfg.max_open_ids,
     })?;
     attach(&mut tracer, &objects, &plan, &pids)?;
     // Before the readiness line: a script may send SIGINT the moment it sees it.
@@ -576,6 +581,11 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         unmatched: c.unmatched_start + open,
         unmatched_end: c.unmatched_end,
         duration_ns: monotonic_ns().saturating_sub(t0),
+        dropped: output::Dropped {
+            threads_full: c.threads_full,
+            id_spans_full: c.id_full,
+            depth: c.depth,
+        },
     };
     reader.sinks.finish(&summary)?;
     drop(reader);
@@ -584,6 +594,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let unwritten = output
         .finish(Duration::from_millis(300))
         .saturating_sub(out_lost);
+    for w in summary.dropped.warnings(cfg.max_threads, cfg.max_open_ids) {
+        eprintln!("{w}");
+    }
     if summary.lost > 0 {
         let ring = summary.lost - out_lost;
         let mut why = Vec::new();

@@ -21,8 +21,16 @@ pub mod regs;
 pub const MAX_ARGS: usize = 12;
 /// Bytes captured for a `--str` argument, including the terminating NUL.
 pub const STR_LEN: usize = 128;
-/// Nesting depth of the per-thread span stack. Deeper starts are counted as unmatched.
-pub const MAX_DEPTH: usize = 16;
+/// Nesting depth of the per-thread span stack. Deeper starts are dropped and counted
+/// (`CNT_DEPTH_START`); the thread keeps counting how deep it is past the stack
+/// (`ThreadState::overflow`), so their ends are dropped too instead of closing an outer frame.
+///
+/// The frames live inline in the thread's state: a start and an end each cost one map lookup,
+/// whatever the depth. The price is memory: a `ThreadState` is ~12 KB (a 16 KB allocation),
+/// made when a thread opens its first span (THREADS is not preallocated) and freed when it
+/// exits. Strings are kept apart ([`ThreadStrs`]) so threads that capture none do not pay for
+/// them.
+pub const MAX_DEPTH: usize = 64;
 /// Number of log2 buckets per histogram (covers 1 ns up to ~2^63 ns).
 pub const HIST_BUCKETS: usize = 64;
 /// Components of a span histogram, each an index into the component axis of `HISTS`.
@@ -106,16 +114,26 @@ pub const CNT_EVENTS: u32 = 0;
 pub const CNT_SPANS: u32 = 1;
 /// Records the ring buffer had no room for.
 pub const CNT_LOST: u32 = 2;
-/// Span starts that never got an end (stack overflow, thread exit, mismatched nesting).
+/// Span starts that never got an end (thread exit, mismatched nesting).
 pub const CNT_UNMATCHED_START: u32 = 3;
-/// Span ends without a start.
+/// Span ends without a start (none that a limit below dropped).
 pub const CNT_UNMATCHED_END: u32 = 4;
 /// Hits filtered out by the PID filter.
 pub const CNT_FILTERED: u32 = 5;
-/// Per-thread state could not be allocated (map full).
-pub const CNT_NO_STATE: u32 = 6;
+/// Span starts dropped because `THREADS` was full: the thread could get no state.
+pub const CNT_THREADS_FULL: u32 = 6;
+/// Ends of those: the thread has no state, and `NO_STATE_TIDS` says a start was dropped.
+pub const CNT_THREADS_FULL_END: u32 = 7;
+/// Span starts dropped because `ID_SPANS` (open id-paired spans) was full.
+pub const CNT_ID_FULL: u32 = 8;
+/// Ends of those: no open span under the id, and `ID_DROPPED` remembers its start.
+pub const CNT_ID_FULL_END: u32 = 9;
+/// Span starts dropped because the thread's stack already held `MAX_DEPTH` frames.
+pub const CNT_DEPTH_START: u32 = 10;
+/// Ends dropped while the thread was past the stack (`ThreadState::overflow` > 0).
+pub const CNT_DEPTH_END: u32 = 11;
 /// Number of counters.
-pub const NUM_COUNTERS: u32 = CNT_NO_STATE + 1;
+pub const NUM_COUNTERS: u32 = CNT_DEPTH_END + 1;
 
 /// `Config::flags`: only hits from PIDs in the `PIDS` map count.
 pub const CFG_PID_FILTER: u32 = 1;
@@ -207,7 +225,8 @@ pub struct Acct {
     pub io: u64,
 }
 
-/// An open span.
+/// An open span. Its `--str` string, when it has one, is kept next to it: in [`IdFrame`] for
+/// spans paired by id, in the thread's [`ThreadStrs`] (same depth) for spans paired per thread.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Frame {
@@ -230,7 +249,22 @@ pub struct Frame {
     pub waker_tid: u32,
     pub waker_comm: [u8; 16],
     pub args: [u64; MAX_ARGS],
+}
+
+/// An open span paired by id, with its string.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IdFrame {
+    pub frame: Frame,
     pub str: [u8; STR_LEN],
+}
+
+/// The `--str` strings of a thread's open frames, indexed like `ThreadState::frames`. Only
+/// threads that open a span with a string argument get one.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ThreadStrs {
+    pub strs: [[u8; STR_LEN]; MAX_DEPTH],
 }
 
 /// Per-thread state: the span stack and the scheduler accounting.
@@ -244,8 +278,13 @@ pub struct ThreadState {
     pub id_open: u32,
     /// 1 when `exec_snap` and `delay_snap` are valid.
     pub snap_ok: u32,
+    /// Starts past `MAX_DEPTH` not yet matched by an end: each end decrements it and is
+    /// dropped, so ends never close an outer frame that is not theirs.
+    pub overflow: u32,
     /// `TS_*`: what the thread is doing since `since_ns`.
     pub state: u32,
+    /// Keeps `since_ns` 8-byte aligned without a hidden padding hole.
+    pub _pad: u32,
     /// When the current state began.
     pub since_ns: u64,
     /// Totals up to `since_ns`.
@@ -435,13 +474,18 @@ impl ThreadState {
     pub fn find_open(&self, pair_id: u32) -> Option<usize> {
         let depth = self.depth as usize;
         // A sentinel rather than an Option in the loop: one register per iteration in the
-        // unrolled eBPF code instead of two.
+        // eBPF code instead of two.
         let mut found = MAX_DEPTH;
-        // Scan with a constant-bounded index (the verifier must see j < MAX_DEPTH); the last
-        // match below depth is the innermost open frame.
+        // Bottom up, stopping at the depth: the cost follows the nesting, not MAX_DEPTH. (Top
+        // down would stop sooner, but an index computed down from the map-held depth is one
+        // the verifier cannot bound; this one counts up from a constant.) The last match is
+        // the innermost open frame.
         let mut j = 0;
         while j < MAX_DEPTH {
-            if j < depth && self.frames[j].pair_id == pair_id {
+            if j >= depth {
+                break;
+            }
+            if self.frames[j].pair_id == pair_id {
                 found = j;
             }
             j += 1;
@@ -450,6 +494,34 @@ impl ThreadState {
             Some(found)
         } else {
             None
+        }
+    }
+
+    /// A span start on this thread. Returns the index of the frame to fill, or None when the
+    /// stack is full: then the start is dropped, and the thread remembers how far past the
+    /// stack it is so the matching end is dropped too.
+    #[inline(always)]
+    pub fn push(&mut self) -> Option<usize> {
+        let depth = self.depth as usize;
+        // While `overflow` > 0 the depth is MAX_DEPTH anyway (ends pop the overflow first);
+        // testing both keeps that true even for a state user space zeroed half-way.
+        if depth >= MAX_DEPTH || self.overflow > 0 {
+            self.overflow = self.overflow.saturating_add(1);
+            return None;
+        }
+        self.depth = depth as u32 + 1;
+        Some(depth)
+    }
+
+    /// A span end on this thread while it is past the stack: the end belongs to the innermost
+    /// dropped start. Returns true when the end was consumed (and must be dropped).
+    #[inline(always)]
+    pub fn pop_overflow(&mut self) -> bool {
+        if self.overflow > 0 {
+            self.overflow -= 1;
+            true
+        } else {
+            false
         }
     }
 }
@@ -557,6 +629,8 @@ mod pod {
     unsafe impl aya::Pod for Hist {}
     unsafe impl aya::Pod for Acct {}
     unsafe impl aya::Pod for Frame {}
+    unsafe impl aya::Pod for IdFrame {}
+    unsafe impl aya::Pod for ThreadStrs {}
     unsafe impl aya::Pod for ThreadState {}
 }
 
@@ -774,6 +848,84 @@ mod tests {
         assert_eq!(st.find_open(42), Some(MAX_DEPTH - 1));
     }
 
+    /// What the eBPF side does with a start and an end, on the pure state: an end first
+    /// consumes the overflow, then closes the innermost open frame of its name.
+    fn start(st: &mut ThreadState, pair_id: u32) -> bool {
+        match st.push() {
+            Some(d) => {
+                st.frames[d].pair_id = pair_id;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn end(st: &mut ThreadState, pair_id: u32) -> Option<usize> {
+        if st.pop_overflow() {
+            return None;
+        }
+        let found = st.find_open(pair_id)?;
+        st.depth = found as u32;
+        Some(found)
+    }
+
+    #[test]
+    fn recursion_past_the_stack_never_mispairs() {
+        let mut st = thread();
+        let deep = MAX_DEPTH + 16;
+        let mut pushed = 0;
+        for _ in 0..deep {
+            pushed += start(&mut st, 7) as usize;
+        }
+        assert_eq!(pushed, MAX_DEPTH);
+        assert_eq!((st.depth as usize, st.overflow), (MAX_DEPTH, 16));
+        // The 16 innermost ends are dropped; then each end closes exactly its own frame,
+        // innermost first.
+        for i in 0..deep {
+            let want = i.checked_sub(16).map(|k| MAX_DEPTH - 1 - k);
+            assert_eq!(end(&mut st, 7), want, "end {i}");
+        }
+        assert_eq!((st.depth, st.overflow), (0, 0));
+        assert!(!st.active());
+        // An extra end is unmatched, not a depth drop.
+        assert_eq!(end(&mut st, 7), None);
+        assert_eq!(st.overflow, 0);
+    }
+
+    #[test]
+    fn a_start_inside_a_dropped_one_is_dropped_too() {
+        let mut st = thread();
+        for _ in 0..MAX_DEPTH {
+            assert!(start(&mut st, 1));
+        }
+        assert!(!start(&mut st, 2));
+        // Even after a user-space reset of the depth, the overflow keeps the stack closed.
+        st.depth = 3;
+        assert!(!start(&mut st, 3));
+        assert_eq!(st.overflow, 2);
+    }
+
+    #[test]
+    fn find_open_at_full_depth() {
+        let mut st = thread();
+        for i in 0..MAX_DEPTH as u32 {
+            assert!(start(&mut st, i));
+        }
+        assert_eq!(st.find_open(0), Some(0));
+        assert_eq!(st.find_open(MAX_DEPTH as u32 - 1), Some(MAX_DEPTH - 1));
+        assert_eq!(st.find_open(MAX_DEPTH as u32), None);
+    }
+
+    #[test]
+    fn thread_state_size_is_known() {
+        // The README's memory figures come from this: a change must update them.
+        assert_eq!(core::mem::size_of::<Frame>(), 184);
+        assert_eq!(core::mem::size_of::<ThreadState>(), 112 + 184 * MAX_DEPTH);
+        // Under 12 KB: with the hash map's element header, one 16 KB (order-2) allocation.
+        assert!(core::mem::size_of::<ThreadState>() + 64 <= 12 * 1024);
+        assert_eq!(core::mem::size_of::<IdFrame>(), 184 + STR_LEN);
+    }
+
     #[test]
     fn hist_slots_do_not_overlap() {
         assert_eq!(hist_slot(0, HIST_DURATION), 0);
@@ -799,7 +951,7 @@ mod tests {
             (ArgKind::CONST.0, ArgKind::RIP.0, ArgKind::UNSUPPORTED.0),
             (1, 4, 5)
         );
-        assert_eq!(NUM_COUNTERS, 7);
+        assert_eq!(NUM_COUNTERS, 12);
     }
 
     #[test]

@@ -206,8 +206,16 @@ pub fn start_json(out: &mut Vec<u8>, r: &RunInfo) {
 pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
     let _ = writeln!(
         out,
-        "{{\"type\":\"summary\",\"events\":{},\"spans\":{},\"lost\":{},\"unmatched\":{},\"unmatched_end\":{},\"duration_ns\":{}}}",
-        s.events, s.spans, s.lost, s.unmatched, s.unmatched_end, s.duration_ns
+        "{{\"type\":\"summary\",\"events\":{},\"spans\":{},\"lost\":{},\"unmatched\":{},\"unmatched_end\":{},\"dropped\":{{\"threads_full\":{},\"id_spans_full\":{},\"depth\":{}}},\"duration_ns\":{}}}",
+        s.events,
+        s.spans,
+        s.lost,
+        s.unmatched,
+        s.unmatched_end,
+        s.dropped.threads_full,
+        s.dropped.id_spans_full,
+        s.dropped.depth,
+        s.duration_ns
     );
 }
 
@@ -377,10 +385,15 @@ mod golden {
             unmatched: 4,
             unmatched_end: 5,
             duration_ns: 6,
+            dropped: crate::output::Dropped {
+                threads_full: 7,
+                id_spans_full: 8,
+                depth: 9,
+            },
         };
         assert_eq!(
             line(|o| summary_json(o, &s)),
-            r#"{"type":"summary","events":1,"spans":2,"lost":3,"unmatched":4,"unmatched_end":5,"duration_ns":6}
+            r#"{"type":"summary","events":1,"spans":2,"lost":3,"unmatched":4,"unmatched_end":5,"dropped":{"threads_full":7,"id_spans_full":8,"depth":9},"duration_ns":6}
 "#
         );
     }

@@ -88,6 +88,51 @@ pub struct Summary {
     pub unmatched: u64,
     pub unmatched_end: u64,
     pub duration_ns: u64,
+    /// Spans dropped at a kernel-side limit: neither reported nor counted as unmatched.
+    pub dropped: Dropped,
+}
+
+/// Span starts dropped because a kernel-side limit was reached (their ends are dropped with
+/// them, not counted as unmatched).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// More threads had per-thread span state than `--max-threads`.
+    pub threads_full: u64,
+    /// More id-paired spans were open at once than `--max-open-ids`.
+    pub id_spans_full: u64,
+    /// Nesting deeper than the per-thread stack (`MAX_DEPTH`).
+    pub depth: u64,
+}
+
+impl Dropped {
+    pub fn any(&self) -> bool {
+        self.threads_full + self.id_spans_full + self.depth > 0
+    }
+
+    /// One stderr line per limit that dropped spans: which limit, and how to raise it.
+    pub fn warnings(&self, max_threads: u32, max_open_ids: u32) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.threads_full > 0 {
+            w.push(format!(
+                "warning: {} span starts dropped: more than {max_threads} threads held span state; raise --max-threads",
+                self.threads_full
+            ));
+        }
+        if self.id_spans_full > 0 {
+            w.push(format!(
+                "warning: {} span starts dropped: more than {max_open_ids} id-paired spans were open at once; raise --max-open-ids",
+                self.id_spans_full
+            ));
+        }
+        if self.depth > 0 {
+            w.push(format!(
+                "warning: {} span starts dropped: spans nested deeper than {} on one thread (a build-time limit, MAX_DEPTH)",
+                self.depth,
+                usdt_trace_common::MAX_DEPTH
+            ));
+        }
+        w
+    }
 }
 
 /// Human-readable duration: `812ns`, `12.3us`, `4.56ms`, `1.234s`.
@@ -277,11 +322,34 @@ mod tests {
                 unmatched: 4,
                 unmatched_end: 5,
                 duration_ns: 6,
+                dropped: Dropped {
+                    threads_full: 7,
+                    id_spans_full: 8,
+                    depth: 9,
+                },
             },
         );
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["type"], "summary");
         assert_eq!(v["lost"], 3);
         assert_eq!(v["unmatched"], 4);
+        assert_eq!(v["dropped"]["threads_full"], 7);
+        assert_eq!(v["dropped"]["id_spans_full"], 8);
+        assert_eq!(v["dropped"]["depth"], 9);
+    }
+
+    #[test]
+    fn drop_warnings_name_the_flag() {
+        let none = Dropped::default();
+        assert!(!none.any() && none.warnings(8, 16).is_empty());
+        let d = Dropped {
+            threads_full: 4,
+            id_spans_full: 0,
+            depth: 16,
+        };
+        let w = d.warnings(8, 16);
+        assert_eq!(w.len(), 2);
+        assert!(w[0].contains("more than 8 threads") && w[0].contains("--max-threads"));
+        assert!(w[1].contains("deeper than 64"), "{}", w[1]);
     }
 }

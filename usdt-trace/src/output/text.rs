@@ -160,8 +160,17 @@ pub fn span_text(
 
 /// The text summary at exit.
 pub fn summary_text(s: &Summary) -> String {
+    let d = &s.dropped;
+    let dropped = if d.any() {
+        format!(
+            ", dropped {} (threads full), {} (id spans full), {} (depth)",
+            d.threads_full, d.id_spans_full, d.depth
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends in {:.1}s\n",
+        "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends{dropped} in {:.1}s\n",
         s.spans,
         s.events,
         s.lost,

@@ -80,6 +80,12 @@ pub enum TraceError {
     },
     #[error("reading the ring buffer: {0}")]
     Poll(std::io::Error),
+    #[error(
+        "{sites} probe sites are too many for per-site perf events (at most {max}: each one \
+         holds the kernel's uprobe mutex for a grace period when attached and detached); use \
+         --attach multi (uprobe_multi links, Linux 6.6+) or fewer patterns"
+    )]
+    TooManyPerfSites { sites: usize, max: usize },
 }
 
 use features::VMLINUX_BTF;
@@ -112,8 +118,30 @@ pub struct Counters {
     pub unmatched_start: u64,
     pub unmatched_end: u64,
     pub filtered: u64,
-    pub no_state: u64,
+    /// Span starts dropped because THREADS (`--max-threads`) was full, and their ends.
+    pub threads_full: u64,
+    pub threads_full_ends: u64,
+    /// Span starts dropped because ID_SPANS (`--max-open-ids`) was full, and their ends.
+    pub id_full: u64,
+    pub id_full_ends: u64,
+    /// Span starts dropped past the per-thread stack (`MAX_DEPTH`), and their ends.
+    pub depth: u64,
+    pub depth_ends: u64,
 }
+
+/// Default of `--max-threads`: threads that may hold per-thread span state at once. Each one
+/// that opens a span takes a ~12 KB `ThreadState` (a 16 KB allocation) until it exits, and
+/// 16 KB more if it captures `--str` strings: 64 MB at this many (128 MB with strings).
+pub const DEFAULT_MAX_THREADS: u32 = 4096;
+/// Default of `--max-open-ids`: id-paired spans open at once (~0.5 KB each while open).
+pub const DEFAULT_MAX_OPEN_IDS: u32 = 65536;
+/// The kernel's cap on the sites of one uprobe_multi link (`MAX_UPROBE_MULTI_CNT`): more
+/// fail with E2BIG, so larger objects get several links.
+pub const MULTI_LINK_MAX_SITES: usize = 1 << 20;
+/// At most this many sites through per-site perf events. Each one is registered and
+/// unregistered under the kernel's global uprobe event mutex, one RCU-tasks grace period at
+/// a time (~0.1 s): beyond a few thousand, attaching and detaching hold that mutex for minutes.
+pub const PERF_MAX_SITES: usize = 4096;
 
 /// What to load.
 pub struct LoadOptions<'a> {
@@ -128,6 +156,10 @@ pub struct LoadOptions<'a> {
     /// Attach the scheduler tracepoints and split span time (on-CPU, run queue, sleep, I/O).
     pub sched: bool,
     pub attach: AttachMode,
+    /// Size of THREADS: threads with per-thread span state at once (`--max-threads`).
+    pub max_threads: u32,
+    /// Size of ID_SPANS: id-paired spans open at once (`--max-open-ids`).
+    pub max_open_ids: u32,
 }
 
 impl LoadOptions<'_> {
@@ -197,10 +229,16 @@ impl Tracer {
                 features.tp_btf.detail
             )));
         }
+        if path == AttachPath::Perf {
+            check_perf_sites(opts.specs.len())?;
+        }
         let nsites = opts.specs.len().max(1) as u32;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("SITES", nsites)
             .map_max_entries("EVENTS", opts.ring_bytes)
+            .map_max_entries("THREADS", opts.max_threads.max(1))
+            .map_max_entries("THREAD_STRS", opts.max_threads.max(1))
+            .map_max_entries("ID_SPANS", opts.max_open_ids.max(1))
             .load(EBPF_OBJECT)
             .map_err(|e| {
                 let msg = error_chain(&e);
@@ -363,20 +401,25 @@ impl Tracer {
                     .multi_prog
                     .as_ref()
                     .ok_or(TraceError::MissingProgram("usdt_site"))?;
-                let triples: Vec<(u64, u64, u64)> = points
-                    .iter()
-                    .map(|p| (p.offset, p.ref_ctr.unwrap_or(0), p.cookie as u64))
-                    .collect();
-                let link = multi::attach(prog.as_raw_fd(), path, &triples, pid.unwrap_or(0))
-                    .map_err(|e| TraceError::Attach {
-                        path: path.to_string(),
-                        point: (points.len() == 1).then(|| points[0]),
-                        msg: multi_error(&e, points),
-                    })?;
-                self.multi_links.push(link);
-                self.sites += points.len();
+                // Several links when one object has more sites than a link takes.
+                for chunk in multi_chunks(points) {
+                    let triples: Vec<(u64, u64, u64)> = chunk
+                        .iter()
+                        .map(|p| (p.offset, p.ref_ctr.unwrap_or(0), p.cookie as u64))
+                        .collect();
+                    let link = multi::attach(prog.as_raw_fd(), path, &triples, pid.unwrap_or(0))
+                        .map_err(|e| TraceError::Attach {
+                            path: path.to_string(),
+                            point: (chunk.len() == 1).then(|| chunk[0]),
+                            msg: multi_error(&e, chunk),
+                        })?;
+                    self.multi_links.push(link);
+                    self.sites += chunk.len();
+                }
             }
             AttachPath::Perf => {
+                // The same sites attached for several processes add up.
+                check_perf_sites(self.sites + points.len())?;
                 for p in points {
                     self.attach_site(path, *p, pid)?;
                 }
@@ -511,13 +554,18 @@ impl Tracer {
             unmatched_start: v[CNT_UNMATCHED_START as usize],
             unmatched_end: v[CNT_UNMATCHED_END as usize],
             filtered: v[CNT_FILTERED as usize],
-            no_state: v[CNT_NO_STATE as usize],
+            threads_full: v[CNT_THREADS_FULL as usize],
+            threads_full_ends: v[CNT_THREADS_FULL_END as usize],
+            id_full: v[CNT_ID_FULL as usize],
+            id_full_ends: v[CNT_ID_FULL_END as usize],
+            depth: v[CNT_DEPTH_START as usize],
+            depth_ends: v[CNT_DEPTH_END as usize],
         })
     }
 
     /// Spans still open right now: starts that have not seen their end.
     pub fn open_spans(&self) -> Result<u64, TraceError> {
-        let ids: BpfHashMap<_, IdKey, usdt_trace_common::Frame> = BpfHashMap::try_from(
+        let ids: BpfHashMap<_, IdKey, usdt_trace_common::IdFrame> = BpfHashMap::try_from(
             self.ebpf
                 .map("ID_SPANS")
                 .ok_or(TraceError::MissingMap("ID_SPANS"))?,
@@ -562,6 +610,22 @@ impl Tracer {
         }
         Ok(out)
     }
+}
+
+/// The points of one object split into uprobe_multi links the kernel accepts.
+fn multi_chunks(points: &[AttachPoint]) -> std::slice::Chunks<'_, AttachPoint> {
+    points.chunks(MULTI_LINK_MAX_SITES)
+}
+
+/// Refuses more sites than the perf-event path can attach and detach in reasonable time.
+fn check_perf_sites(sites: usize) -> Result<(), TraceError> {
+    if sites > PERF_MAX_SITES {
+        return Err(TraceError::TooManyPerfSites {
+            sites,
+            max: PERF_MAX_SITES,
+        });
+    }
+    Ok(())
 }
 
 /// Why a uprobe_multi link failed. The kernel does not say which site, so hint at the mode
@@ -618,7 +682,41 @@ mod tests {
             hist,
             sched,
             attach: AttachMode::Auto,
+            max_threads: DEFAULT_MAX_THREADS,
+            max_open_ids: DEFAULT_MAX_OPEN_IDS,
         }
+    }
+
+    #[test]
+    fn multi_links_split_at_the_kernel_cap() {
+        let p = |i: usize| AttachPoint {
+            offset: i as u64,
+            ref_ctr: None,
+            cookie: i as u32,
+        };
+        let points: Vec<AttachPoint> = (0..MULTI_LINK_MAX_SITES * 2 + 3).map(p).collect();
+        let sizes: Vec<usize> = multi_chunks(&points).map(|c| c.len()).collect();
+        assert_eq!(
+            sizes,
+            [MULTI_LINK_MAX_SITES, MULTI_LINK_MAX_SITES, 3],
+            "every site once, in order, no link over the cap"
+        );
+        let last = multi_chunks(&points).last().unwrap();
+        assert_eq!(last[0].cookie as usize, MULTI_LINK_MAX_SITES * 2);
+        assert_eq!(multi_chunks(&points[..MULTI_LINK_MAX_SITES]).count(), 1);
+        assert_eq!(multi_chunks(&points[..1]).count(), 1);
+        assert_eq!(multi_chunks(&[]).count(), 0);
+    }
+
+    #[test]
+    fn perf_path_is_bounded() {
+        assert!(check_perf_sites(PERF_MAX_SITES).is_ok());
+        let e = check_perf_sites(PERF_MAX_SITES + 1).unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("4097 probe sites") && m.contains("--attach multi"),
+            "{m}"
+        );
     }
 
     #[test]

@@ -1,0 +1,129 @@
+//! Past the kernel side's limits (nesting depth, threads with span state, open id spans),
+//! spans are dropped and reported as drops: never mispaired, never counted as unmatched.
+use serde_json::{json, Value};
+use usdt_trace_tests::watch::{self, Output};
+use usdt_trace_tests::watch_util::build_c;
+
+/// `usdt-trace watch --json FLAGS... -c "watch_limits MODE N" watch_limits`.
+fn run(mode: &str, n: usize, flags: &[&str]) -> Output {
+    let bin = build_c("watch_limits", &["-O2", "-pthread"]);
+    let bin = bin.to_str().unwrap();
+    let cmd = format!("{bin} {mode} {n}");
+    let mut args: Vec<&str> = flags.to_vec();
+    args.extend(["-c", &cmd, bin]);
+    let out = watch::Watch::start(&args).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    out
+}
+
+fn dropped(sum: &Value) -> (u64, u64, u64) {
+    let d = &sum["dropped"];
+    (
+        d["threads_full"].as_u64().expect("threads_full"),
+        d["id_spans_full"].as_u64().expect("id_spans_full"),
+        d["depth"].as_u64().expect("depth"),
+    )
+}
+
+#[test]
+#[ignore = "needs root"]
+fn recursion_past_the_stack_drops_and_never_mispairs() {
+    const N: u64 = 80;
+    const STACK: u64 = 64;
+    // The strings live apart from the frames: check each level keeps its own.
+    let out = run("depth", N as usize, &["--str", "lim:rec__start:1"]);
+    let spans = out.spans();
+    let sum = out.summary();
+    assert_eq!(dropped(sum), (0, 0, N - STACK), "{sum}");
+    assert_eq!(sum["spans"], STACK, "{sum}");
+    assert_eq!(sum["unmatched"], 0, "{sum}");
+    assert_eq!(sum["unmatched_end"], 0, "{sum}");
+    assert_eq!(spans.len() as u64, STACK);
+    // Innermost recorded level ends first: STACK, STACK-1, ..., 1.
+    for (i, s) in spans.iter().enumerate() {
+        let d = STACK - i as u64;
+        assert_eq!(s["args"], json!([d, format!("level-{d}")]), "{s}");
+        assert_eq!(s["end_args"], json!([d]), "end of level {d} closed it: {s}");
+        // Level d holds levels d..N, two 1 ms sleeps each. A mispaired end (an inner level's)
+        // would make it shorter.
+        let want = 2 * (N - d + 1) * 1_000_000;
+        let got = s["duration_ns"].as_u64().unwrap();
+        assert!(
+            got >= want && got < want + 150_000_000,
+            "level {d}: {got} ns, want {want} ns + scheduling slack"
+        );
+    }
+    assert!(
+        out.stderr.contains("deeper than 64"),
+        "warning expected: {}",
+        out.stderr
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn more_threads_than_max_threads_are_dropped_not_unmatched() {
+    let out = run("threads", 12, &["--max-threads", "8"]);
+    let sum = out.summary();
+    assert_eq!(dropped(sum), (4, 0, 0), "{sum}");
+    assert_eq!(sum["spans"], 8, "{sum}");
+    assert_eq!(sum["unmatched"], 0, "{sum}");
+    assert_eq!(sum["unmatched_end"], 0, "the dropped starts' ends: {sum}");
+    for s in out.spans() {
+        assert_eq!(s["args"], s["end_args"], "{s}");
+    }
+    assert!(
+        out.stderr.contains("--max-threads"),
+        "warning expected: {}",
+        out.stderr
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn more_open_ids_than_max_open_ids_are_dropped_not_unmatched() {
+    let out = run(
+        "ids",
+        40,
+        &[
+            "--no-auto-span",
+            "--span",
+            "lim:req__start=lim:req__end",
+            "--key",
+            "0",
+            "--max-open-ids",
+            "16",
+        ],
+    );
+    let sum = out.summary();
+    assert_eq!(dropped(sum), (0, 24, 0), "{sum}");
+    assert_eq!(sum["spans"], 16, "{sum}");
+    assert_eq!(sum["unmatched"], 0, "none reported as never ended: {sum}");
+    assert_eq!(
+        sum["unmatched_end"], 0,
+        "none reported as ended without a start: {sum}"
+    );
+    let ids: Vec<&Value> = out.spans().iter().map(|s| &s["args"][0]).collect();
+    assert_eq!(
+        ids,
+        (1..=16)
+            .map(|i| json!(i))
+            .collect::<Vec<_>>()
+            .iter()
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        out.stderr.contains("--max-open-ids"),
+        "warning expected: {}",
+        out.stderr
+    );
+}
+
+#[test]
+fn bad_limits_are_usage_errors() {
+    for flag in ["--max-threads", "--max-open-ids"] {
+        let out = watch::run(&["watch", flag, "0", "/bin/true"]);
+        let line = usdt_trace_tests::watch_util::single_error_line(&out);
+        assert!(line.contains(flag), "{line}");
+    }
+}
