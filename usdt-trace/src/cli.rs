@@ -132,6 +132,10 @@ pub struct WatchArgs {
     /// How to attach uprobes (`usdt-trace doctor` shows what this kernel supports).
     #[arg(long, value_name = "MODE", value_enum, default_value_t = AttachArg::Auto)]
     pub attach: AttachArg,
+    /// Also write a Perfetto trace (protobuf) to FILE, as the run goes: open it in
+    /// ui.perfetto.dev. Spans are slices on their thread's track, events are instants.
+    #[arg(long, value_name = "FILE")]
+    pub perfetto: Option<PathBuf>,
     /// The executable or library to trace, then provider:name glob patterns (default: all).
     /// An argument naming an existing file, or containing '/', is a target.
     #[arg(value_name = "TARGET|PATTERN")]
@@ -159,6 +163,8 @@ pub enum UsageError {
     NoTarget,
     #[error("-c cannot be combined with -p")]
     CommandAndPid,
+    #[error("--perfetto {path}: {err}")]
+    Perfetto { path: String, err: std::io::Error },
 }
 
 /// Split positional arguments: files first, then patterns.
@@ -266,8 +272,16 @@ impl WatchArgs {
         let mut pids = self.pids.clone();
         let mut seen = std::collections::HashSet::new();
         pids.retain(|p| seen.insert(*p));
+        if let Some(p) = &self.perfetto {
+            // Fail before attaching rather than after; the sink truncates it again.
+            std::fs::File::create(p).map_err(|err| UsageError::Perfetto {
+                path: p.display().to_string(),
+                err,
+            })?;
+        }
         Ok(WatchConfig {
             json: self.json,
+            perfetto: self.perfetto.clone(),
             targets,
             pids,
             command,

@@ -10,6 +10,7 @@
 //!    loop does not know which output mode is in use.
 
 use crate::child::{Child, SpawnError, GRACE};
+use crate::output::perfetto::PerfettoSink;
 use crate::output::sink::{Fanout, Hists};
 use crate::output::text::clean;
 use crate::output::{self, JsonSink, RunInfo, Sink, Summary, TextSink};
@@ -48,6 +49,8 @@ pub struct WatchConfig {
     pub leave_running: bool,
     /// How uprobes are attached (`--attach`).
     pub attach: AttachMode,
+    /// `--perfetto FILE`: also write a Perfetto trace there.
+    pub perfetto: Option<PathBuf>,
 }
 
 impl WatchConfig {
@@ -61,14 +64,21 @@ impl WatchConfig {
     }
 
     /// The sinks this configuration asks for, and the stdout writer thread behind them.
-    fn sinks(&self) -> (Fanout, QueueHandle) {
+    fn sinks(&self) -> Result<(Fanout, QueueHandle), WatchError> {
         let (stdout, handle) = outqueue::spawn(io::stdout());
         let sink: Box<dyn Sink> = if self.json {
             Box::new(JsonSink::new(stdout))
         } else {
             Box::new(TextSink::new(stdout, !self.hist))
         };
-        (Fanout(vec![sink]), handle)
+        let mut sinks = vec![sink];
+        if let Some(path) = &self.perfetto {
+            let file = std::fs::File::create(path).map_err(|e| {
+                io::Error::new(e.kind(), format!("--perfetto {}: {e}", path.display()))
+            })?;
+            sinks.push(Box::new(PerfettoSink::new(file)));
+        }
+        Ok((Fanout(sinks), handle))
     }
 }
 
@@ -390,7 +400,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     }
 
     let started = Instant::now();
-    let (sinks, output) = cfg.sinks();
+    let (sinks, output) = cfg.sinks()?;
     let mut reader = Reader {
         plan: &plan,
         sinks,
