@@ -7,6 +7,7 @@
 //! output pipe (`| head`) exits 0.
 
 use crate::list::{self, ListConfig};
+use crate::output::otlp::{http::Endpoint, OtlpConfig};
 use crate::pattern::Pattern;
 use crate::spans::{SpanRule, StrRule};
 use crate::tracer::AttachMode;
@@ -27,6 +28,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per run: the size of the watch variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Show the probe sites of ELF files or of a running process.
@@ -136,6 +139,17 @@ pub struct WatchArgs {
     /// ui.perfetto.dev. Spans are slices on their thread's track, events are instants.
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
+    /// Also export spans over OTLP/HTTP (protobuf) to this collector: http://HOST[:PORT][/PATH]
+    /// (port 4318 and path /v1/traces by default; no TLS). Sent from a background thread: a
+    /// slow or dead collector drops spans (counted), it never slows tracing.
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// With --otlp: the resource's service.name (default: the traced executable's file name).
+    #[arg(long, value_name = "NAME", requires = "otlp")]
+    pub otlp_service: Option<String>,
+    /// With --otlp: how many spans may wait for the exporter before new ones are dropped.
+    #[arg(long, value_name = "SPANS", requires = "otlp", default_value_t = crate::output::otlp::DEFAULT_QUEUE)]
+    pub otlp_queue: usize,
     /// The executable or library to trace, then provider:name glob patterns (default: all).
     /// An argument naming an existing file, or containing '/', is a target.
     #[arg(value_name = "TARGET|PATTERN")]
@@ -165,6 +179,10 @@ pub enum UsageError {
     CommandAndPid,
     #[error("--perfetto {path}: {err}")]
     Perfetto { path: String, err: std::io::Error },
+    #[error(transparent)]
+    Otlp(#[from] crate::output::otlp::http::UrlError),
+    #[error("--otlp-queue {0}: must be at least 1")]
+    OtlpQueue(usize),
 }
 
 /// Split positional arguments: files first, then patterns.
@@ -279,9 +297,23 @@ impl WatchArgs {
                 err,
             })?;
         }
+        let otlp = match &self.otlp {
+            Some(url) => {
+                if self.otlp_queue == 0 {
+                    return Err(UsageError::OtlpQueue(0));
+                }
+                Some(OtlpConfig {
+                    endpoint: Endpoint::parse(url)?,
+                    service: self.otlp_service.clone(),
+                    queue: self.otlp_queue,
+                })
+            }
+            None => None,
+        };
         Ok(WatchConfig {
             json: self.json,
             perfetto: self.perfetto.clone(),
+            otlp,
             targets,
             pids,
             command,
@@ -423,6 +455,38 @@ mod tests {
         let e = Cli::try_parse_from(["usdt-trace", "watch", "--attach", "kprobe", "/bin/true"])
             .unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
+    }
+
+    #[test]
+    fn export_flags() {
+        let c = watch(&[
+            "/bin/true",
+            "--otlp",
+            "http://127.0.0.1:9/x",
+            "--otlp-service",
+            "s",
+        ])
+        .unwrap();
+        let o = c.otlp.unwrap();
+        assert_eq!(o.endpoint.to_string(), "http://127.0.0.1:9/x");
+        assert_eq!(o.service.as_deref(), Some("s"));
+        assert_eq!(o.queue, crate::output::otlp::DEFAULT_QUEUE);
+        assert!(matches!(
+            watch(&["/bin/true", "--otlp", "https://x"]),
+            Err(UsageError::Otlp(_))
+        ));
+        assert!(matches!(
+            watch(&["/bin/true", "--otlp", "http://x", "--otlp-queue", "0"]),
+            Err(UsageError::OtlpQueue(0))
+        ));
+        assert!(
+            Cli::try_parse_from(["usdt-trace", "watch", "--otlp-service", "s", "/bin/true"])
+                .is_err()
+        );
+        assert!(matches!(
+            watch(&["/bin/true", "--perfetto", "/nonexistent-dir/x.pftrace"]),
+            Err(UsageError::Perfetto { .. })
+        ));
     }
 
     #[test]

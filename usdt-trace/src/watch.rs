@@ -10,6 +10,7 @@
 //!    loop does not know which output mode is in use.
 
 use crate::child::{Child, SpawnError, GRACE};
+use crate::output::otlp::{OtlpConfig, OtlpSink};
 use crate::output::perfetto::PerfettoSink;
 use crate::output::sink::{Fanout, Hists};
 use crate::output::text::clean;
@@ -51,6 +52,8 @@ pub struct WatchConfig {
     pub attach: AttachMode,
     /// `--perfetto FILE`: also write a Perfetto trace there.
     pub perfetto: Option<PathBuf>,
+    /// `--otlp URL` and its settings: also export spans there.
+    pub otlp: Option<OtlpConfig>,
 }
 
 impl WatchConfig {
@@ -63,8 +66,32 @@ impl WatchConfig {
         }
     }
 
+    /// Per site: a start whose spans pair by a usdt-markers span id (argument 0), so that
+    /// argument 1 is the parent's id. An explicit `--key` rule on it means the user's own key,
+    /// not a markers id.
+    fn marked_starts(&self, plan: &Plan) -> Vec<bool> {
+        use usdt_trace_common::SiteRole;
+        plan.sites
+            .iter()
+            .zip(plan.specs.iter())
+            .map(|(site, spec)| {
+                spec.role == SiteRole::START
+                    && spec.id_arg == 0
+                    && site.args.len() >= 2
+                    && !self.spans.iter().any(|r| {
+                        r.key.is_some()
+                            && r.start.name == site.name
+                            && r.start
+                                .provider
+                                .as_ref()
+                                .is_none_or(|p| *p == site.provider)
+                    })
+            })
+            .collect()
+    }
+
     /// The sinks this configuration asks for, and the stdout writer thread behind them.
-    fn sinks(&self) -> Result<(Fanout, QueueHandle), WatchError> {
+    fn sinks(&self, plan: &Plan) -> Result<(Fanout, QueueHandle), WatchError> {
         let (stdout, handle) = outqueue::spawn(io::stdout());
         let sink: Box<dyn Sink> = if self.json {
             Box::new(JsonSink::new(stdout))
@@ -77,6 +104,12 @@ impl WatchConfig {
                 io::Error::new(e.kind(), format!("--perfetto {}: {e}", path.display()))
             })?;
             sinks.push(Box::new(PerfettoSink::new(file)));
+        }
+        if let Some(otlp) = &self.otlp {
+            sinks.push(Box::new(OtlpSink::new(
+                otlp.clone(),
+                self.marked_starts(plan),
+            )?));
         }
         Ok((Fanout(sinks), handle))
     }
@@ -400,7 +433,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     }
 
     let started = Instant::now();
-    let (sinks, output) = cfg.sinks()?;
+    let (sinks, output) = cfg.sinks(&plan)?;
     let mut reader = Reader {
         plan: &plan,
         sinks,
