@@ -345,3 +345,55 @@ fn a_collector_that_dies_and_comes_back_costs_counted_spans() {
         .attributes;
     assert_eq!(string(res, "service.name"), Some("export_demo"));
 }
+
+/// The Rust demo server's spans carry usdt-markers ids: `send_message` names its `request` as
+/// parent (argument 1), even when the request started on another worker thread.
+#[test]
+#[ignore = "needs root"]
+fn markers_parent_ids_link_spans_across_threads() {
+    use usdt_trace_tests::markers::{demo_servers, free_port, http_request, start_server};
+    let bin = &demo_servers().0;
+    let port = free_port();
+    let _server = start_server(bin, port, None);
+    let rx = Receiver::start(0);
+    let url = format!("http://127.0.0.1:{}", rx.port);
+    let w = watch::Watch::start(&["--otlp", &url, bin.to_str().unwrap()]);
+    for _ in 0..10 {
+        let r = http_request(
+            port,
+            "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(r.status, Some(200));
+    }
+    // watch drains the ring after detaching: nothing is missed by stopping now.
+    let out = w.stop();
+    let reqs = rx.kill();
+    let spans = out.spans();
+    assert_eq!(spans.len(), 20, "{:?}", out.records);
+    assert_eq!(totals(&out.stderr), (20, 0), "{}", out.stderr);
+    let got: Vec<&Span> = reqs
+        .iter()
+        .flat_map(|r| &r.body.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .collect();
+    let requests: Vec<&Span> = got
+        .iter()
+        .copied()
+        .filter(|s| s.name == "httpserver:request")
+        .collect();
+    assert_eq!(requests.len(), 10);
+    for send in got.iter().filter(|s| s.name == "httpserver:send_message") {
+        let parent_id = int(&send.attributes, "arg1").unwrap();
+        let parent = requests
+            .iter()
+            .find(|r| int(&r.attributes, "arg0") == Some(parent_id))
+            .unwrap_or_else(|| panic!("no request {parent_id}"));
+        assert_eq!(send.parent_span_id, parent.span_id);
+        assert_eq!(send.trace_id, parent.trace_id);
+        assert!(parent.parent_span_id.is_empty());
+    }
+    let traces: std::collections::HashSet<&Vec<u8>> =
+        requests.iter().map(|r| &r.trace_id).collect();
+    assert_eq!(traces.len(), 10, "one trace per request");
+}
