@@ -137,12 +137,13 @@ pub struct WatchArgs {
     pub attach: AttachArg,
     /// Also write a Perfetto trace (protobuf) to FILE, as the run goes: open it in
     /// ui.perfetto.dev. Spans are slices on their thread's track, events are instants.
-    #[arg(long, value_name = "FILE")]
+    // --hist keeps spans in the kernel: there would be nothing to write.
+    #[arg(long, value_name = "FILE", conflicts_with = "hist")]
     pub perfetto: Option<PathBuf>,
     /// Also export spans over OTLP/HTTP (protobuf) to this collector: http://HOST[:PORT][/PATH]
     /// (port 4318 and path /v1/traces by default; no TLS). Sent from a background thread: a
     /// slow or dead collector drops spans (counted), it never slows tracing.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "hist")]
     pub otlp: Option<String>,
     /// With --otlp: the resource's service.name (default: the traced executable's file name).
     #[arg(long, value_name = "NAME", requires = "otlp")]
@@ -483,6 +484,11 @@ mod tests {
             Cli::try_parse_from(["usdt-trace", "watch", "--otlp-service", "s", "/bin/true"])
                 .is_err()
         );
+        for flag in ["--perfetto=/tmp/x", "--otlp=http://x"] {
+            let e = Cli::try_parse_from(["usdt-trace", "watch", "--hist", flag, "/bin/true"])
+                .unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+        }
         assert!(matches!(
             watch(&["/bin/true", "--perfetto", "/nonexistent-dir/x.pftrace"]),
             Err(UsageError::Perfetto { .. })

@@ -449,9 +449,13 @@ impl<W: Write> Sink for PerfettoSink<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         if !self.buf.is_empty() {
-            self.out.write_all(&self.buf)?;
+            // The file is written from the tracing loop: one write per batch, into the page
+            // cache, is cheap next to the batch itself.
+            self.out
+                .write_all(&self.buf)
+                .and_then(|_| self.out.flush())
+                .map_err(|e| io::Error::new(e.kind(), format!("--perfetto: {e}")))?;
             self.buf.clear();
-            self.out.flush()?;
         }
         Ok(())
     }
