@@ -138,6 +138,9 @@ fn async_uuid(n: u64) -> u64 {
 /// an old, forgotten one can at worst let a slice mis-nest in the viewer.
 const THREAD_HISTORY: usize = 64;
 
+/// Threads (and processes) remembered as described; see [`PerfettoSink::tracks_for`].
+const MAX_TRACKS: usize = 1 << 16;
+
 /// One async lane: the spans of one name in one process that fit end to start.
 struct Lane {
     uuid: u64,
@@ -183,6 +186,14 @@ impl<W: Write> PerfettoSink<W> {
 
     /// Process and thread tracks, described the first time each is seen.
     fn tracks_for(&mut self, pid: u32, tid: u32, comm: &[u8]) {
+        // Bounded over a long run of many short-lived threads: a track forgotten is only
+        // described again (same uuid), which the trace allows.
+        if self.threads.len() >= MAX_TRACKS || self.processes.len() >= MAX_TRACKS {
+            self.threads.clear();
+            self.processes.clear();
+            self.thread_slices.clear();
+            self.lanes.clear();
+        }
         if self.processes.insert(pid) {
             // The process's name is its main thread's; read it while the process is there.
             let name = std::fs::read(format!("/proc/{pid}/comm"))
