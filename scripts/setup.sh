@@ -20,6 +20,12 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
 
+# --- Perfetto's Python package: the --perfetto test decodes traces with its protobuf classes.
+if ! python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
+    log "installing the perfetto Python package"
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore perfetto >/dev/null
+fi
+
 # --- tracefs: uprobes and tracepoints are managed through it.
 if [ ! -e /sys/kernel/tracing/events ] && [ "$(id -u)" = 0 ]; then
     mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true

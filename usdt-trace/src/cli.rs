@@ -7,6 +7,7 @@
 //! output pipe (`| head`) exits 0.
 
 use crate::list::{self, ListConfig};
+use crate::output::otlp::{http::Endpoint, OtlpConfig};
 use crate::pattern::Pattern;
 use crate::spans::{SpanRule, StrRule};
 use crate::tracer::AttachMode;
@@ -35,6 +36,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per run: the size of the watch variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Show the probe sites of ELF files or of a running process.
@@ -159,6 +162,22 @@ pub struct WatchArgs {
     /// How to attach uprobes (`usdt-trace doctor` shows what this kernel supports).
     #[arg(long, value_name = "MODE", value_enum, default_value_t = AttachArg::Auto)]
     pub attach: AttachArg,
+    /// Also write a Perfetto trace (protobuf) to FILE, as the run goes: open it in
+    /// ui.perfetto.dev. Spans are slices on their thread's track, events are instants.
+    // --hist keeps spans in the kernel: there would be nothing to write.
+    #[arg(long, value_name = "FILE", conflicts_with = "hist")]
+    pub perfetto: Option<PathBuf>,
+    /// Also export spans over OTLP/HTTP (protobuf) to this collector: http://HOST[:PORT][/PATH]
+    /// (port 4318 and path /v1/traces by default; no TLS). Sent from a background thread: a
+    /// slow or dead collector drops spans (counted), it never slows tracing.
+    #[arg(long, value_name = "URL", conflicts_with = "hist")]
+    pub otlp: Option<String>,
+    /// With --otlp: the resource's service.name (default: the traced executable's file name).
+    #[arg(long, value_name = "NAME", requires = "otlp")]
+    pub otlp_service: Option<String>,
+    /// With --otlp: how many spans may wait for the exporter before new ones are dropped.
+    #[arg(long, value_name = "SPANS", requires = "otlp", default_value_t = crate::output::otlp::DEFAULT_QUEUE)]
+    pub otlp_queue: usize,
     /// The executable or library to trace, then provider:name glob patterns (default: all).
     /// An argument with '/' is a file; without -p, the first other argument is a file when it
     /// names one (here, else a program on PATH); every other argument is a pattern.
@@ -203,6 +222,12 @@ pub enum UsageError {
     NoTarget,
     #[error("-c cannot be combined with -p")]
     CommandAndPid,
+    #[error("--perfetto {path}: {err}")]
+    Perfetto { path: String, err: std::io::Error },
+    #[error(transparent)]
+    Otlp(#[from] crate::output::otlp::http::UrlError),
+    #[error("--otlp-queue {0}: must be at least 1")]
+    OtlpQueue(usize),
 }
 
 /// Split positional arguments into files and patterns, by one rule that never guesses from
@@ -469,8 +494,30 @@ impl WatchArgs {
         let mut pids = self.pids.clone();
         let mut seen = std::collections::HashSet::new();
         pids.retain(|p| seen.insert(*p));
+        if let Some(p) = &self.perfetto {
+            // Fail before attaching rather than after; the sink truncates it again.
+            std::fs::File::create(p).map_err(|err| UsageError::Perfetto {
+                path: p.display().to_string(),
+                err,
+            })?;
+        }
+        let otlp = match &self.otlp {
+            Some(url) => {
+                if self.otlp_queue == 0 {
+                    return Err(UsageError::OtlpQueue(0));
+                }
+                Some(OtlpConfig {
+                    endpoint: Endpoint::parse(url)?,
+                    service: self.otlp_service.clone(),
+                    queue: self.otlp_queue,
+                })
+            }
+            None => None,
+        };
         Ok(WatchConfig {
             json: self.json,
+            perfetto: self.perfetto.clone(),
+            otlp,
             targets,
             pids,
             command,
@@ -639,6 +686,43 @@ mod tests {
         let e = Cli::try_parse_from(["usdt-trace", "watch", "--attach", "kprobe", "/bin/true"])
             .unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
+    }
+
+    #[test]
+    fn export_flags() {
+        let c = watch(&[
+            "/bin/true",
+            "--otlp",
+            "http://127.0.0.1:9/x",
+            "--otlp-service",
+            "s",
+        ])
+        .unwrap();
+        let o = c.otlp.unwrap();
+        assert_eq!(o.endpoint.to_string(), "http://127.0.0.1:9/x");
+        assert_eq!(o.service.as_deref(), Some("s"));
+        assert_eq!(o.queue, crate::output::otlp::DEFAULT_QUEUE);
+        assert!(matches!(
+            watch(&["/bin/true", "--otlp", "https://x"]),
+            Err(UsageError::Otlp(_))
+        ));
+        assert!(matches!(
+            watch(&["/bin/true", "--otlp", "http://x", "--otlp-queue", "0"]),
+            Err(UsageError::OtlpQueue(0))
+        ));
+        assert!(
+            Cli::try_parse_from(["usdt-trace", "watch", "--otlp-service", "s", "/bin/true"])
+                .is_err()
+        );
+        for flag in ["--perfetto=/tmp/x", "--otlp=http://x"] {
+            let e = Cli::try_parse_from(["usdt-trace", "watch", "--hist", flag, "/bin/true"])
+                .unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+        }
+        assert!(matches!(
+            watch(&["/bin/true", "--perfetto", "/nonexistent-dir/x.pftrace"]),
+            Err(UsageError::Perfetto { .. })
+        ));
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //!    loop does not know which output mode is in use.
 
 use crate::child::{Child, SpawnError, GRACE};
+use crate::output::otlp::{OtlpConfig, OtlpSink};
+use crate::output::perfetto::PerfettoSink;
 use crate::output::sink::{Fanout, Hists};
 use crate::output::text::clean;
 use crate::output::{self, JsonSink, RunInfo, Sink, Summary, TextSink, View};
@@ -53,6 +55,10 @@ pub struct WatchConfig {
     /// `--max-threads`, `--max-open-ids`: kernel map sizes.
     pub max_threads: u32,
     pub max_open_ids: u32,
+    /// `--perfetto FILE`: also write a Perfetto trace there.
+    pub perfetto: Option<PathBuf>,
+    /// `--otlp URL` and its settings: also export spans there.
+    pub otlp: Option<OtlpConfig>,
 }
 
 impl WatchConfig {
@@ -65,8 +71,32 @@ impl WatchConfig {
         }
     }
 
+    /// Per site: a start whose spans pair by a usdt-markers span id (argument 0), so that
+    /// argument 1 is the parent's id. An explicit `--key` rule on it means the user's own key,
+    /// not a markers id.
+    fn marked_starts(&self, plan: &Plan) -> Vec<bool> {
+        use usdt_trace_common::SiteRole;
+        plan.sites
+            .iter()
+            .zip(plan.specs.iter())
+            .map(|(site, spec)| {
+                spec.role == SiteRole::START
+                    && spec.id_arg == 0
+                    && site.args.len() >= 2
+                    && !self.spans.iter().any(|r| {
+                        r.key.is_some()
+                            && r.start.name == site.name
+                            && r.start
+                                .provider
+                                .as_ref()
+                                .is_none_or(|p| *p == site.provider)
+                    })
+            })
+            .collect()
+    }
+
     /// The sinks this configuration asks for, and the output writer thread behind them.
-    fn sinks(&self) -> Result<(Fanout, QueueHandle), WatchError> {
+    fn sinks(&self, plan: &Plan) -> Result<(Fanout, QueueHandle), WatchError> {
         let (stdout, handle) = match &self.output {
             Some(path) => {
                 let f = std::fs::File::create(path).map_err(|source| WatchError::OutputFile {
@@ -82,7 +112,20 @@ impl WatchConfig {
         } else {
             Box::new(TextSink::new(stdout, !self.hist))
         };
-        Ok((Fanout(vec![sink]), handle))
+        let mut sinks = vec![sink];
+        if let Some(path) = &self.perfetto {
+            let file = std::fs::File::create(path).map_err(|e| {
+                io::Error::new(e.kind(), format!("--perfetto {}: {e}", path.display()))
+            })?;
+            sinks.push(Box::new(PerfettoSink::new(file)));
+        }
+        if let Some(otlp) = &self.otlp {
+            sinks.push(Box::new(OtlpSink::new(
+                otlp.clone(),
+                self.marked_starts(plan),
+            )?));
+        }
+        Ok((Fanout(sinks), handle))
     }
 }
 
@@ -509,7 +552,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .collect();
     let plan = plan::build(&named, &cfg.plan_options())?;
     // Before anything is attached: a bad -o path fails first.
-    let (sinks, output) = cfg.sinks()?;
+    let (sinks, output) = cfg.sinks(&plan)?;
 
     // Times count from before the first probe can fire, so none is ever negative.
     let t0 = monotonic_ns();

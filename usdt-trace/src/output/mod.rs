@@ -18,6 +18,8 @@
 pub mod decode;
 pub mod hist;
 pub mod json;
+pub mod otlp;
+pub mod perfetto;
 pub mod sink;
 pub mod text;
 

@@ -1,0 +1,399 @@
+//! `watch --otlp URL`: spans of a real traced program arrive at an OTLP/HTTP receiver (a tiny
+//! HTTP server on loopback, decoding with opentelemetry-proto's own messages) with every field
+//! the NDJSON of the same run has; a receiver that dies mid-run costs dropped spans, counted:
+//! exported + dropped = spans.
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value::Value as Any, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::Span;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use usdt_trace_tests::proc::wait_until;
+use usdt_trace_tests::watch::{self, Output};
+use usdt_trace_tests::watch_util::build_c;
+
+/// One POST as received.
+struct Request {
+    path: String,
+    content_type: String,
+    body: ExportTraceServiceRequest,
+}
+
+struct Receiver {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    got: Arc<Mutex<Vec<Request>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Receiver {
+    /// Listens on 127.0.0.1:`port` (0: any free port).
+    fn start(port: u16) -> Receiver {
+        let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind receiver");
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let (s, g) = (stop.clone(), got.clone());
+        let thread = std::thread::spawn(move || {
+            // One connection at a time, each served to the end: stopping never cuts a request
+            // that was read (the exporter would retry it and count it twice).
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((c, _)) => {
+                        if let Some(r) = serve(c) {
+                            g.lock().unwrap().push(r);
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Receiver {
+            port,
+            stop,
+            got,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops accepting and closes the port (connections are refused until a restart).
+    fn kill(mut self) -> Vec<Request> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        std::mem::take(&mut *self.got.lock().unwrap())
+    }
+
+    fn spans(&self) -> usize {
+        count(&self.got.lock().unwrap())
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn count(reqs: &[Request]) -> usize {
+    reqs.iter()
+        .flat_map(|r| &r.body.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .map(|s| s.spans.len())
+        .sum()
+}
+
+fn serve(c: TcpStream) -> Option<Request> {
+    c.set_nonblocking(false).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let mut r = BufReader::new(c);
+    let mut line = String::new();
+    r.read_line(&mut line).ok()?;
+    let mut parts = line.split_whitespace();
+    assert_eq!(parts.next(), Some("POST"), "{line}");
+    let path = parts.next()?.to_string();
+    let (mut len, mut content_type) = (0usize, String::new());
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).ok()?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':')?;
+        match k.to_ascii_lowercase().as_str() {
+            "content-length" => len = v.trim().parse().ok()?,
+            "content-type" => content_type = v.trim().to_string(),
+            _ => {}
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).ok()?;
+    let body = <ExportTraceServiceRequest as prost::Message>::decode(body.as_slice())
+        .expect("an ExportTraceServiceRequest");
+    let mut c = r.into_inner();
+    c.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
+    )
+    .ok()?;
+    Some(Request {
+        path,
+        content_type,
+        body,
+    })
+}
+
+fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Any> {
+    attrs
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+}
+
+fn int(attrs: &[KeyValue], key: &str) -> Option<i64> {
+    match attr(attrs, key) {
+        Some(Any::IntValue(v)) => Some(*v),
+        _ => None,
+    }
+}
+
+fn string<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    match attr(attrs, key) {
+        Some(Any::StringValue(v)) => Some(v),
+        _ => None,
+    }
+}
+
+/// `(exported, dropped)` from the line `otlp: exported N spans to URL, dropped M...`.
+fn totals(stderr: &str) -> (u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("otlp: exported "))
+        .unwrap_or_else(|| panic!("no otlp totals line: {stderr}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let exported = words[2].parse().unwrap();
+    let dropped = words[words.iter().position(|w| *w == "dropped").unwrap() + 1]
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .unwrap();
+    (exported, dropped)
+}
+
+fn run_demo(cmd: &str, url: &str, extra: &[&str]) -> watch::Watch {
+    let mut args = vec![
+        "--otlp",
+        url,
+        "--str",
+        "ex:inner__start:1",
+        "--span",
+        "ex:job__start=ex:job__end",
+        "--key",
+        "0",
+        "-c",
+        cmd,
+    ];
+    args.extend_from_slice(extra);
+    watch::Watch::start(&args)
+}
+
+fn check_span(s: &Span, j: &Value, zero: u64) {
+    let a = &s.attributes;
+    assert_eq!(
+        s.start_time_unix_nano,
+        zero + j["start_ns"].as_u64().unwrap()
+    );
+    assert_eq!(s.end_time_unix_nano, zero + j["end_ns"].as_u64().unwrap());
+    assert_eq!(s.trace_id.len(), 16);
+    assert_eq!(s.span_id.len(), 8);
+    assert_eq!(s.kind, 1, "internal");
+    assert_eq!(int(a, "thread.id"), j["tid"].as_i64());
+    assert_eq!(string(a, "thread.name"), j["comm"].as_str());
+    assert_eq!(string(a, "usdt.provider"), j["provider"].as_str());
+    assert_eq!(string(a, "usdt.start"), j["start"].as_str());
+    assert_eq!(string(a, "usdt.end"), j["end"].as_str());
+    assert_eq!(int(a, "usdt.start_tid"), j["start_tid"].as_i64());
+    for (prefix, key) in [("arg", "args"), ("end_arg", "end_args")] {
+        for (i, v) in j[key].as_array().unwrap().iter().enumerate() {
+            let k = format!("{prefix}{i}");
+            match v {
+                Value::String(sv) => assert_eq!(string(a, &k), Some(sv.as_str()), "{k}"),
+                Value::Null => assert!(attr(a, &k).is_none(), "{k}"),
+                n => assert_eq!(int(a, &k), n.as_i64(), "{k}"),
+            }
+        }
+    }
+    for k in ["oncpu_ns", "offcpu_ns", "runq_ns", "sleep_ns", "io_ns"] {
+        assert_eq!(int(a, &format!("usdt.{k}")), j[k].as_i64(), "{k}");
+    }
+    match j.get("waker") {
+        Some(w) => {
+            let shown = format!("{} {}/{}", w["comm"].as_str().unwrap(), w["pid"], w["tid"]);
+            assert_eq!(string(a, "usdt.waker"), Some(shown.as_str()));
+            assert_eq!(int(a, "usdt.waker_off_ns"), w["off_ns"].as_i64());
+        }
+        None => assert!(attr(a, "usdt.waker").is_none()),
+    }
+}
+
+fn zero(out: &Output) -> u64 {
+    out.of_type("start").next().expect("start record")["clock_zero_unix_ns"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn spans_arrive_with_every_field() {
+    let bin = build_c("export_demo", &["-O2", "-pthread"]);
+    let rx = Receiver::start(0);
+    let url = format!("http://127.0.0.1:{}", rx.port);
+    let out = run_demo(bin.to_str().unwrap(), &url, &["--otlp-service", "demo-svc"]).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let reqs = rx.kill();
+    let spans = out.spans();
+    assert_eq!(spans.len(), 4, "{:?}", out.records);
+    assert_eq!(totals(&out.stderr), (4, 0), "{}", out.stderr);
+    assert!(!reqs.is_empty());
+    for r in &reqs {
+        assert_eq!(r.path, "/v1/traces");
+        assert_eq!(r.content_type, "application/x-protobuf");
+    }
+    let pid = spans[0]["pid"].as_i64().unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let mut got: Vec<&Span> = Vec::new();
+    for rs in reqs.iter().flat_map(|r| &r.body.resource_spans) {
+        let res = &rs.resource.as_ref().expect("resource").attributes;
+        assert_eq!(string(res, "service.name"), Some("demo-svc"));
+        assert_eq!(string(res, "host.name"), Some(host.trim()));
+        assert_eq!(int(res, "process.pid"), Some(pid));
+        let exe = std::fs::canonicalize(&bin).unwrap();
+        assert_eq!(
+            string(res, "process.executable.path"),
+            exe.to_str(),
+            "{res:?}"
+        );
+        for ss in &rs.scope_spans {
+            assert_eq!(ss.scope.as_ref().unwrap().name, "usdt-trace");
+            got.extend(&ss.spans);
+        }
+    }
+    assert_eq!(got.len(), 4);
+    let z = zero(&out);
+    let find = |n: &str| *got.iter().find(|s| s.name == n).unwrap();
+    for j in &spans {
+        let name = format!(
+            "{}:{}",
+            j["provider"].as_str().unwrap(),
+            j["name"].as_str().unwrap()
+        );
+        check_span(find(&name), j, z);
+    }
+    let (outer, inner, job, work) = (
+        find("ex:outer"),
+        find("ex:inner"),
+        find("ex:job"),
+        find("ex:work"),
+    );
+    // inner ran inside outer on one thread: its child, in its trace.
+    assert_eq!(inner.parent_span_id, outer.span_id);
+    assert_eq!(inner.trace_id, outer.trace_id);
+    for root in [outer, job, work] {
+        assert!(root.parent_span_id.is_empty(), "{}", root.name);
+    }
+    assert_ne!(job.trace_id, outer.trace_id);
+    assert_eq!(string(&inner.attributes, "arg1"), Some("hello"));
+    assert_eq!(int(&outer.attributes, "arg1"), Some(-5));
+    let mut ids: Vec<&Vec<u8>> = got.iter().map(|s| &s.span_id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "span ids are distinct");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_collector_that_dies_and_comes_back_costs_counted_spans() {
+    let bin = build_c("export_demo", &["-O2", "-pthread"]);
+    let rx = Receiver::start(0);
+    let port = rx.port;
+    let url = format!("http://127.0.0.1:{port}/v1/traces");
+    let cmd = format!("{} 100000", bin.display());
+    let w = run_demo(&cmd, &url, &["--otlp-queue", "64"]);
+    wait_until("the first spans arrive", Duration::from_secs(20), || {
+        rx.spans() > 0
+    });
+    let mut before = rx.kill();
+    // Down long enough for the 64-span queue to overflow (the demo ends ~700 spans a second).
+    std::thread::sleep(Duration::from_millis(1500));
+    let rx = Receiver::start(port);
+    wait_until(
+        "spans arrive after the restart",
+        Duration::from_secs(20),
+        || rx.spans() > 0,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let out = w.stop();
+    before.extend(rx.kill());
+    let received = count(&before) as u64;
+    let (exported, dropped) = totals(&out.stderr);
+    let spans = out.spans().len() as u64;
+    eprintln!("{spans} spans: {exported} exported, {dropped} dropped");
+    assert_eq!(out.summary()["spans"].as_u64(), Some(spans));
+    assert_eq!(exported, received, "{}", out.stderr);
+    assert_eq!(exported + dropped, spans, "{}", out.stderr);
+    assert!(
+        dropped > 0,
+        "the outage overflowed the queue: {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("retrying"),
+        "the outage was reported: {}",
+        out.stderr
+    );
+    // The default service name is the executable's.
+    let res = &before[0].body.resource_spans[0]
+        .resource
+        .as_ref()
+        .unwrap()
+        .attributes;
+    assert_eq!(string(res, "service.name"), Some("export_demo"));
+}
+
+/// The Rust demo server's spans carry usdt-markers ids: `send_message` names its `request` as
+/// parent (argument 1), even when the request started on another worker thread.
+#[test]
+#[ignore = "needs root"]
+fn markers_parent_ids_link_spans_across_threads() {
+    use usdt_trace_tests::markers::{demo_servers, free_port, http_request, start_server};
+    let bin = &demo_servers().0;
+    let port = free_port();
+    let _server = start_server(bin, port, None);
+    let rx = Receiver::start(0);
+    let url = format!("http://127.0.0.1:{}", rx.port);
+    let w = watch::Watch::start(&["--otlp", &url, bin.to_str().unwrap()]);
+    for _ in 0..10 {
+        let r = http_request(
+            port,
+            "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(r.status, Some(200));
+    }
+    // watch drains the ring after detaching: nothing is missed by stopping now.
+    let out = w.stop();
+    let reqs = rx.kill();
+    let spans = out.spans();
+    assert_eq!(spans.len(), 20, "{:?}", out.records);
+    assert_eq!(totals(&out.stderr), (20, 0), "{}", out.stderr);
+    let got: Vec<&Span> = reqs
+        .iter()
+        .flat_map(|r| &r.body.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .collect();
+    let requests: Vec<&Span> = got
+        .iter()
+        .copied()
+        .filter(|s| s.name == "httpserver:request")
+        .collect();
+    assert_eq!(requests.len(), 10);
+    for send in got.iter().filter(|s| s.name == "httpserver:send_message") {
+        let parent_id = int(&send.attributes, "arg1").unwrap();
+        let parent = requests
+            .iter()
+            .find(|r| int(&r.attributes, "arg0") == Some(parent_id))
+            .unwrap_or_else(|| panic!("no request {parent_id}"));
+        assert_eq!(send.parent_span_id, parent.span_id);
+        assert_eq!(send.trace_id, parent.trace_id);
+        assert!(parent.parent_span_id.is_empty());
+    }
+    let traces: std::collections::HashSet<&Vec<u8>> =
+        requests.iter().map(|r| &r.trace_id).collect();
+    assert_eq!(traces.len(), 10, "one trace per request");
+}

@@ -1,0 +1,519 @@
+//! `--otlp URL`: spans exported over OTLP/HTTP (protobuf, the OpenTelemetry project's own
+//! message definitions from `opentelemetry-proto`).
+//!
+//! The tracing loop only converts a span and offers it to a bounded queue; a background
+//! thread links parents ([`tree`]), batches, POSTs and retries with backoff. When the
+//! collector is down the thread keeps retrying its batch, the queue fills, and further spans
+//! are dropped and counted: memory stays bounded and the loop never waits. At the end the
+//! thread gets a bounded time to send what it has; the totals (exported, dropped) go to
+//! stderr.
+//!
+//! Events (probes that pair with nothing) are not exported: OTLP has no place for an event
+//! outside a span.
+
+pub mod http;
+pub mod tree;
+
+use super::decode::{cstr, string_of};
+use super::sink::{Sink, View};
+use super::{ArgFmt, RunInfo, SiteInfo, Summary};
+use http::{Endpoint, Posted};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, ResourceSpans, ScopeSpans, Span};
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tree::{Assembler, Item};
+use usdt_trace_common::{SpanRecord, MAX_ARGS};
+
+/// `--otlp` settings (built by `cli`).
+#[derive(Clone, Debug)]
+pub struct OtlpConfig {
+    pub endpoint: Endpoint,
+    /// `--otlp-service`: else the traced executable's file name.
+    pub service: Option<String>,
+    /// `--otlp-queue`: spans that may wait for the exporter before new ones are dropped.
+    pub queue: usize,
+}
+
+pub const DEFAULT_QUEUE: usize = 8192;
+/// Spans per request.
+const BATCH: usize = 512;
+/// A batch not full is sent after this long.
+const BATCH_AGE: Duration = Duration::from_millis(500);
+/// Backoff between retries of a failed POST: doubles from the first to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+/// At the end: how long the exporter may still take to send what it has.
+const FINISH_WAIT: Duration = Duration::from_secs(3);
+
+/// Per-process resource attributes, sent once with the first span of the process.
+struct Process {
+    pid: u32,
+    resource: Resource,
+}
+
+// Spans are nearly every message: boxing them would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+enum Msg {
+    Process(Process),
+    Span(Item),
+}
+
+#[derive(Default)]
+struct Stats {
+    exported: AtomicU64,
+    /// Rejected by the collector, or given up at the end.
+    failed: AtomicU64,
+    /// Messages in the channel (so a full queue costs no conversion).
+    queued: AtomicUsize,
+    stopping: AtomicBool,
+}
+
+pub struct OtlpSink {
+    cfg: OtlpConfig,
+    /// Per start site: the span is paired by a usdt-markers id (arg 0) with the parent's id
+    /// in arg 1.
+    marked: Vec<bool>,
+    tx: Option<SyncSender<Msg>>,
+    stats: Arc<Stats>,
+    thread: Option<JoinHandle<()>>,
+    done: Option<Receiver<()>>,
+    /// Processes whose resource was handed to the exporter.
+    known: HashSet<u32>,
+    host: String,
+    zero_unix_ns: u64,
+    fallback_exe: Option<String>,
+    rng: tree::Rng,
+    /// Spans seen, and dropped because the queue was full.
+    spans: u64,
+    dropped: u64,
+}
+
+impl OtlpSink {
+    /// `marked[start_site]`: see the field. Starts the exporter thread.
+    pub fn new(cfg: OtlpConfig, marked: Vec<bool>) -> io::Result<OtlpSink> {
+        let (tx, rx) = mpsc::sync_channel(cfg.queue);
+        let (done_tx, done) = mpsc::channel();
+        let stats = Arc::new(Stats::default());
+        let exporter = Exporter {
+            endpoint: cfg.endpoint.clone(),
+            stats: stats.clone(),
+            processes: HashMap::new(),
+            tree: Assembler::default(),
+            ready: Vec::new(),
+            warned: false,
+            stop_at: None,
+        };
+        let thread = std::thread::Builder::new()
+            .name("otlp-export".into())
+            .spawn(move || {
+                exporter.run(rx);
+                let _ = done_tx.send(());
+            })?;
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        Ok(OtlpSink {
+            cfg,
+            marked,
+            tx: Some(tx),
+            stats,
+            thread: Some(thread),
+            done: Some(done),
+            known: HashSet::new(),
+            host,
+            zero_unix_ns: 0,
+            fallback_exe: None,
+            rng: tree::Rng::new(),
+            spans: 0,
+            dropped: 0,
+        })
+    }
+
+    fn offer(&mut self, m: Msg) -> bool {
+        let Some(tx) = &self.tx else { return false };
+        self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        match tx.try_send(m) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// The resource of a process, read from /proc the first time one of its spans ends (it
+    /// is running then, and exec'ed: at `begin` a `-c` child may not be yet).
+    fn resource(&self, pid: u32) -> Resource {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|p| p.display().to_string())
+            .or_else(|| self.fallback_exe.clone())
+            .unwrap_or_default();
+        let service = self.cfg.service.clone().unwrap_or_else(|| {
+            exe.rsplit('/')
+                .next()
+                .filter(|s| !s.is_empty())
+                .unwrap_or("usdt-trace")
+                .to_string()
+        });
+        Resource {
+            attributes: vec![
+                kv_str("service.name", service),
+                kv_str("host.name", self.host.clone()),
+                kv_int("process.pid", pid as i64),
+                kv_str("process.executable.path", exe),
+            ],
+            ..Default::default()
+        }
+    }
+
+    fn span(&mut self, start: &SiteInfo, end: &SiteInfo, name: String, r: &SpanRecord) -> Item {
+        let h = &r.hdr;
+        let mut attrs = Vec::with_capacity(16);
+        let s = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
+        args_attrs(&mut attrs, "arg", start, &r.args, s);
+        args_attrs(&mut attrs, "end_arg", end, &r.end_args, None);
+        attrs.push(kv_int("thread.id", h.tid as i64));
+        attrs.push(kv_str(
+            "thread.name",
+            String::from_utf8_lossy(cstr(&h.comm)).into_owned(),
+        ));
+        attrs.push(kv_str("usdt.provider", start.provider.clone()));
+        attrs.push(kv_str("usdt.start", start.name.clone()));
+        attrs.push(kv_str("usdt.end", end.name.clone()));
+        if r.start_tid != h.tid {
+            attrs.push(kv_int("usdt.start_tid", r.start_tid as i64));
+        }
+        if r.acct_valid != 0 {
+            let a = &r.acct;
+            for (k, v) in [
+                ("usdt.oncpu_ns", a.oncpu),
+                ("usdt.offcpu_ns", a.runq + a.sleep + a.io),
+                ("usdt.runq_ns", a.runq),
+                ("usdt.sleep_ns", a.sleep),
+                ("usdt.io_ns", a.io),
+            ] {
+                attrs.push(kv_int(k, v as i64));
+            }
+            if r.longest_off_ns > 0 && (r.waker_pid != 0 || r.waker_comm[0] != 0) {
+                let comm = String::from_utf8_lossy(cstr(&r.waker_comm));
+                let w = format!("{comm} {}/{}", r.waker_pid, r.waker_tid);
+                attrs.push(kv_str("usdt.waker", w));
+                attrs.push(kv_int("usdt.waker_off_ns", r.longest_off_ns as i64));
+            }
+        }
+        let marker = self
+            .marked
+            .get(r.start_site as usize)
+            .copied()
+            .unwrap_or(false)
+            .then(|| (r.args[0], r.args[1]));
+        let (span_id, parent_span_id) = match marker {
+            Some((id, parent)) => (
+                tree::marker_span_id(h.pid, id),
+                if parent != 0 {
+                    tree::marker_span_id(h.pid, parent)
+                } else {
+                    Vec::new()
+                },
+            ),
+            None => (self.rng.next_u64().to_be_bytes().to_vec(), Vec::new()),
+        };
+        Item {
+            pid: h.pid,
+            tid: h.tid,
+            same_thread: r.start_tid == h.tid,
+            start_ns: r.start_ns,
+            marker,
+            span: Span {
+                span_id,
+                parent_span_id,
+                name,
+                kind: SpanKind::Internal as i32,
+                start_time_unix_nano: self.zero_unix_ns + r.start_ns,
+                end_time_unix_nano: self.zero_unix_ns + h.ts_ns.max(r.start_ns),
+                attributes: attrs,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+fn kv(key: &str, v: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue { value: Some(v) }),
+        ..Default::default()
+    }
+}
+
+fn kv_str(key: &str, v: String) -> KeyValue {
+    kv(key, any_value::Value::StringValue(v))
+}
+
+fn kv_int(key: &str, v: i64) -> KeyValue {
+    kv(key, any_value::Value::IntValue(v))
+}
+
+/// `arg0`, ... as ints (OTLP has no unsigned type: an unsigned value above i64::MAX is sent as
+/// its decimal string), the captured string as a string, unreadable arguments left out.
+fn args_attrs(
+    out: &mut Vec<KeyValue>,
+    prefix: &str,
+    site: &SiteInfo,
+    args: &[u64; MAX_ARGS],
+    s: Option<&[u8]>,
+) {
+    for (i, fmt) in site.args.iter().enumerate().take(MAX_ARGS) {
+        let key = format!("{prefix}{i}");
+        if site.str_arg == Some(i) {
+            if let Some(b) = s {
+                out.push(kv_str(&key, String::from_utf8_lossy(b).into_owned()));
+            }
+            continue;
+        }
+        match fmt {
+            ArgFmt::Unsigned => match i64::try_from(args[i]) {
+                Ok(v) => out.push(kv_int(&key, v)),
+                Err(_) => out.push(kv_str(&key, args[i].to_string())),
+            },
+            ArgFmt::Signed => out.push(kv_int(&key, args[i] as i64)),
+            ArgFmt::Unreadable => {}
+        }
+    }
+}
+
+impl Sink for OtlpSink {
+    fn begin(&mut self, run: &RunInfo) -> io::Result<()> {
+        self.zero_unix_ns = run.clock_zero_unix_ns;
+        self.fallback_exe = run.targets.first().cloned();
+        Ok(())
+    }
+
+    fn record(&mut self, v: &View) -> io::Result<()> {
+        let View::Span {
+            pair,
+            start,
+            end,
+            rec,
+        } = *v
+        else {
+            return Ok(());
+        };
+        self.spans += 1;
+        // Full: drop before paying for the conversion.
+        if self.stats.queued.load(Ordering::Relaxed) >= self.cfg.queue {
+            self.dropped += 1;
+            return Ok(());
+        }
+        let pid = rec.hdr.pid;
+        if !self.known.contains(&pid) {
+            let p = Process {
+                pid,
+                resource: self.resource(pid),
+            };
+            if !self.offer(Msg::Process(p)) {
+                self.dropped += 1;
+                return Ok(());
+            }
+            // Bounded: a long system-wide run sees many short-lived processes; one forgotten
+            // is only described again.
+            if self.known.len() >= 4096 {
+                self.known.clear();
+            }
+            self.known.insert(pid);
+        }
+        let name = format!("{}:{}", pair.provider, pair.stem);
+        let item = self.span(start, end, name, rec);
+        if !self.offer(Msg::Span(item)) {
+            self.dropped += 1;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn finish(&mut self, _s: &Summary) -> io::Result<()> {
+        self.stats.stopping.store(true, Ordering::Relaxed);
+        // Disconnecting tells the exporter to send what it has and stop.
+        self.tx = None;
+        let finished = self
+            .done
+            .take()
+            .is_some_and(|d| d.recv_timeout(FINISH_WAIT + Duration::from_secs(1)).is_ok());
+        if finished {
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+        let exported = self.stats.exported.load(Ordering::Relaxed);
+        // Whatever was not exported by now never will be: queue full, rejected, or still
+        // waiting for a dead collector.
+        let dropped = self.spans.saturating_sub(exported);
+        eprintln!(
+            "otlp: exported {exported} spans to {}, dropped {dropped}{}",
+            self.cfg.endpoint,
+            if dropped > 0 {
+                " (collector unreachable or too slow: the queue was full, or it refused them)"
+            } else {
+                ""
+            }
+        );
+        Ok(())
+    }
+}
+
+/// The background half: parents, batches, POSTs.
+struct Exporter {
+    endpoint: Endpoint,
+    stats: Arc<Stats>,
+    processes: HashMap<u32, Resource>,
+    tree: Assembler,
+    /// Spans released by the tree, waiting to be sent, oldest first.
+    ready: Vec<(u32, Span)>,
+    warned: bool,
+    /// Once the run has ended: when to stop retrying.
+    stop_at: Option<Instant>,
+}
+
+impl Exporter {
+    fn run(mut self, rx: Receiver<Msg>) {
+        let mut oldest: Option<Instant> = None;
+        let mut open = true;
+        while open || !self.ready.is_empty() {
+            if open {
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(m) => {
+                        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                        match m {
+                            Msg::Process(p) => {
+                                if self.processes.len() >= 4096 {
+                                    self.processes.clear();
+                                }
+                                self.processes.insert(p.pid, p.resource);
+                            }
+                            Msg::Span(item) => self.tree.add(item, Instant::now(), &mut self.ready),
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => {
+                        open = false;
+                        self.tree.release_all(&mut self.ready);
+                    }
+                }
+                self.tree.expire(Instant::now(), &mut self.ready);
+            }
+            if self.ready.is_empty() {
+                oldest = None;
+                continue;
+            }
+            let now = Instant::now();
+            let since = *oldest.get_or_insert(now);
+            if self.ready.len() >= BATCH || now.duration_since(since) >= BATCH_AGE || !open {
+                let n = self.ready.len().min(BATCH);
+                let batch: Vec<(u32, Span)> = self.ready.drain(..n).collect();
+                if !self.send(batch) {
+                    // The run is over and the collector still fails: the rest is dropped.
+                    return;
+                }
+                oldest = (!self.ready.is_empty()).then(Instant::now);
+            }
+        }
+    }
+
+    fn request(&self, batch: Vec<(u32, Span)>) -> ExportTraceServiceRequest {
+        let mut by_pid: Vec<(u32, Vec<Span>)> = Vec::new();
+        for (pid, s) in batch {
+            match by_pid.iter_mut().find(|(p, _)| *p == pid) {
+                Some((_, v)) => v.push(s),
+                None => by_pid.push((pid, vec![s])),
+            }
+        }
+        let resource_spans = by_pid
+            .into_iter()
+            .map(|(pid, spans)| ResourceSpans {
+                resource: Some(
+                    self.processes
+                        .get(&pid)
+                        .cloned()
+                        .unwrap_or_else(|| Resource {
+                            attributes: vec![kv_int("process.pid", pid as i64)],
+                            ..Default::default()
+                        }),
+                ),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: "usdt-trace".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        ..Default::default()
+                    }),
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect();
+        ExportTraceServiceRequest { resource_spans }
+    }
+
+    /// POSTs one batch, retrying with backoff until it is accepted, refused, or the run has
+    /// ended and [`FINISH_WAIT`] is over (the sink counts what was not exported); false then.
+    fn send(&mut self, batch: Vec<(u32, Span)>) -> bool {
+        let n = batch.len() as u64;
+        let body = prost::Message::encode_to_vec(&self.request(batch));
+        let mut delay = BACKOFF.0;
+        loop {
+            match http::post(&self.endpoint, "application/x-protobuf", &body) {
+                Posted::Ok => {
+                    self.stats.exported.fetch_add(n, Ordering::Relaxed);
+                    if self.warned {
+                        eprintln!("otlp: {} reachable again", self.endpoint);
+                        self.warned = false;
+                    }
+                    return true;
+                }
+                Posted::Rejected(code) => {
+                    eprintln!(
+                        "otlp: warning: {} refused {n} spans (HTTP {code}); not retried",
+                        self.endpoint
+                    );
+                    self.stats.failed.fetch_add(n, Ordering::Relaxed);
+                    return true;
+                }
+                Posted::Retry(why) => {
+                    if !self.warned {
+                        eprintln!(
+                            "otlp: warning: POST {}: {why}; retrying (spans are dropped while the queue is full)",
+                            self.endpoint
+                        );
+                        self.warned = true;
+                    }
+                }
+            }
+            // Sleep in steps so the end of the run is noticed.
+            let wake = Instant::now() + delay;
+            while Instant::now() < wake {
+                if self.stats.stopping.load(Ordering::Relaxed) {
+                    let s = *self
+                        .stop_at
+                        .get_or_insert_with(|| Instant::now() + FINISH_WAIT);
+                    if Instant::now() >= s {
+                        self.stats.failed.fetch_add(n, Ordering::Relaxed);
+                        return false;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20).min(delay));
+            }
+            delay = (delay * 2).min(BACKOFF.1);
+        }
+    }
+}
