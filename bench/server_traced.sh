@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Cost of tracing a busy server: the Rust demo server under wrk, untraced and with
-# `usdt-trace watch` attached in each mode. Prints requests/s, the server's CPU time per request
+# `usdt-trace watch` attached in each mode, including the Perfetto and OTLP exports beside
+# --json (the OTLP receiver is a minimal loopback HTTP server that accepts and discards, so its
+# own CPU competes with the server's here; a real collector runs elsewhere). Prints requests/s, the server's CPU time per request
 # (steadier than req/s on a shared VM) and the ratio to untraced. Root.
 #   bench/server_traced.sh [DURATION_SECONDS (5)] [CONNECTIONS (20)] [ROUNDS (3)]
 set -euo pipefail
@@ -15,7 +17,23 @@ tracer=target/release/usdt-trace
 work=$(mktemp -d)
 port=18590
 hz=$(getconf CLK_TCK)
-trap 'pkill -f "$server --port" 2>/dev/null || true; rm -rf "$work"' EXIT
+otlp_port=18580
+# A stand-in collector: accepts OTLP/HTTP posts and discards them.
+python3 - "$otlp_port" <<'PY' &
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+PY
+collector=$!
+trap 'kill $collector 2>/dev/null || true; pkill -f "$server --port" 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # One measurement: MODE is "untraced" or the watch flags. Prints "REQ/S CPU_US_PER_REQ".
 measure() {
@@ -43,7 +61,8 @@ measure() {
     ticks=$(awk -v t0="$t0" '{ sub(/.*\) /, ""); print $12 + $13 - t0 }' "/proc/$pid/stat")
     if [ -n "$wpid" ]; then
         kill -INT "$wpid"; sleep 0.5; kill -INT "$wpid" 2>/dev/null || true; wait "$wpid" 2>/dev/null || true
-        grep -h '"type":"summary"' "$work/out" >"$work/summary.$mode.$port" 2>/dev/null || true
+        { grep -h '"type":"summary"' "$work/out"; grep -h '^otlp:' "$work/err"; } >"$work/summary.$port" 2>/dev/null || true
+        echo "  ($mode)" >>"$work/summary.$port"
     fi
     kill "$pid"; wait "$pid" 2>/dev/null || true
     reqs=$(echo "$out" | awk '/requests in/ {print $1}')
@@ -51,7 +70,7 @@ measure() {
         '/Requests\/sec/ { printf "%s %.2f\n", $2, t / hz * 1e6 / n }'
 }
 
-modes=("untraced" "--hist" "--json" "--json --no-sched" "bpftrace")
+modes=("untraced" "--hist" "--json" "--json --no-sched" "--json --perfetto $work/trace.pftrace" "--json --otlp http://127.0.0.1:$otlp_port" "bpftrace")
 declare -A rps cpu
 for r in $(seq "$ROUNDS"); do
     for m in "${modes[@]}"; do
@@ -78,4 +97,4 @@ for m in "${modes[@]}"; do
 done
 echo
 echo "Summaries of the traced runs (spans seen, lost):"
-cat "$work"/summary.* 2>/dev/null | head -4
+cat "$work"/summary.* 2>/dev/null
