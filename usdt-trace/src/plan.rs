@@ -50,6 +50,9 @@ pub struct PlanOptions<'a> {
     pub strs: &'a [StrRule],
     /// Pair probes by naming convention (`X__start`/`X__end`, ...).
     pub auto_span: bool,
+    /// The running kernel turns a uprobe on a 5-byte nop into a call
+    /// ([`crate::tracer::Features::uprobe_optimize`]): attach `nop; nop5` sites on their nop5.
+    pub optimize: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -159,8 +162,8 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             }
         }
         let str_arg = str_args[cookie];
-        plan.specs
-            .push(site_spec(&s.args, s.pc, role, key, str_arg));
+        let (offset, pc) = attach_at(s, opts.optimize);
+        plan.specs.push(site_spec(&s.args, pc, role, key, str_arg));
         plan.sites.push(SiteInfo {
             provider: s.provider.clone(),
             name: s.name.clone(),
@@ -169,7 +172,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             pair,
         });
         let point = AttachPoint {
-            offset: s.file_offset,
+            offset,
             ref_ctr: s.semaphore_offset,
             cookie: cookie as u32,
         };
@@ -182,6 +185,18 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         }
     }
     Ok(plan)
+}
+
+/// Where the uprobe goes (file offset) and the address it is at (the ip the program sees,
+/// which rip-relative arguments are measured from). A `nop; nop5` site is attached on its
+/// 5-byte nop only when the kernel will optimize it: elsewhere a uprobe on it costs as much as
+/// on the nop or more, so the nop (what every other tool probes) is the safe default. The
+/// registers are the same at both: the nop changes nothing.
+fn attach_at(s: &crate::elf::Site, optimize: bool) -> (u64, u64) {
+    match crate::elf::optimizable_offset(s.insn, s.file_offset) {
+        Some(off) if optimize => (off, s.pc.wrapping_add(off - s.file_offset)),
+        _ => (s.file_offset, s.pc),
+    }
 }
 
 /// Per chosen site, the argument read as a string. A rule must match some traced probe and
@@ -457,6 +472,7 @@ mod tests {
             spans: &[],
             strs,
             auto_span: true,
+            optimize: false,
         }
     }
 
