@@ -134,7 +134,9 @@
 #define _USDT_OP(i, x) [_usdt_s##i] "n"(_USDT_SPEC(x)), [_usdt_a##i] "nor"(x)
 
 #if defined(__x86_64__)
+#ifndef _USDT_SITE /* bench/site_shape.py defines the old 1-byte nop to compare */
 #define _USDT_SITE "990: nop\n.byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
+#endif
 /* The red-zone guard (see the top of this file). Weak, so no compiler may inline or drop the
  * call; hidden, so it stays a direct call inside the object. */
 void usdt_markers_redzone_guard(void);
