@@ -477,6 +477,32 @@ mod tests {
     }
 
     #[test]
+    fn nop_nop5_sites_attach_on_the_nop5_only_when_the_kernel_optimizes() {
+        let mut s = site("app", "hit", 0x10, None, &["8@%rdi", "8@counter+8(%rip)"]);
+        s.args[1] = parse_arg("8@counter+8(%rip)", Arch::X86_64).resolve(|_| Some(0x3000));
+        let plain = s.clone();
+        s.insn = SiteInsn::NopNop5;
+        let a = ObjectProbes {
+            sites: vec![s, plain],
+            ..Default::default()
+        };
+        let optimize = PlanOptions {
+            optimize: true,
+            ..opts(&[], &[])
+        };
+        let plan = build(&[("a", &a)], &optimize).unwrap();
+        let offsets: Vec<u64> = plan.objects[0].points.iter().map(|p| p.offset).collect();
+        assert_eq!(offsets, [0x11, 0x10]);
+        // At the nop5 the ip is pc + 1: rip-relative arguments are measured from there.
+        assert_eq!(plan.specs[0].args[1].val, (0x3008u64).wrapping_sub(0x1011));
+        assert_eq!(plan.specs[1].args[1].val, (0x3008u64).wrapping_sub(0x1010));
+        let plan = build(&[("a", &a)], &opts(&[], &[])).unwrap();
+        let offsets: Vec<u64> = plan.objects[0].points.iter().map(|p| p.offset).collect();
+        assert_eq!(offsets, [0x10, 0x10]);
+        assert_eq!(plan.specs[0].args[1].val, (0x3008u64).wrapping_sub(0x1010));
+    }
+
+    #[test]
     fn cookies_index_specs_and_sites_alike_and_group_by_object() {
         let (a, b) = objects();
         let strs = [StrRule::parse("query__start:0").unwrap()];
