@@ -15,7 +15,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
-use usdt_trace_tests::markers::{have, rust_testprog, target_dir, workspace_root, Elf};
+use usdt_trace_tests::markers::{
+    cargo_build, have, rust_testprog, target_dir, workspace_root, Elf,
+};
 use usdt_trace_tests::watch::{run, Watch};
 
 const HITS: u64 = 300;
@@ -59,6 +61,14 @@ fn build(cc: &str, opt: &str, guard: bool) -> PathBuf {
     let status = cmd.status().expect("run the compiler");
     assert!(status.success(), "{cc} {opt} failed");
     out
+}
+
+/// `tests/testprogs/redzone_rust`, the Rust twin of `redzone_c.c`, built in release mode.
+fn build_rust() -> PathBuf {
+    let target = target_dir().join("markers-testprogs/redzone_rust");
+    let manifest = workspace_root().join("tests/testprogs/redzone_rust/Cargo.toml");
+    cargo_build(&manifest, &target, "", &["--release"]);
+    target.join("release/redzone_rust")
 }
 
 /// Every site of `bin` is the 6-byte `nop; nop5` with the note's pc on the nop.
@@ -137,6 +147,7 @@ fn sites_are_nop_nop5_in_c_and_rust() {
         }
     }
     assert_sites(&rust_testprog(None));
+    assert_sites(&build_rust());
 }
 
 #[test]
@@ -178,6 +189,19 @@ fn red_zone_values_and_arguments_survive_every_hit() {
             assert!(clean, "{cc} {opt}: the program saw its red zone change");
         }
     }
+}
+
+/// Rust: the site sits in its own function and its `asm!` may use the stack, so the caller's
+/// memory locals and the probe's arguments come through every hit unchanged.
+#[test]
+#[ignore = "needs root"]
+fn rust_values_and_arguments_survive_every_hit() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let (clean, wrong) = trace(&build_rust());
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(clean, "the Rust program saw its locals change");
 }
 
 /// The same leaf functions without the guard: gcc and clang keep them leaves with their locals
