@@ -10,7 +10,7 @@ log() { echo "setup: $*" >&2; }
 
 # --- Debian packages used by the build, the demo, the tests and the benchmarks.
 need_pkgs=()
-for p in build-essential binutils systemtap-sdt-dev bpftrace curl wrk jq; do
+for p in build-essential binutils clang systemtap-sdt-dev bpftrace curl wrk jq; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

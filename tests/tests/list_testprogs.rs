@@ -298,7 +298,7 @@ fn text_listing_shows_every_site_aligned() {
     // Columns line up: every row has the SITE column at the header's position.
     let col = header.find("SITE").unwrap();
     for r in &site_rows[1..] {
-        assert_eq!(&r[col..col + 3], "nop", "{r}");
+        assert_eq!(&r[col..col + 4], "trap", "{r}");
     }
     assert!(out.contains("arg0  -4@$5 "), "{out}");
     assert!(out.contains("-> s32 = -9"), "{out}");

@@ -15,7 +15,17 @@
  *
  * What gets emitted, per probe site (see the Rust crate's docs for the longer version):
  *
- *  - a 1-byte `nop` (4 bytes on aarch64): the address a uprobe is put on;
+ *  - the site, on x86_64 `nop; nopl 0x0(%rax,%rax,1)` (bytes 90 0f 1f 44 00 00), the note's pc on
+ *    the `nop`; a 4-byte `nop` on aarch64. Tracers that know the kernel optimizes uprobes on a
+ *    5-byte nop (Linux 6.18+: sys_uprobe, arch_uprobe_optimize) attach at pc + 1, where the kernel
+ *    replaces the breakpoint with a `call` into a trampoline after the first hit (~3x cheaper
+ *    than the trap); every other tool attaches at pc, the plain 1-byte nop, as before;
+ *  - that `call` pushes its return address at -8(%rsp). A leaf function may keep locals (and the
+ *    compiler may place a probe argument) in the 128-byte red zone below %rsp, and they would be
+ *    overwritten from the second hit on. So the enabled branch of every x86_64 probe also calls
+ *    usdt_markers_redzone_guard(), an empty, weak (never inlined) function: a function that makes
+ *    a call is not a leaf, and neither gcc nor clang then keeps anything below %rsp. The call
+ *    runs only while the probe is enabled (about a nanosecond next to the probe itself);
  *  - a note in the non-allocated section .note.stapsdt:
  *        u32 namesz = 8, u32 descsz, u32 type = 3, "stapsdt\0",
  *        desc = u64 pc, u64 base (address of _.stapsdt.base), u64 semaphore,
@@ -123,8 +133,27 @@
 #define _USDT_ARGFMT(i) "%c[_usdt_s" #i "]@%[_usdt_a" #i "]"
 #define _USDT_OP(i, x) [_usdt_s##i] "n"(_USDT_SPEC(x)), [_usdt_a##i] "nor"(x)
 
+#if defined(__x86_64__)
+#ifndef _USDT_SITE /* bench/site_shape.py defines the old 1-byte nop to compare */
+#define _USDT_SITE "990: nop\n.byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
+#endif
+/* The red-zone guard (see the top of this file). Weak, so no compiler may inline or drop the
+ * call; hidden, so it stays a direct call inside the object. */
+void usdt_markers_redzone_guard(void);
+__attribute__((weak, visibility("hidden"), noinline, cold)) void usdt_markers_redzone_guard(void)
+{
+    __asm__ __volatile__("");
+}
+#ifndef _USDT_GUARD /* a test defines it away to show the hazard it prevents */
+#define _USDT_GUARD() usdt_markers_redzone_guard()
+#endif
+#else
+#define _USDT_SITE "990: nop\n"
+#define _USDT_GUARD() ((void)0)
+#endif
+
 #define _USDT_NOTE_HEAD(provider, name, sema)                                                    \
-    "990: nop\n"                                                                                 \
+    _USDT_SITE                                                                                   \
     ".pushsection .note.stapsdt, \"\", " _USDT_T "note\n"                                        \
     ".balign 4\n"                                                                                \
     ".4byte 992f-991f, 994f-993f, 3\n"                                                           \
@@ -196,22 +225,27 @@
 
 #define USDT_PROBE(provider, name, ...)                                                          \
     do {                                                                                         \
-        if (__builtin_expect(USDT_ENABLED(provider, name), 0))                                   \
+        if (__builtin_expect(USDT_ENABLED(provider, name), 0)) {                                 \
+            _USDT_GUARD();                                                                       \
             _USDT_FIRE(provider, #name, #name, ##__VA_ARGS__);                                   \
+        }                                                                                        \
     } while (0)
 
 #define USDT_SPAN_START(provider, name, id, ...)                                                 \
     do {                                                                                         \
         if (__builtin_expect(USDT_ENABLED(provider, name), 0)) {                                 \
             _USDT_HINT(provider, #name);                                                         \
+            _USDT_GUARD();                                                                       \
             _USDT_FIRE(provider, #name "__start", #name, id, ##__VA_ARGS__);                     \
         }                                                                                        \
     } while (0)
 
 #define USDT_SPAN_END(provider, name, id, ...)                                                   \
     do {                                                                                         \
-        if (__builtin_expect(USDT_ENABLED(provider, name), 0))                                   \
+        if (__builtin_expect(USDT_ENABLED(provider, name), 0)) {                                 \
+            _USDT_GUARD();                                                                       \
             _USDT_FIRE(provider, #name "__end", #name, id, ##__VA_ARGS__);                       \
+        }                                                                                        \
     } while (0)
 
 /* One counter per executable or library (weak, hidden). A forked child continues it; tracers

@@ -196,7 +196,15 @@ mod imp {
         }};
     }
 
-    /// The site. The register name is chosen by the assembler from the constant size, because
+    /// The site: `nop; nopl 0x0(%rax,%rax,1)` (`90 0f 1f 44 00 00`), the note's pc on the
+    /// `nop`. A tracer that finds the kernel optimizes uprobes attaches to the 5-byte nop, which
+    /// the kernel turns into a `call` after the first hit; anything else attaches to the `nop`.
+    /// The `call` writes the return address at `-8(%rsp)`, so nothing live may sit in the red
+    /// zone here: the site is alone in its own never-inlined function, and the `asm!` has no
+    /// `nostack`, which is the language's promise that the block may write below the stack
+    /// pointer (LLVM then keeps no value in this function's red zone). See the crate docs.
+    ///
+    /// The register name is chosen by the assembler from the constant size, because
     /// the template cannot depend on the argument's type: `%al`/`%ax`/`%eax`/`%rax` (or the
     /// matching names of whatever register the compiler picked).
     #[doc(hidden)]
@@ -207,10 +215,11 @@ mod imp {
             #[inline(never)]
             #[allow(clippy::too_many_arguments)]
             fn __usdt_fire<$($t: $crate::ProbeArg),*>($($v: $t),*) {
-                // SAFETY: a nop, and data in non-allocated note sections.
+                // SAFETY: two nops, and data in non-allocated note sections.
                 unsafe {
                     ::core::arch::asm!(
                         "990: nop",
+                        ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
                         $crate::__usdt_note_head!($provider, $name, $sema, "@"),
                         $(
                             ::core::concat!(".if {", ::core::stringify!($t), "} * {",
@@ -233,7 +242,8 @@ mod imp {
                         $crate::__usdt_note_tail!(),
                         $($v = in(reg) $crate::ProbeArg::into_reg($v),)*
                         $($t = const <$t as $crate::ProbeArg>::SIZE,)*
-                        options(att_syntax, nostack, readonly, preserves_flags)
+                        // No `nostack`: the optimized site's `call` writes below %rsp.
+                        options(att_syntax, readonly, preserves_flags)
                     );
                 }
             }

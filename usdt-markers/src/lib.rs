@@ -24,9 +24,9 @@
 //!
 //! A USDT probe is three things the compiler leaves in the binary:
 //!
-//! 1. **The site**: a 1-byte `nop` (4 bytes on aarch64) in the code. A tracer puts a uprobe
-//!    (breakpoint) on it. Just before it, the argument values are in registers, and the note says
-//!    which ones.
+//! 1. **The site**: on x86_64 `nop; nopl 0x0(%rax,%rax,1)` (6 bytes, see [below](#the-site-on-x86_64-nop-nop5-and-the-red-zone)),
+//!    a 4-byte `nop` on aarch64. A tracer puts a uprobe (breakpoint) on it. Just before it, the
+//!    argument values are in registers, and the note says which ones.
 //! 2. **The note**: an ELF note in the non-allocated section `.note.stapsdt` (so it is in no
 //!    `PT_NOTE` segment; tools read it through the section headers):
 //!
@@ -63,6 +63,40 @@
 //! by the assembler with `.if SIZE*SIZE == 1 … .elseif …`, because the template itself cannot depend
 //! on a type. See [`ProbeArg`] for the supported types.
 //!
+//! # The site on x86_64: `nop; nop5`, and the red zone
+//!
+//! The note's pc is the `nop`; a 5-byte `nopl 0x0(%rax,%rax,1)` follows (`90 0f 1f 44 00 00`,
+//! the shape libbpf's `usdt.h` first used). Tools that know nothing of it probe the `nop` as
+//! always: readelf, bpftrace, bcc, libbpf, perf. On Linux 6.18+ (`sys_uprobe` and
+//! `arch_uprobe_optimize`) a uprobe on that exact 5-byte nop is rewritten, after its first hit,
+//! into a `call` to a trampoline that enters the kernel by syscall: no trap, about 3x cheaper.
+//! `usdt-trace watch` attaches there when the running kernel does this, and on the `nop`
+//! otherwise (where a 5-byte nop would be single-stepped). A 10-byte nop (libbpf's newest
+//! `nop; nop10`) is not an option on 6.18: its `cs` prefix makes the kernel refuse a uprobe on
+//! it (`ENOTSUPP`), and only the 5-byte nop is optimized.
+//!
+//! The `call` pushes its return address at `-8(%rsp)` (and the trampoline saves registers below
+//! that). A leaf function may keep locals, and a compiler may place a probe argument, in the
+//! 128-byte red zone below `%rsp`; they would read as garbage from the second hit on. So no
+//! site may ever have live data below `%rsp`:
+//!
+//! - **Rust.** The site is alone in its own `#[inline(never)]` function, so the caller has made
+//!   a call and keeps nothing below its stack pointer; and the `asm!` has no `nostack` option,
+//!   which is Rust's promise that the block may push or write the red zone: the compiler keeps
+//!   no value there across it (LLVM treats the function as making a call; it aligns the stack
+//!   with one `push`). With `nostack` a leaf's spills may sit in the red zone; without the
+//!   separate function the caller's locals could.
+//! - **C** (`include/usdt_markers.h`, gcc and clang, any `-O`): inline asm cannot declare that it
+//!   writes below `%rsp`, so the enabled branch of every probe also calls
+//!   `usdt_markers_redzone_guard()`, an empty weak function no compiler may inline or drop. A
+//!   function that makes a call is not a leaf, and neither gcc nor clang uses the red zone in
+//!   it. The call runs only while the probe is enabled.
+//!
+//! `tests/tests/markers_redzone.rs` traces leaf functions whose six locals and two arguments sit
+//! in the red zone (gcc and clang, `-O2` and `-O3`) on the optimized site and checks every value
+//! and every probe argument after each hit; built without the guard, the same program sees its
+//! values change from the second hit on, which the test also checks.
+//!
 //! # Semaphores (is-enabled probes)
 //!
 //! Every probe name gets a 2-byte counter, `usdt_sema.<provider>.<name>` (hidden, in section
@@ -71,7 +105,7 @@
 //! site is compiled as
 //!
 //! ```text
-//! if semaphore != 0 { evaluate the arguments; call the cold function that holds the nop }
+//! if semaphore != 0 { evaluate the arguments; call the cold function that holds the site }
 //! ```
 //!
 //! and an untraced probe costs one load and one branch; its arguments are not evaluated.

@@ -201,12 +201,16 @@ fn write_json(buf: &mut Vec<u8>, path: &str, pid: Option<u32>, s: &Site) -> io::
     Ok(())
 }
 
-/// The INSN column: single-stepped sites stand out because they cost ~10 µs a hit, not ~0.5.
-pub fn insn_label(insn: SiteInsn) -> &'static str {
+/// The SITE column: what a hit costs on this kernel (`optimize`: it turns uprobes on 5-byte
+/// nops into calls). `optimized` (a call, ~3x cheaper than a trap), `trap` (the kernel
+/// emulates a nop, ~0.5 µs), or single-stepped sites, which stand out at ~10 µs a hit.
+pub fn insn_label(insn: SiteInsn, file_offset: u64, optimize: bool) -> &'static str {
+    let optimizable = crate::elf::optimizable_offset(insn, file_offset).is_some();
     match insn {
-        SiteInsn::Nop => "nop",
-        SiteInsn::Nop5 => "nop5",
-        SiteInsn::SingleStep => "SINGLE-STEP (~20x cost)",
+        _ if optimizable && optimize => "optimized",
+        SiteInsn::Nop | SiteInsn::NopNop5 => "trap",
+        // Where the kernel does not optimize it, a nop5 is stepped like any instruction.
+        SiteInsn::Nop5 | SiteInsn::SingleStep => "SINGLE-STEP (~20x cost)",
         SiteInsn::Unknown => "?",
     }
 }
@@ -237,6 +241,11 @@ fn write_text(
         }
         _ => writeln!(out, "{shown}: {} site{plural}", sites.len())?,
     }
+    // Only sites the kernel could optimize depend on whether it does: others never look.
+    let optimize = sites
+        .iter()
+        .any(|s| crate::elf::optimizable_offset(s.insn, s.file_offset).is_some())
+        && crate::tracer::features::uprobe_optimize().is_yes();
     let rows: Vec<[String; 5]> = sites
         .iter()
         .map(|s| {
@@ -250,7 +259,7 @@ fn write_text(
                 format!("{:#x}", s.pc),
                 sema,
                 format!("{:#x}", s.file_offset),
-                insn_label(s.insn).to_string(),
+                insn_label(s.insn, s.file_offset, optimize).to_string(),
             ]
         })
         .collect();

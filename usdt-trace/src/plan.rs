@@ -50,6 +50,9 @@ pub struct PlanOptions<'a> {
     pub strs: &'a [StrRule],
     /// Pair probes by naming convention (`X__start`/`X__end`, ...).
     pub auto_span: bool,
+    /// The running kernel turns a uprobe on a 5-byte nop into a call
+    /// ([`crate::tracer::Features::uprobe_optimize`]): attach `nop; nop5` sites on their nop5.
+    pub optimize: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -159,8 +162,8 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             }
         }
         let str_arg = str_args[cookie];
-        plan.specs
-            .push(site_spec(&s.args, s.pc, role, key, str_arg));
+        let (offset, pc) = attach_at(s, opts.optimize);
+        plan.specs.push(site_spec(&s.args, pc, role, key, str_arg));
         plan.sites.push(SiteInfo {
             provider: s.provider.clone(),
             name: s.name.clone(),
@@ -169,7 +172,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             pair,
         });
         let point = AttachPoint {
-            offset: s.file_offset,
+            offset,
             ref_ctr: s.semaphore_offset,
             cookie: cookie as u32,
         };
@@ -182,6 +185,18 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         }
     }
     Ok(plan)
+}
+
+/// Where the uprobe goes (file offset) and the address it is at (the ip the program sees,
+/// which rip-relative arguments are measured from). A `nop; nop5` site is attached on its
+/// 5-byte nop only when the kernel will optimize it: elsewhere a uprobe on it costs as much as
+/// on the nop or more, so the nop (what every other tool probes) is the safe default. The
+/// registers are the same at both: the nop changes nothing.
+fn attach_at(s: &crate::elf::Site, optimize: bool) -> (u64, u64) {
+    match crate::elf::optimizable_offset(s.insn, s.file_offset) {
+        Some(off) if optimize => (off, s.pc.wrapping_add(off - s.file_offset)),
+        _ => (s.file_offset, s.pc),
+    }
 }
 
 /// Per chosen site, the argument read as a string. A rule must match some traced probe and
@@ -457,7 +472,34 @@ mod tests {
             spans: &[],
             strs,
             auto_span: true,
+            optimize: false,
         }
+    }
+
+    #[test]
+    fn nop_nop5_sites_attach_on_the_nop5_only_when_the_kernel_optimizes() {
+        let mut s = site("app", "hit", 0x10, None, &["8@%rdi", "8@counter+8(%rip)"]);
+        s.args[1] = parse_arg("8@counter+8(%rip)", Arch::X86_64).resolve(|_| Some(0x3000));
+        let plain = s.clone();
+        s.insn = SiteInsn::NopNop5;
+        let a = ObjectProbes {
+            sites: vec![s, plain],
+            ..Default::default()
+        };
+        let optimize = PlanOptions {
+            optimize: true,
+            ..opts(&[], &[])
+        };
+        let plan = build(&[("a", &a)], &optimize).unwrap();
+        let offsets: Vec<u64> = plan.objects[0].points.iter().map(|p| p.offset).collect();
+        assert_eq!(offsets, [0x11, 0x10]);
+        // At the nop5 the ip is pc + 1: rip-relative arguments are measured from there.
+        assert_eq!(plan.specs[0].args[1].val, (0x3008u64).wrapping_sub(0x1011));
+        assert_eq!(plan.specs[1].args[1].val, (0x3008u64).wrapping_sub(0x1010));
+        let plan = build(&[("a", &a)], &opts(&[], &[])).unwrap();
+        let offsets: Vec<u64> = plan.objects[0].points.iter().map(|p| p.offset).collect();
+        assert_eq!(offsets, [0x10, 0x10]);
+        assert_eq!(plan.specs[0].args[1].val, (0x3008u64).wrapping_sub(0x1010));
     }
 
     #[test]

@@ -68,6 +68,7 @@ impl WatchConfig {
             spans: &self.spans,
             strs: &self.strs,
             auto_span: self.auto_span,
+            optimize: crate::tracer::features::uprobe_optimize().is_yes(),
         }
     }
 

@@ -60,7 +60,7 @@ mod tests;
 mod warnings;
 
 pub use notes::{NoteError, StapsdtError};
-pub use sites::{PcProblem, SemaphoreProblem};
+pub use sites::{optimizable_offset, PcProblem, SemaphoreProblem};
 pub use warnings::{ElfWarning, NoteLabel, WARNINGS_PER_KIND};
 
 use crate::argspec::{parse_args, Arch, ArgSpec, ParsedArg};
@@ -82,6 +82,9 @@ use warnings::Warnings;
 pub enum SiteInsn {
     /// 1-byte `nop` (0x90): the usual USDT site, emulated by the kernel (~0.5 µs a hit).
     Nop,
+    /// `nop` then the 5-byte `nopl 0x0(%rax,%rax,1)` (usdt-markers' site, libbpf's
+    /// `nop; nop5`): a trap at pc, optimizable into a call at pc + 1 on kernels that do that.
+    NopNop5,
     /// 5-byte `nopl 0x0(%rax,%rax,1)`: the kernel can optimise it into a call.
     Nop5,
     /// Anything else must be single-stepped out of line (~10 µs a hit).

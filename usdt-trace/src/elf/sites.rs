@@ -101,7 +101,11 @@ pub(super) fn semaphore_offset(loads: &[Load], sema: u64) -> Result<u64, Semapho
     }
 }
 
-/// The first bytes at the site (at most 5, as hex) and what they cost the kernel to step over.
+/// The only 5-byte nop the kernel optimizes (its `x86_nops[5]`, `nopl 0x0(%rax,%rax,1)`).
+const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+
+/// The bytes at the site (as hex: the `nop; nop5` pair whole, else at most the first 5) and
+/// what they cost the kernel to step over.
 pub(super) fn classify_site(
     data: &[u8],
     seg: &Load,
@@ -110,25 +114,40 @@ pub(super) fn classify_site(
     arch: Arch,
 ) -> (SiteInsn, String) {
     // Never read past the segment's file image: what follows belongs to another segment.
-    let in_seg = seg.vaddr.wrapping_add(seg.filesz).saturating_sub(pc).min(5) as usize;
+    let in_seg = seg.vaddr.wrapping_add(seg.filesz).saturating_sub(pc).min(6) as usize;
     let bytes = usize::try_from(off)
         .ok()
         .and_then(|o| data.get(o..))
         .map_or(&[][..], |b| b.get(..b.len().min(in_seg)).unwrap_or(&[]));
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(2 * bytes.len());
-    for b in bytes {
-        hex.push(DIGITS[usize::from(b >> 4)] as char);
-        hex.push(DIGITS[usize::from(b & 15)] as char);
-    }
     let insn = match (arch, bytes) {
         (Arch::X86_64, []) => SiteInsn::Unknown,
+        (Arch::X86_64, [0x90, rest @ ..]) if rest == NOP5 => SiteInsn::NopNop5,
         (Arch::X86_64, [0x90, ..]) => SiteInsn::Nop,
-        (Arch::X86_64, [0x0f, 0x1f, 0x44, 0x00, 0x00]) => SiteInsn::Nop5,
+        (Arch::X86_64, [a, b, c, d, e, ..]) if [*a, *b, *c, *d, *e] == NOP5 => SiteInsn::Nop5,
         (Arch::X86_64, _) => SiteInsn::SingleStep,
         _ => SiteInsn::Unknown,
     };
+    let shown = if insn == SiteInsn::NopNop5 { 6 } else { 5 };
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(2 * shown);
+    for b in bytes.iter().take(shown) {
+        hex.push(DIGITS[usize::from(b >> 4)] as char);
+        hex.push(DIGITS[usize::from(b & 15)] as char);
+    }
     (insn, hex)
+}
+
+/// Where a uprobe on this site can be optimized into a call by a kernel that does that: the
+/// 5-byte nop's file offset, unless its 5 bytes cross a page (the kernel only rewrites within
+/// one page; file offsets and addresses share their page offset). `None` for sites the kernel
+/// traps or single-steps wherever it is attached.
+pub fn optimizable_offset(insn: SiteInsn, file_offset: u64) -> Option<u64> {
+    let nop5 = match insn {
+        SiteInsn::NopNop5 => file_offset.checked_add(1)?,
+        SiteInsn::Nop5 => file_offset,
+        _ => return None,
+    };
+    (4096 - nop5 % 4096 >= 5).then_some(nop5)
 }
 
 /// What makes two notes the same site: identical notes are common (the same inline function
@@ -231,6 +250,36 @@ mod tests {
         assert_eq!((insn, hex.as_str()), (SiteInsn::Unknown, "9090909090"));
         let (insn, hex) = classify_site(&data, &TEXT, 0x9000, 0x401000, Arch::X86_64);
         assert_eq!((insn, hex.as_str()), (SiteInsn::Unknown, ""));
+    }
+
+    #[test]
+    fn nop_nop5_pairs() {
+        let mut data = vec![0u8; 0x2000];
+        data[0x1000..0x1800].fill(0x90);
+        data[0x1101..0x1106].copy_from_slice(&NOP5);
+        data[0x1201..0x1206].copy_from_slice(&[0x0f, 0x1f, 0x44, 0x00, 0x08]);
+        data[0x1300..0x1305].copy_from_slice(&NOP5);
+        data[0x17fc..0x1801].copy_from_slice(&NOP5);
+        let at = |off: u64| classify_site(&data, &TEXT, off, 0x400000 + off, Arch::X86_64);
+        assert_eq!(at(0x1100), (SiteInsn::NopNop5, "900f1f440000".into()));
+        // Another 5-byte nop encoding is not what the kernel optimizes: a plain nop site.
+        assert_eq!(at(0x1200), (SiteInsn::Nop, "900f1f4400".into()));
+        assert_eq!(at(0x1300), (SiteInsn::Nop5, "0f1f440000".into()));
+        // Cut by the segment's end: the pair is incomplete, so only the nop counts.
+        assert_eq!(at(0x17fb).0, SiteInsn::Nop);
+    }
+
+    #[test]
+    fn optimizable_offsets() {
+        assert_eq!(optimizable_offset(SiteInsn::NopNop5, 0x1100), Some(0x1101));
+        assert_eq!(optimizable_offset(SiteInsn::Nop5, 0x1100), Some(0x1100));
+        assert_eq!(optimizable_offset(SiteInsn::Nop, 0x1100), None);
+        assert_eq!(optimizable_offset(SiteInsn::SingleStep, 0x1100), None);
+        // The 5-byte nop must not cross a page boundary.
+        assert_eq!(optimizable_offset(SiteInsn::NopNop5, 0x1ffa), Some(0x1ffb));
+        assert_eq!(optimizable_offset(SiteInsn::NopNop5, 0x1ffb), None);
+        assert_eq!(optimizable_offset(SiteInsn::Nop5, 0x1ffc), None);
+        assert_eq!(optimizable_offset(SiteInsn::NopNop5, u64::MAX), None);
     }
 
     #[test]

@@ -277,10 +277,7 @@ impl Features {
             };
             (unknown(), unknown(), tp)
         };
-        let uprobe_optimize = match std::fs::read_to_string(KALLSYMS) {
-            Ok(s) => uprobe_optimize_from_kallsyms(&s),
-            Err(e) => Feature::unknown(format!("{KALLSYMS}: {e}")),
-        };
+        let uprobe_optimize = uprobe_optimize();
         Features {
             kernel_release,
             privileges,
@@ -361,20 +358,56 @@ pub fn tracefs_from_mounts(mounts: &str) -> Feature {
     }
 }
 
+/// [`uprobe_optimize_from_kallsyms`] on this kernel, read once per process: `watch` needs it
+/// to plan attach offsets before the tracer probes the rest, and `/proc/kallsyms` is megabytes.
+pub fn uprobe_optimize() -> Feature {
+    static ONCE: std::sync::OnceLock<Feature> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| match std::fs::File::open(KALLSYMS) {
+        // Streamed: both symbols sit in arch code near the start, a few ms in, not the ~70 ms
+        // of reading it whole.
+        Ok(f) => {
+            use std::io::BufRead;
+            let mut lines = std::io::BufReader::new(f).lines();
+            let mut err = None;
+            let it = std::iter::from_fn(|| match lines.next()? {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    err = Some(e);
+                    None
+                }
+            });
+            let f = uprobe_optimize_from_lines(it);
+            match err {
+                Some(e) if !f.is_yes() => Feature::unknown(format!("{KALLSYMS}: {e}")),
+                _ => f,
+            }
+        }
+        Err(e) => Feature::unknown(format!("{KALLSYMS}: {e}")),
+    })
+    .clone()
+}
+
 /// Whether the kernel optimizes uprobes on 5-byte nops into calls: it has the `uprobe`
 /// syscall the optimized trampoline returns through and `arch_uprobe_optimize`. Symbol names
 /// are listed in `/proc/kallsyms` even when their addresses are hidden from non-root.
 pub fn uprobe_optimize_from_kallsyms(kallsyms: &str) -> Feature {
-    let mut syscall = None;
+    uprobe_optimize_from_lines(kallsyms.lines())
+}
+
+/// [`uprobe_optimize_from_kallsyms`] over lines, stopping once both symbols are seen.
+pub fn uprobe_optimize_from_lines<S: AsRef<str>>(lines: impl Iterator<Item = S>) -> Feature {
+    let mut syscall: Option<String> = None;
     let mut optimize = false;
-    for l in kallsyms.lines() {
-        let Some(name) = l.split_whitespace().nth(2) else {
+    let mut any = false;
+    for l in lines {
+        let Some(name) = l.as_ref().split_whitespace().nth(2) else {
             continue;
         };
+        any = true;
         if name == "arch_uprobe_optimize" {
             optimize = true;
         } else if syscall.is_none() && is_uprobe_syscall(name) {
-            syscall = Some(name);
+            syscall = Some(name.to_string());
         }
         if optimize && syscall.is_some() {
             break;
@@ -384,9 +417,7 @@ pub fn uprobe_optimize_from_kallsyms(kallsyms: &str) -> Feature {
         (Some(sys), true) => Feature::yes(format!(
             "{sys} and arch_uprobe_optimize in {KALLSYMS}: 5-byte nop sites become calls"
         )),
-        (None, false) if kallsyms.trim().is_empty() => {
-            Feature::unknown(format!("{KALLSYMS} is empty"))
-        }
+        (None, false) if !any => Feature::unknown(format!("{KALLSYMS} is empty")),
         (sys, _) => Feature::no(format!(
             "{} in {KALLSYMS}: every hit traps",
             match sys {
