@@ -13,10 +13,10 @@
 //! sinks. Pure: no I/O, unit-tested without root.
 
 use crate::argspec::{ArgLoc, ArgSpec};
-use crate::elf::ObjectProbes;
+use crate::elf::{ObjectProbes, SiteInsn, SiteKind};
 use crate::output::{ArgFmt, PairInfo, Record, SiteInfo, View};
 use crate::pattern::Pattern;
-use crate::spans::{self, ProbeName, Role, SpanError, SpanRule, StrRule};
+use crate::spans::{self, ProbeName, ProbeRef, Role, SpanError, SpanRule, StrRule};
 use std::collections::BTreeSet;
 use usdt_trace_common::{
     ArgDesc, ArgKind, SiteRole, SiteSpec, ID_NONE, MAX_ARGS, REG_NONE, STR_NONE,
@@ -31,6 +31,8 @@ pub struct AttachPoint {
     pub ref_ctr: Option<u64>,
     /// Index into the spec table, handed to the program as the BPF cookie.
     pub cookie: u32,
+    /// A return probe (uretprobe): fires when the function at `offset` returns.
+    pub ret: bool,
 }
 
 /// The attach points that fall in one object.
@@ -71,12 +73,17 @@ pub struct Plan {
     pub pairs: Vec<PairInfo>,
     /// Attach points grouped by object, only for objects with chosen sites.
     pub objects: Vec<ObjectPlan>,
+    /// Distinct instructions among the attach points that the kernel must single-step
+    /// (~20x a `nop`): a function's first instruction usually is one.
+    pub single_step: usize,
 }
 
 /// Decides which sites of `objects` (each with the name it is shown by) are traced and how.
 pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Plan, PlanError> {
-    let matches = |p: &str, n: &str| {
-        opts.patterns.is_empty() || opts.patterns.iter().any(|pat| pat.matches(p, n))
+    // A function site matches by its function's name, so `fn:readline` selects both ends.
+    let matches = |s: &crate::elf::Site| {
+        let n = crate::elf::function_of(s).unwrap_or(&s.name);
+        opts.patterns.is_empty() || opts.patterns.iter().any(|pat| pat.matches(&s.provider, n))
     };
     // (object, site) of every chosen site, in object then note order: the cookie order.
     let chosen: Vec<(usize, usize)> = objects
@@ -86,7 +93,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             o.sites
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| matches(&s.provider, &s.name))
+                .filter(|(_, s)| matches(s))
                 .map(move |(si, _)| (oi, si))
         })
         .collect();
@@ -121,7 +128,29 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         .iter()
         .flat_map(|(_, o)| o.id_spans.iter().cloned())
         .collect();
-    let roles = spans::plan(&names, opts.spans, &id_spans, opts.auto_span)?;
+    // A function's entry and return pair by the `__entry`/`__return` convention; without
+    // auto-pairing they still must, so they get rules of their own.
+    let mut rules = opts.spans.to_vec();
+    if !opts.auto_span {
+        let fn_ref = |name: &str| ProbeRef {
+            provider: Some(crate::elf::FN_PROVIDER.to_string()),
+            name: name.to_string(),
+        };
+        let entries: BTreeSet<&str> = chosen
+            .iter()
+            .map(|&c| site(c))
+            .filter(|s| s.kind == SiteKind::FnEntry)
+            .filter_map(crate::elf::function_of)
+            .collect();
+        for f in entries {
+            rules.push(SpanRule {
+                start: fn_ref(&format!("{f}{}", crate::elf::ENTRY_SUFFIX)),
+                end: fn_ref(&format!("{f}{}", crate::elf::RETURN_SUFFIX)),
+                key: None,
+            });
+        }
+    }
+    let roles = spans::plan(&names, &rules, &id_spans, opts.auto_span)?;
 
     let mut plan = Plan {
         pairs: roles
@@ -172,6 +201,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             offset: s.file_offset,
             ref_ctr: s.semaphore_offset,
             cookie: cookie as u32,
+            ret: s.kind.is_return_probe(),
         };
         match plan.objects.last_mut() {
             Some(o) if o.object == c.0 => o.points.push(point),
@@ -181,6 +211,13 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             }),
         }
     }
+    plan.single_step = chosen
+        .iter()
+        .map(|&c| (c.0, site(c)))
+        .filter(|(_, s)| s.insn == SiteInsn::SingleStep)
+        .map(|(o, s)| (o, s.file_offset))
+        .collect::<BTreeSet<_>>()
+        .len();
     Ok(plan)
 }
 
@@ -195,7 +232,18 @@ fn string_args(
     for r in rules {
         let mut matched = false;
         for (i, s) in sites.iter().enumerate() {
-            if !r.probe.matches(&s.provider, &s.name) {
+            // `fn:F:N` reads at F's entry, `fn:F:ret` at its return; `:ret` means nothing at
+            // a note's site.
+            let name = match s.kind {
+                SiteKind::Note if r.ret => continue,
+                SiteKind::Note => s.name.as_str(),
+                SiteKind::FnEntry if r.ret => continue,
+                SiteKind::FnReturn if !r.ret => continue,
+                SiteKind::FnEntry | SiteKind::FnReturn => {
+                    crate::elf::function_of(s).unwrap_or(&s.name)
+                }
+            };
+            if !r.probe.matches(&s.provider, name) {
                 continue;
             }
             matched = true;
@@ -258,8 +306,12 @@ impl Plan {
             0 => String::new(),
             p => format!(" ({p} span name{})", s(p)),
         };
+        let step = match self.single_step {
+            0 => String::new(),
+            k => format!(", {k} single-stepped (~10 µs a hit)"),
+        };
         format!(
-            "Attached {n} probe site{} in {nobj} object{}{spans}; Ctrl-C to stop",
+            "Attached {n} probe site{} in {nobj} object{}{spans}{step}; Ctrl-C to stop",
             s(n),
             s(nobj)
         )
@@ -425,6 +477,7 @@ mod tests {
                 .collect(),
             insn: SiteInsn::Nop,
             insn_bytes: "90".into(),
+            kind: crate::elf::SiteKind::Note,
         }
     }
 
@@ -493,17 +546,20 @@ mod tests {
                         AttachPoint {
                             offset: 0x10,
                             ref_ctr: Some(0x20),
-                            cookie: 0
+                            cookie: 0,
+                            ret: false
                         },
                         AttachPoint {
                             offset: 0x30,
                             ref_ctr: Some(0x22),
-                            cookie: 1
+                            cookie: 1,
+                            ret: false
                         },
                         AttachPoint {
                             offset: 0x40,
                             ref_ctr: None,
-                            cookie: 2
+                            cookie: 2,
+                            ret: false
                         },
                     ]
                 },
@@ -512,7 +568,8 @@ mod tests {
                     points: vec![AttachPoint {
                         offset: 0x50,
                         ref_ctr: None,
-                        cookie: 3
+                        cookie: 3,
+                        ret: false
                     }]
                 },
             ]

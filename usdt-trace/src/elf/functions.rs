@@ -1,0 +1,340 @@
+//! Function symbols, and the probe sites that trace a function from entry to return.
+//!
+//! USDT notes exist only where a program's authors put them; every function with a symbol can
+//! be traced too. A function probe is two sites at the function's first instruction: an
+//! ordinary uprobe (the entry, a span start) and a return probe (the end, fired when the
+//! function returns). With those expressed as [`Site`]s, everything `watch` does for notes
+//! (pairing in the kernel, recursion included, the time split, histograms, strings) applies
+//! unchanged.
+//!
+//! Symbols come from `.dynsym` (the exported names users know) and `.symtab`: defined
+//! `STT_FUNC` symbols of non-zero size (`STT_GNU_IFUNC` symbols name a resolver, not the
+//! function the caller ends up in). Aliases at one address are one function with several
+//! names, so a function is probed once whatever name matched.
+//!
+//! Pure: works on the bytes of a file, unit-tested on built test programs.
+
+use super::sites;
+use super::{ElfError, Site, SiteInsn};
+use crate::argspec::{parse_arg, Arch};
+use crate::pattern::Pattern;
+use object::elf;
+use object::read::elf::{FileHeader, Sym};
+use object::Endianness;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The provider that function sites are shown under (`fn:readline`).
+pub const FN_PROVIDER: &str = "fn";
+/// Suffixes of a function's two sites: the auto-pairing convention Python's USDT probes use,
+/// so the span is named after the function.
+pub const ENTRY_SUFFIX: &str = "__entry";
+pub const RETURN_SUFFIX: &str = "__return";
+
+/// The x86_64 SysV integer argument registers, in order.
+const SYSV_ARGS: [&str; 6] = ["%rdi", "%rsi", "%rdx", "%rcx", "%r8", "%r9"];
+
+/// What role a site plays for a function probe (or none: a note's site).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteKind {
+    /// A `.note.stapsdt` site.
+    #[default]
+    Note,
+    /// A function's first instruction: a span start.
+    FnEntry,
+    /// A return probe at the function's first instruction: fires when the function returns,
+    /// with the registers as they are then.
+    FnReturn,
+}
+
+impl SiteKind {
+    pub fn is_note(&self) -> bool {
+        *self == SiteKind::Note
+    }
+
+    /// Attached as a return probe (uretprobe) rather than an ordinary uprobe.
+    pub fn is_return_probe(&self) -> bool {
+        *self == SiteKind::FnReturn
+    }
+}
+
+/// Which symbol table a function's first name came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SymbolTable {
+    Dynsym,
+    Symtab,
+}
+
+/// One function: a defined, sized function symbol in an executable segment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Function {
+    /// The demangled name shown (the first name found at this address).
+    pub name: String,
+    /// Every demangled name at this address (aliases), `name` first.
+    pub names: Vec<String>,
+    /// The symbol as written in the file (mangled).
+    pub symbol: String,
+    pub table: SymbolTable,
+    pub address: u64,
+    pub size: u64,
+    /// File offset of the first instruction (where the uprobe goes).
+    pub file_offset: u64,
+    /// What the first instruction costs the kernel to step over, as for a probe site.
+    pub insn: SiteInsn,
+    pub insn_bytes: String,
+}
+
+impl Function {
+    /// Matched by `fn:GLOB` under any of its names.
+    pub fn matches(&self, pattern: &Pattern) -> bool {
+        self.names.iter().any(|n| pattern.matches(FN_PROVIDER, n))
+    }
+}
+
+/// The functions of one object, in address order.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Functions {
+    pub arch: Option<Arch>,
+    /// Built by the Go toolchain (has `.go.buildinfo`): its stacks move, so a return probe
+    /// (which overwrites the return address on the stack) would crash it.
+    pub go: bool,
+    pub functions: Vec<Function>,
+}
+
+/// Demangles a Rust (legacy or v0) or C++ (Itanium) symbol; anything else is returned as is.
+pub fn demangle(raw: &str) -> String {
+    // Rust's legacy mangling is Itanium-shaped (`_ZN...E`) and ends in a `17h<16 hex>E` hash,
+    // which C++ names never carry; v0 starts with `_R`.
+    let rust_legacy = raw.starts_with("_ZN") && {
+        let core = raw.split('.').next().unwrap_or(raw);
+        core.len() > 20
+            && core.ends_with('E')
+            && core[..core.len() - 1].ends_with(|c: char| c.is_ascii_hexdigit())
+            && core[..core.len() - 1]
+                .rfind("17h")
+                .is_some_and(|i| core.len() - 1 - i == 19)
+    };
+    if raw.starts_with("_R") || rust_legacy {
+        if let Ok(d) = rustc_demangle::try_demangle(raw) {
+            return format!("{d:#}");
+        }
+    }
+    if raw.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(raw.as_bytes()) {
+            if let Ok(d) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return d;
+            }
+        }
+    }
+    raw.to_string()
+}
+
+/// The functions of an ELF object held in memory. Structural damage is an error; symbols
+/// that cannot be probed (outside every executable segment, zero-sized) are skipped.
+pub fn functions(data: &[u8]) -> Result<Functions, ElfError> {
+    // The same checks as for notes: a file `list` rejects is rejected here with the same words.
+    super::check_ident(data)?;
+    match data[4] {
+        elf::ELFCLASS32 => functions_class::<elf::FileHeader32<Endianness>>(data),
+        _ => functions_class::<elf::FileHeader64<Endianness>>(data),
+    }
+}
+
+/// Reads a file and lists its functions (see [`functions`]).
+pub fn functions_file(path: &std::path::Path) -> Result<Functions, ElfError> {
+    let bytes = std::fs::read(path).map_err(|source| ElfError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    functions(&bytes).map_err(|e| ElfError::InFile {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    })
+}
+
+fn functions_class<Elf: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+) -> Result<Functions, ElfError> {
+    let malformed = |what: &'static str| {
+        move |e: object::read::Error| ElfError::Malformed {
+            what,
+            detail: e.to_string(),
+        }
+    };
+    let header = Elf::parse(data).map_err(malformed("header"))?;
+    let endian = header.endian().map_err(malformed("header"))?;
+    if header.e_type(endian) == elf::ET_REL {
+        return Err(ElfError::Relocatable);
+    }
+    let arch = match header.e_machine(endian) {
+        elf::EM_X86_64 => Arch::X86_64,
+        elf::EM_AARCH64 => Arch::Aarch64,
+        _ => Arch::Other,
+    };
+    let sections = header
+        .sections(endian, data)
+        .map_err(malformed("section header table"))?;
+    let loads = sites::loads(
+        header
+            .program_headers(endian, data)
+            .map_err(malformed("program header table"))?,
+        endian,
+    );
+    let go = sections.iter().any(|s| {
+        sections
+            .section_name(endian, s)
+            .is_ok_and(|n| n == b".go.buildinfo")
+    });
+    // Keyed by address: aliases collapse into one function.
+    let mut by_addr: BTreeMap<u64, Function> = BTreeMap::new();
+    for (table, kind) in [
+        (SymbolTable::Dynsym, elf::SHT_DYNSYM),
+        (SymbolTable::Symtab, elf::SHT_SYMTAB),
+    ] {
+        let Ok(symbols) = sections.symbols(endian, data, kind) else {
+            continue;
+        };
+        for sym in symbols.iter() {
+            if sym.st_type() != elf::STT_FUNC || sym.st_shndx(endian) == elf::SHN_UNDEF {
+                continue;
+            }
+            let size: u64 = sym.st_size(endian).into();
+            let address: u64 = sym.st_value(endian).into();
+            if size == 0 || address == 0 {
+                continue;
+            }
+            let Ok(raw) = symbols.symbol_name(endian, sym) else {
+                continue;
+            };
+            let raw = String::from_utf8_lossy(raw);
+            let name = demangle(&raw);
+            if let Some(f) = by_addr.get_mut(&address) {
+                if !f.names.contains(&name) {
+                    f.names.push(name);
+                }
+                continue;
+            }
+            let Ok((seg, file_offset)) = sites::probe_offset(&loads, address) else {
+                continue;
+            };
+            let (insn, insn_bytes) = sites::classify_site(data, seg, file_offset, address, arch);
+            by_addr.insert(
+                address,
+                Function {
+                    names: vec![name.clone()],
+                    name,
+                    symbol: raw.into_owned(),
+                    table,
+                    address,
+                    size,
+                    file_offset,
+                    insn,
+                    insn_bytes,
+                },
+            );
+        }
+    }
+    Ok(Functions {
+        arch: Some(arch),
+        go,
+        functions: by_addr.into_values().collect(),
+    })
+}
+
+/// Why functions cannot be traced in an object.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FnProbeError {
+    #[error("{object}: function probes read arguments by the x86_64 calling convention; this object is {arch:?}")]
+    Arch { object: String, arch: Option<Arch> },
+    #[error("{object}: a Go program: return probes would crash it (the Go runtime moves stacks), and probing its return instructions is not supported yet")]
+    Go { object: String },
+}
+
+/// The entry and return sites of every function of `funcs` that some pattern matches (only
+/// patterns whose provider is `fn` are looked at). `object` names the file in errors.
+pub fn function_sites(
+    funcs: &Functions,
+    patterns: &[&Pattern],
+    object: &str,
+) -> Result<Vec<Site>, FnProbeError> {
+    let chosen: Vec<&Function> = funcs
+        .functions
+        .iter()
+        .filter(|f| patterns.iter().any(|p| f.matches(p)))
+        .collect();
+    if chosen.is_empty() {
+        return Ok(Vec::new());
+    }
+    if funcs.arch != Some(Arch::X86_64) {
+        return Err(FnProbeError::Arch {
+            object: object.to_string(),
+            arch: funcs.arch,
+        });
+    }
+    if funcs.go {
+        return Err(FnProbeError::Go {
+            object: object.to_string(),
+        });
+    }
+    let reg = |r: &str| parse_arg(&format!("8@{r}"), Arch::X86_64).resolve(|_| None);
+    let mut out = Vec::with_capacity(2 * chosen.len());
+    for f in chosen {
+        let site = |suffix: &str, regs: &[&str], kind: SiteKind| Site {
+            provider: FN_PROVIDER.to_string(),
+            name: format!("{}{suffix}", f.name),
+            pc: f.address,
+            base: 0,
+            semaphore: 0,
+            file_offset: f.file_offset,
+            semaphore_offset: None,
+            args_raw: regs
+                .iter()
+                .map(|r| format!("8@{r}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            args: regs.iter().map(|r| reg(r)).collect(),
+            insn: f.insn,
+            insn_bytes: f.insn_bytes.clone(),
+            kind,
+        };
+        out.push(site(ENTRY_SUFFIX, &SYSV_ARGS, SiteKind::FnEntry));
+        out.push(site(RETURN_SUFFIX, &["%rax"], SiteKind::FnReturn));
+    }
+    Ok(out)
+}
+
+/// The function a function site belongs to (its name without the entry/return suffix);
+/// None for a note's site.
+pub fn function_of(site: &Site) -> Option<&str> {
+    match site.kind {
+        SiteKind::Note => None,
+        SiteKind::FnEntry => site.name.strip_suffix(ENTRY_SUFFIX),
+        SiteKind::FnReturn => site.name.strip_suffix(RETURN_SUFFIX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn demangles_rust_and_cpp_and_leaves_c_alone() {
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
+        assert_eq!(demangle("_RNvCs1234_7mycrate3foo"), "mycrate::foo");
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("_Z3addii"), "add(int, int)");
+        assert_eq!(demangle("readline"), "readline");
+        assert_eq!(
+            demangle("net/http.serverHandler.ServeHTTP"),
+            "net/http.serverHandler.ServeHTTP"
+        );
+        // Not valid mangling: kept as written.
+        assert_eq!(demangle("_Zjunk"), "_Zjunk");
+    }
+}
