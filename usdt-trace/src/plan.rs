@@ -60,6 +60,8 @@ pub enum PlanError {
     NoMatch { patterns: String, targets: String },
     #[error(transparent)]
     Span(#[from] SpanError),
+    #[error("--str: span {0} would capture a string at its start and at its end; a span carries one string")]
+    StrBothEnds(String),
 }
 
 /// Everything decided before attaching; indexed by cookie.
@@ -218,6 +220,17 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         .map(|(o, s)| (o, s.file_offset))
         .collect::<BTreeSet<_>>()
         .len();
+    // A span carries one string, read at its start or else at its end.
+    for (pid, p) in plan.pairs.iter().enumerate() {
+        let has = |start: bool| {
+            plan.sites.iter().any(|s| {
+                s.pair == Some(pid as u32) && s.str_arg.is_some() && (s.name == p.start) == start
+            })
+        };
+        if has(true) && has(false) {
+            return Err(PlanError::StrBothEnds(format!("{}:{}", p.provider, p.stem)));
+        }
+    }
     Ok(plan)
 }
 
