@@ -775,4 +775,93 @@ mod tests {
         let d = arg_desc(&resolved("-1@a_s8(%rax)", None), 0x401000);
         assert_eq!(d.kind, ArgKind::UNSUPPORTED);
     }
+
+    /// The two sites of a function probe, as elf::function_sites makes them.
+    fn fn_sites(name: &str, off: u64, insn: SiteInsn) -> Vec<Site> {
+        let mk = |suffix: &str, args: &[&str], kind| Site {
+            insn,
+            kind,
+            ..site("fn", &format!("{name}{suffix}"), off, None, args)
+        };
+        vec![
+            mk("__entry", &["8@%rdi", "8@%rsi"], SiteKind::FnEntry),
+            mk("__return", &["8@%rax"], SiteKind::FnReturn),
+        ]
+    }
+
+    #[test]
+    fn function_probes_pair_entry_with_return_attached_as_a_return_probe() {
+        let mut o = ObjectProbes::default();
+        o.sites
+            .extend(fn_sites("readline", 0x100, SiteInsn::SingleStep));
+        o.sites.extend(fn_sites("ns::run", 0x200, SiteInsn::Nop));
+        // A note's site whose name would match `readline` alone: not selected by `fn:`.
+        o.sites.push(site("app", "readline", 0x300, None, &[]));
+        for auto_span in [true, false] {
+            let pats = [Pattern::parse("fn:*").unwrap()];
+            let strs = [StrRule::parse("fn:readline:ret").unwrap()];
+            let o2 = PlanOptions {
+                auto_span,
+                ..opts(&pats, &strs)
+            };
+            let plan = build(&[("bash", &o)], &o2).unwrap();
+            assert_eq!(plan.sites.len(), 4, "auto_span {auto_span}");
+            let mut stems: Vec<&str> = plan.pairs.iter().map(|p| p.stem.as_str()).collect();
+            stems.sort();
+            assert_eq!(stems, ["ns::run", "readline"]);
+            assert_eq!(
+                (plan.specs[0].role, plan.specs[1].role),
+                (SiteRole::START, SiteRole::END)
+            );
+            assert_eq!(plan.specs[0].pair_id, plan.specs[1].pair_id);
+            // The return value is the end's argument 0, and the string read there.
+            assert_eq!(plan.specs[1].args[0].kind, ArgKind::REG);
+            assert_eq!(
+                (plan.sites[0].str_arg, plan.sites[1].str_arg),
+                (None, Some(0))
+            );
+            assert_eq!(plan.specs[1].str_arg, 0);
+            let pts = &plan.objects[0].points;
+            assert_eq!(
+                pts.iter().map(|p| (p.offset, p.ret)).collect::<Vec<_>>(),
+                [(0x100, false), (0x100, true), (0x200, false), (0x200, true)]
+            );
+            // Entry and return share one instruction: one single-stepped site.
+            assert_eq!(plan.single_step, 1);
+            assert_eq!(
+                plan.attached_line(),
+                "Attached 4 probe sites in 1 object (2 span names), 1 single-stepped (~10 µs a \
+                 hit); Ctrl-C to stop"
+            );
+        }
+        // `fn:GLOB` matches the function's name, so both ends are chosen; colons are allowed.
+        let pats = [Pattern::parse("fn:ns::r*").unwrap()];
+        let plan = build(&[("bash", &o)], &opts(&pats, &[])).unwrap();
+        assert_eq!(plan.sites.len(), 2);
+        assert_eq!(plan.pairs[0].stem, "ns::run");
+        assert_eq!(plan.single_step, 0);
+        // `fn:F:N` is at the entry; `:ret` never matches a note's site.
+        let strs = [StrRule::parse("fn:readline:1").unwrap()];
+        let plan = build(&[("bash", &o)], &opts(&[], &strs)).unwrap();
+        assert_eq!(
+            (plan.sites[0].str_arg, plan.sites[1].str_arg),
+            (Some(1), None)
+        );
+        let strs = [StrRule::parse("app:readline:ret").unwrap()];
+        let e = build(&[("bash", &o)], &opts(&[], &strs)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--str 'app:readline:ret': no traced probe matches"
+        );
+        // One string per span.
+        let strs = [
+            StrRule::parse("fn:readline:0").unwrap(),
+            StrRule::parse("fn:readline:ret").unwrap(),
+        ];
+        let e = build(&[("bash", &o)], &opts(&[], &strs)).unwrap_err();
+        assert!(
+            matches!(e, PlanError::StrBothEnds(ref s) if s == "fn:readline"),
+            "{e}"
+        );
+    }
 }

@@ -320,6 +320,123 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// tests/testprogs/watch_fn.c built with gcc -O2 (gcc is part of the project's setup).
+    fn built_watch_fn() -> Vec<u8> {
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/testprogs/watch_fn.c");
+        let dir = std::env::temp_dir().join(format!("usdt-trace-fn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("watch_fn");
+        let st = std::process::Command::new("gcc")
+            .args(["-O2", "-fcf-protection=full", "-o"])
+            .arg(&out)
+            .arg(src)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let bytes = std::fs::read(&out).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        bytes
+    }
+
+    #[test]
+    fn functions_of_a_built_program_and_their_sites() {
+        let data = built_watch_fn();
+        let funcs = functions(&data).unwrap();
+        assert_eq!(funcs.arch, Some(Arch::X86_64));
+        assert!(!funcs.go);
+        let by_name = |n: &str| funcs.functions.iter().find(|f| f.name == n);
+        for n in ["fn_add6", "fn_fact", "fn_greet", "main"] {
+            let f = by_name(n).unwrap_or_else(|| panic!("{n} missing"));
+            assert!(f.size > 0);
+            // A PIE's text: the offset is where the bytes are in the file.
+            assert_eq!(f.file_offset, f.address, "{n}");
+            // -fcf-protection puts endbr64 first: not a nop, so single-stepped.
+            assert_eq!(f.insn_bytes.get(..8), Some("f30f1efa"), "{n}");
+            assert_eq!(f.insn, SiteInsn::SingleStep, "{n}");
+            assert_eq!(f.table, SymbolTable::Symtab, "{n}");
+        }
+        // Undefined (printf) and non-function (greeting) symbols are not functions.
+        assert!(by_name("printf").is_none() && by_name("greeting").is_none());
+        let addrs: Vec<u64> = funcs.functions.iter().map(|f| f.address).collect();
+        assert!(
+            addrs.windows(2).all(|w| w[0] < w[1]),
+            "sorted, one per address"
+        );
+
+        let pat = Pattern::parse("fn:fn_fact").unwrap();
+        let sites = function_sites(&funcs, &[&pat], "watch_fn").unwrap();
+        assert_eq!(sites.len(), 2);
+        let fact = by_name("fn_fact").unwrap();
+        let (entry, ret) = (&sites[0], &sites[1]);
+        assert_eq!(
+            (entry.provider.as_str(), entry.name.as_str()),
+            ("fn", "fn_fact__entry")
+        );
+        assert_eq!(ret.name, "fn_fact__return");
+        assert_eq!(
+            (entry.kind, ret.kind),
+            (SiteKind::FnEntry, SiteKind::FnReturn)
+        );
+        assert_eq!(
+            (entry.file_offset, ret.file_offset),
+            (fact.file_offset, fact.file_offset)
+        );
+        assert_eq!(entry.args_raw, "8@%rdi 8@%rsi 8@%rdx 8@%rcx 8@%r8 8@%r9");
+        assert_eq!(ret.args_raw, "8@%rax");
+        assert!(entry
+            .args
+            .iter()
+            .chain(&ret.args)
+            .all(|a| a.readable() && a.size == 8));
+        assert_eq!(
+            (function_of(entry), function_of(ret)),
+            (Some("fn_fact"), Some("fn_fact"))
+        );
+        let none = Pattern::parse("fn:nothing*").unwrap();
+        assert!(function_sites(&funcs, &[&none], "watch_fn")
+            .unwrap()
+            .is_empty());
+        // Not an ELF file: the same error as for notes.
+        assert!(matches!(
+            functions(b"#!/bin/sh\n"),
+            Err(ElfError::NotElf { .. })
+        ));
+    }
+
+    #[test]
+    fn go_programs_and_other_arches_are_refused_not_probed_wrongly() {
+        let f = |go, arch| Functions {
+            arch: Some(arch),
+            go,
+            functions: vec![Function {
+                name: "main.main".into(),
+                names: vec!["main.main".into()],
+                symbol: "main.main".into(),
+                table: SymbolTable::Symtab,
+                address: 0x1000,
+                size: 16,
+                file_offset: 0x1000,
+                insn: SiteInsn::SingleStep,
+                insn_bytes: String::new(),
+            }],
+        };
+        let pat = Pattern::parse("fn:main.*").unwrap();
+        assert!(matches!(
+            function_sites(&f(true, Arch::X86_64), &[&pat], "srv"),
+            Err(FnProbeError::Go { .. })
+        ));
+        assert!(matches!(
+            function_sites(&f(false, Arch::Aarch64), &[&pat], "srv"),
+            Err(FnProbeError::Arch { .. })
+        ));
+        assert_eq!(
+            function_sites(&f(false, Arch::X86_64), &[&pat], "srv")
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
     #[test]
     fn demangles_rust_and_cpp_and_leaves_c_alone() {
         assert_eq!(
