@@ -45,6 +45,7 @@ int main(void)
     long s = add6_p(1, 2, 3, 4, 5, 6);
     long f = fact_p(5);
     const char *g = greet_p(who);
-    printf("%ld %ld %s\n", s, f, g);
+    /* stderr: under `watch -c` stdout is the tracer's. */
+    fprintf(stderr, "%ld %ld %s\n", s, f, g);
     return 0;
 }

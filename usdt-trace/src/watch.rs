@@ -258,7 +258,10 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
             );
         }
     }
-    if objects.iter().all(|o| o.probes.sites.is_empty()) {
+    // With `fn:` patterns, the plan names the pattern that matched no function.
+    if objects.iter().all(|o| o.probes.sites.is_empty())
+        && (fn_pats.is_empty() || objects.is_empty())
+    {
         let what = if cfg.targets.is_empty() {
             format!("process {}", join_pids(&cfg.pids))
         } else {
