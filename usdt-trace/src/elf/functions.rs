@@ -89,7 +89,16 @@ pub struct Function {
 impl Function {
     /// Matched by `fn:GLOB` under any of its names.
     pub fn matches(&self, pattern: &Pattern) -> bool {
-        self.names.iter().any(|n| pattern.matches(FN_PROVIDER, n))
+        self.matched_name(&[pattern]).is_some()
+    }
+
+    /// The first of its names that one of `patterns` matches: what the user asked for
+    /// (`fn:waitpid` traces libc's `__waitpid` and shows it as `waitpid`).
+    pub fn matched_name(&self, patterns: &[&Pattern]) -> Option<&str> {
+        self.names
+            .iter()
+            .find(|n| patterns.iter().any(|p| p.matches(FN_PROVIDER, n)))
+            .map(String::as_str)
     }
 }
 
@@ -259,10 +268,10 @@ pub fn function_sites(
     patterns: &[&Pattern],
     object: &str,
 ) -> Result<Vec<Site>, FnProbeError> {
-    let chosen: Vec<&Function> = funcs
+    let chosen: Vec<(&Function, &str)> = funcs
         .functions
         .iter()
-        .filter(|f| patterns.iter().any(|p| f.matches(p)))
+        .filter_map(|f| Some((f, f.matched_name(patterns)?)))
         .collect();
     if chosen.is_empty() {
         return Ok(Vec::new());
@@ -280,10 +289,10 @@ pub fn function_sites(
     }
     let reg = |r: &str| parse_arg(&format!("8@{r}"), Arch::X86_64).resolve(|_| None);
     let mut out = Vec::with_capacity(2 * chosen.len());
-    for f in chosen {
+    for (f, name) in chosen {
         let site = |suffix: &str, regs: &[&str], kind: SiteKind| Site {
             provider: FN_PROVIDER.to_string(),
-            name: format!("{}{suffix}", f.name),
+            name: format!("{name}{suffix}"),
             pc: f.address,
             base: 0,
             semaphore: 0,
@@ -392,6 +401,18 @@ mod tests {
             (function_of(entry), function_of(ret)),
             (Some("fn_fact"), Some("fn_fact"))
         );
+        // An alias is named as the pattern asked.
+        let mut aliased = funcs.clone();
+        aliased
+            .functions
+            .iter_mut()
+            .find(|f| f.name == "fn_fact")
+            .unwrap()
+            .names
+            .push("factorial".into());
+        let pat = Pattern::parse("fn:fact*").unwrap();
+        let sites = function_sites(&aliased, &[&pat], "watch_fn").unwrap();
+        assert_eq!(sites[0].name, "factorial__entry");
         let none = Pattern::parse("fn:nothing*").unwrap();
         assert!(function_sites(&funcs, &[&none], "watch_fn")
             .unwrap()
