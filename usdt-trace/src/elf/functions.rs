@@ -425,6 +425,42 @@ mod tests {
     }
 
     #[test]
+    fn cpp_names_are_demangled_and_globs_may_hold_colons() {
+        let dir = std::env::temp_dir().join(format!("usdt-trace-fncpp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("m.cc");
+        std::fs::write(
+            &src,
+            "namespace ns { struct Calc { long twice(long x); }; long Calc::twice(long x) { return 2 * x; } }\n\
+             template <typename T> T add(T a, T b) { return a + b; }\n\
+             int main() { ns::Calc c; return (int)c.twice(1) + add<int>(1, 2); }\n",
+        )
+        .unwrap();
+        let out = dir.join("m");
+        let st = std::process::Command::new("g++")
+            .args(["-O0", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let funcs = functions(&std::fs::read(&out).unwrap()).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let names: Vec<&str> = funcs.functions.iter().map(|f| f.name.as_str()).collect();
+        assert!(names.contains(&"ns::Calc::twice(long)"), "{names:?}");
+        assert!(names.contains(&"int add<int>(int, int)"), "{names:?}");
+        let twice = funcs
+            .functions
+            .iter()
+            .find(|f| f.name.starts_with("ns::Calc"))
+            .unwrap();
+        assert_eq!(twice.symbol, "_ZN2ns4Calc5twiceEl");
+        let pat = Pattern::parse("fn:ns::Calc::*").unwrap();
+        let sites = function_sites(&funcs, &[&pat], "m").unwrap();
+        assert_eq!(sites[0].name, "ns::Calc::twice(long)__entry");
+    }
+
+    #[test]
     fn go_programs_and_other_arches_are_refused_not_probed_wrongly() {
         let f = |go, arch| Functions {
             arch: Some(arch),
