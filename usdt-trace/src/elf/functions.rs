@@ -31,8 +31,12 @@ pub const FN_PROVIDER: &str = "fn";
 pub const ENTRY_SUFFIX: &str = "__entry";
 pub const RETURN_SUFFIX: &str = "__return";
 
-/// The x86_64 SysV integer argument registers, in order.
+/// The x86_64 SysV integer argument registers, in order, and the return value's.
 const SYSV_ARGS: [&str; 6] = ["%rdi", "%rsi", "%rdx", "%rcx", "%r8", "%r9"];
+const SYSV_RET: [&str; 1] = ["%rax"];
+/// AAPCS64: x0..x7 in, x0 out.
+const AAPCS64_ARGS: [&str; 8] = ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"];
+const AAPCS64_RET: [&str; 1] = ["x0"];
 
 /// What role a site plays for a function probe (or none: a note's site).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -255,7 +259,7 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
 /// Why functions cannot be traced in an object.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FnProbeError {
-    #[error("{object}: function probes read arguments by the x86_64 calling convention; this object is {arch:?}")]
+    #[error("{object}: function probes read arguments by the x86_64 or aarch64 calling convention; this object is for another machine ({arch:?})")]
     Arch { object: String, arch: Option<Arch> },
     #[error("{object}: a Go program: return probes would crash it (the Go runtime moves stacks), and probing its return instructions is not supported yet")]
     Go { object: String },
@@ -276,18 +280,22 @@ pub fn function_sites(
     if chosen.is_empty() {
         return Ok(Vec::new());
     }
-    if funcs.arch != Some(Arch::X86_64) {
-        return Err(FnProbeError::Arch {
-            object: object.to_string(),
-            arch: funcs.arch,
-        });
-    }
+    let (arch, args, ret): (Arch, &[&str], &[&str]) = match funcs.arch {
+        Some(Arch::X86_64) => (Arch::X86_64, &SYSV_ARGS, &SYSV_RET),
+        Some(Arch::Aarch64) => (Arch::Aarch64, &AAPCS64_ARGS, &AAPCS64_RET),
+        other => {
+            return Err(FnProbeError::Arch {
+                object: object.to_string(),
+                arch: other,
+            })
+        }
+    };
     if funcs.go {
         return Err(FnProbeError::Go {
             object: object.to_string(),
         });
     }
-    let reg = |r: &str| parse_arg(&format!("8@{r}"), Arch::X86_64).resolve(|_| None);
+    let reg = |r: &str| parse_arg(&format!("8@{r}"), arch).resolve(|_| None);
     let mut out = Vec::with_capacity(2 * chosen.len());
     for (f, name) in chosen {
         let site = |suffix: &str, regs: &[&str], kind: SiteKind| Site {
@@ -308,8 +316,8 @@ pub fn function_sites(
             insn_bytes: f.insn_bytes.clone(),
             kind,
         };
-        out.push(site(ENTRY_SUFFIX, &SYSV_ARGS, SiteKind::FnEntry));
-        out.push(site(RETURN_SUFFIX, &["%rax"], SiteKind::FnReturn));
+        out.push(site(ENTRY_SUFFIX, args, SiteKind::FnEntry));
+        out.push(site(RETURN_SUFFIX, ret, SiteKind::FnReturn));
     }
     Ok(out)
 }
@@ -483,9 +491,13 @@ mod tests {
             Err(FnProbeError::Go { .. })
         ));
         assert!(matches!(
-            function_sites(&f(false, Arch::Aarch64), &[&pat], "srv"),
+            function_sites(&f(false, Arch::Other), &[&pat], "srv"),
             Err(FnProbeError::Arch { .. })
         ));
+        let arm = function_sites(&f(false, Arch::Aarch64), &[&pat], "srv").unwrap();
+        assert_eq!(arm[0].args_raw, "8@x0 8@x1 8@x2 8@x3 8@x4 8@x5 8@x6 8@x7");
+        assert_eq!(arm[1].args_raw, "8@x0");
+        assert!(arm.iter().flat_map(|s| &s.args).all(|a| a.readable()));
         assert_eq!(
             function_sites(&f(false, Arch::X86_64), &[&pat], "srv")
                 .unwrap()
