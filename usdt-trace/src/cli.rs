@@ -215,7 +215,7 @@ pub enum UsageError {
 }
 
 /// Split positional arguments into files and patterns, by one rule that never guesses from
-/// what happens to exist: an argument with '/' is a file; `usdt:PATH[:PATTERN]` is both; when
+/// what happens to exist: `fn:GLOB` is a pattern; an argument with '/' is a file; `usdt:PATH[:PATTERN]` is both; when
 /// `first_may_be_file` (no -p), the first other argument is a file if it names one here or a
 /// program on PATH; every other argument is a pattern. So `list python3.11 gc__start` filters
 /// on gc__start even if a file of that name exists here (write ./gc__start for the file).
@@ -238,6 +238,9 @@ fn split_targets(
             if !pattern.is_empty() {
                 patterns.push(Pattern::parse(pattern)?);
             }
+        } else if a.starts_with("fn:") {
+            // Go function names hold '/' (`fn:net/http.serverHandler.ServeHTTP`).
+            patterns.push(Pattern::parse(a)?);
         } else if a.contains('/') {
             targets.push(PathBuf::from(a));
         } else if first && !a.contains([':', '*', '?', '[']) && file_or_program(a).is_some() {

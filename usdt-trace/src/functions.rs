@@ -122,7 +122,7 @@ fn write_text(
         .filter(|f| f.insn == SiteInsn::SingleStep)
         .count();
     let go = if funcs.go {
-        " (a Go program: return probes are refused)"
+        " (Go: probed past the stack check and at each ret, never with a return probe)"
     } else {
         ""
     };

@@ -251,8 +251,8 @@ fn string_args(
                 SiteKind::Note if r.ret => continue,
                 SiteKind::Note => s.name.as_str(),
                 SiteKind::FnEntry if r.ret => continue,
-                SiteKind::FnReturn if !r.ret => continue,
-                SiteKind::FnEntry | SiteKind::FnReturn => {
+                SiteKind::FnReturn | SiteKind::FnRetInsn if !r.ret => continue,
+                SiteKind::FnEntry | SiteKind::FnReturn | SiteKind::FnRetInsn => {
                     crate::elf::function_of(s).unwrap_or(&s.name)
                 }
             };

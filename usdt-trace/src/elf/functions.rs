@@ -14,12 +14,13 @@
 //!
 //! Pure: works on the bytes of a file, unit-tested on built test programs.
 
+use super::gofunc::{self, GoLayout, GO_ARGS};
 use super::sites;
 use super::{ElfError, Site, SiteInsn};
 use crate::argspec::{parse_arg, Arch};
 use crate::pattern::Pattern;
 use object::elf;
-use object::read::elf::{FileHeader, Sym};
+use object::read::elf::{FileHeader, SectionHeader, Sym};
 use object::Endianness;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -50,6 +51,9 @@ pub enum SiteKind {
     /// A return probe at the function's first instruction: fires when the function returns,
     /// with the registers as they are then.
     FnReturn,
+    /// An ordinary uprobe on one of the function's `ret` instructions (Go, where return
+    /// probes crash the program): a span end as well.
+    FnRetInsn,
 }
 
 impl SiteKind {
@@ -88,6 +92,17 @@ pub struct Function {
     /// What the first instruction costs the kernel to step over, as for a probe site.
     pub insn: SiteInsn,
     pub insn_bytes: String,
+    /// Go functions only: the entry past the stack check and the `ret` instructions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub go_layout: Option<GoProbes>,
+}
+
+/// Where a Go function is probed, with what the entry instruction costs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GoProbes {
+    #[serde(flatten)]
+    pub layout: GoLayout,
+    pub entry_insn: SiteInsn,
 }
 
 impl Function {
@@ -113,6 +128,8 @@ pub struct Functions {
     /// Built by the Go toolchain (has `.go.buildinfo`): its stacks move, so a return probe
     /// (which overwrites the return address on the stack) would crash it.
     pub go: bool,
+    /// The Go release that built it, from inline build info (Go >= 1.18).
+    pub go_version: Option<(u32, u32)>,
     pub functions: Vec<Function>,
 }
 
@@ -195,11 +212,15 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
             .map_err(malformed("program header table"))?,
         endian,
     );
-    let go = sections.iter().any(|s| {
+    let buildinfo = sections.iter().find(|s| {
         sections
             .section_name(endian, s)
             .is_ok_and(|n| n == b".go.buildinfo")
     });
+    let go = buildinfo.is_some();
+    let go_version = buildinfo
+        .and_then(|s| s.data(endian, data).ok())
+        .and_then(gofunc::version);
     // Keyed by address: aliases collapse into one function.
     let mut by_addr: BTreeMap<u64, Function> = BTreeMap::new();
     for (table, kind) in [
@@ -233,6 +254,21 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
                 continue;
             };
             let (insn, insn_bytes) = sites::classify_site(data, seg, file_offset, address, arch);
+            let go_layout = (go && arch == Arch::X86_64).then(|| {
+                // Never past the segment's file image.
+                let end = seg.offset.saturating_add(seg.filesz);
+                let stop = file_offset.saturating_add(size).min(end);
+                let code = usize::try_from(file_offset)
+                    .ok()
+                    .zip(usize::try_from(stop).ok())
+                    .and_then(|(a, b)| data.get(a..b))
+                    .unwrap_or(&[]);
+                let layout = gofunc::layout(code, address, file_offset);
+                let entry_pc = address + (layout.entry_offset - file_offset);
+                let (entry_insn, _) =
+                    sites::classify_site(data, seg, layout.entry_offset, entry_pc, arch);
+                GoProbes { layout, entry_insn }
+            });
             by_addr.insert(
                 address,
                 Function {
@@ -245,6 +281,7 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
                     file_offset,
                     insn,
                     insn_bytes,
+                    go_layout,
                 },
             );
         }
@@ -252,6 +289,7 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
     Ok(Functions {
         arch: Some(arch),
         go,
+        go_version,
         functions: by_addr.into_values().collect(),
     })
 }
@@ -261,8 +299,8 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
 pub enum FnProbeError {
     #[error("{object}: function probes read arguments by the x86_64 or aarch64 calling convention; this object is for another machine ({arch:?})")]
     Arch { object: String, arch: Option<Arch> },
-    #[error("{object}: a Go program: return probes would crash it (the Go runtime moves stacks), and probing its return instructions is not supported yet")]
-    Go { object: String },
+    #[error("{object}: a Go program built by Go older than 1.18 (or with unreadable build info): its calling convention is not known")]
+    OldGo { object: String },
 }
 
 /// The entry and return sites of every function of `funcs` that some pattern matches (only
@@ -290,13 +328,52 @@ pub fn function_sites(
             })
         }
     };
-    if funcs.go {
-        return Err(FnProbeError::Go {
-            object: object.to_string(),
-        });
-    }
     let reg = |r: &str| parse_arg(&format!("8@{r}"), arch).resolve(|_| None);
     let mut out = Vec::with_capacity(2 * chosen.len());
+    if funcs.go {
+        if funcs.go_version.is_none_or(|v| v < (1, 18)) {
+            return Err(FnProbeError::OldGo {
+                object: object.to_string(),
+            });
+        }
+        for (f, name) in chosen {
+            let Some(g) = &f.go_layout else { continue };
+            let site = |suffix: &str, offset: u64, insn: SiteInsn, kind: SiteKind| Site {
+                provider: FN_PROVIDER.to_string(),
+                name: format!("{name}{suffix}"),
+                pc: f.address + (offset - f.file_offset),
+                base: 0,
+                semaphore: 0,
+                file_offset: offset,
+                semaphore_offset: None,
+                args_raw: GO_ARGS
+                    .iter()
+                    .map(|r| format!("8@{r}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                args: GO_ARGS.iter().map(|r| reg(r)).collect(),
+                insn,
+                insn_bytes: String::new(),
+                kind,
+            };
+            out.push(site(
+                ENTRY_SUFFIX,
+                g.layout.entry_offset,
+                g.entry_insn,
+                SiteKind::FnEntry,
+            ));
+            for &r in &g.layout.ret_offsets {
+                // `ret` is not one of the instructions the kernel emulates.
+                out.push(site(
+                    RETURN_SUFFIX,
+                    r,
+                    SiteInsn::SingleStep,
+                    SiteKind::FnRetInsn,
+                ));
+            }
+        }
+        return Ok(out);
+    }
     for (f, name) in chosen {
         let site = |suffix: &str, regs: &[&str], kind: SiteKind| Site {
             provider: FN_PROVIDER.to_string(),
@@ -328,7 +405,7 @@ pub fn function_of(site: &Site) -> Option<&str> {
     match site.kind {
         SiteKind::Note => None,
         SiteKind::FnEntry => site.name.strip_suffix(ENTRY_SUFFIX),
-        SiteKind::FnReturn => site.name.strip_suffix(RETURN_SUFFIX),
+        SiteKind::FnReturn | SiteKind::FnRetInsn => site.name.strip_suffix(RETURN_SUFFIX),
     }
 }
 
@@ -469,10 +546,11 @@ mod tests {
     }
 
     #[test]
-    fn go_programs_and_other_arches_are_refused_not_probed_wrongly() {
+    fn go_programs_get_ret_sites_and_other_arches_are_refused() {
         let f = |go, arch| Functions {
             arch: Some(arch),
             go,
+            go_version: go.then_some((1, 19)),
             functions: vec![Function {
                 name: "main.main".into(),
                 names: vec!["main.main".into()],
@@ -483,12 +561,41 @@ mod tests {
                 file_offset: 0x1000,
                 insn: SiteInsn::SingleStep,
                 insn_bytes: String::new(),
+                go_layout: go.then(|| GoProbes {
+                    layout: GoLayout {
+                        entry_offset: 0x1006,
+                        ret_offsets: vec![0x1008, 0x100c],
+                    },
+                    entry_insn: SiteInsn::SingleStep,
+                }),
             }],
         };
         let pat = Pattern::parse("fn:main.*").unwrap();
+        // Go: the entry past the stack check, an ordinary uprobe on each `ret`, ABIInternal.
+        let go = function_sites(&f(true, Arch::X86_64), &[&pat], "srv").unwrap();
+        let got: Vec<(&str, u64, SiteKind)> = go
+            .iter()
+            .map(|s| (s.name.as_str(), s.file_offset, s.kind))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("main.main__entry", 0x1006, SiteKind::FnEntry),
+                ("main.main__return", 0x1008, SiteKind::FnRetInsn),
+                ("main.main__return", 0x100c, SiteKind::FnRetInsn),
+            ]
+        );
+        assert!(go.iter().all(|s| !s.kind.is_return_probe()));
+        assert_eq!(
+            go[0].args_raw,
+            "8@%rax 8@%rbx 8@%rcx 8@%rdi 8@%rsi 8@%r8 8@%r9 8@%r10 8@%r11"
+        );
+        assert_eq!(go[0].pc, 0x1006);
+        let mut old = f(true, Arch::X86_64);
+        old.go_version = None;
         assert!(matches!(
-            function_sites(&f(true, Arch::X86_64), &[&pat], "srv"),
-            Err(FnProbeError::Go { .. })
+            function_sites(&old, &[&pat], "srv"),
+            Err(FnProbeError::OldGo { .. })
         ));
         assert!(matches!(
             function_sites(&f(false, Arch::Other), &[&pat], "srv"),

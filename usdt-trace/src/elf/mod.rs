@@ -53,6 +53,7 @@
 //! tracer consumes; keep their names and meanings, add fields if needed.
 
 mod functions;
+mod gofunc;
 mod notes;
 mod sites;
 mod symbols;
@@ -62,7 +63,7 @@ mod warnings;
 
 pub use functions::{
     demangle, function_of, function_sites, functions, functions_file, FnProbeError, Function,
-    Functions, SiteKind, SymbolTable, ENTRY_SUFFIX, FN_PROVIDER, RETURN_SUFFIX,
+    Functions, GoProbes, SiteKind, SymbolTable, ENTRY_SUFFIX, FN_PROVIDER, RETURN_SUFFIX,
 };
 pub use notes::{NoteError, StapsdtError};
 pub use sites::{PcProblem, SemaphoreProblem};
