@@ -141,7 +141,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         let entries: BTreeSet<&str> = chosen
             .iter()
             .map(|&c| site(c))
-            .filter(|s| s.kind == SiteKind::FnEntry)
+            .filter(|s| matches!(s.kind, SiteKind::FnEntry | SiteKind::GoEntry))
             .filter_map(crate::elf::function_of)
             .collect();
         for f in entries {
@@ -250,17 +250,28 @@ fn string_args(
             let name = match s.kind {
                 SiteKind::Note if r.ret => continue,
                 SiteKind::Note => s.name.as_str(),
-                SiteKind::FnEntry if r.ret => continue,
+                SiteKind::FnEntry | SiteKind::GoEntry if r.ret => continue,
                 SiteKind::FnReturn | SiteKind::FnRetInsn if !r.ret => continue,
-                SiteKind::FnEntry | SiteKind::FnReturn | SiteKind::FnRetInsn => {
-                    crate::elf::function_of(s).unwrap_or(&s.name)
-                }
+                SiteKind::FnEntry
+                | SiteKind::GoEntry
+                | SiteKind::FnReturn
+                | SiteKind::FnRetInsn => crate::elf::function_of(s).unwrap_or(&s.name),
             };
             if !r.probe.matches(&s.provider, name) {
                 continue;
             }
             matched = true;
             let probe = format!("{}:{}", s.provider, s.name);
+            if s.kind.is_go() {
+                return Err(SpanError::StrNotPointer {
+                    spec: r.spec.clone(),
+                    probe,
+                    index: r.index,
+                    what: "a Go value (Go strings are a pointer and a length; --str reads \
+                           NUL-terminated strings)"
+                        .into(),
+                });
+            }
             let Some(a) = s.args.get(r.index) else {
                 return Err(SpanError::StrNoArg {
                     spec: r.spec.clone(),
@@ -853,6 +864,21 @@ mod tests {
             e.to_string(),
             "--str 'app:readline:ret': no traced probe matches"
         );
+        // Go strings are not NUL-terminated: refused rather than over-read.
+        let mut go = ObjectProbes::default();
+        go.sites
+            .extend(fn_sites("main.f", 0x100, SiteInsn::SingleStep));
+        go.sites[0].kind = SiteKind::GoEntry;
+        go.sites[1].kind = SiteKind::FnRetInsn;
+        let strs = [StrRule::parse("fn:main.f:0").unwrap()];
+        let e = build(&[("srv", &go)], &opts(&[], &strs)).unwrap_err();
+        assert!(e.to_string().contains("a Go value"), "{e}");
+        let plan = build(&[("srv", &go)], &opts(&[], &[])).unwrap();
+        assert_eq!(
+            (plan.specs[0].role, plan.specs[1].role),
+            (SiteRole::START, SiteRole::END)
+        );
+        assert!(!plan.objects[0].points[1].ret, "never a return probe in Go");
         // One string per span.
         let strs = [
             StrRule::parse("fn:readline:0").unwrap(),

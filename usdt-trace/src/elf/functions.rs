@@ -51,8 +51,10 @@ pub enum SiteKind {
     /// A return probe at the function's first instruction: fires when the function returns,
     /// with the registers as they are then.
     FnReturn,
-    /// An ordinary uprobe on one of the function's `ret` instructions (Go, where return
-    /// probes crash the program): a span end as well.
+    /// A Go function's entry (past its stack check), arguments in ABIInternal registers.
+    GoEntry,
+    /// An ordinary uprobe on one of a Go function's `ret` instructions (return probes crash Go
+    /// programs): a span end as well.
     FnRetInsn,
 }
 
@@ -64,6 +66,11 @@ impl SiteKind {
     /// Attached as a return probe (uretprobe) rather than an ordinary uprobe.
     pub fn is_return_probe(&self) -> bool {
         *self == SiteKind::FnReturn
+    }
+
+    /// A Go function's site: its strings are (pointer, length) pairs, not NUL-terminated.
+    pub fn is_go(&self) -> bool {
+        matches!(self, SiteKind::GoEntry | SiteKind::FnRetInsn)
     }
 }
 
@@ -360,7 +367,7 @@ pub fn function_sites(
                 ENTRY_SUFFIX,
                 g.layout.entry_offset,
                 g.entry_insn,
-                SiteKind::FnEntry,
+                SiteKind::GoEntry,
             ));
             for &r in &g.layout.ret_offsets {
                 // `ret` is not one of the instructions the kernel emulates.
@@ -404,7 +411,7 @@ pub fn function_sites(
 pub fn function_of(site: &Site) -> Option<&str> {
     match site.kind {
         SiteKind::Note => None,
-        SiteKind::FnEntry => site.name.strip_suffix(ENTRY_SUFFIX),
+        SiteKind::FnEntry | SiteKind::GoEntry => site.name.strip_suffix(ENTRY_SUFFIX),
         SiteKind::FnReturn | SiteKind::FnRetInsn => site.name.strip_suffix(RETURN_SUFFIX),
     }
 }
@@ -580,7 +587,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("main.main__entry", 0x1006, SiteKind::FnEntry),
+                ("main.main__entry", 0x1006, SiteKind::GoEntry),
                 ("main.main__return", 0x1008, SiteKind::FnRetInsn),
                 ("main.main__return", 0x100c, SiteKind::FnRetInsn),
             ]
