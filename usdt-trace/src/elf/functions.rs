@@ -304,7 +304,7 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
 /// Why functions cannot be traced in an object.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FnProbeError {
-    #[error("{object}: function probes read arguments by the x86_64 or aarch64 calling convention; this object is for another machine ({arch:?})")]
+    #[error("{object}: function probes are supported on x86_64 and aarch64 (Go: x86_64 only); this object is for {arch:?}")]
     Arch { object: String, arch: Option<Arch> },
     #[error("{object}: a Go program built by Go older than 1.18 (or with unreadable build info): its calling convention is not known")]
     OldGo { object: String },
@@ -338,6 +338,13 @@ pub fn function_sites(
     let reg = |r: &str| parse_arg(&format!("8@{r}"), arch).resolve(|_| None);
     let mut out = Vec::with_capacity(2 * chosen.len());
     if funcs.go {
+        // Go's return instructions are found by an x86_64 decoder only.
+        if arch != Arch::X86_64 {
+            return Err(FnProbeError::Arch {
+                object: object.to_string(),
+                arch: funcs.arch,
+            });
+        }
         if funcs.go_version.is_none_or(|v| v < (1, 18)) {
             return Err(FnProbeError::OldGo {
                 object: object.to_string(),
