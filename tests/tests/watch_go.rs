@@ -110,3 +110,54 @@ fn go_server_spans_per_request_and_survives_stack_growth() {
     );
     drop(server);
 }
+
+/// Under load (wrk, 3 s) while traced: every request answered, the server alive after, one
+/// span per request except those whose goroutine moved threads (counted as unmatched).
+#[test]
+#[ignore = "needs root"]
+fn go_server_under_wrk_serves_every_request_while_traced() {
+    let bin = build_gohttp();
+    let b = bin.to_str().unwrap();
+    let (server, port) = Target::spawn(&bin, &[]);
+    let port: u16 = port.trim().parse().unwrap();
+    let w = watch::Watch::start(&[
+        "--hist",
+        "-p",
+        &server.pid().to_string(),
+        b,
+        "fn:net/http.serverHandler.ServeHTTP",
+    ]);
+    let out = Command::new("wrk")
+        .args([
+            "-t2",
+            "-c10",
+            "-d3s",
+            &format!("http://127.0.0.1:{port}/load"),
+        ])
+        .output()
+        .expect("wrk not installed: run scripts/setup.sh");
+    let report = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{report}");
+    assert!(
+        !report.contains("Non-2xx") && !report.contains("Socket errors"),
+        "{report}"
+    );
+    let requests: u64 = report
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in "))
+        .and_then(|(n, _)| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no request count: {report}"));
+    assert!(requests > 1000, "{report}");
+    let out = w.stop();
+    assert_eq!(get(port, "/after"), "ok /after\n", "still serving");
+    assert!(out.status.success(), "{}", out.stderr);
+    let sum = out.summary();
+    let spans = sum["spans"].as_u64().unwrap();
+    let unmatched = sum["unmatched"].as_u64().unwrap();
+    // Requests in flight when wrk stopped may still end; each is a span or an unmatched start.
+    assert!(
+        spans + unmatched >= requests && spans <= requests + 20,
+        "{requests} requests, {sum}"
+    );
+    drop(server);
+}
