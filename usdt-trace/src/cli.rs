@@ -170,8 +170,10 @@ pub struct WatchArgs {
     /// names one (here, else a program on PATH); every other argument is a pattern.
     /// `usdt:PATH:PATTERN` (bpftrace's spelling) names both. `fn:GLOB` traces functions
     /// instead of notes: a span from each matching function's entry to its return, with
-    /// arguments arg0..arg5 (x86_64 SysV registers; x0..x7 on aarch64) and the return value as the end's
-    /// argument 0 (see `list --functions`; `--str fn:GLOB:N` or `--str fn:GLOB:ret`).
+    /// arguments arg0..arg5 (x86_64 SysV registers; x0..x7 on aarch64) and the return value
+    /// as the end's argument 0 (see `list --functions`; `--str fn:GLOB:N` or
+    /// `--str fn:GLOB:ret`). In Go programs, never a return probe: the entry past the stack
+    /// check and an ordinary uprobe on each `ret`, with Go's register ABI (nine arguments).
     #[arg(value_name = "TARGET|PATTERN")]
     pub args: Vec<String>,
 }
