@@ -62,16 +62,20 @@ fn go_server_spans_per_request_and_survives_stack_growth() {
 
     let (server, port) = Target::spawn(&bin, &[]);
     let port: u16 = port.trim().parse().unwrap();
+    // net/url.parse(rawURL string) gets each request's URL: a Go string (pointer, length).
     let w = watch::Watch::start(&[
         "-p",
         &server.pid().to_string(),
         b,
         "fn:net/http.serverHandler.ServeHTTP",
         "fn:main.deep",
+        "fn:net/url.parse",
+        "--str",
+        "fn:net/url.parse:0",
     ]);
     assert!(
         // An entry and one site per `ret` each (how many rets depends on the Go release).
-        w.attached_line.contains(" in 1 object (2 span names)"),
+        w.attached_line.contains(" in 1 object (3 span names)"),
         "{}",
         w.attached_line
     );
@@ -89,6 +93,21 @@ fn go_server_spans_per_request_and_survives_stack_growth() {
     let spans = out.spans();
     let serve = named(&spans, "net/http.serverHandler.ServeHTTP");
     assert_eq!(serve.len(), 26, "one span per request: {:?}", out.summary());
+    let mut urls: Vec<String> = named(&spans, "net/url.parse")
+        .iter()
+        .map(|s| {
+            // The string, then its length as the next argument.
+            let u = s["args"][0].as_str().unwrap_or_else(|| panic!("{s}"));
+            assert_eq!(s["args"][1], u.len(), "{s}");
+            u.to_string()
+        })
+        .collect();
+    urls.sort();
+    let mut want: Vec<String> = (0..20).map(|i| format!("/r/{i}")).collect();
+    want.push("/deep?n=3".into());
+    want.extend(std::iter::repeat_n("/deep?n=5000".to_string(), 5));
+    want.sort();
+    assert_eq!(urls, want);
     // deep(3): four calls, innermost first, each with its n (RAX) and result (RAX).
     let d: Vec<&Value> = named(&spans, "main.deep")
         .into_iter()

@@ -19,7 +19,7 @@ use crate::pattern::Pattern;
 use crate::spans::{self, ProbeName, ProbeRef, Role, SpanError, SpanRule, StrRule};
 use std::collections::BTreeSet;
 use usdt_trace_common::{
-    ArgDesc, ArgKind, SiteRole, SiteSpec, ID_NONE, MAX_ARGS, REG_NONE, STR_NONE,
+    ArgDesc, ArgKind, SiteRole, SiteSpec, ID_NONE, MAX_ARGS, REG_NONE, STR_NONE, STR_SIZED,
 };
 
 /// Where one uprobe goes in one file.
@@ -190,8 +190,11 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             }
         }
         let str_arg = str_args[cookie];
-        plan.specs
-            .push(site_spec(&s.args, s.pc, role, key, str_arg));
+        let mut spec = site_spec(&s.args, s.pc, role, key, str_arg);
+        if s.kind.is_go() && spec.str_arg != STR_NONE {
+            spec.str_arg |= STR_SIZED;
+        }
+        plan.specs.push(spec);
         plan.sites.push(SiteInfo {
             provider: s.provider.clone(),
             name: s.name.clone(),
@@ -262,14 +265,13 @@ fn string_args(
             }
             matched = true;
             let probe = format!("{}:{}", s.provider, s.name);
-            if s.kind.is_go() {
+            // A Go string is a pointer and the length after it.
+            if s.kind.is_go() && r.index + 1 >= s.args.len() {
                 return Err(SpanError::StrNotPointer {
                     spec: r.spec.clone(),
                     probe,
                     index: r.index,
-                    what: "a Go value (Go strings are a pointer and a length; --str reads \
-                           NUL-terminated strings)"
-                        .into(),
+                    what: "the last Go register (a Go string is a pointer and a length)".into(),
                 });
             }
             let Some(a) = s.args.get(r.index) else {
@@ -864,15 +866,19 @@ mod tests {
             e.to_string(),
             "--str 'app:readline:ret': no traced probe matches"
         );
-        // Go strings are not NUL-terminated: refused rather than over-read.
+        // Go strings are a pointer and a length: sized, never read to a NUL.
         let mut go = ObjectProbes::default();
         go.sites
             .extend(fn_sites("main.f", 0x100, SiteInsn::SingleStep));
         go.sites[0].kind = SiteKind::GoEntry;
         go.sites[1].kind = SiteKind::FnRetInsn;
         let strs = [StrRule::parse("fn:main.f:0").unwrap()];
+        let plan = build(&[("srv", &go)], &opts(&[], &strs)).unwrap();
+        assert_eq!(plan.specs[0].str_arg, STR_SIZED);
+        assert_eq!(plan.sites[0].str_arg, Some(0));
+        let strs = [StrRule::parse("fn:main.f:1").unwrap()];
         let e = build(&[("srv", &go)], &opts(&[], &strs)).unwrap_err();
-        assert!(e.to_string().contains("a Go value"), "{e}");
+        assert!(e.to_string().contains("the last Go register"), "{e}");
         let plan = build(&[("srv", &go)], &opts(&[], &[])).unwrap();
         assert_eq!(
             (plan.specs[0].role, plan.specs[1].role),
