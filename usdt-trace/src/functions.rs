@@ -111,6 +111,11 @@ struct JsonFunction<'a> {
     f: &'a Function,
 }
 
+/// What the entry probe's instruction costs: a Go function's is past its stack check.
+fn entry_insn(f: &Function) -> SiteInsn {
+    f.go_layout.as_ref().map_or(f.insn, |g| g.entry_insn)
+}
+
 fn write_text(
     out: &mut dyn Write,
     shown: &str,
@@ -119,7 +124,7 @@ fn write_text(
 ) -> io::Result<()> {
     let step = chosen
         .iter()
-        .filter(|f| f.insn == SiteInsn::SingleStep)
+        .filter(|f| entry_insn(f) == SiteInsn::SingleStep)
         .count();
     let go = if funcs.go {
         " (Go: probed past the stack check and at each ret, never with a return probe)"
@@ -153,7 +158,7 @@ fn write_text(
             format!("{:#x}", f.address),
             f.size,
             format!("{:#x}", f.file_offset),
-            crate::list::insn_label(f.insn),
+            crate::list::insn_label(entry_insn(f)),
         )?;
     }
     Ok(())
