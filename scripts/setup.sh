@@ -10,7 +10,9 @@ log() { echo "setup: $*" >&2; }
 
 # --- Debian packages used by the build, the demo, the tests and the benchmarks.
 need_pkgs=()
-for p in build-essential binutils clang systemtap-sdt-dev bpftrace curl wrk jq; do
+# clang: the red-zone tests build the C header with both compilers; golang-go: the Go
+# net/http server that the function-probe tests build.
+for p in build-essential binutils clang systemtap-sdt-dev bpftrace curl wrk jq golang-go; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -1,11 +1,16 @@
 //! Reading probe arguments: the register copy, the `ArgDesc` decoding, and `--str` strings.
 
 use aya_ebpf::{
-    helpers::{bpf_probe_read_kernel_buf, bpf_probe_read_user, bpf_probe_read_user_str_bytes},
+    helpers::{
+        bpf_probe_read_kernel_buf, bpf_probe_read_user, bpf_probe_read_user_buf,
+        bpf_probe_read_user_str_bytes,
+    },
     programs::ProbeContext,
 };
 use usdt_trace_common::regs;
-use usdt_trace_common::{ArgDesc, ArgKind, SiteSpec, MAX_ARGS, REG_NONE, STR_LEN};
+use usdt_trace_common::{
+    ArgDesc, ArgKind, SiteSpec, MAX_ARGS, REG_NONE, STR_LEN, STR_NONE, STR_SIZED,
+};
 
 // The register tables live in the shared crate (`regs`), where user space numbers the words
 // it puts in each `ArgDesc`: one home for both sides.
@@ -133,14 +138,47 @@ pub fn read_args(spec: &SiteSpec, regs: &[u64; REGS_WORDS], ip: u64, out: &mut [
     }
 }
 
+/// A (pointer, length) string: the bytes at `args[i]`, `args[i + 1]` of them, cut to fit
+/// `buf` with its NUL. Never 0, which would make user space read it again as NUL-terminated:
+/// an unreadable one is empty.
+#[inline(always)]
+fn read_sized(args: &[u64; MAX_ARGS], i: usize, buf: &mut [u8; STR_LEN]) -> u32 {
+    let Some(&len) = args.get(i + 1) else {
+        return 0;
+    };
+    let n = if len > (STR_LEN - 1) as u64 {
+        STR_LEN - 1
+    } else {
+        len as usize
+    };
+    let Some(dst) = buf.get_mut(..n) else {
+        return 0;
+    };
+    // SAFETY: the helper checks the user address; the copy is bounded by `dst`.
+    let n = match unsafe { bpf_probe_read_user_buf(args[i] as *const u8, dst) } {
+        Ok(()) => n,
+        Err(_) => 0,
+    };
+    if let Some(b) = buf.get_mut(n) {
+        *b = 0;
+    }
+    n as u32 + 1
+}
+
 /// Reads the NUL-terminated user string that argument `spec.str_arg` points at into `buf`.
 /// Returns its length including the NUL, or 0 when the site captures none or it is unreadable.
 #[inline(always)]
 pub fn read_str(spec: &SiteSpec, args: &[u64; MAX_ARGS], buf: &mut [u8; STR_LEN]) -> u32 {
-    // STR_NONE is out of range too; the explicit bound also keeps the index verifiable.
-    let i = spec.str_arg as usize;
+    if spec.str_arg == STR_NONE {
+        return 0;
+    }
+    // The explicit bound also keeps the index verifiable.
+    let i = (spec.str_arg & !STR_SIZED) as usize;
     if i >= MAX_ARGS {
         return 0;
+    }
+    if spec.str_arg & STR_SIZED != 0 {
+        return read_sized(args, i, buf);
     }
     // SAFETY: the helper checks the user address and bounds the copy by `buf`'s length.
     match unsafe { bpf_probe_read_user_str_bytes(args[i] as *const u8, buf) } {

@@ -225,6 +225,11 @@ fn close_span(
         Some(a) => rec.end_args = *a,
         None => hit.read_args(&mut rec.end_args),
     }
+    // A span whose start has no string may take one at its end: a function's return value
+    // (user space rejects a string rule at both ends of one span).
+    if rec.str_len == 0 && hit.spec.str_arg != STR_NONE {
+        rec.str_len = read_str(hit.spec, &rec.end_args, &mut rec.str);
+    }
     entry.submit(ringbuf_flags(hit.cfg));
 }
 

@@ -91,6 +91,11 @@ pub struct ListArgs {
     /// List every object mapped by this process that has probes.
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pid: Option<u32>,
+    /// List the function symbols of one file instead (`list --functions BIN [GLOB...]`):
+    /// address, size, file offset and whether the first instruction is single-stepped. GLOBs
+    /// match the demangled name; trace them with `watch BIN 'fn:GLOB'`.
+    #[arg(long, conflicts_with = "pid")]
+    pub functions: bool,
     /// ELF files (executables, shared libraries) and provider:name glob patterns.
     /// An argument naming an existing file, or containing '/', is a file; anything else is a
     /// pattern such as 'postgresql:query__*' or '*:*start'.
@@ -131,7 +136,8 @@ pub struct WatchArgs {
     #[arg(long, value_name = "N", requires = "spans")]
     pub key: Option<usize>,
     /// Read argument N of PROBE as a NUL-terminated string (repeatable), e.g.
-    /// postgresql:query__start:0. Strings are cut at 127 bytes.
+    /// postgresql:query__start:0; for functions, fn:GLOB:N (argument N at entry) or
+    /// fn:GLOB:ret (the return value). Strings are cut at 127 bytes.
     #[arg(long = "str", value_name = "PROBE:N")]
     pub strs: Vec<String>,
     /// Do not pair probes by name (X__start/X__end, X__entry/X__return, ...); only --span rules.
@@ -181,7 +187,12 @@ pub struct WatchArgs {
     /// The executable or library to trace, then provider:name glob patterns (default: all).
     /// An argument with '/' is a file; without -p, the first other argument is a file when it
     /// names one (here, else a program on PATH); every other argument is a pattern.
-    /// `usdt:PATH:PATTERN` (bpftrace's spelling) names both.
+    /// `usdt:PATH:PATTERN` (bpftrace's spelling) names both. `fn:GLOB` traces functions
+    /// instead of notes: a span from each matching function's entry to its return, with
+    /// arguments arg0..arg5 (x86_64 SysV registers; x0..x7 on aarch64) and the return value
+    /// as the end's argument 0 (see `list --functions`; `--str fn:GLOB:N` or
+    /// `--str fn:GLOB:ret`). In Go programs, never a return probe: the entry past the stack
+    /// check and an ordinary uprobe on each `ret`, with Go's register ABI (nine arguments).
     #[arg(value_name = "TARGET|PATTERN")]
     pub args: Vec<String>,
 }
@@ -231,7 +242,7 @@ pub enum UsageError {
 }
 
 /// Split positional arguments into files and patterns, by one rule that never guesses from
-/// what happens to exist: an argument with '/' is a file; `usdt:PATH[:PATTERN]` is both; when
+/// what happens to exist: `fn:GLOB` is a pattern; an argument with '/' is a file; `usdt:PATH[:PATTERN]` is both; when
 /// `first_may_be_file` (no -p), the first other argument is a file if it names one here or a
 /// program on PATH; every other argument is a pattern. So `list python3.11 gc__start` filters
 /// on gc__start even if a file of that name exists here (write ./gc__start for the file).
@@ -254,6 +265,9 @@ fn split_targets(
             if !pattern.is_empty() {
                 patterns.push(Pattern::parse(pattern)?);
             }
+        } else if a.starts_with("fn:") {
+            // Go function names hold '/' (`fn:net/http.serverHandler.ServeHTTP`).
+            patterns.push(Pattern::parse(a)?);
         } else if a.contains('/') {
             targets.push(PathBuf::from(a));
         } else if first && !a.contains([':', '*', '?', '[']) && file_or_program(a).is_some() {
@@ -412,6 +426,24 @@ impl ListArgs {
     }
 }
 
+/// `list --functions BIN [GLOB...]`: the first argument is the file (a path, or a program on
+/// PATH), the rest globs over function names (which may hold `::`, so they are not
+/// provider:name patterns).
+fn list_functions(a: &ListArgs) -> Result<i32, String> {
+    let Some((bin, globs)) = a.args.split_first() else {
+        return Err("list --functions: name an ELF file".into());
+    };
+    let path = resolve_program(bin);
+    check_not_script(&path).map_err(|e| e.to_string())?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match crate::functions::list(&path, globs, a.json, &mut out) {
+        Ok(_) => Ok(0),
+        Err(e) if e.is_broken_pipe() => Ok(0),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Find `prog` the way execvp would.
 fn which(prog: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
@@ -560,6 +592,7 @@ pub fn main() -> i32 {
         }
     };
     let result: Result<i32, String> = match cli.command {
+        Command::List(a) if a.functions => list_functions(&a),
         Command::List(a) => match a.validate() {
             Err(e) => Err(e.to_string()),
             Ok(cfg) => {

@@ -38,7 +38,8 @@ impl Pattern {
         };
         let (provider, name) = match t.split_once(':') {
             None => (None, t.to_string()),
-            Some((_, n)) if n.contains(':') => {
+            // Function names (`fn:ns::f`, C++ and Rust) have colons of their own.
+            Some((p, n)) if n.contains(':') && p != crate::elf::FN_PROVIDER => {
                 return Err(PatternError::TooManyColons {
                     pattern: t.to_string(),
                 })
@@ -68,6 +69,11 @@ impl Pattern {
     /// True when the pattern names exactly one provider:name (no wildcards, provider given).
     pub fn is_literal(&self) -> bool {
         self.provider.is_some() && !self.text.contains(['*', '?'])
+    }
+
+    /// The provider side, None when the pattern is about the name alone.
+    pub fn provider(&self) -> Option<&str> {
+        self.provider.as_deref()
     }
 
     pub fn as_str(&self) -> &str {
@@ -171,6 +177,9 @@ mod tests {
             Pattern::parse("a:b:c"),
             Err(PatternError::TooManyColons { .. })
         ));
+        let f = Pattern::parse("fn:ns::*").unwrap();
+        assert!(f.matches("fn", "ns::run"));
+        assert_eq!(f.provider(), Some("fn"));
         let p: Pattern = "python:*".parse().unwrap();
         assert_eq!(p.to_string(), "python:*");
         assert!(!p.is_literal());

@@ -13,13 +13,13 @@
 //! sinks. Pure: no I/O, unit-tested without root.
 
 use crate::argspec::{ArgLoc, ArgSpec};
-use crate::elf::ObjectProbes;
+use crate::elf::{ObjectProbes, SiteInsn, SiteKind};
 use crate::output::{ArgFmt, PairInfo, Record, SiteInfo, View};
 use crate::pattern::Pattern;
-use crate::spans::{self, ProbeName, Role, SpanError, SpanRule, StrRule};
+use crate::spans::{self, ProbeName, ProbeRef, Role, SpanError, SpanRule, StrRule};
 use std::collections::BTreeSet;
 use usdt_trace_common::{
-    ArgDesc, ArgKind, SiteRole, SiteSpec, ID_NONE, MAX_ARGS, REG_NONE, STR_NONE,
+    ArgDesc, ArgKind, SiteRole, SiteSpec, ID_NONE, MAX_ARGS, REG_NONE, STR_NONE, STR_SIZED,
 };
 
 /// Where one uprobe goes in one file.
@@ -31,6 +31,8 @@ pub struct AttachPoint {
     pub ref_ctr: Option<u64>,
     /// Index into the spec table, handed to the program as the BPF cookie.
     pub cookie: u32,
+    /// A return probe (uretprobe): fires when the function at `offset` returns.
+    pub ret: bool,
 }
 
 /// The attach points that fall in one object.
@@ -61,6 +63,8 @@ pub enum PlanError {
     NoMatch { patterns: String, targets: String },
     #[error(transparent)]
     Span(#[from] SpanError),
+    #[error("--str: span {0} would capture a string at its start and at its end; a span carries one string")]
+    StrBothEnds(String),
 }
 
 /// Everything decided before attaching; indexed by cookie.
@@ -74,12 +78,17 @@ pub struct Plan {
     pub pairs: Vec<PairInfo>,
     /// Attach points grouped by object, only for objects with chosen sites.
     pub objects: Vec<ObjectPlan>,
+    /// Distinct instructions among the attach points that the kernel must single-step
+    /// (~20x a `nop`): a function's first instruction usually is one.
+    pub single_step: usize,
 }
 
 /// Decides which sites of `objects` (each with the name it is shown by) are traced and how.
 pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Plan, PlanError> {
-    let matches = |p: &str, n: &str| {
-        opts.patterns.is_empty() || opts.patterns.iter().any(|pat| pat.matches(p, n))
+    // A function site matches by its function's name, so `fn:readline` selects both ends.
+    let matches = |s: &crate::elf::Site| {
+        let n = crate::elf::function_of(s).unwrap_or(&s.name);
+        opts.patterns.is_empty() || opts.patterns.iter().any(|pat| pat.matches(&s.provider, n))
     };
     // (object, site) of every chosen site, in object then note order: the cookie order.
     let chosen: Vec<(usize, usize)> = objects
@@ -89,7 +98,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             o.sites
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| matches(&s.provider, &s.name))
+                .filter(|(_, s)| matches(s))
                 .map(move |(si, _)| (oi, si))
         })
         .collect();
@@ -124,7 +133,29 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         .iter()
         .flat_map(|(_, o)| o.id_spans.iter().cloned())
         .collect();
-    let roles = spans::plan(&names, opts.spans, &id_spans, opts.auto_span)?;
+    // A function's entry and return pair by the `__entry`/`__return` convention; without
+    // auto-pairing they still must, so they get rules of their own.
+    let mut rules = opts.spans.to_vec();
+    if !opts.auto_span {
+        let fn_ref = |name: &str| ProbeRef {
+            provider: Some(crate::elf::FN_PROVIDER.to_string()),
+            name: name.to_string(),
+        };
+        let entries: BTreeSet<&str> = chosen
+            .iter()
+            .map(|&c| site(c))
+            .filter(|s| matches!(s.kind, SiteKind::FnEntry | SiteKind::GoEntry))
+            .filter_map(crate::elf::function_of)
+            .collect();
+        for f in entries {
+            rules.push(SpanRule {
+                start: fn_ref(&format!("{f}{}", crate::elf::ENTRY_SUFFIX)),
+                end: fn_ref(&format!("{f}{}", crate::elf::RETURN_SUFFIX)),
+                key: None,
+            });
+        }
+    }
+    let roles = spans::plan(&names, &rules, &id_spans, opts.auto_span)?;
 
     let mut plan = Plan {
         pairs: roles
@@ -163,7 +194,11 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         }
         let str_arg = str_args[cookie];
         let (offset, pc) = attach_at(s, opts.optimize);
-        plan.specs.push(site_spec(&s.args, pc, role, key, str_arg));
+        let mut spec = site_spec(&s.args, pc, role, key, str_arg);
+        if s.kind.is_go() && spec.str_arg != STR_NONE {
+            spec.str_arg |= STR_SIZED;
+        }
+        plan.specs.push(spec);
         plan.sites.push(SiteInfo {
             provider: s.provider.clone(),
             name: s.name.clone(),
@@ -175,6 +210,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             offset,
             ref_ctr: s.semaphore_offset,
             cookie: cookie as u32,
+            ret: s.kind.is_return_probe(),
         };
         match plan.objects.last_mut() {
             Some(o) if o.object == c.0 => o.points.push(point),
@@ -182,6 +218,24 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
                 object: c.0,
                 points: vec![point],
             }),
+        }
+    }
+    plan.single_step = chosen
+        .iter()
+        .map(|&c| (c.0, site(c)))
+        .filter(|(_, s)| s.insn == SiteInsn::SingleStep)
+        .map(|(o, s)| (o, s.file_offset))
+        .collect::<BTreeSet<_>>()
+        .len();
+    // A span carries one string, read at its start or else at its end.
+    for (pid, p) in plan.pairs.iter().enumerate() {
+        let has = |start: bool| {
+            plan.sites.iter().any(|s| {
+                s.pair == Some(pid as u32) && s.str_arg.is_some() && (s.name == p.start) == start
+            })
+        };
+        if has(true) && has(false) {
+            return Err(PlanError::StrBothEnds(format!("{}:{}", p.provider, p.stem)));
         }
     }
     Ok(plan)
@@ -210,11 +264,32 @@ fn string_args(
     for r in rules {
         let mut matched = false;
         for (i, s) in sites.iter().enumerate() {
-            if !r.probe.matches(&s.provider, &s.name) {
+            // `fn:F:N` reads at F's entry, `fn:F:ret` at its return; `:ret` means nothing at
+            // a note's site.
+            let name = match s.kind {
+                SiteKind::Note if r.ret => continue,
+                SiteKind::Note => s.name.as_str(),
+                SiteKind::FnEntry | SiteKind::GoEntry if r.ret => continue,
+                SiteKind::FnReturn | SiteKind::FnRetInsn if !r.ret => continue,
+                SiteKind::FnEntry
+                | SiteKind::GoEntry
+                | SiteKind::FnReturn
+                | SiteKind::FnRetInsn => crate::elf::function_of(s).unwrap_or(&s.name),
+            };
+            if !r.probe.matches(&s.provider, name) {
                 continue;
             }
             matched = true;
             let probe = format!("{}:{}", s.provider, s.name);
+            // A Go string is a pointer and the length after it.
+            if s.kind.is_go() && r.index + 1 >= s.args.len() {
+                return Err(SpanError::StrNotPointer {
+                    spec: r.spec.clone(),
+                    probe,
+                    index: r.index,
+                    what: "the last Go register (a Go string is a pointer and a length)".into(),
+                });
+            }
             let Some(a) = s.args.get(r.index) else {
                 return Err(SpanError::StrNoArg {
                     spec: r.spec.clone(),
@@ -273,8 +348,12 @@ impl Plan {
             0 => String::new(),
             p => format!(" ({p} span name{})", s(p)),
         };
+        let step = match self.single_step {
+            0 => String::new(),
+            k => format!(", {k} single-stepped (~10 µs a hit)"),
+        };
         format!(
-            "Attached {n} probe site{} in {nobj} object{}{spans}; Ctrl-C to stop",
+            "Attached {n} probe site{} in {nobj} object{}{spans}{step}; Ctrl-C to stop",
             s(n),
             s(nobj)
         )
@@ -440,6 +519,7 @@ mod tests {
                 .collect(),
             insn: SiteInsn::Nop,
             insn_bytes: "90".into(),
+            kind: crate::elf::SiteKind::Note,
         }
     }
 
@@ -535,17 +615,20 @@ mod tests {
                         AttachPoint {
                             offset: 0x10,
                             ref_ctr: Some(0x20),
-                            cookie: 0
+                            cookie: 0,
+                            ret: false
                         },
                         AttachPoint {
                             offset: 0x30,
                             ref_ctr: Some(0x22),
-                            cookie: 1
+                            cookie: 1,
+                            ret: false
                         },
                         AttachPoint {
                             offset: 0x40,
                             ref_ctr: None,
-                            cookie: 2
+                            cookie: 2,
+                            ret: false
                         },
                     ]
                 },
@@ -554,7 +637,8 @@ mod tests {
                     points: vec![AttachPoint {
                         offset: 0x50,
                         ref_ctr: None,
-                        cookie: 3
+                        cookie: 3,
+                        ret: false
                     }]
                 },
             ]
@@ -746,5 +830,113 @@ mod tests {
         // Unresolved (PIE, shared library, unknown symbol): not read.
         let d = arg_desc(&resolved("-1@a_s8(%rax)", None), 0x401000);
         assert_eq!(d.kind, ArgKind::UNSUPPORTED);
+    }
+
+    /// The two sites of a function probe, as elf::function_sites makes them.
+    fn fn_sites(name: &str, off: u64, insn: SiteInsn) -> Vec<Site> {
+        let mk = |suffix: &str, args: &[&str], kind| Site {
+            insn,
+            kind,
+            ..site("fn", &format!("{name}{suffix}"), off, None, args)
+        };
+        vec![
+            mk("__entry", &["8@%rdi", "8@%rsi"], SiteKind::FnEntry),
+            mk("__return", &["8@%rax"], SiteKind::FnReturn),
+        ]
+    }
+
+    #[test]
+    fn function_probes_pair_entry_with_return_attached_as_a_return_probe() {
+        let mut o = ObjectProbes::default();
+        o.sites
+            .extend(fn_sites("readline", 0x100, SiteInsn::SingleStep));
+        o.sites.extend(fn_sites("ns::run", 0x200, SiteInsn::Nop));
+        // A note's site whose name would match `readline` alone: not selected by `fn:`.
+        o.sites.push(site("app", "readline", 0x300, None, &[]));
+        for auto_span in [true, false] {
+            let pats = [Pattern::parse("fn:*").unwrap()];
+            let strs = [StrRule::parse("fn:readline:ret").unwrap()];
+            let o2 = PlanOptions {
+                auto_span,
+                ..opts(&pats, &strs)
+            };
+            let plan = build(&[("bash", &o)], &o2).unwrap();
+            assert_eq!(plan.sites.len(), 4, "auto_span {auto_span}");
+            let mut stems: Vec<&str> = plan.pairs.iter().map(|p| p.stem.as_str()).collect();
+            stems.sort();
+            assert_eq!(stems, ["ns::run", "readline"]);
+            assert_eq!(
+                (plan.specs[0].role, plan.specs[1].role),
+                (SiteRole::START, SiteRole::END)
+            );
+            assert_eq!(plan.specs[0].pair_id, plan.specs[1].pair_id);
+            // The return value is the end's argument 0, and the string read there.
+            assert_eq!(plan.specs[1].args[0].kind, ArgKind::REG);
+            assert_eq!(
+                (plan.sites[0].str_arg, plan.sites[1].str_arg),
+                (None, Some(0))
+            );
+            assert_eq!(plan.specs[1].str_arg, 0);
+            let pts = &plan.objects[0].points;
+            assert_eq!(
+                pts.iter().map(|p| (p.offset, p.ret)).collect::<Vec<_>>(),
+                [(0x100, false), (0x100, true), (0x200, false), (0x200, true)]
+            );
+            // Entry and return share one instruction: one single-stepped site.
+            assert_eq!(plan.single_step, 1);
+            assert_eq!(
+                plan.attached_line(),
+                "Attached 4 probe sites in 1 object (2 span names), 1 single-stepped (~10 µs a \
+                 hit); Ctrl-C to stop"
+            );
+        }
+        // `fn:GLOB` matches the function's name, so both ends are chosen; colons are allowed.
+        let pats = [Pattern::parse("fn:ns::r*").unwrap()];
+        let plan = build(&[("bash", &o)], &opts(&pats, &[])).unwrap();
+        assert_eq!(plan.sites.len(), 2);
+        assert_eq!(plan.pairs[0].stem, "ns::run");
+        assert_eq!(plan.single_step, 0);
+        // `fn:F:N` is at the entry; `:ret` never matches a note's site.
+        let strs = [StrRule::parse("fn:readline:1").unwrap()];
+        let plan = build(&[("bash", &o)], &opts(&[], &strs)).unwrap();
+        assert_eq!(
+            (plan.sites[0].str_arg, plan.sites[1].str_arg),
+            (Some(1), None)
+        );
+        let strs = [StrRule::parse("app:readline:ret").unwrap()];
+        let e = build(&[("bash", &o)], &opts(&[], &strs)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--str 'app:readline:ret': no traced probe matches"
+        );
+        // Go strings are a pointer and a length: sized, never read to a NUL.
+        let mut go = ObjectProbes::default();
+        go.sites
+            .extend(fn_sites("main.f", 0x100, SiteInsn::SingleStep));
+        go.sites[0].kind = SiteKind::GoEntry;
+        go.sites[1].kind = SiteKind::FnRetInsn;
+        let strs = [StrRule::parse("fn:main.f:0").unwrap()];
+        let plan = build(&[("srv", &go)], &opts(&[], &strs)).unwrap();
+        assert_eq!(plan.specs[0].str_arg, STR_SIZED);
+        assert_eq!(plan.sites[0].str_arg, Some(0));
+        let strs = [StrRule::parse("fn:main.f:1").unwrap()];
+        let e = build(&[("srv", &go)], &opts(&[], &strs)).unwrap_err();
+        assert!(e.to_string().contains("the last Go register"), "{e}");
+        let plan = build(&[("srv", &go)], &opts(&[], &[])).unwrap();
+        assert_eq!(
+            (plan.specs[0].role, plan.specs[1].role),
+            (SiteRole::START, SiteRole::END)
+        );
+        assert!(!plan.objects[0].points[1].ret, "never a return probe in Go");
+        // One string per span.
+        let strs = [
+            StrRule::parse("fn:readline:0").unwrap(),
+            StrRule::parse("fn:readline:ret").unwrap(),
+        ];
+        let e = build(&[("bash", &o)], &opts(&[], &strs)).unwrap_err();
+        assert!(
+            matches!(e, PlanError::StrBothEnds(ref s) if s == "fn:readline"),
+            "{e}"
+        );
     }
 }

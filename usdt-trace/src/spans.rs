@@ -157,11 +157,14 @@ impl SpanRule {
 }
 
 /// `--str PROBE:N`: read argument N of PROBE as a NUL-terminated string. PROBE is a glob
-/// (`name`, `provider:name`, `'*:query__*'`).
+/// (`name`, `provider:name`, `'*:query__*'`). For a function probe, `fn:GLOB:N` is argument N
+/// at entry and `fn:GLOB:ret` the return value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StrRule {
     pub probe: crate::pattern::Pattern,
     pub index: usize,
+    /// `:ret`: the return value of a function probe (its return site's argument 0).
+    pub ret: bool,
     /// The rule as given, for error messages.
     pub spec: String,
 }
@@ -170,7 +173,12 @@ impl StrRule {
     pub fn parse(s: &str) -> Result<StrRule, SpanError> {
         let bad = || SpanError::BadStr(s.to_string());
         let (probe, n) = s.rsplit_once(':').ok_or_else(bad)?;
-        let index: usize = n.parse().map_err(|_| bad())?;
+        let ret = n == "ret";
+        let index: usize = if ret {
+            0
+        } else {
+            n.parse().map_err(|_| bad())?
+        };
         if index >= MAX_ARGS {
             return Err(SpanError::StrIndex {
                 spec: s.to_string(),
@@ -184,6 +192,7 @@ impl StrRule {
         Ok(StrRule {
             probe: crate::pattern::Pattern::parse(probe).map_err(|_| bad())?,
             index,
+            ret,
             spec: s.to_string(),
         })
     }

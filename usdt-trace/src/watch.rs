@@ -143,6 +143,8 @@ pub enum WatchError {
     )]
     NotMapped { path: String, pids: String },
     #[error(transparent)]
+    Functions(#[from] crate::functions::FnError),
+    #[error(transparent)]
     Plan(#[from] PlanError),
     #[error(transparent)]
     Trace(#[from] TraceError),
@@ -229,6 +231,7 @@ fn mapped_by(pid: u32, named: &std::path::Path) -> Result<Option<Object>, WatchE
 /// The objects to trace: the named files, else every object with probes that the `-p`
 /// processes map (each file once).
 fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
+    let fn_pats = crate::functions::fn_patterns(&cfg.patterns);
     let mut objects: Vec<Object> = Vec::new();
     let mut seen = BTreeSet::new();
     for t in &cfg.targets {
@@ -268,6 +271,8 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
                 }
             }
         };
+        let mut o = o;
+        crate::functions::add_function_sites(&mut o, &fn_pats)?;
         // The same file named twice (a path and a symlink to it) is traced once.
         if seen.insert((o.dev, o.inode)) {
             objects.push(o);
@@ -278,7 +283,8 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
             for m in target::open_process(pid)? {
                 // Objects that are not ELF (fonts, locale archives) or have no probes are
                 // not what the user is after.
-                let Ok(o) = m.object else { continue };
+                let Ok(mut o) = m.object else { continue };
+                crate::functions::add_function_sites(&mut o, &fn_pats)?;
                 if !o.probes.sites.is_empty() && seen.insert((o.dev, o.inode)) {
                     objects.push(o);
                 }
@@ -296,7 +302,10 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
             );
         }
     }
-    if objects.iter().all(|o| o.probes.sites.is_empty()) {
+    // With `fn:` patterns, the plan names the pattern that matched no function.
+    if objects.iter().all(|o| o.probes.sites.is_empty())
+        && (fn_pats.is_empty() || objects.is_empty())
+    {
         let what = if cfg.targets.is_empty() {
             format!("process {}", join_pids(&cfg.pids))
         } else {

@@ -95,6 +95,9 @@ impl SiteRole {
 pub const ID_NONE: u8 = 0xff;
 /// `SiteSpec::str_arg` when no argument is captured as a string.
 pub const STR_NONE: u8 = 0xff;
+/// Flag on `SiteSpec::str_arg`: the string is not NUL-terminated but sized, its length the
+/// next argument (Go strings: pointer, length).
+pub const STR_SIZED: u8 = 0x40;
 
 /// `RecordHeader::kind`: which record follows the header in the ring buffer.
 #[repr(transparent)]
@@ -190,7 +193,7 @@ pub struct SiteSpec {
     pub id_arg: u8,
     /// Number of arguments to read.
     pub nargs: u8,
-    /// Argument to capture as a NUL-terminated string, or `STR_NONE`.
+    /// Argument to capture as a NUL-terminated string (sized, with `STR_SIZED`), or `STR_NONE`.
     pub str_arg: u8,
     pub args: [ArgDesc; MAX_ARGS],
 }

@@ -52,6 +52,8 @@
 //! Pure except for [`parse_file`]. INTERFACE OWNED BY THE LEAD — the types below are what the
 //! tracer consumes; keep their names and meanings, add fields if needed.
 
+mod functions;
+mod gofunc;
 mod notes;
 mod sites;
 mod symbols;
@@ -59,6 +61,10 @@ mod symbols;
 mod tests;
 mod warnings;
 
+pub use functions::{
+    demangle, function_of, function_sites, functions, functions_file, FnProbeError, Function,
+    Functions, GoProbes, SiteKind, SymbolTable, ENTRY_SUFFIX, FN_PROVIDER, RETURN_SUFFIX,
+};
 pub use notes::{NoteError, StapsdtError};
 pub use sites::{optimizable_offset, PcProblem, SemaphoreProblem};
 pub use warnings::{ElfWarning, NoteLabel, WARNINGS_PER_KIND};
@@ -114,6 +120,9 @@ pub struct Site {
     /// Hex of the first bytes at the site and their classification.
     pub insn: SiteInsn,
     pub insn_bytes: String,
+    /// A note's site, or one of a function probe's two sites (not in a note's JSON).
+    #[serde(skip_serializing_if = "SiteKind::is_note")]
+    pub kind: SiteKind,
 }
 
 /// All probe sites of one ELF object.
@@ -217,8 +226,8 @@ fn read_all(mut file: &std::fs::File, len: u64) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// Parses an ELF object held in memory.
-pub fn parse(data: &[u8]) -> Result<ObjectProbes, ElfError> {
+/// The checks every reader of an object makes first: magic, identification, encoding.
+fn check_ident(data: &[u8]) -> Result<(), ElfError> {
     if data.len() < 4 || &data[..4] != b"\x7fELF" {
         let magic: String = data
             .iter()
@@ -246,6 +255,15 @@ pub fn parse(data: &[u8]) -> Result<ObjectProbes, ElfError> {
         elf::ELFDATA2LSB | elf::ELFDATA2MSB => {}
         encoding => return Err(ElfError::BadEncoding { encoding }),
     }
+    match data[4] {
+        elf::ELFCLASS32 | elf::ELFCLASS64 => Ok(()),
+        class => Err(ElfError::BadClass { class }),
+    }
+}
+
+/// Parses an ELF object held in memory.
+pub fn parse(data: &[u8]) -> Result<ObjectProbes, ElfError> {
+    check_ident(data)?;
     match data[4] {
         elf::ELFCLASS32 => parse_class::<elf::FileHeader32<Endianness>>(data),
         elf::ELFCLASS64 => parse_class::<elf::FileHeader64<Endianness>>(data),
@@ -438,6 +456,7 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
                 args: Vec::new(),
                 insn,
                 insn_bytes,
+                kind: SiteKind::Note,
             },
             args,
         });

@@ -160,7 +160,13 @@ pub fn span_json(
     let s = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
     json_args(out, start, &r.args, s);
     out.extend_from_slice(b",\"end_args\":");
-    json_args(out, end, &r.end_args, None);
+    // The span's one string is the start's, else the end's (a function's return value).
+    json_args(
+        out,
+        end,
+        &r.end_args,
+        if start.str_arg.is_none() { s } else { None },
+    );
     late_mark(out, r.str_len);
     out.extend_from_slice(b"}\n");
 }

@@ -120,14 +120,16 @@ pub fn span_text(
     );
     let st = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
     text_args(&mut s, start, &r.args, st);
+    // The span's one string is the start's, else the end's (a function's return value).
+    let end_str = if start.str_arg.is_none() { st } else { None };
     // A span with several possible ends says which one closed it.
     if pair.ends.len() > 1 {
         s.push_str(" -> ");
         s.push_str(&clean(&end.name));
-        text_args(&mut s, end, &r.end_args, None);
+        text_args(&mut s, end, &r.end_args, end_str);
     } else if !end.args.is_empty() {
         s.push_str(" -> ");
-        text_args(&mut s, end, &r.end_args, None);
+        text_args(&mut s, end, &r.end_args, end_str);
     }
     if r.acct_valid != 0 && dur > 0 {
         let a = &r.acct;

@@ -475,12 +475,12 @@ fn probe_uprobe_multi() -> Feature {
             ))
         }
     };
-    match multi::attach(prog.as_raw_fd(), "/", &[(0, 0, 0)], 0) {
+    match multi::attach(prog.as_raw_fd(), "/", &[(0, 0, 0)], 0, false) {
         Err(e) if e.raw_os_error() == Some(libc::EBADF) => {}
         Err(e) => return Feature::no(format!("BPF_LINK_CREATE(uprobe_multi): {e}")),
         Ok(_) => return Feature::no("BPF_LINK_CREATE(uprobe_multi) accepted \"/\": unexpected"),
     }
-    match multi::attach(prog.as_raw_fd(), "/", &[(0, 0, 0)], u32::MAX) {
+    match multi::attach(prog.as_raw_fd(), "/", &[(0, 0, 0)], u32::MAX, false) {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
             Feature::yes("BPF_TRACE_UPROBE_MULTI links with per-process PID filtering")
         }

@@ -401,18 +401,23 @@ impl Tracer {
                     .multi_prog
                     .as_ref()
                     .ok_or(TraceError::MissingProgram("usdt_site"))?;
-                // Several links when one object has more sites than a link takes.
-                for chunk in multi_chunks(points) {
+                // Return probes need a link of their own (the flag is per link); several links
+                // when one object has more sites than a link takes.
+                let (rets, plain): (Vec<AttachPoint>, Vec<AttachPoint>) =
+                    points.iter().partition(|p| p.ret);
+                for chunk in multi_chunks(&plain).chain(multi_chunks(&rets)) {
+                    let ret = chunk[0].ret;
                     let triples: Vec<(u64, u64, u64)> = chunk
                         .iter()
                         .map(|p| (p.offset, p.ref_ctr.unwrap_or(0), p.cookie as u64))
                         .collect();
-                    let link = multi::attach(prog.as_raw_fd(), path, &triples, pid.unwrap_or(0))
-                        .map_err(|e| TraceError::Attach {
-                            path: path.to_string(),
-                            point: (chunk.len() == 1).then(|| chunk[0]),
-                            msg: multi_error(&e, chunk),
-                        })?;
+                    let link =
+                        multi::attach(prog.as_raw_fd(), path, &triples, pid.unwrap_or(0), ret)
+                            .map_err(|e| TraceError::Attach {
+                                path: path.to_string(),
+                                point: (chunk.len() == 1).then(|| chunk[0]),
+                                msg: multi_error(&e, chunk),
+                            })?;
                     self.multi_links.push(link);
                     self.sites += chunk.len();
                 }
@@ -454,16 +459,24 @@ impl Tracer {
                 )),
                 (_, shift) => shift.unwrap_or(0),
             };
-        let pfd =
-            sys::open_uprobe(pmu, shift, path, point.offset, point.ref_ctr, pid).map_err(|e| {
-                err(match e.raw_os_error() {
-                    Some(libc::EINVAL) if point.ref_ctr.is_some() => format!(
-                        "{e} (another tracer may hold this site with a different semaphore setting)"
-                    ),
-                    Some(libc::ESRCH) => "no such process".to_string(),
-                    _ => e.to_string(),
-                })
-            })?;
+        let pfd = sys::open_uprobe(
+            pmu,
+            shift,
+            path,
+            point.offset,
+            point.ref_ctr,
+            pid,
+            point.ret,
+        )
+        .map_err(|e| {
+            err(match e.raw_os_error() {
+                Some(libc::EINVAL) if point.ref_ctr.is_some() => format!(
+                    "{e} (another tracer may hold this site with a different semaphore setting)"
+                ),
+                Some(libc::ESRCH) => "no such process".to_string(),
+                _ => e.to_string(),
+            })
+        })?;
         let prog_fd = self.perf_prog()?;
         let link = sys::link_perf_event(prog_fd, pfd.as_raw_fd(), point.cookie as u64)
             .map_err(|e| err(format!("BPF_LINK_CREATE: {e}")))?;
@@ -693,6 +706,7 @@ mod tests {
             offset: i as u64,
             ref_ctr: None,
             cookie: i as u32,
+            ret: false,
         };
         let points: Vec<AttachPoint> = (0..MULTI_LINK_MAX_SITES * 2 + 3).map(p).collect();
         let sizes: Vec<usize> = multi_chunks(&points).map(|c| c.len()).collect();
@@ -736,6 +750,7 @@ mod tests {
             offset: 0x1234,
             ref_ctr: Some(0x5000),
             cookie: 3,
+            ret: false,
         };
         let e = TraceError::Attach {
             path: "/bin/x (p:n)".into(),
@@ -760,6 +775,7 @@ mod tests {
             offset: 1,
             ref_ctr,
             cookie: 0,
+            ret: false,
         };
         let einval = std::io::Error::from_raw_os_error(libc::EINVAL);
         let esrch = std::io::Error::from_raw_os_error(libc::ESRCH);

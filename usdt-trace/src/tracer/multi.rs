@@ -129,13 +129,17 @@ struct UprobeMultiAttr {
     _rest: [u64; 2],
 }
 
+/// `BPF_F_UPROBE_MULTI_RETURN`: the link's sites are return probes.
+const UPROBE_MULTI_RETURN: u32 = 1;
+
 /// One uprobe_multi link: every site of `path` (offset, semaphore offset or 0, cookie), for
-/// process `pid` or all (0).
+/// process `pid` or all (0); return probes when `ret`.
 pub fn attach(
     prog_fd: RawFd,
     path: &str,
     sites: &[(u64, u64, u64)],
     pid: u32,
+    ret: bool,
 ) -> io::Result<OwnedFd> {
     let cpath = CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let offsets: Vec<u64> = sites.iter().map(|s| s.0).collect();
@@ -149,6 +153,7 @@ pub fn attach(
         ref_ctr_offsets: ref_ctrs.as_ptr() as u64,
         cookies: cookies.as_ptr() as u64,
         cnt: sites.len() as u32,
+        multi_flags: if ret { UPROBE_MULTI_RETURN } else { 0 },
         pid,
         ..Default::default()
     };

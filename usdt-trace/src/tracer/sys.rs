@@ -146,12 +146,14 @@ pub fn open_uprobe(
     offset: u64,
     ref_ctr_offset: Option<u64>,
     pid: Option<u32>,
+    ret: bool,
 ) -> io::Result<OwnedFd> {
     let cpath = CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let attr = PerfEventAttr {
         type_: pmu,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
-        config: ref_ctr_offset.unwrap_or(0) << ref_ctr_shift,
+        // The uprobe PMU's `retprobe` format is `config:0` (fixed since Linux 4.17).
+        config: ref_ctr_offset.unwrap_or(0) << ref_ctr_shift | u64::from(ret),
         config1: cpath.as_ptr() as u64,
         config2: offset,
         ..Default::default()

@@ -1,0 +1,161 @@
+//! Function probes (`fn:GLOB`): spans from entry to return with SysV arguments, the return
+//! value, recursion paired in the kernel, strings at entry and at return, histograms, both
+//! attach paths; `list --functions`.
+use serde_json::{json, Value};
+use usdt_trace_tests::watch;
+use usdt_trace_tests::watch_util::{build_c, named};
+
+/// -fcf-protection=full: every function starts with endbr64, so the single-step count is known.
+fn bin() -> String {
+    build_c("watch_fn", &["-O2", "-fcf-protection=full"])
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+fn end_ns(s: &Value) -> u64 {
+    s["start_ns"].as_u64().unwrap() + s["duration_ns"].as_u64().unwrap()
+}
+
+fn check_spans(out: &watch::Output) {
+    assert!(out.status.success(), "{}", out.stderr);
+    let spans = out.spans();
+    assert!(spans.iter().all(|s| s["provider"] == "fn"), "{spans:?}");
+    let add = named(&spans, "fn_add6");
+    assert_eq!(add.len(), 1, "{:?}", out.records);
+    assert_eq!(add[0]["args"], json!([1, 2, 3, 4, 5, 6]));
+    assert_eq!(add[0]["end_args"], json!([21]));
+    assert_eq!(add[0]["start"], "fn_add6__entry");
+    assert_eq!(add[0]["end"], "fn_add6__return");
+    assert!(add[0]["duration_ns"].as_u64().unwrap() >= 500_000);
+    // Recursion: innermost first, each call's own argument and return value, nested.
+    let fact = named(&spans, "fn_fact");
+    assert_eq!(fact.len(), 5, "{fact:?}");
+    let mut want = 1;
+    for (i, s) in fact.iter().enumerate() {
+        let n = i as i64 + 1;
+        want *= n;
+        assert_eq!(s["args"][0], json!(n), "{s}");
+        assert_eq!(s["end_args"], json!([want]), "{s}");
+        if i > 0 {
+            let inner = fact[i - 1];
+            assert!(s["start_ns"].as_u64() < inner["start_ns"].as_u64(), "{s}");
+            assert!(end_ns(s) > end_ns(inner), "{s}");
+        }
+    }
+    assert_eq!(named(&spans, "fn_greet").len(), 1);
+    let sum = out.summary();
+    assert_eq!(sum["spans"], 7);
+    assert_eq!(
+        (sum["unmatched"].clone(), sum["unmatched_end"].clone()),
+        (json!(0), json!(0))
+    );
+    assert!(out.events().is_empty());
+}
+
+#[test]
+#[ignore = "needs root"]
+fn function_spans_with_args_return_values_recursion_and_return_string() {
+    let b = bin();
+    for attach in ["multi", "perf"] {
+        let w = watch::Watch::start(&[
+            "--attach",
+            attach,
+            "--str",
+            "fn:fn_greet:ret",
+            "-c",
+            &b,
+            &b,
+            "fn:fn_*",
+        ]);
+        assert_eq!(
+            w.attached_line,
+            "Attached 6 probe sites in 1 object (3 span names), 3 single-stepped (~10 µs a hit); \
+             Ctrl-C to stop"
+        );
+        let out = w.finish();
+        check_spans(&out);
+        let spans = out.spans();
+        let greet = named(&spans, "fn_greet")[0];
+        assert_eq!(greet["end_args"], json!(["hello, world"]), "{attach}");
+        assert!(greet["args"][0].is_u64(), "no string at entry: {greet}");
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn function_string_argument_at_entry_and_histograms() {
+    let b = bin();
+    let out = watch::Watch::start(&["--str", "fn:fn_greet:0", "-c", &b, &b, "fn:fn_*"]).finish();
+    check_spans(&out);
+    let spans = out.spans();
+    let greet = named(&spans, "fn_greet")[0];
+    assert_eq!(greet["args"][0], "world", "{greet}");
+    assert!(greet["end_args"][0].is_u64(), "{greet}");
+
+    let out = watch::Watch::start(&["--hist", "-c", &b, &b, "fn:fn_fact"]).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let hist: Vec<&Value> = out.of_type("hist").collect();
+    assert_eq!(hist.len(), 1, "{:?}", out.records);
+    assert_eq!(hist[0]["name"], "fn_fact");
+    assert_eq!(hist[0]["duration"]["count"], 5);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn function_patterns_that_match_nothing_or_clash_are_errors() {
+    let b = bin();
+    let out = watch::run(&["watch", &b, "fn:no_such_fn"]);
+    let err = usdt_trace_tests::watch_util::single_error_line(&out);
+    assert!(err.contains("no probe matches fn:no_such_fn"), "{err}");
+    let out = watch::run(&[
+        "watch",
+        &b,
+        "fn:fn_greet",
+        "--str",
+        "fn:fn_greet:0",
+        "--str",
+        "fn:fn_greet:ret",
+    ]);
+    let err = usdt_trace_tests::watch_util::single_error_line(&out);
+    assert!(err.contains("a span carries one string"), "{err}");
+}
+
+#[test]
+fn list_functions_text_and_json() {
+    let b = bin();
+    let out = watch::run(&["list", "--functions", "--json", &b, "fn_*"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recs: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = recs.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["fn_add6", "fn_fact", "fn_greet"]);
+    for r in &recs {
+        assert_eq!(r["path"], b.as_str());
+        assert_eq!(r["insn"], "single_step");
+        assert_eq!(r["go"], false);
+        assert!(r["size"].as_u64().unwrap() > 0 && r["file_offset"].as_u64().unwrap() > 0);
+    }
+    let out = watch::run(&["list", "--functions", &b, "fn_fact"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!("{b}: 1 function, 1 single-stepped at entry (~10 µs a hit)")
+    );
+    assert!(
+        lines[1].contains("ADDRESS") && lines[1].contains("OFFSET"),
+        "{text}"
+    );
+    assert!(
+        lines[2].ends_with(" SINGLE-STEP (~20x cost) fn_fact"),
+        "{text}"
+    );
+}

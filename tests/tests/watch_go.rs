@@ -1,0 +1,182 @@
+//! Function probes in a Go program: a net/http server built here with Debian's Go toolchain,
+//! traced at `net/http.serverHandler.ServeHTTP` (one span per request) and at a recursive
+//! handler whose stack grows while traced. A return probe would crash it; the Go path puts
+//! ordinary uprobes on `ret` instructions instead, so the server must keep serving.
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use usdt_trace_tests::watch;
+use usdt_trace_tests::watch_util::{named, Target};
+
+/// `tests/testprogs/gohttp/main.go` built with `go build` (cached by Go itself).
+fn build_gohttp() -> PathBuf {
+    let src = usdt_trace_tests::testprogs::testprogs_dir().join("gohttp/main.go");
+    let dir = usdt_trace_tests::testprogs::cache_dir().join("gohttp");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("gohttp");
+    let st = Command::new("go")
+        .arg("build")
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .env("GO111MODULE", "off")
+        .status()
+        .expect("go (golang-go) not installed: run scripts/setup.sh");
+    assert!(st.success(), "go build failed");
+    out
+}
+
+fn get(port: u16, path: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.0 200"), "{resp}");
+    resp.split("\r\n\r\n").nth(1).unwrap_or("").to_string()
+}
+
+/// What the server's deep(n) returns.
+fn deep(n: u64) -> u64 {
+    (1..=n).map(|k| k % 256).sum()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn go_server_spans_per_request_and_survives_stack_growth() {
+    let bin = build_gohttp();
+    let b = bin.to_str().unwrap();
+    let list = watch::run(&["list", "--functions", "--json", b, "main.deep"]);
+    let f: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(f["go"], true);
+    assert!(
+        f["go_layout"]["entry_offset"].as_u64() > f["file_offset"].as_u64(),
+        "{f}"
+    );
+    assert_eq!(
+        f["go_layout"]["ret_offsets"].as_array().unwrap().len(),
+        2,
+        "{f}"
+    );
+
+    let (server, port) = Target::spawn(&bin, &[]);
+    let port: u16 = port.trim().parse().unwrap();
+    // net/url.parse(rawURL string) gets each request's URL: a Go string (pointer, length).
+    let w = watch::Watch::start(&[
+        "-p",
+        &server.pid().to_string(),
+        b,
+        "fn:net/http.serverHandler.ServeHTTP",
+        "fn:main.deep",
+        "fn:net/url.parse",
+        "--str",
+        "fn:net/url.parse:0",
+    ]);
+    assert!(
+        // An entry and one site per `ret` each (how many rets depends on the Go release).
+        w.attached_line.contains(" in 1 object (3 span names)"),
+        "{}",
+        w.attached_line
+    );
+    for i in 0..20 {
+        assert_eq!(get(port, &format!("/r/{i}")), format!("ok /r/{i}\n"));
+    }
+    assert_eq!(get(port, "/deep?n=3"), "deep 6\n");
+    // 5000 frames of ~0.5 KB: the goroutine's stack is copied several times while traced.
+    for _ in 0..5 {
+        assert_eq!(get(port, "/deep?n=5000"), format!("deep {}\n", deep(5000)));
+    }
+    let out = w.stop();
+    assert_eq!(get(port, "/after"), "ok /after\n", "still serving");
+    assert!(out.status.success(), "{}", out.stderr);
+    let spans = out.spans();
+    let serve = named(&spans, "net/http.serverHandler.ServeHTTP");
+    assert_eq!(serve.len(), 26, "one span per request: {:?}", out.summary());
+    let mut urls: Vec<String> = named(&spans, "net/url.parse")
+        .iter()
+        .map(|s| {
+            // The string, then its length as the next argument.
+            let u = s["args"][0].as_str().unwrap_or_else(|| panic!("{s}"));
+            assert_eq!(s["args"][1], u.len(), "{s}");
+            u.to_string()
+        })
+        .collect();
+    urls.sort();
+    let mut want: Vec<String> = (0..20).map(|i| format!("/r/{i}")).collect();
+    want.push("/deep?n=3".into());
+    want.extend(std::iter::repeat_n("/deep?n=5000".to_string(), 5));
+    want.sort();
+    assert_eq!(urls, want);
+    // deep(3): four calls, innermost first, each with its n (RAX) and result (RAX).
+    let d: Vec<&Value> = named(&spans, "main.deep")
+        .into_iter()
+        .filter(|s| s["args"][0].as_u64() <= Some(3) && s["end_args"][0].as_u64() <= Some(6))
+        .collect();
+    let got: Vec<(Value, Value)> = d
+        .iter()
+        .take(4)
+        .map(|s| (s["args"][0].clone(), s["end_args"][0].clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (json!(0), json!(0)),
+            (json!(1), json!(1)),
+            (json!(2), json!(3)),
+            (json!(3), json!(6))
+        ]
+    );
+    drop(server);
+}
+
+/// Under load (wrk, 3 s) while traced: every request answered, the server alive after, one
+/// span per request except those whose goroutine moved threads (counted as unmatched).
+#[test]
+#[ignore = "needs root"]
+fn go_server_under_wrk_serves_every_request_while_traced() {
+    let bin = build_gohttp();
+    let b = bin.to_str().unwrap();
+    let (server, port) = Target::spawn(&bin, &[]);
+    let port: u16 = port.trim().parse().unwrap();
+    let w = watch::Watch::start(&[
+        "--hist",
+        "-p",
+        &server.pid().to_string(),
+        b,
+        "fn:net/http.serverHandler.ServeHTTP",
+    ]);
+    let out = Command::new("wrk")
+        .args([
+            "-t2",
+            "-c10",
+            "-d3s",
+            &format!("http://127.0.0.1:{port}/load"),
+        ])
+        .output()
+        .expect("wrk not installed: run scripts/setup.sh");
+    let report = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{report}");
+    assert!(
+        !report.contains("Non-2xx") && !report.contains("Socket errors"),
+        "{report}"
+    );
+    let requests: u64 = report
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in "))
+        .and_then(|(n, _)| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no request count: {report}"));
+    assert!(requests > 1000, "{report}");
+    let out = w.stop();
+    assert_eq!(get(port, "/after"), "ok /after\n", "still serving");
+    assert!(out.status.success(), "{}", out.stderr);
+    let sum = out.summary();
+    let spans = sum["spans"].as_u64().unwrap();
+    let unmatched = sum["unmatched"].as_u64().unwrap();
+    // Requests in flight when wrk stopped may still end; each is a span or an unmatched start.
+    assert!(
+        spans + unmatched >= requests && spans <= requests + 20,
+        "{requests} requests, {sum}"
+    );
+    drop(server);
+}

@@ -1,0 +1,647 @@
+//! Function symbols, and the probe sites that trace a function from entry to return.
+//!
+//! USDT notes exist only where a program's authors put them; every function with a symbol can
+//! be traced too. A function probe is two sites at the function's first instruction: an
+//! ordinary uprobe (the entry, a span start) and a return probe (the end, fired when the
+//! function returns). With those expressed as [`Site`]s, everything `watch` does for notes
+//! (pairing in the kernel, recursion included, the time split, histograms, strings) applies
+//! unchanged.
+//!
+//! Symbols come from `.dynsym` (the exported names users know) and `.symtab`: defined
+//! `STT_FUNC` symbols of non-zero size (`STT_GNU_IFUNC` symbols name a resolver, not the
+//! function the caller ends up in). Aliases at one address are one function with several
+//! names, so a function is probed once whatever name matched.
+//!
+//! Pure: works on the bytes of a file, unit-tested on built test programs.
+
+use super::gofunc::{self, GoLayout, GO_ARGS};
+use super::sites;
+use super::{ElfError, Site, SiteInsn};
+use crate::argspec::{parse_arg, Arch};
+use crate::pattern::Pattern;
+use object::elf;
+use object::read::elf::{FileHeader, SectionHeader, Sym};
+use object::Endianness;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The provider that function sites are shown under (`fn:readline`).
+pub const FN_PROVIDER: &str = "fn";
+/// Suffixes of a function's two sites: the auto-pairing convention Python's USDT probes use,
+/// so the span is named after the function.
+pub const ENTRY_SUFFIX: &str = "__entry";
+pub const RETURN_SUFFIX: &str = "__return";
+
+/// The x86_64 SysV integer argument registers, in order, and the return value's.
+const SYSV_ARGS: [&str; 6] = ["%rdi", "%rsi", "%rdx", "%rcx", "%r8", "%r9"];
+const SYSV_RET: [&str; 1] = ["%rax"];
+/// AAPCS64: x0..x7 in, x0 out.
+const AAPCS64_ARGS: [&str; 8] = ["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"];
+const AAPCS64_RET: [&str; 1] = ["x0"];
+
+/// What role a site plays for a function probe (or none: a note's site).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteKind {
+    /// A `.note.stapsdt` site.
+    #[default]
+    Note,
+    /// A function's first instruction: a span start.
+    FnEntry,
+    /// A return probe at the function's first instruction: fires when the function returns,
+    /// with the registers as they are then.
+    FnReturn,
+    /// A Go function's entry (past its stack check), arguments in ABIInternal registers.
+    GoEntry,
+    /// An ordinary uprobe on one of a Go function's `ret` instructions (return probes crash Go
+    /// programs): a span end as well.
+    FnRetInsn,
+}
+
+impl SiteKind {
+    pub fn is_note(&self) -> bool {
+        *self == SiteKind::Note
+    }
+
+    /// Attached as a return probe (uretprobe) rather than an ordinary uprobe.
+    pub fn is_return_probe(&self) -> bool {
+        *self == SiteKind::FnReturn
+    }
+
+    /// A Go function's site: its strings are (pointer, length) pairs, not NUL-terminated.
+    pub fn is_go(&self) -> bool {
+        matches!(self, SiteKind::GoEntry | SiteKind::FnRetInsn)
+    }
+}
+
+/// Which symbol table a function's first name came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SymbolTable {
+    Dynsym,
+    Symtab,
+}
+
+/// One function: a defined, sized function symbol in an executable segment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Function {
+    /// The demangled name shown (the first name found at this address).
+    pub name: String,
+    /// Every demangled name at this address (aliases), `name` first.
+    pub names: Vec<String>,
+    /// The symbol as written in the file (mangled).
+    pub symbol: String,
+    pub table: SymbolTable,
+    pub address: u64,
+    pub size: u64,
+    /// File offset of the first instruction (where the uprobe goes).
+    pub file_offset: u64,
+    /// What the first instruction costs the kernel to step over, as for a probe site.
+    pub insn: SiteInsn,
+    pub insn_bytes: String,
+    /// Go functions only: the entry past the stack check and the `ret` instructions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub go_layout: Option<GoProbes>,
+}
+
+/// Where a Go function is probed, with what the entry instruction costs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GoProbes {
+    #[serde(flatten)]
+    pub layout: GoLayout,
+    pub entry_insn: SiteInsn,
+}
+
+impl Function {
+    /// Matched by `fn:GLOB` under any of its names.
+    pub fn matches(&self, pattern: &Pattern) -> bool {
+        self.matched_name(&[pattern]).is_some()
+    }
+
+    /// The first of its names that one of `patterns` matches: what the user asked for
+    /// (`fn:waitpid` traces libc's `__waitpid` and shows it as `waitpid`).
+    pub fn matched_name(&self, patterns: &[&Pattern]) -> Option<&str> {
+        self.names
+            .iter()
+            .find(|n| patterns.iter().any(|p| p.matches(FN_PROVIDER, n)))
+            .map(String::as_str)
+    }
+}
+
+/// The functions of one object, in address order.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Functions {
+    pub arch: Option<Arch>,
+    /// Built by the Go toolchain (has `.go.buildinfo`): its stacks move, so a return probe
+    /// (which overwrites the return address on the stack) would crash it.
+    pub go: bool,
+    /// The Go release that built it, from inline build info (Go >= 1.18).
+    pub go_version: Option<(u32, u32)>,
+    pub functions: Vec<Function>,
+}
+
+/// Demangles a Rust (legacy or v0) or C++ (Itanium) symbol; anything else is returned as is.
+pub fn demangle(raw: &str) -> String {
+    // Rust's legacy mangling is Itanium-shaped (`_ZN...E`) and ends in a `17h<16 hex>E` hash,
+    // which C++ names never carry; v0 starts with `_R`.
+    let rust_legacy = raw.starts_with("_ZN") && {
+        let core = raw.split('.').next().unwrap_or(raw);
+        core.len() > 20
+            && core.ends_with('E')
+            && core[..core.len() - 1].ends_with(|c: char| c.is_ascii_hexdigit())
+            && core[..core.len() - 1]
+                .rfind("17h")
+                .is_some_and(|i| core.len() - 1 - i == 19)
+    };
+    if raw.starts_with("_R") || rust_legacy {
+        if let Ok(d) = rustc_demangle::try_demangle(raw) {
+            return format!("{d:#}");
+        }
+    }
+    if raw.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(raw.as_bytes()) {
+            if let Ok(d) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return d;
+            }
+        }
+    }
+    raw.to_string()
+}
+
+/// The functions of an ELF object held in memory. Structural damage is an error; symbols
+/// that cannot be probed (outside every executable segment, zero-sized) are skipped.
+pub fn functions(data: &[u8]) -> Result<Functions, ElfError> {
+    // The same checks as for notes: a file `list` rejects is rejected here with the same words.
+    super::check_ident(data)?;
+    match data[4] {
+        elf::ELFCLASS32 => functions_class::<elf::FileHeader32<Endianness>>(data),
+        _ => functions_class::<elf::FileHeader64<Endianness>>(data),
+    }
+}
+
+/// Reads a file and lists its functions (see [`functions`]).
+pub fn functions_file(path: &std::path::Path) -> Result<Functions, ElfError> {
+    let bytes = std::fs::read(path).map_err(|source| ElfError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    functions(&bytes).map_err(|e| ElfError::InFile {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    })
+}
+
+fn functions_class<Elf: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+) -> Result<Functions, ElfError> {
+    let malformed = |what: &'static str| {
+        move |e: object::read::Error| ElfError::Malformed {
+            what,
+            detail: e.to_string(),
+        }
+    };
+    let header = Elf::parse(data).map_err(malformed("header"))?;
+    let endian = header.endian().map_err(malformed("header"))?;
+    if header.e_type(endian) == elf::ET_REL {
+        return Err(ElfError::Relocatable);
+    }
+    let arch = match header.e_machine(endian) {
+        elf::EM_X86_64 => Arch::X86_64,
+        elf::EM_AARCH64 => Arch::Aarch64,
+        _ => Arch::Other,
+    };
+    let sections = header
+        .sections(endian, data)
+        .map_err(malformed("section header table"))?;
+    let loads = sites::loads(
+        header
+            .program_headers(endian, data)
+            .map_err(malformed("program header table"))?,
+        endian,
+    );
+    let buildinfo = sections.iter().find(|s| {
+        sections
+            .section_name(endian, s)
+            .is_ok_and(|n| n == b".go.buildinfo")
+    });
+    let go = buildinfo.is_some();
+    let go_version = buildinfo
+        .and_then(|s| s.data(endian, data).ok())
+        .and_then(gofunc::version);
+    // Keyed by address: aliases collapse into one function.
+    let mut by_addr: BTreeMap<u64, Function> = BTreeMap::new();
+    for (table, kind) in [
+        (SymbolTable::Dynsym, elf::SHT_DYNSYM),
+        (SymbolTable::Symtab, elf::SHT_SYMTAB),
+    ] {
+        let Ok(symbols) = sections.symbols(endian, data, kind) else {
+            continue;
+        };
+        for sym in symbols.iter() {
+            if sym.st_type() != elf::STT_FUNC || sym.st_shndx(endian) == elf::SHN_UNDEF {
+                continue;
+            }
+            let size: u64 = sym.st_size(endian).into();
+            let address: u64 = sym.st_value(endian).into();
+            if size == 0 || address == 0 {
+                continue;
+            }
+            let Ok(raw) = symbols.symbol_name(endian, sym) else {
+                continue;
+            };
+            let raw = String::from_utf8_lossy(raw);
+            let name = demangle(&raw);
+            if let Some(f) = by_addr.get_mut(&address) {
+                if !f.names.contains(&name) {
+                    f.names.push(name);
+                }
+                continue;
+            }
+            let Ok((seg, file_offset)) = sites::probe_offset(&loads, address) else {
+                continue;
+            };
+            let (insn, insn_bytes) = sites::classify_site(data, seg, file_offset, address, arch);
+            let go_layout = (go && arch == Arch::X86_64).then(|| {
+                // Never past the segment's file image.
+                let end = seg.offset.saturating_add(seg.filesz);
+                let stop = file_offset.saturating_add(size).min(end);
+                let code = usize::try_from(file_offset)
+                    .ok()
+                    .zip(usize::try_from(stop).ok())
+                    .and_then(|(a, b)| data.get(a..b))
+                    .unwrap_or(&[]);
+                let layout = gofunc::layout(code, address, file_offset);
+                let entry_pc = address + (layout.entry_offset - file_offset);
+                let (entry_insn, _) =
+                    sites::classify_site(data, seg, layout.entry_offset, entry_pc, arch);
+                GoProbes { layout, entry_insn }
+            });
+            by_addr.insert(
+                address,
+                Function {
+                    names: vec![name.clone()],
+                    name,
+                    symbol: raw.into_owned(),
+                    table,
+                    address,
+                    size,
+                    file_offset,
+                    insn,
+                    insn_bytes,
+                    go_layout,
+                },
+            );
+        }
+    }
+    Ok(Functions {
+        arch: Some(arch),
+        go,
+        go_version,
+        functions: by_addr.into_values().collect(),
+    })
+}
+
+/// Why functions cannot be traced in an object.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FnProbeError {
+    #[error("{object}: function probes are supported on x86_64 and aarch64 (Go: x86_64 only); this object is for {arch:?}")]
+    Arch { object: String, arch: Option<Arch> },
+    #[error("{object}: a Go program built by Go older than 1.18 (or with unreadable build info): its calling convention is not known")]
+    OldGo { object: String },
+}
+
+/// The entry and return sites of every function of `funcs` that some pattern matches (only
+/// patterns whose provider is `fn` are looked at). `object` names the file in errors.
+pub fn function_sites(
+    funcs: &Functions,
+    patterns: &[&Pattern],
+    object: &str,
+) -> Result<Vec<Site>, FnProbeError> {
+    let chosen: Vec<(&Function, &str)> = funcs
+        .functions
+        .iter()
+        .filter_map(|f| Some((f, f.matched_name(patterns)?)))
+        .collect();
+    if chosen.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (arch, args, ret): (Arch, &[&str], &[&str]) = match funcs.arch {
+        Some(Arch::X86_64) => (Arch::X86_64, &SYSV_ARGS, &SYSV_RET),
+        Some(Arch::Aarch64) => (Arch::Aarch64, &AAPCS64_ARGS, &AAPCS64_RET),
+        other => {
+            return Err(FnProbeError::Arch {
+                object: object.to_string(),
+                arch: other,
+            })
+        }
+    };
+    let reg = |r: &str| parse_arg(&format!("8@{r}"), arch).resolve(|_| None);
+    let mut out = Vec::with_capacity(2 * chosen.len());
+    if funcs.go {
+        // Go's return instructions are found by an x86_64 decoder only.
+        if arch != Arch::X86_64 {
+            return Err(FnProbeError::Arch {
+                object: object.to_string(),
+                arch: funcs.arch,
+            });
+        }
+        if funcs.go_version.is_none_or(|v| v < (1, 18)) {
+            return Err(FnProbeError::OldGo {
+                object: object.to_string(),
+            });
+        }
+        for (f, name) in chosen {
+            let Some(g) = &f.go_layout else { continue };
+            let site = |suffix: &str, offset: u64, insn: SiteInsn, kind: SiteKind| Site {
+                provider: FN_PROVIDER.to_string(),
+                name: format!("{name}{suffix}"),
+                pc: f.address + (offset - f.file_offset),
+                base: 0,
+                semaphore: 0,
+                file_offset: offset,
+                semaphore_offset: None,
+                args_raw: GO_ARGS
+                    .iter()
+                    .map(|r| format!("8@{r}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                args: GO_ARGS.iter().map(|r| reg(r)).collect(),
+                insn,
+                insn_bytes: String::new(),
+                kind,
+            };
+            out.push(site(
+                ENTRY_SUFFIX,
+                g.layout.entry_offset,
+                g.entry_insn,
+                SiteKind::GoEntry,
+            ));
+            for &r in &g.layout.ret_offsets {
+                // `ret` is not one of the instructions the kernel emulates.
+                out.push(site(
+                    RETURN_SUFFIX,
+                    r,
+                    SiteInsn::SingleStep,
+                    SiteKind::FnRetInsn,
+                ));
+            }
+        }
+        return Ok(out);
+    }
+    for (f, name) in chosen {
+        let site = |suffix: &str, regs: &[&str], kind: SiteKind| Site {
+            provider: FN_PROVIDER.to_string(),
+            name: format!("{name}{suffix}"),
+            pc: f.address,
+            base: 0,
+            semaphore: 0,
+            file_offset: f.file_offset,
+            semaphore_offset: None,
+            args_raw: regs
+                .iter()
+                .map(|r| format!("8@{r}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            args: regs.iter().map(|r| reg(r)).collect(),
+            insn: f.insn,
+            insn_bytes: f.insn_bytes.clone(),
+            kind,
+        };
+        out.push(site(ENTRY_SUFFIX, args, SiteKind::FnEntry));
+        out.push(site(RETURN_SUFFIX, ret, SiteKind::FnReturn));
+    }
+    Ok(out)
+}
+
+/// The function a function site belongs to (its name without the entry/return suffix);
+/// None for a note's site.
+pub fn function_of(site: &Site) -> Option<&str> {
+    match site.kind {
+        SiteKind::Note => None,
+        SiteKind::FnEntry | SiteKind::GoEntry => site.name.strip_suffix(ENTRY_SUFFIX),
+        SiteKind::FnReturn | SiteKind::FnRetInsn => site.name.strip_suffix(RETURN_SUFFIX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// tests/testprogs/watch_fn.c built with gcc -O2 (gcc is part of the project's setup).
+    fn built_watch_fn() -> Vec<u8> {
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/testprogs/watch_fn.c");
+        let dir = std::env::temp_dir().join(format!("usdt-trace-fn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("watch_fn");
+        let st = std::process::Command::new("gcc")
+            .args(["-O2", "-fcf-protection=full", "-o"])
+            .arg(&out)
+            .arg(src)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let bytes = std::fs::read(&out).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        bytes
+    }
+
+    #[test]
+    fn functions_of_a_built_program_and_their_sites() {
+        let data = built_watch_fn();
+        let funcs = functions(&data).unwrap();
+        assert_eq!(funcs.arch, Some(Arch::X86_64));
+        assert!(!funcs.go);
+        let by_name = |n: &str| funcs.functions.iter().find(|f| f.name == n);
+        for n in ["fn_add6", "fn_fact", "fn_greet", "main"] {
+            let f = by_name(n).unwrap_or_else(|| panic!("{n} missing"));
+            assert!(f.size > 0);
+            // A PIE's text: the offset is where the bytes are in the file.
+            assert_eq!(f.file_offset, f.address, "{n}");
+            // -fcf-protection puts endbr64 first: not a nop, so single-stepped.
+            assert_eq!(f.insn_bytes.get(..8), Some("f30f1efa"), "{n}");
+            assert_eq!(f.insn, SiteInsn::SingleStep, "{n}");
+            assert_eq!(f.table, SymbolTable::Symtab, "{n}");
+        }
+        // Undefined (printf) and non-function (greeting) symbols are not functions.
+        assert!(by_name("printf").is_none() && by_name("greeting").is_none());
+        let addrs: Vec<u64> = funcs.functions.iter().map(|f| f.address).collect();
+        assert!(
+            addrs.windows(2).all(|w| w[0] < w[1]),
+            "sorted, one per address"
+        );
+
+        let pat = Pattern::parse("fn:fn_fact").unwrap();
+        let sites = function_sites(&funcs, &[&pat], "watch_fn").unwrap();
+        assert_eq!(sites.len(), 2);
+        let fact = by_name("fn_fact").unwrap();
+        let (entry, ret) = (&sites[0], &sites[1]);
+        assert_eq!(
+            (entry.provider.as_str(), entry.name.as_str()),
+            ("fn", "fn_fact__entry")
+        );
+        assert_eq!(ret.name, "fn_fact__return");
+        assert_eq!(
+            (entry.kind, ret.kind),
+            (SiteKind::FnEntry, SiteKind::FnReturn)
+        );
+        assert_eq!(
+            (entry.file_offset, ret.file_offset),
+            (fact.file_offset, fact.file_offset)
+        );
+        assert_eq!(entry.args_raw, "8@%rdi 8@%rsi 8@%rdx 8@%rcx 8@%r8 8@%r9");
+        assert_eq!(ret.args_raw, "8@%rax");
+        assert!(entry
+            .args
+            .iter()
+            .chain(&ret.args)
+            .all(|a| a.readable() && a.size == 8));
+        assert_eq!(
+            (function_of(entry), function_of(ret)),
+            (Some("fn_fact"), Some("fn_fact"))
+        );
+        // An alias is named as the pattern asked.
+        let mut aliased = funcs.clone();
+        aliased
+            .functions
+            .iter_mut()
+            .find(|f| f.name == "fn_fact")
+            .unwrap()
+            .names
+            .push("factorial".into());
+        let pat = Pattern::parse("fn:fact*").unwrap();
+        let sites = function_sites(&aliased, &[&pat], "watch_fn").unwrap();
+        assert_eq!(sites[0].name, "factorial__entry");
+        let none = Pattern::parse("fn:nothing*").unwrap();
+        assert!(function_sites(&funcs, &[&none], "watch_fn")
+            .unwrap()
+            .is_empty());
+        // Not an ELF file: the same error as for notes.
+        assert!(matches!(
+            functions(b"#!/bin/sh\n"),
+            Err(ElfError::NotElf { .. })
+        ));
+    }
+
+    #[test]
+    fn cpp_names_are_demangled_and_globs_may_hold_colons() {
+        let dir = std::env::temp_dir().join(format!("usdt-trace-fncpp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("m.cc");
+        std::fs::write(
+            &src,
+            "namespace ns { struct Calc { long twice(long x); }; long Calc::twice(long x) { return 2 * x; } }\n\
+             template <typename T> T add(T a, T b) { return a + b; }\n\
+             int main() { ns::Calc c; return (int)c.twice(1) + add<int>(1, 2); }\n",
+        )
+        .unwrap();
+        let out = dir.join("m");
+        let st = std::process::Command::new("g++")
+            .args(["-O0", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let funcs = functions(&std::fs::read(&out).unwrap()).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let names: Vec<&str> = funcs.functions.iter().map(|f| f.name.as_str()).collect();
+        assert!(names.contains(&"ns::Calc::twice(long)"), "{names:?}");
+        assert!(names.contains(&"int add<int>(int, int)"), "{names:?}");
+        let twice = funcs
+            .functions
+            .iter()
+            .find(|f| f.name.starts_with("ns::Calc"))
+            .unwrap();
+        assert_eq!(twice.symbol, "_ZN2ns4Calc5twiceEl");
+        let pat = Pattern::parse("fn:ns::Calc::*").unwrap();
+        let sites = function_sites(&funcs, &[&pat], "m").unwrap();
+        assert_eq!(sites[0].name, "ns::Calc::twice(long)__entry");
+    }
+
+    #[test]
+    fn go_programs_get_ret_sites_and_other_arches_are_refused() {
+        let f = |go, arch| Functions {
+            arch: Some(arch),
+            go,
+            go_version: go.then_some((1, 19)),
+            functions: vec![Function {
+                name: "main.main".into(),
+                names: vec!["main.main".into()],
+                symbol: "main.main".into(),
+                table: SymbolTable::Symtab,
+                address: 0x1000,
+                size: 16,
+                file_offset: 0x1000,
+                insn: SiteInsn::SingleStep,
+                insn_bytes: String::new(),
+                go_layout: go.then(|| GoProbes {
+                    layout: GoLayout {
+                        entry_offset: 0x1006,
+                        ret_offsets: vec![0x1008, 0x100c],
+                    },
+                    entry_insn: SiteInsn::SingleStep,
+                }),
+            }],
+        };
+        let pat = Pattern::parse("fn:main.*").unwrap();
+        // Go: the entry past the stack check, an ordinary uprobe on each `ret`, ABIInternal.
+        let go = function_sites(&f(true, Arch::X86_64), &[&pat], "srv").unwrap();
+        let got: Vec<(&str, u64, SiteKind)> = go
+            .iter()
+            .map(|s| (s.name.as_str(), s.file_offset, s.kind))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("main.main__entry", 0x1006, SiteKind::GoEntry),
+                ("main.main__return", 0x1008, SiteKind::FnRetInsn),
+                ("main.main__return", 0x100c, SiteKind::FnRetInsn),
+            ]
+        );
+        assert!(go.iter().all(|s| !s.kind.is_return_probe()));
+        assert_eq!(
+            go[0].args_raw,
+            "8@%rax 8@%rbx 8@%rcx 8@%rdi 8@%rsi 8@%r8 8@%r9 8@%r10 8@%r11"
+        );
+        assert_eq!(go[0].pc, 0x1006);
+        let mut old = f(true, Arch::X86_64);
+        old.go_version = None;
+        assert!(matches!(
+            function_sites(&old, &[&pat], "srv"),
+            Err(FnProbeError::OldGo { .. })
+        ));
+        assert!(matches!(
+            function_sites(&f(false, Arch::Other), &[&pat], "srv"),
+            Err(FnProbeError::Arch { .. })
+        ));
+        let arm = function_sites(&f(false, Arch::Aarch64), &[&pat], "srv").unwrap();
+        assert_eq!(arm[0].args_raw, "8@x0 8@x1 8@x2 8@x3 8@x4 8@x5 8@x6 8@x7");
+        assert_eq!(arm[1].args_raw, "8@x0");
+        assert!(arm.iter().flat_map(|s| &s.args).all(|a| a.readable()));
+        assert_eq!(
+            function_sites(&f(false, Arch::X86_64), &[&pat], "srv")
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn demangles_rust_and_cpp_and_leaves_c_alone() {
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
+        assert_eq!(demangle("_RNvCs1234_7mycrate3foo"), "mycrate::foo");
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("_Z3addii"), "add(int, int)");
+        assert_eq!(demangle("readline"), "readline");
+        assert_eq!(
+            demangle("net/http.serverHandler.ServeHTTP"),
+            "net/http.serverHandler.ServeHTTP"
+        );
+        // Not valid mangling: kept as written.
+        assert_eq!(demangle("_Zjunk"), "_Zjunk");
+    }
+}
