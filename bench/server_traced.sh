@@ -61,8 +61,10 @@ measure() {
     ticks=$(awk -v t0="$t0" '{ sub(/.*\) /, ""); print $12 + $13 - t0 }' "/proc/$pid/stat")
     if [ -n "$wpid" ]; then
         kill -INT "$wpid"; sleep 0.5; kill -INT "$wpid" 2>/dev/null || true; wait "$wpid" 2>/dev/null || true
-        { grep -h '"type":"summary"' "$work/out"; grep -h '^otlp:' "$work/err"; } >"$work/summary.$port" 2>/dev/null || true
-        echo "  ($mode)" >>"$work/summary.$port"
+        # measure runs in a subshell: name the file after the mode, not a counter.
+        local tag
+        tag=$(printf '%s' "$mode" | tr -c 'a-z' '_' | cut -c1-40)
+        { echo "($mode)"; grep -h '"type":"summary"' "$work/out"; grep -h '^otlp:' "$work/err"; } >"$work/summary.$tag" 2>/dev/null || true
     fi
     kill "$pid"; wait "$pid" 2>/dev/null || true
     reqs=$(echo "$out" | awk '/requests in/ {print $1}')
