@@ -1019,8 +1019,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<ThreadState>(), 112 + 184 * MAX_DEPTH);
         // Under 12 KB: with the hash map's element header, one 16 KB (order-2) allocation.
         assert!(core::mem::size_of::<ThreadState>() + 64 <= 12 * 1024);
-        assert_eq!(core::mem::size_of::<PollAcct>(), 104);
-        assert_eq!(core::mem::size_of::<IdFrame>(), 184 + STR_LEN + 104);
+        assert_eq!(core::mem::size_of::<PollAcct>(), 112);
+        assert_eq!(core::mem::size_of::<IdFrame>(), 184 + STR_LEN + 112);
     }
 
     #[test]
