@@ -6,9 +6,17 @@
 //! `<name>__exit(span_id)` as it returns, so a tracer can charge each thread's scheduler time
 //! between the two to the span, and count the rest (between polls) as waiting to be polled.
 
+use core::cell::Cell;
 use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
+
+std::thread_local! {
+    /// The span entered on this thread by the innermost live [`Entered`] guard that fired, 0
+    /// for none: an enter of the span already entered here fires nothing, so wrappers can nest
+    /// (a connection's polls around a request's) without the inner exit ending the outer poll.
+    static ENTERED: Cell<u64> = const { Cell::new(0) };
+}
 
 /// The poll markers of one span name, made by [`poll_markers!`](crate::poll_markers!).
 ///
@@ -40,15 +48,25 @@ impl PollMarkers {
     }
 
     /// Marks the span `span_id` as running on this thread until the guard is dropped: for work
-    /// that is not a future (a callback, a job taken from a queue).
+    /// that is not a future (a callback, a job taken from a queue). Entering a span already
+    /// entered on this thread (nested wrappers) fires nothing.
     #[inline]
     #[must_use = "the span leaves the thread when the guard is dropped"]
     pub fn enter(self, span_id: u64) -> Entered {
-        if span_id != 0 {
+        // Only a recording span touches the thread-local: untraced, this is one compare.
+        let prev = if span_id != 0 {
+            ENTERED.try_with(|e| e.replace(span_id)).ok()
+        } else {
+            None
+        };
+        let fired = prev.is_some_and(|p| p != span_id);
+        if fired {
             (self.enter)(span_id);
         }
         Entered {
             span_id,
+            prev: prev.unwrap_or(0),
+            fired,
             exit: self.exit,
         }
     }
@@ -61,18 +79,25 @@ impl core::fmt::Debug for PollMarkers {
 }
 
 /// The guard of [`PollMarkers::enter`]: fires `<name>__exit(span_id)` when dropped, also when
-/// unwinding, so a panicking poll still leaves its thread.
+/// unwinding, so a panicking poll still leaves its thread. Guards must be dropped in reverse
+/// order of creation on their thread (they are not `Send`), as scopes and polls do.
 #[derive(Debug)]
 pub struct Entered {
     span_id: u64,
+    /// The span entered on this thread before (restored on drop).
+    prev: u64,
+    /// Whether this guard fired the enter (and so fires the exit).
+    fired: bool,
     exit: fn(u64),
 }
 
 impl Drop for Entered {
     #[inline]
     fn drop(&mut self) {
-        if self.span_id != 0 {
+        if self.fired {
             (self.exit)(self.span_id);
+            let prev = self.prev;
+            let _ = ENTERED.try_with(|e| e.set(prev));
         }
     }
 }
@@ -104,5 +129,57 @@ impl<F: Future> Future for Instrumented<F> {
         let _entered = this.markers.enter(this.span_id);
         // SAFETY: as above.
         unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static ENTERS: AtomicU64 = AtomicU64::new(0);
+    static EXITS: AtomicU64 = AtomicU64::new(0);
+
+    fn on_enter(_: u64) {
+        ENTERS.fetch_add(1, Ordering::Relaxed);
+    }
+    fn on_exit(_: u64) {
+        EXITS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn nested_enters_of_one_span_fire_once_and_restore_the_outer() {
+        let m = PollMarkers::__new(on_enter, on_exit);
+        {
+            let _outer = m.enter(7);
+            {
+                let _same = m.enter(7);
+                let _none = m.enter(0);
+                assert_eq!(ENTERED.with(|e| e.get()), 7);
+                {
+                    let _other = m.enter(9);
+                    assert_eq!(ENTERED.with(|e| e.get()), 9);
+                }
+                assert_eq!(ENTERED.with(|e| e.get()), 7);
+            }
+            assert_eq!(EXITS.load(Ordering::Relaxed), 1, "only span 9 left");
+        }
+        assert_eq!(ENTERED.with(|e| e.get()), 0);
+        assert_eq!(
+            (
+                ENTERS.load(Ordering::Relaxed),
+                EXITS.load(Ordering::Relaxed)
+            ),
+            (2, 2)
+        );
+    }
+
+    #[test]
+    fn instrumented_futures_pass_their_output_through() {
+        let m = PollMarkers::__new(|_| {}, |_| {});
+        let mut fut = core::pin::pin!(m.instrument(0, async { 42 }));
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(42));
     }
 }
