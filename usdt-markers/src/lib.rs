@@ -117,6 +117,9 @@
 //!
 //! The same hint may appear several times (once per object file); treat it as a set.
 //!
+//! [`poll_markers!`] adds a note of type 2 with the same descriptor: the span's polls are marked
+//! by `<stem>__enter(span_id)` and `<stem>__exit(span_id)`, which share the span's semaphore.
+//!
 //! # Linkers and `--gc-sections`
 //!
 //! The notes are not allocated, so section garbage collection keeps them (a note of a discarded
