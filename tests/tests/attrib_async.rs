@@ -122,3 +122,40 @@ fn async_spans_get_a_split_across_threads() {
         }
     }
 }
+
+/// The C header's poll markers: a job started on the main thread and run by two threads.
+#[test]
+#[ignore = "needs root"]
+fn c_poll_markers_split_a_job_over_two_threads() {
+    let root = markers::workspace_root();
+    let dir = markers::target_dir().join("async-testprogs/c");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let bin = dir.join(format!("attrib_poll-{}", std::process::id()));
+    let status = std::process::Command::new("gcc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-I"])
+        .arg(root.join("usdt-markers/include"))
+        .arg(root.join("tests/testprogs/attrib_poll.c"))
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "gcc failed");
+    let out = watch::Watch::start(&["-c", &bin.display().to_string()]).finish();
+    let _ = std::fs::remove_file(&bin);
+    assert!(out.status.success(), "watch failed: {}", out.stderr);
+    let spans = out.spans();
+    assert_eq!(spans.len(), 1, "{:?}", out.records);
+    let s = spans[0];
+    eprintln!("c job: {s}");
+    check_adds_up(s);
+    within10(
+        "oncpu vs the 10 ms of CPU work",
+        num(s, "oncpu_ns"),
+        10.0 * MS,
+        0.0,
+        s,
+    );
+    assert_eq!((num(s, "polls"), num(s, "threads")), (2.0, 2.0), "{s}");
+    // The 10 ms nanosleep between the polls, plus thread creation and joins.
+    assert!(num(s, "idle_ns") >= 10.0 * MS, "{s}");
+}
