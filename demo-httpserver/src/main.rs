@@ -3,8 +3,11 @@
 //!
 //! A request's span is opened in the service future and closed when hyper drops the response
 //! body, often on another worker thread than the one that opened it: tracers pair the two
-//! probes by span id.
+//! probes by span id. Its polls are marked (`request__enter`/`request__exit`): the handler's
+//! own, and those of the connection future while it serves the request (writing the response),
+//! so a tracer can tell on which threads the request ran and how long it waited in between.
 use std::convert::Infallible;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,13 +22,36 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use usdt_markers::{span, Span};
+use usdt_markers::{poll_markers, span, PollMarkers, Span};
 
 static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
 
 const NOT_FOUND: &str = "<!DOCTYPE html><title>404 Not Found</title><h1>404 Not Found</h1>\n";
 const NOT_ALLOWED: &str =
     "<!DOCTYPE html><title>405 Method Not Allowed</title><h1>405 Method Not Allowed</h1>\n";
+
+fn request_polls() -> PollMarkers {
+    poll_markers!(httpserver, request)
+}
+
+/// The span id of the request a connection is serving, 0 between requests (or untraced).
+type Current = Arc<AtomicU64>;
+
+/// A connection future whose polls count for the request it is serving: between the handler's
+/// return and the end of the response, hyper's writing is the request's work.
+struct ConnPolls<F> {
+    inner: Pin<Box<F>>,
+    current: Current,
+}
+
+impl<F: Future> Future for ConnPolls<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let _entered = request_polls().enter(self.current.load(Ordering::Relaxed));
+        self.inner.as_mut().poll(cx)
+    }
+}
 
 /// The response body. It owns both open spans, so they end when hyper is done with it: after the
 /// last frame was written, or when the connection dropped it (HEAD, errors).
@@ -36,6 +62,7 @@ struct TracedBody {
     status: u16,
     request: Option<Span<(u16, u64)>>,
     send: Option<Span<(u64,)>>,
+    current: Current,
 }
 
 impl TracedBody {
@@ -44,6 +71,13 @@ impl TracedBody {
             send.end(self.sent);
         }
         if let Some(request) = self.request.take() {
+            // The connection is done with this request: its next polls are not this span's.
+            let _ = self.current.compare_exchange(
+                request.id(),
+                0,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             request.end(self.status, self.sent);
         }
     }
@@ -119,12 +153,28 @@ fn resolve(root: &Path, path: &str) -> Option<PathBuf> {
 async fn handle(
     req: Request<Incoming>,
     root: Arc<PathBuf>,
+    current: Current,
 ) -> Result<Response<TracedBody>, Infallible> {
     let req_id = NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed);
     // Explicit parent: this span lives across `.await`s, so it must not become the worker
     // thread's current span.
     let request = span!(httpserver, request, req_id; parent = 0; end(u16, u64));
+    current.store(request.id(), Ordering::Relaxed);
+    // The handler's polls are the request's from here on (the connection's own polls enter it
+    // from its next poll; nested enters of one span fire once).
+    let id = request.id();
+    request_polls()
+        .instrument(id, respond(req, root, req_id, request, current))
+        .await
+}
 
+async fn respond(
+    req: Request<Incoming>,
+    root: Arc<PathBuf>,
+    req_id: u64,
+    request: Span<(u16, u64)>,
+    current: Current,
+) -> Result<Response<TracedBody>, Infallible> {
     let mut allow = false;
     let (status, content_type, body) = match *req.method() {
         Method::GET | Method::HEAD => {
@@ -164,6 +214,7 @@ async fn handle(
         status: status.as_u16(),
         request: Some(request),
         send: Some(send),
+        current,
     });
     *response.status_mut() = status;
     let headers = response.headers_mut();
@@ -206,12 +257,17 @@ fn main() {
                 }
             };
             let root = root.clone();
+            let current = Current::default();
+            let conn_current = current.clone();
+            let service = service_fn(move |req| handle(req, root.clone(), current.clone()));
+            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::spawn(async move {
-                let service = service_fn(move |req| handle(req, root.clone()));
                 // Malformed requests and resets end up here; they only end this connection.
-                let _ = http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let _ = ConnPolls {
+                    inner: Box::pin(conn),
+                    current: conn_current,
+                }
+                .await;
             });
         }
     });

@@ -154,6 +154,20 @@ fn check(bin: &Path) {
         if s.get("start_tid").is_some_and(|t| *t != s["tid"]) {
             cross_thread += 1;
         }
+        // The Rust server marks its requests' polls: every request gets a split, cross-thread
+        // ones included, and its parts add up to its duration.
+        if s["comm"] == "tokio-rt-worker" {
+            assert!(u64_of(&s["polls"], "polls") > 0, "{s}");
+            let parts: u64 = ["oncpu_ns", "offcpu_ns", "idle_ns"]
+                .iter()
+                .map(|k| u64_of(&s[*k], k))
+                .sum();
+            let dur = u64_of(&s["duration_ns"], "duration_ns");
+            assert!(
+                parts.abs_diff(dur) <= 20_000,
+                "parts {parts} != duration: {s}"
+            );
+        }
     }
     assert_eq!(
         got, expected,

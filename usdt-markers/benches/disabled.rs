@@ -1,9 +1,10 @@
 //! What an untraced probe costs: a loop with a disabled `probe!`, `span!` or `enabled!` against
 //! the same loop without one. Prints figures; run with `cargo bench -p usdt-markers`.
 //! (With no tracer attached every semaphore is 0, so all markers here are disabled.)
+use std::future::Future;
 use std::hint::black_box;
 use std::time::Instant;
-use usdt_markers::{enabled, probe, span};
+use usdt_markers::{enabled, poll_markers, probe, span};
 
 const N: u64 = 50_000_000;
 
@@ -33,6 +34,25 @@ fn main() {
         i ^ 0x55
     });
     let enabled = time(|i| if enabled!(bench, point) { i } else { i ^ 0x55 });
+    // One poll of an instrumented future that is ready at once, against the bare future.
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let bare = time(|i| {
+        let mut f = std::pin::pin!(async move { i ^ 0x55 });
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => 0,
+        }
+    });
+    let markers = poll_markers!(bench, task);
+    let polled = time(|i| {
+        let s = span!(bench, task; parent = 0);
+        let mut f = std::pin::pin!(markers.instrument(s.id(), async move { i ^ 0x55 }));
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => 0,
+        }
+    });
     println!("usdt-markers, untraced, best of 5 x {N} iterations:");
     println!("  plain loop            {base:6.2} ns/iter");
     for (what, t) in [
@@ -42,4 +62,9 @@ fn main() {
     ] {
         println!("  {what:<21} {t:6.2} ns/iter  (+{:.2} ns)", t - base);
     }
+    println!("  bare future poll      {bare:6.2} ns/iter");
+    println!(
+        "  span! + instrumented  {polled:6.2} ns/iter  (+{:.2} ns over the bare poll)",
+        polled - bare
+    );
 }

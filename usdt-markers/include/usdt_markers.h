@@ -7,6 +7,8 @@
  *   USDT_ENABLED(provider, name)                non-zero while a tracer has it enabled
  *   USDT_SPAN_START(provider, name, id, ...)    fires name__start(id, ...)
  *   USDT_SPAN_END(provider, name, id, ...)      fires name__end(id, ...)
+ *   USDT_SPAN_ENTER(provider, name, id)         fires name__enter(id): the span's work runs on
+ *   USDT_SPAN_EXIT(provider, name, id)          this thread until name__exit(id) (poll markers)
  *   usdt_next_span_id()                         a fresh span id (unique per process, never 0)
  *
  * By convention (the Rust crate's), the argument after a span's id in name__start is the parent
@@ -41,7 +43,10 @@
  *    page for processes started after the tracer attached (see the Rust crate's docs);
  *  - for spans, a hint note in .note.usdt_markers (non-allocated SHT_NOTE):
  *        namesz = 13, "usdt-markers\0" padded to 16, type 1, desc = "provider\0" "stem\0"
- *    (stem = the span name without __start/__end), telling tracers to pair by the first argument.
+ *    (stem = the span name without __start/__end), telling tracers to pair by the first argument;
+ *    poll markers add a note of type 2 with the same descriptor: the span's work runs between
+ *    name__enter(id) and name__exit(id) on whichever thread fires them, so tracers can split
+ *    the time of a span that moves between threads.
  *
  * Define USDT_MARKERS_DISABLE before including this header to compile every probe to nothing.
  */
@@ -171,20 +176,23 @@ __attribute__((weak, visibility("hidden"), noinline, cold)) void usdt_markers_re
     "994: .balign 4\n"                                                                           \
     ".popsection\n"
 
-#define _USDT_HINT(provider, stem)                                                               \
-    __asm__ __volatile__(".ifndef .Lusdt_hint." #provider "." stem "\n"                          \
+/* A note in .note.usdt_markers: `kind` keeps the dedup symbols of the note types apart. */
+#define _USDT_MARKERS_NOTE(provider, stem, kind, ntype)                                          \
+    __asm__ __volatile__(".ifndef .Lusdt_" kind "." #provider "." stem "\n"                      \
                          ".pushsection .note.usdt_markers, \"\", " _USDT_T "note\n"              \
                          ".balign 4\n"                                                           \
-                         ".4byte 992f-991f, 994f-993f, 1\n"                                      \
+                         ".4byte 992f-991f, 994f-993f, " ntype "\n"                               \
                          "991: .asciz \"usdt-markers\"\n"                                        \
                          "992: .balign 4\n"                                                      \
                          "993:\n"                                                                \
-                         ".Lusdt_hint." #provider "." stem ":\n"                                 \
+                         ".Lusdt_" kind "." #provider "." stem ":\n"                              \
                          ".asciz \"" #provider "\"\n"                                            \
                          ".asciz \"" stem "\"\n"                                                 \
                          "994: .balign 4\n"                                                      \
                          ".popsection\n"                                                         \
                          ".endif\n" ::)
+#define _USDT_HINT(provider, stem) _USDT_MARKERS_NOTE(provider, stem, "hint", "1")
+#define _USDT_POLL_HINT(provider, stem) _USDT_MARKERS_NOTE(provider, stem, "poll", "2")
 
 /* One variant per argument count. */
 #define _USDT_FIRE_0(provider, name, sema) \
@@ -248,6 +256,20 @@ __attribute__((weak, visibility("hidden"), noinline, cold)) void usdt_markers_re
         }                                                                                        \
     } while (0)
 
+#define USDT_SPAN_ENTER(provider, name, id)                                                      \
+    do {                                                                                         \
+        if (__builtin_expect(USDT_ENABLED(provider, name), 0)) {                                 \
+            _USDT_POLL_HINT(provider, #name);                                                    \
+            _USDT_FIRE(provider, #name "__enter", #name, id);                                    \
+        }                                                                                        \
+    } while (0)
+
+#define USDT_SPAN_EXIT(provider, name, id)                                                       \
+    do {                                                                                         \
+        if (__builtin_expect(USDT_ENABLED(provider, name), 0))                                   \
+            _USDT_FIRE(provider, #name "__exit", #name, id);                                     \
+    } while (0)
+
 /* One counter per executable or library (weak, hidden). A forked child continues it; tracers
  * pair spans by (pid, id). */
 __attribute__((weak, visibility("hidden"))) unsigned long long usdt_markers_span_counter = 1;
@@ -271,6 +293,8 @@ static __inline__ __attribute__((unused)) void _usdt_unused(int dummy, ...)
     } while (0)
 #define USDT_SPAN_START(provider, name, id, ...) USDT_PROBE(provider, name, id, ##__VA_ARGS__)
 #define USDT_SPAN_END(provider, name, id, ...) USDT_PROBE(provider, name, id, ##__VA_ARGS__)
+#define USDT_SPAN_ENTER(provider, name, id) USDT_PROBE(provider, name, id)
+#define USDT_SPAN_EXIT(provider, name, id) USDT_PROBE(provider, name, id)
 static __inline__ __attribute__((unused)) unsigned long long usdt_next_span_id(void)
 {
     return 0;

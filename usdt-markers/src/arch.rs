@@ -138,8 +138,14 @@ macro_rules! __usdt_note_tail {
 #[macro_export]
 macro_rules! __usdt_hint_text {
     ($provider:ident, $stem:expr, $type:literal) => {
+        $crate::__usdt_hint_text!($provider, $stem, $type, "hint", "1")
+    };
+    // `kind` keeps the dedup symbols of the two note types apart; `ntype` is the note type.
+    ($provider:ident, $stem:expr, $type:literal, $kind:literal, $ntype:literal) => {
         ::core::concat!(
-            ".ifndef .Lusdt_hint.",
+            ".ifndef .Lusdt_",
+            $kind,
+            ".",
             ::core::stringify!($provider),
             ".",
             $stem,
@@ -148,11 +154,15 @@ macro_rules! __usdt_hint_text {
             $type,
             "note\n",
             ".balign 4\n",
-            ".4byte 992f-991f, 994f-993f, 1\n",
+            ".4byte 992f-991f, 994f-993f, ",
+            $ntype,
+            "\n",
             "991: .asciz \"usdt-markers\"\n",
             "992: .balign 4\n",
             "993:\n",
-            ".Lusdt_hint.",
+            ".Lusdt_",
+            $kind,
+            ".",
             ::core::stringify!($provider),
             ".",
             $stem,
@@ -264,6 +274,20 @@ mod imp {
             }
         };
     }
+
+    #[doc(hidden)]
+    #[macro_export]
+    macro_rules! __usdt_poll_hint {
+        ($provider:ident, $stem:expr) => {
+            // SAFETY: only data in a non-allocated note section.
+            unsafe {
+                ::core::arch::asm!(
+                    $crate::__usdt_hint_text!($provider, $stem, "@", "poll", "2"),
+                    options(att_syntax, nostack, nomem, preserves_flags)
+                );
+            }
+        };
+    }
 }
 
 #[cfg(all(target_arch = "aarch64", not(feature = "no-probes")))]
@@ -333,6 +357,20 @@ mod imp {
             }
         };
     }
+
+    #[doc(hidden)]
+    #[macro_export]
+    macro_rules! __usdt_poll_hint {
+        ($provider:ident, $stem:expr) => {
+            // SAFETY: only data in a non-allocated note section.
+            unsafe {
+                ::core::arch::asm!(
+                    $crate::__usdt_hint_text!($provider, $stem, "%", "poll", "2"),
+                    options(nostack, nomem, preserves_flags)
+                );
+            }
+        };
+    }
 }
 
 /// Unsupported arches and `no-probes`: nothing is emitted, nothing is enabled, arguments are
@@ -361,6 +399,12 @@ mod imp {
     #[doc(hidden)]
     #[macro_export]
     macro_rules! __usdt_span_hint {
+        ($provider:ident, $stem:expr) => {};
+    }
+
+    #[doc(hidden)]
+    #[macro_export]
+    macro_rules! __usdt_poll_hint {
         ($provider:ident, $stem:expr) => {};
     }
 }

@@ -151,6 +151,9 @@
 //!
 //! The same hint may appear several times (once per object file); treat it as a set.
 //!
+//! [`poll_markers!`] adds a note of type 2 with the same descriptor: the span's polls are marked
+//! by `<stem>__enter(span_id)` and `<stem>__exit(span_id)`, which share the span's semaphore.
+//!
 //! # Linkers and `--gc-sections`
 //!
 //! The notes are not allocated, so section garbage collection keeps them (a note of a discarded
@@ -165,8 +168,10 @@
 #![warn(missing_docs)]
 
 mod arch;
+mod poll;
 mod span;
 
+pub use poll::{Entered, Instrumented, PollMarkers};
 pub use span::Span;
 
 /// A value that can be passed as a probe argument.
@@ -416,6 +421,62 @@ macro_rules! __usdt_fire {
     (@zip $hdr:tt $done:tt $sep:tt [$($rest:expr),+] [] []) => {
         ::core::compile_error!("usdt-markers: a probe takes at most 12 arguments")
     };
+}
+
+/// The poll markers of span `provider:name`: a [`PollMarkers`] that fires
+/// `provider:name__enter(span_id)` and `provider:name__exit(span_id)` around each poll of a
+/// future ([`PollMarkers::instrument`]) or around a guarded block ([`PollMarkers::enter`]).
+///
+/// With them, a tracer can split the time of a span that hops threads: each polling thread's
+/// on-CPU, run-queue, sleep and I/O time while entered, and the time between polls (waiting to
+/// be polled). They share the span's semaphore and declare themselves in `.note.usdt_markers`
+/// (note type 2, same descriptor as the span hint), so tracers know which span they belong to.
+///
+/// ```
+/// use usdt_markers::{poll_markers, span};
+/// # async fn serve(_: u64) -> u16 { 200 }
+/// async fn handle(req_id: u64) -> u16 {
+///     let s = span!(myapp, request, req_id; parent = 0; end(u16));
+///     let status = poll_markers!(myapp, request)
+///         .instrument(s.id(), serve(req_id))
+///         .await;
+///     s.end(status);
+///     status
+/// }
+/// # let _ = handle(1);
+/// // Not a future: mark a block instead.
+/// let s = span!(myapp, job; parent = 0);
+/// {
+///     let _on_this_thread = poll_markers!(myapp, job).enter(s.id());
+///     // ... the job's work ...
+/// }
+/// ```
+#[macro_export]
+macro_rules! poll_markers {
+    ($provider:ident, $name:ident) => {{
+        fn __usdt_enter(id: u64) {
+            if $crate::enabled!($provider, $name) {
+                $crate::__usdt_poll_hint!($provider, ::core::stringify!($name));
+                $crate::__usdt_fire!(
+                    [$provider,
+                     ::core::concat!(::core::stringify!($name), "__enter"),
+                     ::core::stringify!($name)]
+                    id
+                );
+            }
+        }
+        fn __usdt_exit(id: u64) {
+            if $crate::enabled!($provider, $name) {
+                $crate::__usdt_fire!(
+                    [$provider,
+                     ::core::concat!(::core::stringify!($name), "__exit"),
+                     ::core::stringify!($name)]
+                    id
+                );
+            }
+        }
+        $crate::PollMarkers::__new(__usdt_enter, __usdt_exit)
+    }};
 }
 
 #[doc(hidden)]

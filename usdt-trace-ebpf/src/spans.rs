@@ -7,12 +7,12 @@ use aya_ebpf::{
     EbpfContext,
 };
 use usdt_trace_common::{
-    hist_slot, log2_bucket, Acct, Config, EventRecord, Frame, IdFrame, IdKey, RecordHeader,
-    RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED,
-    CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END,
-    CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END, CNT_UNMATCHED_END,
-    CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP,
-    ID_NONE, MAX_ARGS, MAX_PAIRS, STR_LEN, STR_NONE,
+    hist_slot, log2_bucket, Acct, Config, EventRecord, Frame, IdFrame, IdKey, PollAcct,
+    RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_HIST, CFG_PID_FILTER,
+    CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL,
+    CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
+    CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION, HIST_IO, HIST_ONCPU,
+    HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS, STR_LEN, STR_NONE,
 };
 
 use crate::{
@@ -98,6 +98,7 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
         return Ok(());
     }
     let hist = cfg.flags & CFG_HIST != 0;
+    // Poll markers (ENTER/EXIT) are no events: they keep accounting in --hist mode too.
     if hist && spec.role == SiteRole::EVENT {
         // Histograms are of spans: an event is only counted.
         count(CNT_EVENTS);
@@ -128,6 +129,8 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
         SiteRole::START => start_on_thread(&hit),
         SiteRole::END if spec.id_arg != ID_NONE => end_by_id(&hit, end_args),
         SiteRole::END => end_on_thread(&hit),
+        SiteRole::ENTER => poll_enter(&hit, end_args),
+        SiteRole::EXIT => poll_exit(&hit, end_args),
         _ => emit_event(&hit),
     }
 }
@@ -188,10 +191,14 @@ fn close_span(
     str: Option<&[u8; STR_LEN]>,
     acct: Option<Acct>,
     end_args: Option<&[u64; MAX_ARGS]>,
+    poll: Option<&PollAcct>,
 ) {
     count(CNT_SPANS);
     let dur = hit.now.saturating_sub(f.start_ns);
     if hit.hist() {
+        // The histograms have no idle component yet: without it a polled span's parts would
+        // not add up to its duration, so such spans count in the duration only.
+        let acct = if poll.is_some() { None } else { acct };
         hist_add(hit.spec.pair_id, dur, acct.as_ref());
         return;
     }
@@ -208,6 +215,18 @@ fn close_span(
     rec.start_ns = f.start_ns;
     rec.acct = acct.unwrap_or_default();
     rec.acct_valid = acct.is_some() as u32;
+    match poll {
+        Some(p) => {
+            rec.idle_ns = p.idle_ns(dur);
+            rec.polls = p.polls;
+            rec.threads = p.threads;
+        }
+        None => {
+            rec.idle_ns = 0;
+            rec.polls = 0;
+            rec.threads = 0;
+        }
+    }
     rec.waker_pid = f.waker_pid;
     rec.waker_tid = f.waker_tid;
     rec.waker_comm = f.waker_comm;
@@ -298,7 +317,7 @@ fn end_on_thread(hit: &Hit) -> Result<(), ()> {
     } else {
         None
     };
-    close_span(hit, f, str, Some(acct_end.since(&f.acct_start)), None);
+    close_span(hit, f, str, Some(acct_end.since(&f.acct_start)), None, None);
     Ok(())
 }
 
@@ -325,6 +344,8 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
         st.id_open += 1;
     }
     open_frame(hit, &mut f.frame, Some(&mut f.str), acct_start, true);
+    // The scratch slot still holds the previous span's polls.
+    f.poll = PollAcct::default();
     // Inserted from the scratch map by reference: a frame is too big to pass by value.
     let key = hit.id_key(&f.frame.args);
     if ID_SPANS.insert(&key, &*f, 0).is_err() {
@@ -341,7 +362,7 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     // The end arguments carry the id, so they are read before the lookup, into scratch.
     hit.read_args(end_args);
     let key = hit.id_key(end_args);
-    let Some(f) = ID_SPANS.get_ptr(&key) else {
+    let Some(f) = ID_SPANS.get_ptr_mut(&key) else {
         // SAFETY: only the entry's presence is tested.
         if unsafe { ID_DROPPED.get(&key) }.is_some() {
             let _ = ID_DROPPED.remove(&key);
@@ -352,20 +373,92 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
         return Ok(());
     };
     // SAFETY: a live map value; it stays valid until we return even though we delete it below
-    // (hash map values are freed after an RCU grace period).
-    let IdFrame { frame: f, str } = unsafe { &*f };
+    // (hash map values are freed after an RCU grace period). Only this span's own markers
+    // write it, and they run one after another.
+    let IdFrame {
+        frame: f,
+        str,
+        poll,
+    } = unsafe { &mut *f };
     release_id_span(f.tid);
-    // A split only means something when one thread ran the span from start to end.
-    let acct = if f.tid == hit.tid {
-        existing_thread(hit.tid).map(|st| {
+    // An end inside a poll (the future ended its span before returning Ready) closes the poll.
+    if poll.enter_tid != 0 {
+        let tid = poll.enter_tid;
+        if tid == hit.tid {
+            if let Some(st) = existing_thread(tid) {
+                sched::catch_up(st, hit.now);
+                poll.exit(tid, hit.now, st.acct_at(hit.now));
+            }
+        }
+        release_id_span(tid);
+    }
+    let (acct, poll) = if poll.polls > 0 {
+        // Polled: the polling threads' time while entered, the rest idle.
+        (Some(poll.acct), Some(&*poll))
+    } else if f.tid == hit.tid {
+        // Not polled: a split only means something when one thread ran it from start to end.
+        let acct = existing_thread(hit.tid).map(|st| {
             sched::catch_up(st, hit.now);
             st.acct_at(hit.now).since(&f.acct_start)
-        })
+        });
+        (acct, None)
     } else {
-        None
+        (None, None)
     };
-    close_span(hit, f, Some(str), acct, Some(end_args));
+    close_span(hit, f, Some(str), acct, Some(end_args), poll);
     let _ = ID_SPANS.remove(&key);
+    Ok(())
+}
+
+/// A poll marker's span: the open id-paired span under the id the marker carries. A marker
+/// of a span that is not open (started before tracing, or dropped) is ignored: it has no
+/// duration to split.
+#[inline(always)]
+fn polled_span(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Option<&'static mut PollAcct> {
+    hit.read_args(args);
+    let key = hit.id_key(args);
+    let f = ID_SPANS.get_ptr_mut(&key)?;
+    // SAFETY: a live map value (see end_by_id); only this span's markers write it, in order.
+    Some(unsafe { &mut (*f).poll })
+}
+
+/// `<name>__enter(span_id)`: the span runs on this thread until its exit marker.
+fn poll_enter(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
+    let Some(p) = polled_span(hit, args) else {
+        return Ok(());
+    };
+    let Some(st) = thread_state(hit.tid) else {
+        count(CNT_THREADS_FULL);
+        return Ok(());
+    };
+    // An exit lost on another thread: that thread's hold on accounting ends here.
+    let prev = p.enter_tid;
+    if prev != 0 && prev != hit.tid {
+        release_id_span(prev);
+        p.enter_tid = 0;
+    }
+    st.resume_accounting(hit.now);
+    sched::catch_up(st, hit.now);
+    p.enter(hit.tid, hit.now, st.acct_at(hit.now));
+    // The entered span keeps this thread's accounting running, like an open frame does.
+    if prev != hit.tid {
+        st.id_open += 1;
+    }
+    Ok(())
+}
+
+/// `<name>__exit(span_id)`: the poll on this thread is over.
+fn poll_exit(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
+    let Some(p) = polled_span(hit, args) else {
+        return Ok(());
+    };
+    let Some(st) = existing_thread(hit.tid) else {
+        return Ok(());
+    };
+    sched::catch_up(st, hit.now);
+    if p.exit(hit.tid, hit.now, st.acct_at(hit.now)) && st.id_open > 0 {
+        st.id_open -= 1;
+    }
     Ok(())
 }
 

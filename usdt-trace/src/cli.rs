@@ -151,6 +151,9 @@ pub struct WatchArgs {
     #[arg(short = 'i', long, value_name = "DURATION", requires = "hist")]
     pub interval: Option<String>,
     /// Do not split span time into on-CPU/run-queue/sleep/I/O (skips the scheduler hooks).
+    /// A span is split when one thread ran it from start to end, or, when it has usdt-markers
+    /// poll markers (NAME__enter/NAME__exit), over the threads that polled it, plus the time
+    /// between polls (idle); a span that ended on another thread without them has no split.
     #[arg(long)]
     pub no_sched: bool,
     /// Ring buffer size in KiB (a power of two, at least 4). Larger buffers absorb bursts.

@@ -85,10 +85,21 @@ pub struct Plan {
 
 /// Decides which sites of `objects` (each with the name it is shown by) are traced and how.
 pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Plan, PlanError> {
+    let name_matches = |p: &str, n: &str| {
+        opts.patterns.is_empty() || opts.patterns.iter().any(|pat| pat.matches(p, n))
+    };
     // A function site matches by its function's name, so `fn:readline` selects both ends.
     let matches = |s: &crate::elf::Site| {
-        let n = crate::elf::function_of(s).unwrap_or(&s.name);
-        opts.patterns.is_empty() || opts.patterns.iter().any(|pat| pat.matches(&s.provider, n))
+        name_matches(&s.provider, crate::elf::function_of(s).unwrap_or(&s.name))
+    };
+    let poll_spans: Vec<(String, String)> = objects
+        .iter()
+        .flat_map(|(_, o)| o.poll_spans.iter().cloned())
+        .collect();
+    // A span's poll markers come with it: its split needs them, and users think of the span.
+    let chosen_marker = |p: &str, n: &str| {
+        poll_marker(&poll_spans, p, n)
+            .is_some_and(|(stem, _)| name_matches(p, &format!("{stem}__start")))
     };
     // (object, site) of every chosen site, in object then note order: the cookie order.
     let chosen: Vec<(usize, usize)> = objects
@@ -98,7 +109,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             o.sites
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| matches(s))
+                .filter(|(_, s)| matches(s) || chosen_marker(&s.provider, &s.name))
                 .map(move |(si, _)| (oi, si))
         })
         .collect();
@@ -198,6 +209,11 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         if s.kind.is_go() && spec.str_arg != STR_NONE {
             spec.str_arg |= STR_SIZED;
         }
+        if role == Role::Event {
+            if let Some(m) = poll_role(&roles, &poll_spans, &s.provider, &s.name, &s.args) {
+                (spec.role, spec.pair_id, spec.id_arg) = m;
+            }
+        }
         plan.specs.push(spec);
         plan.sites.push(SiteInfo {
             provider: s.provider.clone(),
@@ -251,6 +267,48 @@ fn attach_at(s: &crate::elf::Site, optimize: bool) -> (u64, u64) {
         Some(off) if optimize => (off, s.pc.wrapping_add(off - s.file_offset)),
         _ => (s.file_offset, s.pc),
     }
+}
+
+/// Whether `provider:name` is a poll marker usdt-markers declared: `(stem, enter?)`.
+fn poll_marker<'a>(
+    poll_spans: &[(String, String)],
+    provider: &str,
+    name: &'a str,
+) -> Option<(&'a str, bool)> {
+    let (stem, enter) = match name.strip_suffix("__enter") {
+        Some(stem) => (stem, true),
+        None => (name.strip_suffix("__exit")?, false),
+    };
+    poll_spans
+        .iter()
+        .any(|(p, st)| p == provider && st == stem)
+        .then_some((stem, enter))
+}
+
+/// The kernel role of a poll marker: ENTER or EXIT of the span of its stem, reading the span id
+/// from its first argument. None (an ordinary event) when the span is not traced, not paired
+/// by id, or the marker has no readable id.
+fn poll_role(
+    roles: &spans::SpanPlan,
+    poll_spans: &[(String, String)],
+    provider: &str,
+    name: &str,
+    args: &[ArgSpec],
+) -> Option<(SiteRole, u32, u8)> {
+    let (stem, enter) = poll_marker(poll_spans, provider, name)?;
+    let id = roles
+        .pairs
+        .iter()
+        .position(|p| p.provider == provider && p.stem == stem && p.key == Some(0))?;
+    if !args.first().is_some_and(|a| a.readable()) {
+        return None;
+    }
+    let role = if enter {
+        SiteRole::ENTER
+    } else {
+        SiteRole::EXIT
+    };
+    Some((role, id as u32, 0))
 }
 
 /// Per chosen site, the argument read as a string. A rule must match some traced probe and
@@ -740,6 +798,9 @@ mod tests {
             args: [0; MAX_ARGS],
             end_args: [0; MAX_ARGS],
             str: [0; STR_LEN],
+            idle_ns: 0,
+            polls: 0,
+            threads: 0,
         };
         match plan.resolve(Record::Span(&sp)) {
             Some(View::Span {
@@ -796,6 +857,42 @@ mod tests {
         assert_eq!(plan.specs[0].id_arg, 0);
         assert_eq!(plan.specs[1].id_arg, 0);
         assert_eq!(plan.specs[0].role, SiteRole::START);
+    }
+
+    #[test]
+    fn poll_markers_come_with_their_span_and_read_its_id() {
+        let (_, mut b) = objects();
+        b.sites
+            .push(site("lib", "req__end", 0x60, None, &["8@%rdi"]));
+        b.sites
+            .push(site("lib", "req__enter", 0x70, None, &["8@%rdi"]));
+        b.sites
+            .push(site("lib", "req__exit", 0x80, None, &["8@%rdi"]));
+        // Declared for a span that is not paired by id: an ordinary event.
+        b.sites
+            .push(site("lib", "other__enter", 0x90, None, &["8@%rdi"]));
+        b.poll_spans = vec![("lib".into(), "req".into()), ("lib".into(), "other".into())];
+        // Tracing the span's probes by name brings its markers along.
+        let pats = [Pattern::parse("lib:req__*t").unwrap()];
+        let plan = build(&[("b", &b)], &opts(&pats, &[])).unwrap();
+        let names: Vec<&str> = plan.sites.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["req__start", "req__enter", "req__exit"]);
+        let plan = build(&[("b", &b)], &opts(&[], &[])).unwrap();
+        let roles: Vec<_> = plan
+            .specs
+            .iter()
+            .map(|s| (s.role, s.pair_id, s.id_arg))
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                (SiteRole::START, 0, 0),
+                (SiteRole::END, 0, 0),
+                (SiteRole::ENTER, 0, 0),
+                (SiteRole::EXIT, 0, 0),
+                (SiteRole::EVENT, 0, ID_NONE),
+            ]
+        );
     }
 
     /// gcc -no-pie's `sym(%reg)` / `sym(,%idx,s)`: absolute memory once elf.rs resolved it.

@@ -89,6 +89,10 @@ impl SiteRole {
     pub const START: SiteRole = SiteRole(1);
     /// Closes a span.
     pub const END: SiteRole = SiteRole(2);
+    /// A poll marker: the span whose id it carries starts running on this thread.
+    pub const ENTER: SiteRole = SiteRole(3);
+    /// A poll marker: the span whose id it carries stops running on this thread.
+    pub const EXIT: SiteRole = SiteRole(4);
 }
 
 /// `SiteSpec::id_arg` when the span pairs on the thread's stack rather than by an id argument.
@@ -260,6 +264,90 @@ pub struct Frame {
 pub struct IdFrame {
     pub frame: Frame,
     pub str: [u8; STR_LEN],
+    pub poll: PollAcct,
+}
+
+/// Threads a span's [`PollAcct`] remembers by id; past this many, each further thread that is
+/// not among them is counted again (`threads` is then an upper bound).
+pub const POLL_TIDS: usize = 4;
+
+/// The accounting of a span paired by id whose work runs in polls (usdt-markers'
+/// `<name>__enter`/`<name>__exit` around each poll of a future): while it is entered on a
+/// thread, that thread's scheduler time is the span's; between polls the span waits to be polled.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollAcct {
+    /// The entered threads' time, summed over the polls that ended.
+    pub acct: Acct,
+    /// The entered thread's totals at the enter.
+    pub enter_acct: Acct,
+    /// bpf_ktime_get_ns() at the enter.
+    pub enter_ns: u64,
+    /// Wall time inside polls that ended: `acct`'s components add up to it.
+    pub run_ns: u64,
+    /// Thread the span is entered on, 0 between polls.
+    pub enter_tid: u32,
+    /// Polls entered.
+    pub polls: u32,
+    /// Distinct threads that entered it (see [`POLL_TIDS`]).
+    pub threads: u32,
+    pub _pad: u32,
+    pub tids: [u32; POLL_TIDS],
+}
+
+impl PollAcct {
+    /// The span is entered on `tid` at `now`, whose accounting totals are `acct_now`. An enter
+    /// while already entered (a nested or lost exit) first closes the open poll at `now`.
+    #[inline(always)]
+    pub fn enter(&mut self, tid: u32, now: u64, acct_now: Acct) {
+        if self.enter_tid != 0 && self.enter_tid == tid {
+            self.exit(tid, now, acct_now);
+        }
+        self.enter_tid = tid;
+        self.enter_ns = now;
+        self.enter_acct = acct_now;
+        self.polls = self.polls.saturating_add(1);
+        let mut seen = false;
+        let mut free = POLL_TIDS;
+        let mut j = 0;
+        while j < POLL_TIDS {
+            if self.tids[j] == tid {
+                seen = true;
+            } else if self.tids[j] == 0 && free == POLL_TIDS {
+                free = j;
+            }
+            j += 1;
+        }
+        if !seen {
+            self.threads = self.threads.saturating_add(1);
+            if free < POLL_TIDS {
+                self.tids[free] = tid;
+            }
+        }
+    }
+
+    /// The span leaves `tid` at `now` (its exit marker, or its end inside a poll). Returns
+    /// whether a poll on `tid` was open, i.e. whether the thread's hold on accounting ends.
+    #[inline(always)]
+    pub fn exit(&mut self, tid: u32, now: u64, acct_now: Acct) -> bool {
+        if self.enter_tid == 0 || self.enter_tid != tid {
+            return false;
+        }
+        let d = acct_now.since(&self.enter_acct);
+        self.acct.oncpu += d.oncpu;
+        self.acct.runq += d.runq;
+        self.acct.sleep += d.sleep;
+        self.acct.io += d.io;
+        self.run_ns += now.saturating_sub(self.enter_ns);
+        self.enter_tid = 0;
+        true
+    }
+
+    /// Time the span of duration `dur` spent waiting to be polled: what no poll covered.
+    #[inline(always)]
+    pub fn idle_ns(&self, dur: u64) -> u64 {
+        dur.saturating_sub(self.run_ns)
+    }
 }
 
 /// The `--str` strings of a thread's open frames, indexed like `ThreadState::frames`. Only
@@ -598,6 +686,13 @@ pub struct SpanRecord {
     pub args: [u64; MAX_ARGS],
     pub end_args: [u64; MAX_ARGS],
     pub str: [u8; STR_LEN],
+    /// For a span with poll markers (`polls` > 0): its time between polls; then `acct` is the
+    /// time of the polling threads while it was entered, and the two add up to the duration.
+    pub idle_ns: u64,
+    /// Polls entered (0: no poll markers fired, `acct` is the one-thread split if any).
+    pub polls: u32,
+    /// Distinct threads that polled it (exact up to `POLL_TIDS`, an upper bound past that).
+    pub threads: u32,
 }
 
 /// One histogram: counts per log2 bucket, plus the sum for means.
@@ -646,6 +741,7 @@ mod pod {
     unsafe impl aya::Pod for Acct {}
     unsafe impl aya::Pod for Frame {}
     unsafe impl aya::Pod for IdFrame {}
+    unsafe impl aya::Pod for PollAcct {}
     unsafe impl aya::Pod for ThreadStrs {}
     unsafe impl aya::Pod for ThreadState {}
 }
@@ -939,7 +1035,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<ThreadState>(), 112 + 184 * MAX_DEPTH);
         // Under 12 KB: with the hash map's element header, one 16 KB (order-2) allocation.
         assert!(core::mem::size_of::<ThreadState>() + 64 <= 12 * 1024);
-        assert_eq!(core::mem::size_of::<IdFrame>(), 184 + STR_LEN);
+        assert_eq!(core::mem::size_of::<PollAcct>(), 112);
+        assert_eq!(core::mem::size_of::<IdFrame>(), 184 + STR_LEN + 112);
     }
 
     #[test]
@@ -976,5 +1073,61 @@ mod tests {
         assert_eq!(core::mem::size_of::<RecordHeader>(), 40);
         assert_eq!(core::mem::size_of::<ArgDesc>(), 16);
         assert_eq!(core::mem::size_of::<SiteSpec>(), 8 + 16 * MAX_ARGS);
+        assert_eq!(core::mem::size_of::<SpanRecord>(), 448 + 16);
+        assert_eq!((SiteRole::ENTER.0, SiteRole::EXIT.0), (3, 4));
+    }
+
+    fn acct(oncpu: u64, runq: u64, sleep: u64, io: u64) -> Acct {
+        Acct {
+            oncpu,
+            runq,
+            sleep,
+            io,
+        }
+    }
+
+    #[test]
+    fn polls_on_two_threads_add_up_with_the_idle_time() {
+        // Span from t=0 to t=1000: polled on thread 7 (100..300), idle, then on thread 8
+        // (600..900), idle again until the end.
+        let mut p = PollAcct::default();
+        p.enter(7, 100, acct(50, 0, 0, 0));
+        assert!(p.exit(7, 300, acct(200, 50, 0, 0)));
+        p.enter(8, 600, acct(1000, 0, 0, 0));
+        // An exit on another thread is not this poll's.
+        assert!(!p.exit(7, 700, acct(0, 0, 0, 0)));
+        assert!(p.exit(8, 900, acct(1100, 0, 200, 0)));
+        assert!(!p.exit(8, 950, acct(1100, 0, 200, 0)), "already exited");
+        assert_eq!(p.acct, acct(250, 50, 200, 0));
+        assert_eq!(p.run_ns, 500);
+        let a = p.acct;
+        assert_eq!(a.oncpu + a.runq + a.sleep + a.io + p.idle_ns(1000), 1000);
+        assert_eq!((p.polls, p.threads, p.enter_tid), (2, 2, 0));
+    }
+
+    #[test]
+    fn threads_are_counted_once_each() {
+        let mut p = PollAcct::default();
+        for (i, tid) in [5, 6, 5, 6, 5].into_iter().enumerate() {
+            p.enter(tid, i as u64 * 10, Acct::default());
+            p.exit(tid, i as u64 * 10 + 5, Acct::default());
+        }
+        assert_eq!((p.polls, p.threads), (5, 2));
+        // Past POLL_TIDS remembered threads, new ones still count (an upper bound).
+        for tid in 10..10 + POLL_TIDS as u32 {
+            p.enter(tid, 100, Acct::default());
+            p.exit(tid, 100, Acct::default());
+        }
+        assert_eq!(p.threads, 2 + POLL_TIDS as u32);
+    }
+
+    #[test]
+    fn a_second_enter_on_the_same_thread_closes_the_open_poll() {
+        let mut p = PollAcct::default();
+        p.enter(3, 0, acct(0, 0, 0, 0));
+        p.enter(3, 40, acct(40, 0, 0, 0));
+        assert!(p.exit(3, 100, acct(100, 0, 0, 0)));
+        assert_eq!((p.acct.oncpu, p.run_ns, p.polls), (100, 100, 2));
+        assert_eq!(p.idle_ns(60), 0, "saturates rather than wrapping");
     }
 }

@@ -72,7 +72,7 @@ pub use warnings::{ElfWarning, NoteLabel, WARNINGS_PER_KIND};
 use crate::argspec::{parse_args, Arch, ArgSpec, ParsedArg};
 use notes::{
     decode_span, decode_stapsdt, notes_of, MARKERS_OWNER, MARKERS_SECTION, NT_STAPSDT,
-    NT_USDT_MARKERS, STAPSDT_BASE_SECTION, STAPSDT_OWNER, STAPSDT_SECTION,
+    NT_USDT_MARKERS, NT_USDT_POLL, STAPSDT_BASE_SECTION, STAPSDT_OWNER, STAPSDT_SECTION,
 };
 use object::elf;
 use object::read::elf::{FileHeader, SectionHeader};
@@ -134,6 +134,9 @@ pub struct ObjectProbes {
     /// Spans that usdt-markers declared as paired by a span id (first argument) rather than by
     /// thread: (provider, stem) pairs read from `.note.usdt_markers`.
     pub id_spans: Vec<(String, String)>,
+    /// Spans whose polls usdt-markers marks with `<stem>__enter`/`<stem>__exit` (note type 2):
+    /// (provider, stem) pairs.
+    pub poll_spans: Vec<(String, String)>,
     /// What was skipped or cannot be used, in the order met (one line each when displayed).
     pub warnings: Vec<ElfWarning>,
 }
@@ -479,6 +482,18 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
             Some(pair) => {
                 if seen_spans.insert(pair.clone()) {
                     out.id_spans.push(pair);
+                }
+            }
+            None => warnings.push(ElfWarning::MalformedSpanNote),
+        }
+    }
+    // The same section again for the poll-marker notes; a damaged section was reported above.
+    let mut seen_polls: HashSet<(String, String)> = HashSet::new();
+    for note in notes_of(&markers, endian, (NT_USDT_POLL, MARKERS_OWNER), |_| {}) {
+        match decode_span(note.desc) {
+            Some(pair) => {
+                if seen_polls.insert(pair.clone()) {
+                    out.poll_spans.push(pair);
                 }
             }
             None => warnings.push(ElfWarning::MalformedSpanNote),

@@ -28,6 +28,8 @@ pub(super) const NT_STAPSDT: u32 = 3;
 pub(super) const MARKERS_SECTION: &str = ".note.usdt_markers";
 pub(super) const MARKERS_OWNER: &[u8] = b"usdt-markers\0";
 pub(super) const NT_USDT_MARKERS: u32 = 1;
+/// Type 2, same descriptor: the span's polls are marked by `<stem>__enter`/`<stem>__exit`.
+pub(super) const NT_USDT_POLL: u32 = 2;
 /// The section whose address tells how far prelink moved the object.
 pub(super) const STAPSDT_BASE_SECTION: &str = ".stapsdt.base";
 

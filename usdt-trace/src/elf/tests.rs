@@ -835,6 +835,8 @@ fn usdt_markers_notes_become_id_spans() {
             ("db".to_string(), "query".to_string())
         ]
     );
+    // Type 2 declares poll markers, apart from the pairing hints.
+    assert_eq!(p.poll_spans, [("x".to_string(), "y".to_string())]);
     assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
 }
 

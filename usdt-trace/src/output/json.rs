@@ -144,6 +144,19 @@ pub fn span_json(
             out.extend_from_slice(b"\":");
             push_u64(out, v);
         }
+        // A polled span: the split above is its polls' time; the rest was between polls.
+        if r.polls > 0 {
+            for (k, v) in [
+                ("idle_ns", r.idle_ns),
+                ("polls", r.polls as u64),
+                ("threads", r.threads as u64),
+            ] {
+                out.extend_from_slice(b",\"");
+                out.extend_from_slice(k.as_bytes());
+                out.extend_from_slice(b"\":");
+                push_u64(out, v);
+            }
+        }
         if r.longest_off_ns > 0 && (r.waker_pid != 0 || r.waker_comm[0] != 0) {
             out.extend_from_slice(b",\"waker\":{\"pid\":");
             push_u64(out, r.waker_pid as u64);
@@ -287,6 +300,9 @@ mod golden {
             args: [42; MAX_ARGS],
             end_args: [200; MAX_ARGS],
             str: [0; STR_LEN],
+            idle_ns: 0,
+            polls: 0,
+            threads: 0,
         }
     }
 
@@ -346,6 +362,38 @@ mod golden {
             r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_tid":99,"start_ns":1000,"end_ns":9000,"duration_ns":8000,"args":[42],"end_args":[]}
 "#
         );
+    }
+
+    #[test]
+    fn a_polled_span_that_crossed_threads_has_its_split_and_idle_time() {
+        let start = info("request__start", &[ArgFmt::Unsigned], None);
+        let end = info("request__end", &[], None);
+        let mut r = span(1, 99);
+        r.acct = Acct {
+            oncpu: 2_000,
+            runq: 500,
+            sleep: 0,
+            io: 500,
+        };
+        r.longest_off_ns = 0;
+        (r.idle_ns, r.polls, r.threads) = (5_000, 3, 2);
+        let got = line(|o| span_json(o, &pair(), &start, &end, &r));
+        assert!(
+            got.contains(r#""start_tid":99,"start_ns":1000,"end_ns":9000,"duration_ns":8000,"oncpu_ns":2000,"offcpu_ns":1000,"runq_ns":500,"sleep_ns":0,"io_ns":500,"idle_ns":5000,"polls":3,"threads":2,"args""#),
+            "{got}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&got).unwrap();
+        let sum = ["oncpu_ns", "offcpu_ns", "idle_ns"]
+            .iter()
+            .map(|k| v[k].as_u64().unwrap())
+            .sum::<u64>();
+        assert_eq!(sum, v["duration_ns"].as_u64().unwrap());
+        let text = crate::output::text::span_text(&pair(), &start, &end, &r, 0);
+        assert!(
+            text.contains("cpu 25% runq 6% sleep 0% io 6% idle 62% (3 polls on 2 threads)"),
+            "{text}"
+        );
+        assert!(text.contains("(started on tid 99)"), "{text}");
     }
 
     #[test]

@@ -252,6 +252,9 @@ mod tests {
             args: [7; MAX_ARGS],
             end_args: [200; MAX_ARGS],
             str: [0; STR_LEN],
+            idle_ns: 0,
+            polls: 0,
+            threads: 0,
         };
         let pair = PairInfo {
             provider: "httpserver".into(),

@@ -142,6 +142,17 @@ pub fn span_text(
             pct(a.sleep),
             pct(a.io)
         );
+        if r.polls > 0 {
+            let _ = write!(
+                s,
+                " idle {:.0}% ({} poll{} on {} thread{})",
+                pct(r.idle_ns),
+                r.polls,
+                if r.polls == 1 { "" } else { "s" },
+                r.threads,
+                if r.threads == 1 { "" } else { "s" }
+            );
+        }
         if r.longest_off_ns > 0 && (r.waker_pid != 0 || r.waker_comm[0] != 0) {
             let _ = write!(
                 s,

@@ -1,0 +1,161 @@
+//! Time attribution for spans that hop threads: `tests/testprogs/async_rust` runs request spans
+//! on a two-worker tokio runtime with their polls marked (usdt-markers' `poll_markers!`), under
+//! `watch -c`. While a span is entered on a worker, that worker's time is the span's; between
+//! polls the span waits to be polled (`idle_ns`).
+//!
+//! Every polled span is checked for `oncpu + runq + sleep + io + idle == duration` (20 µs: the
+//! parts are exact sums of the same clock's intervals, up to a wakeup stamped on another CPU),
+//! and each scenario against its known answer within 10%.
+use serde_json::Value;
+use std::path::PathBuf;
+use usdt_trace_tests::{markers, watch};
+
+const MS: f64 = 1e6;
+/// tokio's timer wheel has 1 ms slots: a 20 ms sleep fires up to 1 ms late by design.
+const TOKIO_TIMER_SLOT: f64 = 1.0 * MS;
+
+fn num(s: &Value, k: &str) -> f64 {
+    s[k].as_u64()
+        .unwrap_or_else(|| panic!("span has no numeric {k}: {s}")) as f64
+}
+
+fn testprog() -> PathBuf {
+    let target = markers::target_dir().join("async-testprogs");
+    let manifest = markers::workspace_root().join("tests/testprogs/async_rust/Cargo.toml");
+    markers::cargo_build(&manifest, &target, "", &["--release"]);
+    target.join("release/async_rust")
+}
+
+fn run(rounds: u32) -> watch::Output {
+    let cmd = format!("{} {rounds}", testprog().display());
+    let out = watch::Watch::start(&["-c", &cmd]).finish();
+    assert!(out.status.success(), "watch failed: {}", out.stderr);
+    let sum = out.summary();
+    assert_eq!(sum["lost"], 0, "{sum}");
+    assert_eq!(sum["unmatched"], 0, "{sum}");
+    assert_eq!(sum["unmatched_end"], 0, "{sum}");
+    out
+}
+
+fn spans<'a>(out: &'a watch::Output, name: &str, rounds: u32) -> Vec<&'a Value> {
+    let v: Vec<_> = out
+        .spans()
+        .into_iter()
+        .filter(|s| s["name"] == name)
+        .collect();
+    assert_eq!(v.len(), rounds as usize, "{name} spans: {:?}", out.records);
+    v
+}
+
+/// The parts of a polled span add up to its duration.
+fn check_adds_up(s: &Value) {
+    let parts = num(s, "oncpu_ns")
+        + num(s, "runq_ns")
+        + num(s, "sleep_ns")
+        + num(s, "io_ns")
+        + num(s, "idle_ns");
+    assert!(
+        (parts - num(s, "duration_ns")).abs() <= 20_000.0,
+        "parts {parts} != duration: {s}"
+    );
+    assert_eq!(
+        num(s, "offcpu_ns"),
+        num(s, "runq_ns") + num(s, "sleep_ns") + num(s, "io_ns"),
+        "{s}"
+    );
+}
+
+fn within10(what: &str, got: f64, want: f64, slack: f64, s: &Value) {
+    assert!(
+        (got - want).abs() <= want * 0.10 + slack,
+        "{what}: {:.2} ms, want {:.2} ms ± 10%: {s}",
+        got / MS,
+        want / MS
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn async_spans_get_a_split_across_threads() {
+    let rounds = 3;
+    let out = run(rounds);
+    for s in spans(&out, "timer", rounds) {
+        eprintln!("timer: {s}");
+        check_adds_up(s);
+        assert!(num(s, "polls") >= 2.0, "a timer wait takes two polls: {s}");
+        // The wait is not on any thread: idle, not sleep.
+        within10(
+            "idle vs the 20 ms timer",
+            num(s, "idle_ns"),
+            20.0 * MS,
+            TOKIO_TIMER_SLOT,
+            s,
+        );
+        assert!(num(s, "oncpu_ns") < 1.0 * MS, "little CPU: {s}");
+        assert_eq!(num(s, "sleep_ns"), 0.0, "no poll sleeps: {s}");
+    }
+    for s in spans(&out, "burn", rounds) {
+        eprintln!("burn: {s}");
+        check_adds_up(s);
+        within10(
+            "oncpu vs the 10 ms of CPU work",
+            num(s, "oncpu_ns"),
+            10.0 * MS,
+            0.0,
+            s,
+        );
+        assert_eq!(num(s, "polls"), 2.0, "{s}");
+        assert_eq!(num(s, "threads"), 2.0, "woken on the other worker: {s}");
+        assert_ne!(
+            s["start_tid"],
+            Value::Null,
+            "started on the main thread: {s}"
+        );
+        // The waker holds the burner for 2 ms between its polls.
+        assert!(num(s, "idle_ns") >= 2.0 * MS, "{s}");
+    }
+    // Without poll markers, a span that ended on another thread than it started has no split.
+    for s in spans(&out, "plain", rounds) {
+        assert_ne!(s["start_tid"], Value::Null, "{s}");
+        for k in ["oncpu_ns", "idle_ns", "polls"] {
+            assert!(s.get(k).is_none(), "{k} without poll markers: {s}");
+        }
+    }
+}
+
+/// The C header's poll markers: a job started on the main thread and run by two threads.
+#[test]
+#[ignore = "needs root"]
+fn c_poll_markers_split_a_job_over_two_threads() {
+    let root = markers::workspace_root();
+    let dir = markers::target_dir().join("async-testprogs/c");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let bin = dir.join(format!("attrib_poll-{}", std::process::id()));
+    let status = std::process::Command::new("gcc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-I"])
+        .arg(root.join("usdt-markers/include"))
+        .arg(root.join("tests/testprogs/attrib_poll.c"))
+        .arg("-o")
+        .arg(&bin)
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "gcc failed");
+    let out = watch::Watch::start(&["-c", &bin.display().to_string()]).finish();
+    let _ = std::fs::remove_file(&bin);
+    assert!(out.status.success(), "watch failed: {}", out.stderr);
+    let spans = out.spans();
+    assert_eq!(spans.len(), 1, "{:?}", out.records);
+    let s = spans[0];
+    eprintln!("c job: {s}");
+    check_adds_up(s);
+    within10(
+        "oncpu vs the 10 ms of CPU work",
+        num(s, "oncpu_ns"),
+        10.0 * MS,
+        0.0,
+        s,
+    );
+    assert_eq!((num(s, "polls"), num(s, "threads")), (2.0, 2.0), "{s}");
+    // The 10 ms nanosleep between the polls, plus thread creation and joins.
+    assert!(num(s, "idle_ns") >= 10.0 * MS, "{s}");
+}
