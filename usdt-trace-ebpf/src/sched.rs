@@ -58,14 +58,17 @@ fn task_counters(task: *const u8) -> (Option<u64>, Option<u64>) {
 /// In a probe: the current thread runs, whatever its state says. Repair a switch-in that
 /// sched_switch never reported (`ThreadState::catch_up_running`); the kernel's counters are
 /// read only when the state is wrong, which is rare.
-#[inline(always)]
+// Not inlined: a BPF subprogram, so the verifier's state for the four probe paths that call it
+// does not multiply with the repair's branches (inlined, the uprobe program went past the
+// verifier's million-instruction budget).
+#[inline(never)]
 pub fn catch_up(st: &mut ThreadState, now: u64) {
     if st.state != TS_RUNNING {
         // SAFETY: the helper has no preconditions; the pointer is only read through
         // bpf_probe_read_kernel.
         let task = unsafe { bpf_get_current_task() } as *const u8;
         let (exec, delay) = task_counters(task);
-        st.catch_up_running(now, exec, delay);
+        st.catch_up_running(now, exec, delay, false);
     }
 }
 
@@ -86,7 +89,7 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             // It is leaving the CPU, so it ran: repair a switch-in we never saw, then keep the
             // kernel's counters for the next repair.
             let (exec, delay) = task_counters(prev_task);
-            st.catch_up_running(now, exec, delay);
+            st.catch_up_running(now, exec, delay, true);
             st.snap_counters(exec, delay);
             // `preempt` is a bool widened to a register: only its low bit is defined.
             st.switch_out(now, preempt & 1 != 0, prev_state as u32);

@@ -399,8 +399,19 @@ impl ThreadState {
     /// interval, split it: run-queue wait is what `run_delay` grew by, and after a sleep the
     /// CPU time is what `sum_exec_runtime` grew by (in a probe it lags by up to a tick). Without
     /// the counters the interval keeps its state, as before; from now on the thread runs.
+    ///
+    /// `note_waker` also updates each open frame's longest off-CPU interval: the scheduler hook
+    /// does; the probe paths do not, because that loop over every frame, inlined into the
+    /// uprobe program at each call site, is more than the verifier's budget allows at depth 64
+    /// (the next switch-out and switch-in settle the waker anyway).
     #[inline(always)]
-    pub fn catch_up_running(&mut self, now: u64, now_exec: Option<u64>, now_delay: Option<u64>) {
+    pub fn catch_up_running(
+        &mut self,
+        now: u64,
+        now_exec: Option<u64>,
+        now_delay: Option<u64>,
+        note_waker: bool,
+    ) {
         if self.state == TS_RUNNING {
             return;
         }
@@ -422,7 +433,9 @@ impl ThreadState {
         self.acct = self.acct_at(now.saturating_sub(oncpu + runq));
         self.acct.oncpu += oncpu;
         self.acct.runq += runq;
-        self.note_off_interval(now.saturating_sub(self.off_start_ns).saturating_sub(oncpu));
+        if note_waker {
+            self.note_off_interval(now.saturating_sub(self.off_start_ns).saturating_sub(oncpu));
+        }
         self.since_ns = now;
         self.state = TS_RUNNING;
     }
@@ -788,7 +801,7 @@ mod tests {
         st.switch_out(1_000, true, 0);
         assert_eq!(st.state, TS_RUNQ);
         // Seen running at t=11000: the kernel says it waited 3000 ns more, so it ran 7000.
-        st.catch_up_running(11_000, Some(12_000), Some(3_200));
+        st.catch_up_running(11_000, Some(12_000), Some(3_200), true);
         assert_eq!(st.state, TS_RUNNING);
         assert_eq!(st.since_ns, 11_000);
         let a = st.acct_at(11_000);
@@ -798,20 +811,20 @@ mod tests {
         st.snap_counters(Some(12_000), Some(3_200));
         st.switch_out(11_000, false, 1);
         assert_eq!(st.state, TS_SLEEP);
-        st.catch_up_running(21_000, Some(14_000), Some(3_700));
+        st.catch_up_running(21_000, Some(14_000), Some(3_700), true);
         let b = st.acct_at(21_000).since(&a);
         assert_eq!((b.oncpu, b.runq, b.sleep), (2_000, 500, 7_500));
         // Without counters the interval keeps its state, and the thread runs from now on.
         st.snap_counters(None, None);
         let at_switch = st.acct_at(21_000);
         st.switch_out(21_000, true, 0);
-        st.catch_up_running(22_000, Some(1), Some(1));
+        st.catch_up_running(22_000, Some(1), Some(1), true);
         let c = st.acct_at(22_000).since(&at_switch);
         assert_eq!(st.state, TS_RUNNING);
         assert_eq!(c.runq, 1_000);
         // Already running: nothing to repair.
         let before = st.acct_at(23_000);
-        st.catch_up_running(23_000, Some(9), Some(9));
+        st.catch_up_running(23_000, Some(9), Some(9), true);
         assert_eq!(st.acct_at(23_000), before);
     }
 
