@@ -195,6 +195,10 @@ fn close_span(
         hist_add(hit.spec.pair_id, dur, acct.as_ref());
         return;
     }
+    // `--min`: decided before a ring slot is reserved, so short spans cost no copy at all.
+    if crate::filter::below_min(hit.cfg, dur) {
+        return;
+    }
     let Some(mut entry) = EVENTS.reserve::<SpanRecord>(0) else {
         count(CNT_LOST);
         return;

@@ -35,6 +35,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per run: the size of the watch variant costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Show the probe sites of ELF files or of a running process.
@@ -141,6 +143,10 @@ pub struct WatchArgs {
     /// With --hist, also draw what each interval added, every DURATION (`2`, `500ms`, `1m`).
     #[arg(short = 'i', long, value_name = "DURATION", requires = "hist")]
     pub interval: Option<String>,
+    /// Record only spans at least this long (`2ms`, `500us`, `1.5`): shorter ones are dropped
+    /// in the kernel before a record is made. With --hist every span is still counted.
+    #[arg(long, value_name = "DURATION")]
+    pub min: Option<String>,
     /// Do not split span time into on-CPU/run-queue/sleep/I/O (skips the scheduler hooks).
     #[arg(long)]
     pub no_sched: bool,
@@ -183,6 +189,10 @@ pub enum UsageError {
     Duration(String),
     #[error("--interval {0:?}: expected a positive duration: seconds (2.5) or with a unit (500ms, 10s, 1m, 1h)")]
     Interval(String),
+    #[error(
+        "--min {0:?}: expected a positive duration: seconds (2.5) or with a unit (2ms, 500us, 1s)"
+    )]
+    Min(String),
     #[error("{path}: a script for {interpreter}; trace that (its probes are in the interpreter and its libraries)")]
     Script { path: String, interpreter: String },
     #[error("-c: {0:?}: pipelines and command lists are not traced; run one program (redirections and VAR=value are fine)")]
@@ -435,6 +445,11 @@ impl WatchArgs {
             .as_deref()
             .map(|d| parse_duration(d).ok_or_else(|| UsageError::Interval(d.to_string())))
             .transpose()?;
+        let min = self
+            .min
+            .as_deref()
+            .map(|d| parse_duration(d).ok_or_else(|| UsageError::Min(d.to_string())))
+            .transpose()?;
         if !(4..=1 << 20).contains(&self.ring_kib) || !self.ring_kib.is_power_of_two() {
             return Err(UsageError::Ring(self.ring_kib));
         }
@@ -488,6 +503,7 @@ impl WatchArgs {
             output: self.output.clone(),
             max_threads: self.max_threads,
             max_open_ids: self.max_open_ids,
+            min,
         })
     }
 }
@@ -665,6 +681,12 @@ mod tests {
         let c = watch(&["/bin/true", "-d", "1m", "--hist", "-i", "500ms"]).unwrap();
         assert_eq!(c.duration, Some(Duration::from_secs(60)));
         assert_eq!(c.interval, Some(Duration::from_millis(500)));
+        let c = watch(&["/bin/true", "--min", "2ms"]).unwrap();
+        assert_eq!(c.min, Some(Duration::from_millis(2)));
+        assert!(matches!(
+            watch(&["/bin/true", "--min", "fast"]),
+            Err(UsageError::Min(_))
+        ));
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub struct WatchConfig {
     /// `--max-threads`, `--max-open-ids`: kernel map sizes.
     pub max_threads: u32,
     pub max_open_ids: u32,
+    /// `--min`: spans shorter than this make no record (histograms count them all).
+    pub min: Option<Duration>,
 }
 
 impl WatchConfig {
@@ -525,6 +527,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         attach: cfg.attach,
         max_threads: cfg.max_threads,
         max_open_ids: cfg.max_open_ids,
+        min_ns: cfg
+            .min
+            .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64),
     })?;
     attach(&mut tracer, &objects, &plan, &pids)?;
     // Before the readiness line: a script may send SIGINT the moment it sees it.
@@ -586,6 +591,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             id_spans_full: c.id_full,
             depth: c.depth,
         },
+        filtered: c.below_min + c.filter_rejected,
     };
     reader.sinks.finish(&summary)?;
     drop(reader);

@@ -217,6 +217,12 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
         s.dropped.depth,
         s.duration_ns
     );
+    // Only present with --min/--filter, so runs without them keep the documented line.
+    if s.filtered > 0 {
+        out.pop();
+        out.pop();
+        let _ = writeln!(out, ",\"filtered\":{}}}", s.filtered);
+    }
 }
 
 /// Golden lines: the NDJSON schema the README documents, byte for byte. A change here is a
@@ -390,6 +396,7 @@ mod golden {
                 id_spans_full: 8,
                 depth: 9,
             },
+            filtered: 0,
         };
         assert_eq!(
             line(|o| summary_json(o, &s)),

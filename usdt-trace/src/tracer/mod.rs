@@ -127,6 +127,10 @@ pub struct Counters {
     /// Span starts dropped past the per-thread stack (`MAX_DEPTH`), and their ends.
     pub depth: u64,
     pub depth_ends: u64,
+    /// Spans shorter than `--min`, not recorded.
+    pub below_min: u64,
+    /// Spans and events `--filter` rejected.
+    pub filter_rejected: u64,
 }
 
 /// Default of `--max-threads`: threads that may hold per-thread span state at once. Each one
@@ -160,6 +164,8 @@ pub struct LoadOptions<'a> {
     pub max_threads: u32,
     /// Size of ID_SPANS: id-paired spans open at once (`--max-open-ids`).
     pub max_open_ids: u32,
+    /// `--min`: spans shorter than this (ns) make no record; histograms count every span.
+    pub min_ns: u64,
 }
 
 impl LoadOptions<'_> {
@@ -284,6 +290,7 @@ impl Tracer {
                 task_delay_off: nested("task_struct", "sched_info", "sched_info", "run_delay")
                     .unwrap_or(0),
                 _pad: 0,
+                min_ns: opts.min_ns,
             };
             cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
         }
@@ -560,6 +567,8 @@ impl Tracer {
             id_full_ends: v[CNT_ID_FULL_END as usize],
             depth: v[CNT_DEPTH_START as usize],
             depth_ends: v[CNT_DEPTH_END as usize],
+            below_min: v[CNT_BELOW_MIN as usize],
+            filter_rejected: v[CNT_FILTER_REJECT as usize],
         })
     }
 
@@ -684,6 +693,7 @@ mod tests {
             attach: AttachMode::Auto,
             max_threads: DEFAULT_MAX_THREADS,
             max_open_ids: DEFAULT_MAX_OPEN_IDS,
+            min_ns: 0,
         }
     }
 
