@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     hist_slot, log2_bucket, Acct, Config, EventRecord, Frame, IdFrame, IdKey, RecordHeader,
-    RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED,
+    RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED,
     CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END,
     CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END, CNT_UNMATCHED_END,
     CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP,
@@ -128,14 +128,20 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
         SiteRole::START => start_on_thread(&hit),
         SiteRole::END if spec.id_arg != ID_NONE => end_by_id(&hit, end_args),
         SiteRole::END => end_on_thread(&hit),
-        _ => emit_event(&hit),
+        _ => emit_event(&hit, end_args),
     }
 }
 
-fn emit_event(hit: &Hit) -> Result<(), ()> {
+fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     count(CNT_EVENTS);
     if hit.hist() {
         return Ok(());
+    }
+    if hit.cfg.flags & CFG_FILTER != 0 {
+        hit.read_args(args);
+        if crate::filter::rejects(hit.cookie, args) {
+            return Ok(());
+        }
     }
     let Some(mut entry) = EVENTS.reserve::<EventRecord>(0) else {
         count(CNT_LOST);
@@ -191,6 +197,9 @@ fn close_span(
 ) {
     count(CNT_SPANS);
     let dur = hit.now.saturating_sub(f.start_ns);
+    if crate::filter::rejects(f.site, &f.args) {
+        return;
+    }
     if hit.hist() {
         hist_add(hit.spec.pair_id, dur, acct.as_ref());
         return;

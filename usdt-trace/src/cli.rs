@@ -147,6 +147,15 @@ pub struct WatchArgs {
     /// in the kernel before a record is made. With --hist every span is still counted.
     #[arg(long, value_name = "DURATION")]
     pub min: Option<String>,
+    /// Record only what passes EXPR, decided in the kernel: comparisons (== != < <= > >=) of
+    /// argN, PROBE:argN (only that probe's or span's records), pid, tid or comm (== != a name),
+    /// joined by && and || (&& first; no parentheses). E.g. 'request:arg1 >= 500',
+    /// 'comm == postgres || pid == 42'. Numbers compare as signed 64-bit values.
+    #[arg(long, value_name = "EXPR")]
+    pub filter: Option<String>,
+    /// Trace only this thread (repeatable), in the kernel; combines with --filter.
+    #[arg(long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
     /// Do not split span time into on-CPU/run-queue/sleep/I/O (skips the scheduler hooks).
     #[arg(long)]
     pub no_sched: bool,
@@ -193,6 +202,8 @@ pub enum UsageError {
         "--min {0:?}: expected a positive duration: seconds (2.5) or with a unit (2ms, 500us, 1s)"
     )]
     Min(String),
+    #[error(transparent)]
+    Filter(#[from] crate::filter::FilterError),
     #[error("{path}: a script for {interpreter}; trace that (its probes are in the interpreter and its libraries)")]
     Script { path: String, interpreter: String },
     #[error("-c: {0:?}: pipelines and command lists are not traced; run one program (redirections and VAR=value are fine)")]
@@ -450,6 +461,18 @@ impl WatchArgs {
             .as_deref()
             .map(|d| parse_duration(d).ok_or_else(|| UsageError::Min(d.to_string())))
             .transpose()?;
+        let filter = self
+            .filter
+            .as_deref()
+            .map(crate::filter::Filter::parse)
+            .transpose()?;
+        let filter = crate::filter::Filter::with_tids(filter, &self.tids)?;
+        if let Some(f) = filter.as_ref().filter(|f| self.hist && f.reads_args()) {
+            return Err(crate::filter::FilterError::HistArgs {
+                expr: f.text.clone(),
+            }
+            .into());
+        }
         if !(4..=1 << 20).contains(&self.ring_kib) || !self.ring_kib.is_power_of_two() {
             return Err(UsageError::Ring(self.ring_kib));
         }
@@ -504,6 +527,7 @@ impl WatchArgs {
             max_threads: self.max_threads,
             max_open_ids: self.max_open_ids,
             min,
+            filter,
         })
     }
 }

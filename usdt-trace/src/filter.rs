@@ -49,8 +49,10 @@ pub enum FilterError {
         "--filter {expr:?}: {n} comparisons, the kernel program takes at most {MAX_FILTER_TERMS}"
     )]
     TooLong { expr: String, n: usize },
-    #[error("--filter {expr:?}: {probe:?} matches no traced probe or span")]
+    #[error("--filter {expr:?}: {probe:?} matches no traced event, span or span start (a span's arguments are its start's; end arguments are not filtered in the kernel)")]
     NoProbe { expr: String, probe: String },
+    #[error("--filter {expr:?}: with --hist, argument comparisons are not compiled (per-thread spans keep no arguments in histogram mode); pid, tid and comm are")]
+    HistArgs { expr: String },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,6 +141,46 @@ impl Filter {
 
     pub fn terms(&self) -> impl Iterator<Item = &Term> {
         self.groups.iter().flatten()
+    }
+
+    /// Whether any comparison reads an argument.
+    pub fn reads_args(&self) -> bool {
+        self.terms().any(|t| matches!(t.field, Field::Arg(_)))
+    }
+
+    /// `--tid T...` on top of this filter: `(F) && (tid == T1 || tid == T2 ...)`, distributed
+    /// so the program stays `||` of `&&` groups. `None` for the filter alone gives the tid
+    /// test alone.
+    pub fn with_tids(filter: Option<Filter>, tids: &[u32]) -> Result<Option<Filter>, FilterError> {
+        if tids.is_empty() {
+            return Ok(filter);
+        }
+        let tid = |t: u32| Term {
+            probe: None,
+            field: Field::Tid,
+            op: Op::Eq,
+            value: Value::Num(t as i64),
+        };
+        let list = tids.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        let (text, base) = match filter {
+            Some(f) => (format!("{} && tid in {}", f.text, list.join(",")), f.groups),
+            None => (format!("tid in {}", list.join(",")), vec![vec![]]),
+        };
+        let groups: Vec<Vec<Term>> = base
+            .iter()
+            .flat_map(|g| {
+                tids.iter().map(move |&t| {
+                    let mut g = g.clone();
+                    g.push(tid(t));
+                    g
+                })
+            })
+            .collect();
+        let n = groups.iter().map(Vec::len).sum();
+        if n > MAX_FILTER_TERMS {
+            return Err(FilterError::TooLong { expr: text, n });
+        }
+        Ok(Some(Filter { text, groups }))
     }
 
     /// The kernel program. Term i is bit i of the site masks ([`Filter::site_mask`]).
@@ -447,6 +489,33 @@ mod tests {
         let x = input(&args, &c);
         assert!(eval("arg0 < 0", &x));
         assert!(eval("arg0 == -1", &x));
+    }
+
+    #[test]
+    fn tids_join_every_group() {
+        let f = Filter::with_tids(
+            Some(Filter::parse("pid == 1 || pid == 2").unwrap()),
+            &[5, 6],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(f.groups.len(), 4);
+        let prog = f.compile();
+        let args = [0u64; MAX_ARGS];
+        let c = comm("x");
+        let mut x = input(&args, &c);
+        x.pid = 2;
+        x.tid = 6;
+        assert!(prog.eval(&x));
+        x.tid = 7;
+        assert!(!prog.eval(&x));
+        let only = Filter::with_tids(None, &[7]).unwrap().unwrap().compile();
+        assert!(only.eval(&x));
+        assert!(Filter::with_tids(None, &[]).unwrap().is_none());
+        assert!(matches!(
+            Filter::with_tids(None, &[1; MAX_FILTER_TERMS + 1]),
+            Err(FilterError::TooLong { .. })
+        ));
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub struct WatchConfig {
     pub max_open_ids: u32,
     /// `--min`: spans shorter than this make no record (histograms count them all).
     pub min: Option<Duration>,
+    /// `--filter` and `--tid`, combined; evaluated in the kernel.
+    pub filter: Option<crate::filter::Filter>,
 }
 
 impl WatchConfig {
@@ -102,6 +104,8 @@ pub enum WatchError {
     NotMapped { path: String, pids: String },
     #[error(transparent)]
     Plan(#[from] PlanError),
+    #[error(transparent)]
+    Filter(#[from] crate::filter::FilterError),
     #[error(transparent)]
     Trace(#[from] TraceError),
     #[error(transparent)]
@@ -510,6 +514,11 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .map(|o| (o.shown.as_str(), &o.probes))
         .collect();
     let plan = plan::build(&named, &cfg.plan_options())?;
+    let filter_masks = cfg
+        .filter
+        .as_ref()
+        .map(|f| plan::filter_masks(&plan, f))
+        .transpose()?;
     // Before anything is attached: a bad -o path fails first.
     let (sinks, output) = cfg.sinks()?;
 
@@ -530,6 +539,11 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         min_ns: cfg
             .min
             .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64),
+        filter: cfg
+            .filter
+            .as_ref()
+            .zip(filter_masks.as_deref())
+            .map(|(f, m)| (f.compile(), m)),
     })?;
     attach(&mut tracer, &objects, &plan, &pids)?;
     // Before the readiness line: a script may send SIGINT the moment it sees it.

@@ -150,6 +150,8 @@ pub const CFG_ACCT: u32 = 4;
 /// `Config::flags`: tracing has stopped; hits during the detach are ignored so the summary
 /// counts only what was printed.
 pub const CFG_STOPPED: u32 = 8;
+/// `Config::flags`: a `--filter` program is in the FILTER map.
+pub const CFG_FILTER: u32 = 16;
 
 /// Thread scheduling states tracked by the scheduler hooks.
 pub const TS_RUNNING: u32 = 0;

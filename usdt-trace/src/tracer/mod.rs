@@ -32,8 +32,8 @@ use std::{
 };
 use thiserror::Error;
 use usdt_trace_common::{
-    Config, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED,
-    HIST_COMPONENTS, MAX_PAIRS,
+    Config, FilterProg, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
+    CFG_STOPPED, HIST_COMPONENTS, MAX_PAIRS,
 };
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
@@ -166,6 +166,8 @@ pub struct LoadOptions<'a> {
     pub max_open_ids: u32,
     /// `--min`: spans shorter than this (ns) make no record; histograms count every span.
     pub min_ns: u64,
+    /// `--filter`/`--tid`: the compiled program, and per site (cookie) which terms name it.
+    pub filter: Option<(FilterProg, &'a [u32])>,
 }
 
 impl LoadOptions<'_> {
@@ -180,6 +182,9 @@ impl LoadOptions<'_> {
         }
         if !self.pids.is_empty() {
             flags |= CFG_PID_FILTER;
+        }
+        if self.filter.is_some() {
+            flags |= CFG_FILTER;
         }
         flags
     }
@@ -241,6 +246,7 @@ impl Tracer {
         let nsites = opts.specs.len().max(1) as u32;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("SITES", nsites)
+            .map_max_entries("FILTER_SITES", nsites)
             .map_max_entries("EVENTS", opts.ring_bytes)
             .map_max_entries("THREADS", opts.max_threads.max(1))
             .map_max_entries("THREAD_STRS", opts.max_threads.max(1))
@@ -293,6 +299,24 @@ impl Tracer {
                 min_ns: opts.min_ns,
             };
             cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
+        }
+        if let Some((prog, masks)) = &opts.filter {
+            let mut f: Array<_, FilterProg> = Array::try_from(
+                ebpf.map_mut("FILTER")
+                    .ok_or(TraceError::MissingMap("FILTER"))?,
+            )
+            .map_err(map_err("FILTER"))?;
+            f.set(0, *prog, 0).map_err(map_err("FILTER"))?;
+            let mut sites: Array<_, u32> = Array::try_from(
+                ebpf.map_mut("FILTER_SITES")
+                    .ok_or(TraceError::MissingMap("FILTER_SITES"))?,
+            )
+            .map_err(map_err("FILTER_SITES"))?;
+            for (i, m) in masks.iter().enumerate().filter(|(_, m)| **m != 0) {
+                sites
+                    .set(i as u32, *m, 0)
+                    .map_err(map_err("FILTER_SITES"))?;
+            }
         }
         if !opts.pids.is_empty() {
             let mut pids: BpfHashMap<_, u32, u8> =
@@ -694,6 +718,7 @@ mod tests {
             max_threads: DEFAULT_MAX_THREADS,
             max_open_ids: DEFAULT_MAX_OPEN_IDS,
             min_ns: 0,
+            filter: None,
         }
     }
 
