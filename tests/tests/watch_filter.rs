@@ -22,15 +22,14 @@ fn min_drops_short_spans_in_the_kernel() {
     let sum = out.summary();
     // Every span closed in the kernel is counted; those below --min are counted as filtered.
     assert_eq!(sum["spans"], 7, "{sum}");
-    assert!(
-        spans.len() < 7,
-        "the depth-1 rec span is well under 1 ms: {spans:?}"
-    );
-    assert_eq!(
-        sum["filtered"].as_u64().unwrap() as usize,
-        7 - spans.len(),
-        "{sum}"
-    );
+    // Which spans fall under 1 ms depends on the machine's load; the accounting must add up.
+    let filtered = sum.get("filtered").and_then(|f| f.as_u64()).unwrap_or(0);
+    assert_eq!(filtered as usize, 7 - spans.len(), "{sum}");
+    // Longer than anything: nothing is recorded, everything is counted.
+    let out = watch::Watch::start(&["--min", "1h", "-c", b, b]).finish();
+    assert!(out.spans().is_empty(), "{:?}", out.spans());
+    assert_eq!(out.summary()["spans"], 7);
+    assert_eq!(out.summary()["filtered"], 7);
 }
 
 #[test]
