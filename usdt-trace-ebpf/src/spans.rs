@@ -7,7 +7,7 @@ use aya_ebpf::{
     EbpfContext,
 };
 use usdt_trace_common::{
-    hist_slot, log2_bucket, Acct, Config, EventRecord, Frame, IdFrame, IdKey, RecordHeader,
+    hist_bucket, hist_slot, Acct, Config, EventRecord, Frame, IdFrame, IdKey, RecordHeader,
     RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED,
     CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END,
     CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END, CNT_UNMATCHED_END,
@@ -392,13 +392,20 @@ fn hist_one(pair_id: u32, component: usize, v: u64) {
     if let Some(h) = HISTS.get_ptr_mut(hist_slot(pair_id, component)) {
         // SAFETY: this CPU's slot, which nothing else writes while this program runs.
         let h = unsafe { &mut *h };
-        let b = log2_bucket(v);
-        // log2_bucket already clamps; the check is for the verifier.
+        let b = hist_bucket(v);
+        // hist_bucket is always in range, and LLVM knows it and would drop the check; the
+        // verifier does not (leading_zeros is a bit-twiddling sequence in BPF). The volatile
+        // read hides the range from LLVM so the check the verifier needs stays.
+        // SAFETY: a read of a local.
+        let b = unsafe { core::ptr::read_volatile(&b) };
         if b < HIST_BUCKETS {
             h.buckets[b] += 1;
         }
         h.count += 1;
         h.sum += v;
+        if v > h.max {
+            h.max = v;
+        }
     }
 }
 

@@ -31,8 +31,14 @@ pub const STR_LEN: usize = 128;
 /// exits. Strings are kept apart ([`ThreadStrs`]) so threads that capture none do not pay for
 /// them.
 pub const MAX_DEPTH: usize = 64;
-/// Number of log2 buckets per histogram (covers 1 ns up to ~2^63 ns).
-pub const HIST_BUCKETS: usize = 64;
+/// Log-linear histogram buckets: each power of two is split into this many equal sub-buckets,
+/// so a value is known to within 1/HIST_SUB of its octave (a bucket's midpoint is within 1/16
+/// = 6.25% of any value in it), enough for quoted percentiles, where log2 buckets are ±50%.
+pub const HIST_SUB: usize = 8;
+/// Buckets per histogram: 0..8 exactly, then 8 per octave from [8, 16) up to [2^63, 2^64).
+pub const HIST_BUCKETS: usize = HIST_SUB + (64 - 3) * HIST_SUB;
+/// Log2 buckets, for drawing: 0 holds 0, b holds [2^(b-1), 2^b).
+pub const LOG2_BUCKETS: usize = 64;
 /// Components of a span histogram, each an index into the component axis of `HISTS`.
 pub const HIST_COMPONENTS: usize = 5;
 /// Histogram component: the span's wall-clock duration.
@@ -605,13 +611,15 @@ pub struct SpanRecord {
     pub str: [u8; STR_LEN],
 }
 
-/// One histogram: counts per log2 bucket, plus the sum for means.
+/// One histogram: counts per log-linear bucket ([`hist_bucket`]), the sum for means and the
+/// largest value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Hist {
     pub buckets: [u64; HIST_BUCKETS],
     pub count: u64,
     pub sum: u64,
+    pub max: u64,
 }
 
 impl Default for Hist {
@@ -620,8 +628,45 @@ impl Default for Hist {
             buckets: [0; HIST_BUCKETS],
             count: 0,
             sum: 0,
+            max: 0,
         }
     }
+}
+
+impl Hist {
+    /// Counts one value (what the kernel does per span, for tests and user space).
+    pub fn add(&mut self, v: u64) {
+        self.buckets[hist_bucket(v)] += 1;
+        self.count += 1;
+        self.sum += v;
+        if v > self.max {
+            self.max = v;
+        }
+    }
+}
+
+/// The log-linear bucket of `v`: `v` itself below 8, else 8 sub-buckets per power of two.
+#[inline(always)]
+pub fn hist_bucket(v: u64) -> usize {
+    if v < HIST_SUB as u64 {
+        return v as usize;
+    }
+    // e >= 3: v is in [2^e, 2^(e+1)); its top 4 bits pick the sub-bucket.
+    let e = 63 - v.leading_zeros() as usize;
+    let sub = ((v >> (e - 3)) & (HIST_SUB as u64 - 1)) as usize;
+    HIST_SUB + (e - 3) * HIST_SUB + sub
+}
+
+/// Inclusive-exclusive value range of a [`hist_bucket`] bucket (the last one's end saturates).
+pub fn hist_bucket_range(b: usize) -> (u64, u64) {
+    if b < HIST_SUB {
+        return (b as u64, b as u64 + 1);
+    }
+    let e = (b - HIST_SUB) / HIST_SUB + 3;
+    let sub = ((b - HIST_SUB) % HIST_SUB) as u64;
+    let width = 1u64 << (e - 3);
+    let lo = (1u64 << e) + sub * width;
+    (lo, lo.saturating_add(width))
 }
 
 /// The log2 bucket of `v`: 0 for 0, else 1 + floor(log2(v)), clamped.
@@ -631,8 +676,8 @@ pub fn log2_bucket(v: u64) -> usize {
         0
     } else {
         let b = 64 - v.leading_zeros() as usize;
-        if b >= HIST_BUCKETS {
-            HIST_BUCKETS - 1
+        if b >= LOG2_BUCKETS {
+            LOG2_BUCKETS - 1
         } else {
             b
         }
@@ -804,13 +849,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn log_linear_buckets_hold_their_values_within_a_sixteenth() {
+        assert_eq!(hist_bucket(0), 0);
+        assert_eq!(hist_bucket(7), 7);
+        assert_eq!(hist_bucket(8), 8);
+        assert_eq!(hist_bucket(9), 9);
+        assert_eq!(hist_bucket(16), 16);
+        assert_eq!(hist_bucket(u64::MAX), HIST_BUCKETS - 1);
+        let mut v = 1u64;
+        while v < u64::MAX / 3 {
+            for x in [v, v + 1, v * 3 / 2, v * 2 - 1] {
+                let (lo, hi) = hist_bucket_range(hist_bucket(x));
+                assert!(lo <= x && x < hi, "{x} in [{lo}, {hi})");
+                let mid = lo + (hi - lo) / 2;
+                assert!(
+                    x.abs_diff(mid) as f64 <= x as f64 / 16.0 + 0.5,
+                    "{x}: {mid}"
+                );
+            }
+            v = v * 2 + 1;
+        }
+        // Buckets tile the whole range.
+        for b in 1..HIST_BUCKETS {
+            assert_eq!(hist_bucket_range(b - 1).1, hist_bucket_range(b).0, "{b}");
+        }
+    }
+
+    #[test]
     fn log2_buckets() {
         assert_eq!(log2_bucket(0), 0);
         assert_eq!(log2_bucket(1), 1);
         assert_eq!(log2_bucket(2), 2);
         assert_eq!(log2_bucket(3), 2);
         assert_eq!(log2_bucket(1024), 11);
-        assert_eq!(log2_bucket(u64::MAX), HIST_BUCKETS - 1);
+        assert_eq!(log2_bucket(u64::MAX), LOG2_BUCKETS - 1);
     }
 
     fn thread() -> ThreadState {

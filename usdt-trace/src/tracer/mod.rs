@@ -208,6 +208,8 @@ pub struct Tracer {
     prog_fd: Option<i32>,
     /// Sites attached so far.
     sites: usize,
+    /// Span names HISTS has room for (sized at load).
+    hist_pairs: usize,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> TraceError {
@@ -244,9 +246,24 @@ impl Tracer {
             check_perf_sites(opts.specs.len())?;
         }
         let nsites = opts.specs.len().max(1) as u32;
+        // A log-linear histogram is ~4 KB per CPU: HISTS holds one per span name and component
+        // actually traced (none without --hist) rather than MAX_PAIRS of them.
+        let hist_pairs = if opts.hist {
+            opts.specs
+                .iter()
+                .filter(|s| s.role != usdt_trace_common::SiteRole::EVENT)
+                .map(|s| s.pair_id + 1)
+                .max()
+                .unwrap_or(0)
+                .min(MAX_PAIRS)
+        } else {
+            0
+        };
+        let hist_slots = (hist_pairs * HIST_COMPONENTS as u32).max(1);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("SITES", nsites)
             .map_max_entries("FILTER_SITES", nsites)
+            .map_max_entries("HISTS", hist_slots)
             .map_max_entries("EVENTS", opts.ring_bytes)
             .map_max_entries("THREADS", opts.max_threads.max(1))
             .map_max_entries("THREAD_STRS", opts.max_threads.max(1))
@@ -379,6 +396,7 @@ impl Tracer {
             multi_prog,
             prog_fd: None,
             sites: 0,
+            hist_pairs: hist_pairs as usize,
         };
         if path == AttachPath::Perf {
             t.perf_prog()?;
@@ -627,8 +645,13 @@ impl Tracer {
         )
         .map_err(map_err("HISTS"))?;
         let mut out = Vec::with_capacity(npairs);
-        for pair in 0..npairs.min(MAX_PAIRS as usize) {
+        for pair in 0..npairs {
             let mut comps = [Hist::default(); HIST_COMPONENTS];
+            // A span name with no start site has no slot: nothing was counted for it.
+            if pair >= self.hist_pairs {
+                out.push(comps);
+                continue;
+            }
             for (c, slot) in comps.iter_mut().enumerate() {
                 let idx = (pair * HIST_COMPONENTS + c) as u32;
                 for h in map.get(&idx, 0).map_err(map_err("HISTS"))?.iter() {
@@ -637,6 +660,7 @@ impl Tracer {
                     }
                     slot.count += h.count;
                     slot.sum += h.sum;
+                    slot.max = slot.max.max(h.max);
                 }
             }
             out.push(comps);
