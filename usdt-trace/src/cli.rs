@@ -90,6 +90,10 @@ pub struct ListArgs {
     /// List every object mapped by this process that has probes.
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pid: Option<u32>,
+    /// Only the probe names, one `provider:name` per line, sorted and without duplicates
+    /// (like `bpftrace -l`).
+    #[arg(long, conflicts_with = "json")]
+    pub names: bool,
     /// ELF files (executables, shared libraries) and provider:name glob patterns.
     /// An argument naming an existing file, or containing '/', is a file; anything else is a
     /// pattern such as 'postgresql:query__*' or '*:*start'.
@@ -401,6 +405,7 @@ impl ListArgs {
         let (targets, patterns) = split_targets(&self.args, self.pid.is_none())?;
         Ok(ListConfig {
             json: self.json,
+            names: self.names,
             targets,
             pid: self.pid,
             patterns,
@@ -564,6 +569,16 @@ pub fn main() -> i32 {
                         .map(|_| n)
                         .map_err(Into::into)
                 }) {
+                    // As in `watch`: patterns that match nothing are an error, so a script
+                    // can tell a typo from a listing.
+                    Ok(0) if !cfg.patterns.is_empty() => Err(format!(
+                        "no probe matches {}",
+                        cfg.patterns
+                            .iter()
+                            .map(|p| p.to_string())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )),
                     Ok(_) => Ok(0),
                     Err(e) if e.is_broken_pipe() => Ok(0),
                     Err(e) => Err(e.to_string()),
