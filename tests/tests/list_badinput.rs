@@ -18,6 +18,7 @@ fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
 fn list_one(p: &Path) -> Result<(String, String), ListError> {
     let cfg = ListConfig {
         json: false,
+        names: false,
         targets: vec![p.to_path_buf()],
         pid: None,
         patterns: vec![],

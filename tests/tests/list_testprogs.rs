@@ -26,6 +26,7 @@ fn one<'a>(p: &'a ObjectProbes, provider: &str, name: &str) -> &'a Site {
 fn list(targets: &[&Path], json: bool, patterns: &[&str]) -> (usize, String, String) {
     let cfg = ListConfig {
         json,
+        names: false,
         targets: targets.iter().map(|p| p.to_path_buf()).collect(),
         pid: None,
         patterns: patterns
@@ -396,6 +397,7 @@ fn listing_a_process_finds_its_shared_library() {
     );
     let cfg = ListConfig {
         json: true,
+        names: false,
         targets: vec![],
         pid: Some(pid),
         patterns: vec![Pattern::parse("sdtlib:*").unwrap()],

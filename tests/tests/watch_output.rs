@@ -96,11 +96,19 @@ fn hist_json_counts_every_span() {
         let buckets = h[part]["buckets"].as_array().unwrap();
         let total: u64 = buckets.iter().map(|b| b["count"].as_u64().unwrap()).sum();
         assert_eq!(total, 28, "{part} buckets: {h}");
+        // Log-linear: 8 buckets per power of two (exact below 8).
         for b in buckets {
             let (lo, hi) = (b["lo"].as_u64().unwrap(), b["hi"].as_u64().unwrap());
-            assert!(hi == lo * 2 || (lo == 0 && hi == 1), "{b}");
+            assert!(hi > lo && hi - lo <= (lo / 8).max(1), "{b}");
         }
     }
+    // Percentiles, in order, and the exact maximum.
+    let d = &h["duration"];
+    let p: Vec<u64> = ["p50_ns", "p90_ns", "p99_ns", "max_ns"]
+        .iter()
+        .map(|k| d[*k].as_u64().unwrap())
+        .collect();
+    assert!(p.windows(2).all(|w| w[0] <= w[1]) && p[0] >= 100_000, "{d}");
     // Each span sleeps at least 100 us.
     let sum = h["duration"]["sum_ns"].as_u64().unwrap();
     assert!(sum >= 28 * 100_000, "{h}");

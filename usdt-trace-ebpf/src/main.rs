@@ -31,6 +31,7 @@
 #![allow(clippy::needless_borrows_for_generic_args)]
 
 mod args;
+mod filter;
 mod irq;
 mod maps;
 mod sched;

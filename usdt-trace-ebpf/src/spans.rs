@@ -7,8 +7,8 @@ use aya_ebpf::{
     EbpfContext,
 };
 use usdt_trace_common::{
-    hist_slot, log2_bucket, Acct, Config, EventRecord, Frame, IdFrame, IdKey, PollAcct,
-    RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_HIST, CFG_PID_FILTER,
+    hist_bucket, hist_slot, Acct, Config, EventRecord, Frame, IdFrame, IdKey, PollAcct,
+    RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
     CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL,
     CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
     CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION, HIST_IO, HIST_ONCPU,
@@ -131,14 +131,20 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
         SiteRole::END => end_on_thread(&hit),
         SiteRole::ENTER => poll_enter(&hit, end_args),
         SiteRole::EXIT => poll_exit(&hit, end_args),
-        _ => emit_event(&hit),
+        _ => emit_event(&hit, end_args),
     }
 }
 
-fn emit_event(hit: &Hit) -> Result<(), ()> {
+fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     count(CNT_EVENTS);
     if hit.hist() {
         return Ok(());
+    }
+    if hit.cfg.flags & CFG_FILTER != 0 {
+        hit.read_args(args);
+        if crate::filter::rejects(hit.cookie, args) {
+            return Ok(());
+        }
     }
     let Some(mut entry) = EVENTS.reserve::<EventRecord>(0) else {
         count(CNT_LOST);
@@ -195,11 +201,18 @@ fn close_span(
 ) {
     count(CNT_SPANS);
     let dur = hit.now.saturating_sub(f.start_ns);
+    if crate::filter::rejects(f.site, &f.args) {
+        return;
+    }
     if hit.hist() {
         // The histograms have no idle component yet: without it a polled span's parts would
         // not add up to its duration, so such spans count in the duration only.
         let acct = if poll.is_some() { None } else { acct };
         hist_add(hit.spec.pair_id, dur, acct.as_ref());
+        return;
+    }
+    // `--min`: decided before a ring slot is reserved, so short spans cost no copy at all.
+    if crate::filter::below_min(hit.cfg, dur) {
         return;
     }
     let Some(mut entry) = EVENTS.reserve::<SpanRecord>(0) else {
@@ -477,13 +490,20 @@ fn hist_one(pair_id: u32, component: usize, v: u64) {
     if let Some(h) = HISTS.get_ptr_mut(hist_slot(pair_id, component)) {
         // SAFETY: this CPU's slot, which nothing else writes while this program runs.
         let h = unsafe { &mut *h };
-        let b = log2_bucket(v);
-        // log2_bucket already clamps; the check is for the verifier.
+        let b = hist_bucket(v);
+        // hist_bucket is always in range, and LLVM knows it and would drop the check; the
+        // verifier does not (leading_zeros is a bit-twiddling sequence in BPF). The volatile
+        // read hides the range from LLVM so the check the verifier needs stays.
+        // SAFETY: a read of a local.
+        let b = unsafe { core::ptr::read_volatile(&b) };
         if b < HIST_BUCKETS {
             h.buckets[b] += 1;
         }
         h.count += 1;
         h.sum += v;
+        if v > h.max {
+            h.max = v;
+        }
     }
 }
 

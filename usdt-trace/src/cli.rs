@@ -96,6 +96,10 @@ pub struct ListArgs {
     /// match the demangled name; trace them with `watch BIN 'fn:GLOB'`.
     #[arg(long, conflicts_with = "pid")]
     pub functions: bool,
+    /// Only the probe names, one `provider:name` per line, sorted and without duplicates
+    /// (like `bpftrace -l`).
+    #[arg(long, conflicts_with = "json")]
+    pub names: bool,
     /// ELF files (executables, shared libraries) and provider:name glob patterns.
     /// An argument naming an existing file, or containing '/', is a file; anything else is a
     /// pattern such as 'postgresql:query__*' or '*:*start'.
@@ -150,6 +154,19 @@ pub struct WatchArgs {
     /// With --hist, also draw what each interval added, every DURATION (`2`, `500ms`, `1m`).
     #[arg(short = 'i', long, value_name = "DURATION", requires = "hist")]
     pub interval: Option<String>,
+    /// Record only spans at least this long (`2ms`, `500us`, `1.5`): shorter ones are dropped
+    /// in the kernel before a record is made. With --hist every span is still counted.
+    #[arg(long, value_name = "DURATION")]
+    pub min: Option<String>,
+    /// Record only what passes EXPR, decided in the kernel: comparisons (== != < <= > >=) of
+    /// argN, PROBE:argN (only that probe's or span's records), pid, tid or comm (== != a name),
+    /// joined by && and || (&& first; no parentheses). E.g. 'request:arg1 >= 500',
+    /// 'comm == postgres || pid == 42'. Numbers compare as signed 64-bit values.
+    #[arg(long, value_name = "EXPR")]
+    pub filter: Option<String>,
+    /// Trace only this thread (repeatable), in the kernel; combines with --filter.
+    #[arg(long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
     /// Do not split span time into on-CPU/run-queue/sleep/I/O (skips the scheduler hooks).
     /// A span is split when one thread ran it from start to end, or, when it has usdt-markers
     /// poll markers (NAME__enter/NAME__exit), over the threads that polled it, plus the time
@@ -216,6 +233,12 @@ pub enum UsageError {
     Duration(String),
     #[error("--interval {0:?}: expected a positive duration: seconds (2.5) or with a unit (500ms, 10s, 1m, 1h)")]
     Interval(String),
+    #[error(
+        "--min {0:?}: expected a positive duration: seconds (2.5) or with a unit (2ms, 500us, 1s)"
+    )]
+    Min(String),
+    #[error(transparent)]
+    Filter(#[from] crate::filter::FilterError),
     #[error("{path}: a script for {interpreter}; trace that (its probes are in the interpreter and its libraries)")]
     Script { path: String, interpreter: String },
     #[error("-c: {0:?}: pipelines and command lists are not traced; run one program (redirections and VAR=value are fine)")]
@@ -422,6 +445,7 @@ impl ListArgs {
         let (targets, patterns) = split_targets(&self.args, self.pid.is_none())?;
         Ok(ListConfig {
             json: self.json,
+            names: self.names,
             targets,
             pid: self.pid,
             patterns,
@@ -495,6 +519,23 @@ impl WatchArgs {
             .as_deref()
             .map(|d| parse_duration(d).ok_or_else(|| UsageError::Interval(d.to_string())))
             .transpose()?;
+        let min = self
+            .min
+            .as_deref()
+            .map(|d| parse_duration(d).ok_or_else(|| UsageError::Min(d.to_string())))
+            .transpose()?;
+        let filter = self
+            .filter
+            .as_deref()
+            .map(crate::filter::Filter::parse)
+            .transpose()?;
+        let filter = crate::filter::Filter::with_tids(filter, &self.tids)?;
+        if let Some(f) = filter.as_ref().filter(|f| self.hist && f.reads_args()) {
+            return Err(crate::filter::FilterError::HistArgs {
+                expr: f.text.clone(),
+            }
+            .into());
+        }
         if !(4..=1 << 20).contains(&self.ring_kib) || !self.ring_kib.is_power_of_two() {
             return Err(UsageError::Ring(self.ring_kib));
         }
@@ -570,6 +611,8 @@ impl WatchArgs {
             output: self.output.clone(),
             max_threads: self.max_threads,
             max_open_ids: self.max_open_ids,
+            min,
+            filter,
         })
     }
 }
@@ -607,6 +650,16 @@ pub fn main() -> i32 {
                         .map(|_| n)
                         .map_err(Into::into)
                 }) {
+                    // As in `watch`: patterns that match nothing are an error, so a script
+                    // can tell a typo from a listing.
+                    Ok(0) if !cfg.patterns.is_empty() => Err(format!(
+                        "no probe matches {}",
+                        cfg.patterns
+                            .iter()
+                            .map(|p| p.to_string())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )),
                     Ok(_) => Ok(0),
                     Err(e) if e.is_broken_pipe() => Ok(0),
                     Err(e) => Err(e.to_string()),
@@ -785,6 +838,12 @@ mod tests {
         let c = watch(&["/bin/true", "-d", "1m", "--hist", "-i", "500ms"]).unwrap();
         assert_eq!(c.duration, Some(Duration::from_secs(60)));
         assert_eq!(c.interval, Some(Duration::from_millis(500)));
+        let c = watch(&["/bin/true", "--min", "2ms"]).unwrap();
+        assert_eq!(c.min, Some(Duration::from_millis(2)));
+        assert!(matches!(
+            watch(&["/bin/true", "--min", "fast"]),
+            Err(UsageError::Min(_))
+        ));
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod child;
 pub mod cli;
 pub mod doctor;
 pub mod elf;
+pub mod filter;
 pub mod functions;
 pub mod list;
 pub mod output;

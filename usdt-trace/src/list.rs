@@ -25,6 +25,8 @@ pub struct ListConfig {
     pub pid: Option<u32>,
     /// Sites matching any pattern are listed; none means all.
     pub patterns: Vec<Pattern>,
+    /// `--names`: only `provider:name`, one per probe (not per site), sorted.
+    pub names: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +79,7 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
     // one is a call, which made JSON output cost more than parsing.
     let mut json_buf = Vec::with_capacity(1024);
     let mut printed = 0;
+    let mut names = std::collections::BTreeSet::new();
     for (t, object) in targets {
         let probes = match object {
             Ok(o) => o.probes,
@@ -120,7 +123,9 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
                     || cfg.patterns.iter().any(|p| p.matches(&s.provider, &s.name))
             })
             .collect();
-        if cfg.json {
+        if cfg.names {
+            names.extend(sites.iter().map(|s| format!("{}:{}", s.provider, s.name)));
+        } else if cfg.json {
             for s in &sites {
                 write_json(&mut json_buf, &t.shown, cfg.pid, s)?;
                 out.write_all(&json_buf)?;
@@ -129,6 +134,9 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
             write_text(&mut out, &t, cfg, &probes, &sites)?;
         }
         printed += sites.len();
+    }
+    for n in &names {
+        writeln!(out, "{}", clean(n))?;
     }
     out.flush()?;
     Ok(printed)
@@ -433,6 +441,7 @@ fn const_value(v: u64, size: u8, signed: bool) -> String {
 pub fn list_to_string(path: &Path, json: bool) -> Result<(String, String), ListError> {
     let cfg = ListConfig {
         json,
+        names: false,
         targets: vec![path.to_path_buf()],
         pid: None,
         patterns: Vec::new(),
@@ -514,6 +523,7 @@ mod tests {
     fn no_targets_is_an_error() {
         let cfg = ListConfig {
             json: false,
+            names: false,
             targets: vec![],
             pid: None,
             patterns: vec![],
@@ -537,6 +547,7 @@ mod tests {
         }
         let cfg = ListConfig {
             json: true,
+            names: false,
             targets: vec![],
             pid: Some(std::process::id()),
             patterns: vec![],
@@ -545,6 +556,7 @@ mod tests {
         let me = std::env::current_exe().unwrap();
         let cfg = ListConfig {
             json: false,
+            names: false,
             targets: vec![me],
             ..cfg
         };

@@ -59,6 +59,10 @@ pub struct WatchConfig {
     pub perfetto: Option<PathBuf>,
     /// `--otlp URL` and its settings: also export spans there.
     pub otlp: Option<OtlpConfig>,
+    /// `--min`: spans shorter than this make no record (histograms count them all).
+    pub min: Option<Duration>,
+    /// `--filter` and `--tid`, combined; evaluated in the kernel.
+    pub filter: Option<crate::filter::Filter>,
 }
 
 impl WatchConfig {
@@ -146,6 +150,8 @@ pub enum WatchError {
     Functions(#[from] crate::functions::FnError),
     #[error(transparent)]
     Plan(#[from] PlanError),
+    #[error(transparent)]
+    Filter(#[from] crate::filter::FilterError),
     #[error(transparent)]
     Trace(#[from] TraceError),
     #[error(transparent)]
@@ -561,6 +567,11 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .map(|o| (o.shown.as_str(), &o.probes))
         .collect();
     let plan = plan::build(&named, &cfg.plan_options())?;
+    let filter_masks = cfg
+        .filter
+        .as_ref()
+        .map(|f| plan::filter_masks(&plan, f))
+        .transpose()?;
     // Before anything is attached: a bad -o path fails first.
     let (sinks, output) = cfg.sinks(&plan)?;
 
@@ -578,6 +589,14 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         attach: cfg.attach,
         max_threads: cfg.max_threads,
         max_open_ids: cfg.max_open_ids,
+        min_ns: cfg
+            .min
+            .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64),
+        filter: cfg
+            .filter
+            .as_ref()
+            .zip(filter_masks.as_deref())
+            .map(|(f, m)| (f.compile(), m)),
     })?;
     attach(&mut tracer, &objects, &plan, &pids)?;
     // Before the readiness line: a script may send SIGINT the moment it sees it.
@@ -639,6 +658,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             id_spans_full: c.id_full,
             depth: c.depth,
         },
+        filtered: c.below_min + c.filter_rejected,
     };
     reader.sinks.finish(&summary)?;
     drop(reader);

@@ -31,8 +31,14 @@ pub const STR_LEN: usize = 128;
 /// exits. Strings are kept apart ([`ThreadStrs`]) so threads that capture none do not pay for
 /// them.
 pub const MAX_DEPTH: usize = 64;
-/// Number of log2 buckets per histogram (covers 1 ns up to ~2^63 ns).
-pub const HIST_BUCKETS: usize = 64;
+/// Log-linear histogram buckets: each power of two is split into this many equal sub-buckets,
+/// so a value is known to within 1/HIST_SUB of its octave (a bucket's midpoint is within 1/16
+/// = 6.25% of any value in it), enough for quoted percentiles, where log2 buckets are ±50%.
+pub const HIST_SUB: usize = 8;
+/// Buckets per histogram: 0..8 exactly, then 8 per octave from [8, 16) up to [2^63, 2^64).
+pub const HIST_BUCKETS: usize = HIST_SUB + (64 - 3) * HIST_SUB;
+/// Log2 buckets, for drawing: 0 holds 0, b holds [2^(b-1), 2^b).
+pub const LOG2_BUCKETS: usize = 64;
 /// Components of a span histogram, each an index into the component axis of `HISTS`.
 pub const HIST_COMPONENTS: usize = 5;
 /// Histogram component: the span's wall-clock duration.
@@ -140,7 +146,11 @@ pub const CNT_DEPTH_START: u32 = 10;
 /// Ends dropped while the thread was past the stack (`ThreadState::overflow` > 0).
 pub const CNT_DEPTH_END: u32 = 11;
 /// Number of counters.
-pub const NUM_COUNTERS: u32 = CNT_DEPTH_END + 1;
+/// Closed spans shorter than `--min`: not recorded (histograms still count them).
+pub const CNT_BELOW_MIN: u32 = 12;
+/// Spans and events that `--filter` rejected.
+pub const CNT_FILTER_REJECT: u32 = 13;
+pub const NUM_COUNTERS: u32 = CNT_FILTER_REJECT + 1;
 
 /// `Config::flags`: only hits from PIDs in the `PIDS` map count.
 pub const CFG_PID_FILTER: u32 = 1;
@@ -153,6 +163,8 @@ pub const CFG_ACCT: u32 = 4;
 /// `Config::flags`: tracing has stopped; hits during the detach are ignored so the summary
 /// counts only what was printed.
 pub const CFG_STOPPED: u32 = 8;
+/// `Config::flags`: a `--filter` program is in the FILTER map.
+pub const CFG_FILTER: u32 = 16;
 
 /// Thread scheduling states tracked by the scheduler hooks.
 pub const TS_RUNNING: u32 = 0;
@@ -220,6 +232,8 @@ pub struct Config {
     pub task_exec_off: u32,
     pub task_delay_off: u32,
     pub _pad: u32,
+    /// `--min`: spans shorter than this many ns make no record (0: every span does).
+    pub min_ns: u64,
 }
 
 /// Cumulative per-thread time, in ns, by scheduling state. Only advanced while a span is open.
@@ -695,13 +709,15 @@ pub struct SpanRecord {
     pub threads: u32,
 }
 
-/// One histogram: counts per log2 bucket, plus the sum for means.
+/// One histogram: counts per log-linear bucket ([`hist_bucket`]), the sum for means and the
+/// largest value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Hist {
     pub buckets: [u64; HIST_BUCKETS],
     pub count: u64,
     pub sum: u64,
+    pub max: u64,
 }
 
 impl Default for Hist {
@@ -710,8 +726,45 @@ impl Default for Hist {
             buckets: [0; HIST_BUCKETS],
             count: 0,
             sum: 0,
+            max: 0,
         }
     }
+}
+
+impl Hist {
+    /// Counts one value (what the kernel does per span, for tests and user space).
+    pub fn add(&mut self, v: u64) {
+        self.buckets[hist_bucket(v)] += 1;
+        self.count += 1;
+        self.sum += v;
+        if v > self.max {
+            self.max = v;
+        }
+    }
+}
+
+/// The log-linear bucket of `v`: `v` itself below 8, else 8 sub-buckets per power of two.
+#[inline(always)]
+pub fn hist_bucket(v: u64) -> usize {
+    if v < HIST_SUB as u64 {
+        return v as usize;
+    }
+    // e >= 3: v is in [2^e, 2^(e+1)); its top 4 bits pick the sub-bucket.
+    let e = 63 - v.leading_zeros() as usize;
+    let sub = ((v >> (e - 3)) & (HIST_SUB as u64 - 1)) as usize;
+    HIST_SUB + (e - 3) * HIST_SUB + sub
+}
+
+/// Inclusive-exclusive value range of a [`hist_bucket`] bucket (the last one's end saturates).
+pub fn hist_bucket_range(b: usize) -> (u64, u64) {
+    if b < HIST_SUB {
+        return (b as u64, b as u64 + 1);
+    }
+    let e = (b - HIST_SUB) / HIST_SUB + 3;
+    let sub = ((b - HIST_SUB) % HIST_SUB) as u64;
+    let width = 1u64 << (e - 3);
+    let lo = (1u64 << e) + sub * width;
+    (lo, lo.saturating_add(width))
 }
 
 /// The log2 bucket of `v`: 0 for 0, else 1 + floor(log2(v)), clamped.
@@ -721,11 +774,154 @@ pub fn log2_bucket(v: u64) -> usize {
         0
     } else {
         let b = 64 - v.leading_zeros() as usize;
-        if b >= HIST_BUCKETS {
-            HIST_BUCKETS - 1
+        if b >= LOG2_BUCKETS {
+            LOG2_BUCKETS - 1
         } else {
             b
         }
+    }
+}
+
+/// Most comparisons in one `--filter` program.
+pub const MAX_FILTER_TERMS: usize = 8;
+/// `FilterTerm::field`: argument `arg` of the record (a span's start arguments, or its end
+/// arguments when the term names the end probe).
+pub const FF_ARG: u8 = 0;
+pub const FF_PID: u8 = 1;
+pub const FF_TID: u8 = 2;
+pub const FF_COMM: u8 = 3;
+/// `FilterTerm::op`.
+pub const FOP_EQ: u8 = 0;
+pub const FOP_NE: u8 = 1;
+pub const FOP_LT: u8 = 2;
+pub const FOP_LE: u8 = 3;
+pub const FOP_GT: u8 = 4;
+pub const FOP_GE: u8 = 5;
+/// `FilterTerm::flags`: the last comparison of an `&&` group (groups are joined by `||`).
+pub const FT_GROUP_END: u8 = 1;
+/// `FilterTerm::flags`: the term names a probe; it applies only to records of the sites whose
+/// filter mask has its bit, and holds for all others.
+pub const FT_PROBE: u8 = 2;
+
+/// One comparison of a compiled `--filter`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterTerm {
+    pub field: u8,
+    pub op: u8,
+    pub arg: u8,
+    pub flags: u8,
+    pub _pad: u32,
+    /// Compared as a signed 64-bit number.
+    pub value: u64,
+    /// `FF_COMM`: the name, NUL-padded as the kernel stores it.
+    pub comm: [u8; 16],
+}
+
+/// A `--filter` in disjunctive normal form: `&&` groups joined by `||` (the grammar has no
+/// parentheses, so precedence alone gives this form). `nterms == 0`: no filter.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterProg {
+    pub nterms: u32,
+    pub _pad: u32,
+    pub terms: [FilterTerm; MAX_FILTER_TERMS],
+}
+
+/// What a filter looks at for one record.
+pub struct FilterInput<'a> {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: &'a [u8; 16],
+    /// A span's start arguments, or an event's arguments.
+    pub args: &'a [u64; MAX_ARGS],
+    /// A span's end arguments (None for events).
+    pub end_args: Option<&'a [u64; MAX_ARGS]>,
+    /// Filter masks (one bit per term with `FT_PROBE`) of the start (or event) site and of
+    /// the end site.
+    pub start_mask: u32,
+    pub end_mask: u32,
+}
+
+impl FilterTerm {
+    #[inline(always)]
+    fn holds(&self, i: usize, x: &FilterInput) -> bool {
+        let bit = 1u32 << (i as u32 & 31);
+        let v: u64 = match self.field {
+            FF_PID => x.pid as u64,
+            FF_TID => x.tid as u64,
+            FF_COMM => {
+                let a = u64::from_ne_bytes(word(x.comm, 0));
+                let b = u64::from_ne_bytes(word(x.comm, 8));
+                let eq = a == u64::from_ne_bytes(word(&self.comm, 0))
+                    && b == u64::from_ne_bytes(word(&self.comm, 8));
+                return eq == (self.op == FOP_EQ);
+            }
+            _ => {
+                let args = if self.flags & FT_PROBE == 0 || x.start_mask & bit != 0 {
+                    x.args
+                } else if x.end_mask & bit != 0 {
+                    match x.end_args {
+                        Some(a) => a,
+                        None => return true,
+                    }
+                } else {
+                    // A term about another probe says nothing about this record.
+                    return true;
+                };
+                match args.get(self.arg as usize) {
+                    Some(v) => *v,
+                    None => return false,
+                }
+            }
+        };
+        let (v, w) = (v as i64, self.value as i64);
+        match self.op {
+            FOP_EQ => v == w,
+            FOP_NE => v != w,
+            FOP_LT => v < w,
+            FOP_LE => v <= w,
+            FOP_GT => v > w,
+            _ => v >= w,
+        }
+    }
+}
+
+#[inline(always)]
+fn word(b: &[u8; 16], at: usize) -> [u8; 8] {
+    let mut w = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        w[i] = b[at + i];
+        i += 1;
+    }
+    w
+}
+
+impl FilterProg {
+    /// Whether the record passes. A bounded loop (MAX_FILTER_TERMS) so the verifier accepts it.
+    #[inline(always)]
+    pub fn eval(&self, x: &FilterInput) -> bool {
+        if self.nterms == 0 {
+            return true;
+        }
+        let mut group = true;
+        let mut i = 0;
+        while i < MAX_FILTER_TERMS {
+            if i as u32 >= self.nterms {
+                break;
+            }
+            let t = &self.terms[i];
+            group = group && t.holds(i, x);
+            if t.flags & FT_GROUP_END != 0 {
+                if group {
+                    return true;
+                }
+                group = true;
+            }
+            i += 1;
+        }
+        false
     }
 }
 
@@ -736,6 +932,7 @@ mod pod {
     unsafe impl aya::Pod for ArgDesc {}
     unsafe impl aya::Pod for SiteSpec {}
     unsafe impl aya::Pod for Config {}
+    unsafe impl aya::Pod for FilterProg {}
     unsafe impl aya::Pod for IdKey {}
     unsafe impl aya::Pod for Hist {}
     unsafe impl aya::Pod for Acct {}
@@ -751,13 +948,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn log_linear_buckets_hold_their_values_within_a_sixteenth() {
+        assert_eq!(hist_bucket(0), 0);
+        assert_eq!(hist_bucket(7), 7);
+        assert_eq!(hist_bucket(8), 8);
+        assert_eq!(hist_bucket(9), 9);
+        assert_eq!(hist_bucket(16), 16);
+        assert_eq!(hist_bucket(u64::MAX), HIST_BUCKETS - 1);
+        let mut v = 1u64;
+        while v < u64::MAX / 3 {
+            for x in [v, v + 1, v * 3 / 2, v * 2 - 1] {
+                let (lo, hi) = hist_bucket_range(hist_bucket(x));
+                assert!(lo <= x && x < hi, "{x} in [{lo}, {hi})");
+                let mid = lo + (hi - lo) / 2;
+                assert!(
+                    x.abs_diff(mid) as f64 <= x as f64 / 16.0 + 0.5,
+                    "{x}: {mid}"
+                );
+            }
+            v = v * 2 + 1;
+        }
+        // Buckets tile the whole range.
+        for b in 1..HIST_BUCKETS {
+            assert_eq!(hist_bucket_range(b - 1).1, hist_bucket_range(b).0, "{b}");
+        }
+    }
+
+    #[test]
     fn log2_buckets() {
         assert_eq!(log2_bucket(0), 0);
         assert_eq!(log2_bucket(1), 1);
         assert_eq!(log2_bucket(2), 2);
         assert_eq!(log2_bucket(3), 2);
         assert_eq!(log2_bucket(1024), 11);
-        assert_eq!(log2_bucket(u64::MAX), HIST_BUCKETS - 1);
+        assert_eq!(log2_bucket(u64::MAX), LOG2_BUCKETS - 1);
     }
 
     fn thread() -> ThreadState {
@@ -1064,7 +1288,8 @@ mod tests {
             (ArgKind::CONST.0, ArgKind::RIP.0, ArgKind::UNSUPPORTED.0),
             (1, 4, 5)
         );
-        assert_eq!(NUM_COUNTERS, 12);
+        assert_eq!(NUM_COUNTERS, 14);
+        assert_eq!(core::mem::size_of::<FilterTerm>(), 32);
     }
 
     #[test]

@@ -1,9 +1,46 @@
-//! Log2 histograms kept in the kernel (`--hist`), drawn like bpftrace's `hist()` with the
-//! on-CPU / run-queue / sleep / I/O split beside the duration.
+//! Histograms kept in the kernel (`--hist`), drawn like bpftrace's `hist()` with the
+//! on-CPU / run-queue / sleep / I/O split beside the duration. The kernel keeps log-linear
+//! buckets (8 per power of two), so percentiles are quoted within 6.25%; the drawing folds
+//! them into log2 rows.
 
 use super::{fmt_duration, json_escape, PairInfo};
 use std::fmt::Write as _;
-use usdt_trace_common::{Hist, HIST_BUCKETS, HIST_COMPONENTS};
+use usdt_trace_common::{
+    hist_bucket_range, log2_bucket, Hist, HIST_BUCKETS, HIST_COMPONENTS, LOG2_BUCKETS,
+};
+
+/// The percentiles quoted for every histogram.
+pub const PERCENTILES: [(&str, f64); 3] = [("p50", 0.50), ("p90", 0.90), ("p99", 0.99)];
+
+/// The value below which a fraction `q` of the counted values lie: the midpoint of the bucket
+/// holding the ceil(q * count)-th smallest value (within 6.25% of it), never above `max`.
+/// None when nothing was counted.
+pub fn percentile(h: &Hist, q: f64) -> Option<u64> {
+    let total: u64 = h.buckets.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+    let mut seen = 0;
+    for (b, &c) in h.buckets.iter().enumerate() {
+        seen += c;
+        if seen >= rank {
+            let (lo, hi) = hist_bucket_range(b);
+            let mid = lo + (hi - lo) / 2;
+            return Some(if h.max > 0 { mid.min(h.max) } else { mid });
+        }
+    }
+    None
+}
+
+/// Log2 rows for drawing: each log-linear bucket lies inside one power of two.
+fn log2_rows(h: &Hist) -> [u64; LOG2_BUCKETS] {
+    let mut rows = [0; LOG2_BUCKETS];
+    for (b, &c) in h.buckets.iter().enumerate().filter(|(_, c)| **c > 0) {
+        rows[log2_bucket(hist_bucket_range(b).0)] += c;
+    }
+    rows
+}
 
 /// What `now` counts beyond `before`: one interval's histograms from two cumulative reads.
 pub fn delta(
@@ -17,6 +54,15 @@ pub fn delta(
         }
         x.count = x.count.saturating_sub(b.count);
         x.sum = x.sum.saturating_sub(b.sum);
+        // A new maximum happened in this interval; otherwise the interval's largest value is
+        // only known to its bucket (the last non-empty one's upper end).
+        if x.max <= b.max {
+            x.max = x
+                .buckets
+                .iter()
+                .rposition(|&c| c > 0)
+                .map_or(0, |k| hist_bucket_range(k).1 - 1);
+        }
     }
     d
 }
@@ -64,6 +110,16 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
         d.count,
         fmt_duration(mean(d))
     );
+    if d.count > 0 {
+        for (name, q) in PERCENTILES {
+            let _ = write!(
+                s,
+                ", {name} {}",
+                fmt_duration(percentile(d, q).unwrap_or(0))
+            );
+        }
+        let _ = write!(s, ", max {}", fmt_duration(d.max));
+    }
     if h[1].count > 0 {
         // The parts are measured only over spans one thread ran from start to end; when that
         // is not all of them, say over how many, and add them up to those spans' own mean so
@@ -90,13 +146,14 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
     if d.count == 0 {
         return s;
     }
-    let used = |x: &Hist| {
-        let lo = x.buckets.iter().position(|&c| c > 0);
-        let hi = x.buckets.iter().rposition(|&c| c > 0);
+    let rows: Vec<[u64; LOG2_BUCKETS]> = h.iter().map(log2_rows).collect();
+    let used = |x: &[u64; LOG2_BUCKETS]| {
+        let lo = x.iter().position(|&c| c > 0);
+        let hi = x.iter().rposition(|&c| c > 0);
         lo.zip(hi)
     };
     let mut range: Option<(usize, usize)> = None;
-    for x in h.iter().filter(|x| x.count > 0) {
+    for (x, _) in rows.iter().zip(h.iter()).filter(|(_, x)| x.count > 0) {
         if let Some((lo, hi)) = used(x) {
             range = Some(match range {
                 None => (lo, hi),
@@ -105,7 +162,7 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
         }
     }
     let Some((lo, hi)) = range else { return s };
-    let max = d.buckets.iter().copied().max().unwrap_or(1).max(1);
+    let max = rows[0].iter().copied().max().unwrap_or(1).max(1);
     let split = h[1].count > 0;
     let _ = write!(s, "{:<20} {:>8} {:<52}", "ns", "count", "duration");
     if split {
@@ -118,9 +175,9 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
     s.push('\n');
     // Zero-valued components (no I/O at all, say) sit in bucket 0, far below the durations;
     // a run of two or more empty rows between is drawn as one `...` row.
-    let row_used = |b: usize| h.iter().any(|x| x.buckets[b] > 0);
+    let row_used = |b: usize| rows.iter().any(|x| x[b] > 0);
     let mut b = lo;
-    let last = hi.min(HIST_BUCKETS - 1);
+    let last = hi.min(LOG2_BUCKETS - 1);
     while b <= last {
         if !row_used(b) {
             let run_end = (b..=last).find(|&k| row_used(k)).unwrap_or(last + 1);
@@ -136,12 +193,12 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
         } else {
             format!("[{}, {})", short(a), short(z))
         };
-        let c = d.buckets[b];
+        let c = rows[0][b];
         let width = (c as u128 * 50 / max as u128) as usize;
         let _ = write!(s, "{:<20} {:>8} |{:<50}|", label, c, "@".repeat(width));
         if split {
-            for x in &h[1..] {
-                let _ = write!(s, " {:>8}", x.buckets[b]);
+            for x in &rows[1..] {
+                let _ = write!(s, " {:>8}", x[b]);
             }
         }
         s.push('\n');
@@ -172,16 +229,23 @@ pub fn render_json(
     for (name, x) in COMPONENTS.iter().zip(h.iter()) {
         let _ = write!(
             Vec8(out),
-            ",\"{name}\":{{\"count\":{},\"sum_ns\":{},\"buckets\":[",
+            ",\"{name}\":{{\"count\":{},\"sum_ns\":{}",
             x.count,
             x.sum
         );
+        if x.count > 0 {
+            for (p, q) in PERCENTILES {
+                let _ = write!(Vec8(out), ",\"{p}_ns\":{}", percentile(x, q).unwrap_or(0));
+            }
+            let _ = write!(Vec8(out), ",\"max_ns\":{}", x.max);
+        }
+        out.extend_from_slice(b",\"buckets\":[");
         let mut first = true;
-        for (b, &c) in x.buckets.iter().enumerate() {
+        for (b, &c) in x.buckets.iter().enumerate().take(HIST_BUCKETS) {
             if c == 0 {
                 continue;
             }
-            let (lo, hi) = bucket_range(b);
+            let (lo, hi) = hist_bucket_range(b);
             if !first {
                 out.push(b',');
             }
@@ -205,26 +269,59 @@ impl std::fmt::Write for Vec8<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use usdt_trace_common::log2_bucket;
+    use usdt_trace_common::hist_bucket;
 
     #[test]
     fn bucket_ranges_agree_with_kernel_buckets() {
         for v in [0u64, 1, 2, 3, 4, 1000, 1 << 40, u64::MAX / 3] {
             let (lo, hi) = bucket_range(log2_bucket(v));
             assert!(lo <= v && v < hi, "{v} not in [{lo},{hi})");
+            let (lo, hi) = hist_bucket_range(hist_bucket(v));
+            assert!(lo <= v && v < hi, "{v} not in [{lo},{hi})");
         }
+    }
+
+    #[test]
+    fn percentiles_are_within_a_sixteenth() {
+        let mut h = Hist::default();
+        // 1..=10000 us: p50 = 5000 us, p90 = 9000 us, p99 = 9900 us.
+        for v in 1..=10_000u64 {
+            h.add(v * 1000);
+        }
+        for (q, want) in [(0.5, 5_000_000f64), (0.9, 9_000_000.0), (0.99, 9_900_000.0)] {
+            let got = percentile(&h, q).unwrap() as f64;
+            assert!(
+                (got - want).abs() / want <= 1.0 / 16.0,
+                "p{q}: {got} vs {want}"
+            );
+        }
+        let top = percentile(&h, 1.0).unwrap();
+        assert!(
+            top <= 10_000_000 && top >= 10_000_000 - 10_000_000 / 16,
+            "{top}"
+        );
+        assert_eq!(h.max, 10_000_000);
+        assert_eq!(percentile(&Hist::default(), 0.5), None);
+        // An interval without a new maximum bounds it by its top bucket.
+        let before = [h; HIST_COMPONENTS];
+        let mut now = before;
+        now[0].add(3000);
+        let d = delta(&now, &before);
+        let (lo, hi) = hist_bucket_range(hist_bucket(3000));
+        assert!(
+            d[0].max >= 3000 && d[0].max < hi && lo <= 3000,
+            "{}",
+            d[0].max
+        );
+        assert_eq!(d[0].count, 1);
     }
 
     #[test]
     fn renders_counts_and_json() {
         let mut h = [Hist::default(); HIST_COMPONENTS];
         for v in [1500u64, 1600, 3000] {
-            h[0].buckets[log2_bucket(v)] += 1;
-            h[0].count += 1;
-            h[0].sum += v;
-            h[1].buckets[log2_bucket(v / 2)] += 1;
-            h[1].count += 1;
-            h[1].sum += v / 2;
+            h[0].add(v);
+            h[1].add(v / 2);
         }
         let pair = PairInfo {
             provider: "p".into(),
@@ -247,7 +344,9 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["duration"]["count"], 3);
         assert_eq!(v["oncpu"]["sum_ns"], 3050);
-        assert_eq!(v["duration"]["buckets"].as_array().unwrap().len(), 2);
+        // 1500, 1600 and 3000 each have their own log-linear bucket.
+        assert_eq!(v["duration"]["buckets"].as_array().unwrap().len(), 3);
+        assert_eq!(v["duration"]["max_ns"], 3000);
     }
 
     #[test]
@@ -255,15 +354,11 @@ mod tests {
         let mut h = [Hist::default(); HIST_COMPONENTS];
         // Four spans; two were split: 100 = 60 + 40 and 300 = 100 + 200 (on-CPU + sleep).
         for v in [100u64, 300, 1000, 3000] {
-            h[0].buckets[log2_bucket(v)] += 1;
-            h[0].count += 1;
-            h[0].sum += v;
+            h[0].add(v);
         }
         for (cpu, sleep) in [(60u64, 40u64), (100, 200)] {
             for (c, v) in [(1, cpu), (2, 0), (3, sleep), (4, 0)] {
-                h[c].buckets[log2_bucket(v)] += 1;
-                h[c].count += 1;
-                h[c].sum += v;
+                h[c].add(v);
             }
         }
         let pair = PairInfo {
@@ -276,20 +371,18 @@ mod tests {
         let first = t.lines().next().unwrap();
         assert_eq!(
             first,
-            "@p:q  4 spans, mean 1.1us; time split over 2 of them: 200ns = on-CPU 80ns + runq 0ns + sleep 120ns + io 0ns"
+            "@p:q  4 spans, mean 1.1us, p50 304ns, p90 2.9us, p99 2.9us, max 3.0us; time split over 2 of them: 200ns = on-CPU 80ns + runq 0ns + sleep 120ns + io 0ns"
         );
         // All split: the parts add up to the mean itself, as before.
         let mut all = h;
         all[0] = Hist::default();
         for v in [100u64, 300] {
-            all[0].buckets[log2_bucket(v)] += 1;
-            all[0].count += 1;
-            all[0].sum += v;
+            all[0].add(v);
         }
         let t = render_text(&pair, &all);
         assert!(
             t.starts_with(
-                "@p:q  2 spans, mean 200ns = on-CPU 80ns + runq 0ns + sleep 120ns + io 0ns\n"
+                "@p:q  2 spans, mean 200ns, p50 100ns, p90 300ns, p99 300ns, max 300ns = on-CPU 80ns + runq 0ns + sleep 120ns + io 0ns\n"
             ),
             "{t}"
         );

@@ -236,6 +236,12 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
         s.dropped.depth,
         s.duration_ns
     );
+    // Only present with --min/--filter, so runs without them keep the documented line.
+    if s.filtered > 0 {
+        out.pop();
+        out.pop();
+        let _ = writeln!(out, ",\"filtered\":{}}}", s.filtered);
+    }
 }
 
 /// Golden lines: the NDJSON schema the README documents, byte for byte. A change here is a
@@ -245,7 +251,7 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
 mod golden {
     use super::*;
     use crate::output::hist::render_json;
-    use usdt_trace_common::{log2_bucket, Acct, Hist, RecordKind, HIST_COMPONENTS, STR_LEN};
+    use usdt_trace_common::{Acct, Hist, RecordKind, HIST_COMPONENTS, STR_LEN};
 
     fn hdr(kind: RecordKind) -> RecordHeader {
         let mut comm = [0u8; 16];
@@ -400,13 +406,11 @@ mod golden {
     fn hist_line() {
         let mut h = [Hist::default(); HIST_COMPONENTS];
         for (c, v) in [(0, 1500u64), (0, 3000), (1, 700)] {
-            h[c].buckets[log2_bucket(v)] += 1;
-            h[c].count += 1;
-            h[c].sum += v;
+            h[c].add(v);
         }
         assert_eq!(
             line(|o| render_json(o, &pair(), &h, None)),
-            r#"{"type":"hist","provider":"app","name":"request","duration":{"count":2,"sum_ns":4500,"buckets":[{"lo":1024,"hi":2048,"count":1},{"lo":2048,"hi":4096,"count":1}]},"oncpu":{"count":1,"sum_ns":700,"buckets":[{"lo":512,"hi":1024,"count":1}]},"runq":{"count":0,"sum_ns":0,"buckets":[]},"sleep":{"count":0,"sum_ns":0,"buckets":[]},"io":{"count":0,"sum_ns":0,"buckets":[]}}
+            r#"{"type":"hist","provider":"app","name":"request","duration":{"count":2,"sum_ns":4500,"p50_ns":1472,"p90_ns":2944,"p99_ns":2944,"max_ns":3000,"buckets":[{"lo":1408,"hi":1536,"count":1},{"lo":2816,"hi":3072,"count":1}]},"oncpu":{"count":1,"sum_ns":700,"p50_ns":672,"p90_ns":672,"p99_ns":672,"max_ns":700,"buckets":[{"lo":640,"hi":704,"count":1}]},"runq":{"count":0,"sum_ns":0,"buckets":[]},"sleep":{"count":0,"sum_ns":0,"buckets":[]},"io":{"count":0,"sum_ns":0,"buckets":[]}}
 "#
         );
     }
@@ -444,6 +448,7 @@ mod golden {
                 id_spans_full: 8,
                 depth: 9,
             },
+            filtered: 0,
         };
         assert_eq!(
             line(|o| summary_json(o, &s)),

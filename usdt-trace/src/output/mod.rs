@@ -92,6 +92,9 @@ pub struct Summary {
     pub duration_ns: u64,
     /// Spans dropped at a kernel-side limit: neither reported nor counted as unmatched.
     pub dropped: Dropped,
+    /// Spans and events that `--min` or `--filter` kept from being recorded (counted in
+    /// `spans`/`events`, never printed).
+    pub filtered: u64,
 }
 
 /// Span starts dropped because a kernel-side limit was reached (their ends are dropped with
@@ -332,6 +335,7 @@ mod tests {
                     id_spans_full: 8,
                     depth: 9,
                 },
+                filtered: 0,
             },
         );
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();

@@ -182,8 +182,13 @@ pub fn summary_text(s: &Summary) -> String {
     } else {
         String::new()
     };
+    let filtered = if s.filtered > 0 {
+        format!(", {} filtered out (--min/--filter)", s.filtered)
+    } else {
+        String::new()
+    };
     format!(
-        "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends{dropped} in {:.1}s\n",
+        "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends{dropped}{filtered} in {:.1}s\n",
         s.spans,
         s.events,
         s.lost,

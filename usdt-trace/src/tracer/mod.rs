@@ -32,8 +32,8 @@ use std::{
 };
 use thiserror::Error;
 use usdt_trace_common::{
-    Config, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED,
-    HIST_COMPONENTS, MAX_PAIRS,
+    Config, FilterProg, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
+    CFG_STOPPED, HIST_COMPONENTS, MAX_PAIRS,
 };
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
@@ -127,6 +127,10 @@ pub struct Counters {
     /// Span starts dropped past the per-thread stack (`MAX_DEPTH`), and their ends.
     pub depth: u64,
     pub depth_ends: u64,
+    /// Spans shorter than `--min`, not recorded.
+    pub below_min: u64,
+    /// Spans and events `--filter` rejected.
+    pub filter_rejected: u64,
 }
 
 /// Default of `--max-threads`: threads that may hold per-thread span state at once. Each one
@@ -160,6 +164,10 @@ pub struct LoadOptions<'a> {
     pub max_threads: u32,
     /// Size of ID_SPANS: id-paired spans open at once (`--max-open-ids`).
     pub max_open_ids: u32,
+    /// `--min`: spans shorter than this (ns) make no record; histograms count every span.
+    pub min_ns: u64,
+    /// `--filter`/`--tid`: the compiled program, and per site (cookie) which terms name it.
+    pub filter: Option<(FilterProg, &'a [u32])>,
 }
 
 impl LoadOptions<'_> {
@@ -174,6 +182,9 @@ impl LoadOptions<'_> {
         }
         if !self.pids.is_empty() {
             flags |= CFG_PID_FILTER;
+        }
+        if self.filter.is_some() {
+            flags |= CFG_FILTER;
         }
         flags
     }
@@ -197,6 +208,8 @@ pub struct Tracer {
     prog_fd: Option<i32>,
     /// Sites attached so far.
     sites: usize,
+    /// Span names HISTS has room for (sized at load).
+    hist_pairs: usize,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> TraceError {
@@ -233,8 +246,24 @@ impl Tracer {
             check_perf_sites(opts.specs.len())?;
         }
         let nsites = opts.specs.len().max(1) as u32;
+        // A log-linear histogram is ~4 KB per CPU: HISTS holds one per span name and component
+        // actually traced (none without --hist) rather than MAX_PAIRS of them.
+        let hist_pairs = if opts.hist {
+            opts.specs
+                .iter()
+                .filter(|s| s.role != usdt_trace_common::SiteRole::EVENT)
+                .map(|s| s.pair_id + 1)
+                .max()
+                .unwrap_or(0)
+                .min(MAX_PAIRS)
+        } else {
+            0
+        };
+        let hist_slots = (hist_pairs * HIST_COMPONENTS as u32).max(1);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("SITES", nsites)
+            .map_max_entries("FILTER_SITES", nsites)
+            .map_max_entries("HISTS", hist_slots)
             .map_max_entries("EVENTS", opts.ring_bytes)
             .map_max_entries("THREADS", opts.max_threads.max(1))
             .map_max_entries("THREAD_STRS", opts.max_threads.max(1))
@@ -284,8 +313,27 @@ impl Tracer {
                 task_delay_off: nested("task_struct", "sched_info", "sched_info", "run_delay")
                     .unwrap_or(0),
                 _pad: 0,
+                min_ns: opts.min_ns,
             };
             cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
+        }
+        if let Some((prog, masks)) = &opts.filter {
+            let mut f: Array<_, FilterProg> = Array::try_from(
+                ebpf.map_mut("FILTER")
+                    .ok_or(TraceError::MissingMap("FILTER"))?,
+            )
+            .map_err(map_err("FILTER"))?;
+            f.set(0, *prog, 0).map_err(map_err("FILTER"))?;
+            let mut sites: Array<_, u32> = Array::try_from(
+                ebpf.map_mut("FILTER_SITES")
+                    .ok_or(TraceError::MissingMap("FILTER_SITES"))?,
+            )
+            .map_err(map_err("FILTER_SITES"))?;
+            for (i, m) in masks.iter().enumerate().filter(|(_, m)| **m != 0) {
+                sites
+                    .set(i as u32, *m, 0)
+                    .map_err(map_err("FILTER_SITES"))?;
+            }
         }
         if !opts.pids.is_empty() {
             let mut pids: BpfHashMap<_, u32, u8> =
@@ -348,6 +396,7 @@ impl Tracer {
             multi_prog,
             prog_fd: None,
             sites: 0,
+            hist_pairs: hist_pairs as usize,
         };
         if path == AttachPath::Perf {
             t.perf_prog()?;
@@ -573,6 +622,8 @@ impl Tracer {
             id_full_ends: v[CNT_ID_FULL_END as usize],
             depth: v[CNT_DEPTH_START as usize],
             depth_ends: v[CNT_DEPTH_END as usize],
+            below_min: v[CNT_BELOW_MIN as usize],
+            filter_rejected: v[CNT_FILTER_REJECT as usize],
         })
     }
 
@@ -607,8 +658,13 @@ impl Tracer {
         )
         .map_err(map_err("HISTS"))?;
         let mut out = Vec::with_capacity(npairs);
-        for pair in 0..npairs.min(MAX_PAIRS as usize) {
+        for pair in 0..npairs {
             let mut comps = [Hist::default(); HIST_COMPONENTS];
+            // A span name with no start site has no slot: nothing was counted for it.
+            if pair >= self.hist_pairs {
+                out.push(comps);
+                continue;
+            }
             for (c, slot) in comps.iter_mut().enumerate() {
                 let idx = (pair * HIST_COMPONENTS + c) as u32;
                 for h in map.get(&idx, 0).map_err(map_err("HISTS"))?.iter() {
@@ -617,6 +673,7 @@ impl Tracer {
                     }
                     slot.count += h.count;
                     slot.sum += h.sum;
+                    slot.max = slot.max.max(h.max);
                 }
             }
             out.push(comps);
@@ -697,6 +754,8 @@ mod tests {
             attach: AttachMode::Auto,
             max_threads: DEFAULT_MAX_THREADS,
             max_open_ids: DEFAULT_MAX_OPEN_IDS,
+            min_ns: 0,
+            filter: None,
         }
     }
 

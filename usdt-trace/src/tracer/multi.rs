@@ -42,6 +42,7 @@ pub fn load_program<'a>(
     maps: impl Iterator<Item = (&'a str, &'a Map)>,
 ) -> Result<OwnedFd, String> {
     let mut obj = aya_obj::Object::parse(object).map_err(|e| e.to_string())?;
+    let btf_fd = load_btf(&mut obj)?;
     let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
     let defs: HashMap<String, aya_obj::Map> = obj.maps.clone();
     let fds: Vec<(&str, RawFd)> = maps
@@ -82,6 +83,24 @@ pub fn load_program<'a>(
         expected_attach_type: BPF_TRACE_UPROBE_MULTI,
         ..Default::default()
     };
+    // With the object's BTF and function info the kernel knows which functions are global
+    // (the --filter evaluator is one) and verifies them once, on their own, as aya's loader
+    // does on the perf path; without it every call is verified inline.
+    let func_info = func.func_info.func_info_bytes();
+    let line_info = func.line_info.line_info_bytes();
+    if let Some(fd) = &btf_fd {
+        attr.prog_btf_fd = fd.as_raw_fd() as u32;
+        if func.func_info_rec_size > 0 {
+            attr.func_info = func_info.as_ptr() as u64;
+            attr.func_info_cnt = func.func_info.num_info;
+            attr.func_info_rec_size = func.func_info_rec_size as u32;
+        }
+        if func.line_info_rec_size > 0 {
+            attr.line_info = line_info.as_ptr() as u64;
+            attr.line_info_cnt = func.line_info.num_info;
+            attr.line_info_rec_size = func.line_info_rec_size as u32;
+        }
+    }
     let fd = sys_bpf(
         BPF_PROG_LOAD,
         &attr as *const _ as *const u8,
@@ -167,4 +186,45 @@ pub fn attach(
     }
     // SAFETY: a new fd owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `union bpf_attr` for BPF_BTF_LOAD.
+#[repr(C)]
+#[derive(Default)]
+struct BtfLoadAttr {
+    btf: u64,
+    btf_log_buf: u64,
+    btf_size: u32,
+    btf_log_size: u32,
+    btf_log_level: u32,
+}
+
+const BPF_BTF_LOAD: libc::c_long = 18;
+
+/// Loads the object's BTF (fixed up as aya does for a kernel with every BTF feature; the
+/// kernels with uprobe_multi have them all). None when the object has none.
+fn load_btf(obj: &mut aya_obj::Object) -> Result<Option<OwnedFd>, String> {
+    let features = aya_obj::btf::BtfFeatures::new(true, true, true, true, true, true, true, true);
+    let Some(btf) = obj
+        .fixup_and_sanitize_btf(&features)
+        .map_err(|e| format!("the object's BTF: {e}"))?
+    else {
+        return Ok(None);
+    };
+    let bytes = btf.to_bytes();
+    let attr = BtfLoadAttr {
+        btf: bytes.as_ptr() as u64,
+        btf_size: bytes.len() as u32,
+        ..Default::default()
+    };
+    let fd = sys_bpf(
+        BPF_BTF_LOAD,
+        &attr as *const _ as *const u8,
+        size_of::<BtfLoadAttr>(),
+    );
+    if fd < 0 {
+        return Err(format!("BPF_BTF_LOAD: {}", io::Error::last_os_error()));
+    }
+    // SAFETY: a new fd owned by nobody else.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
