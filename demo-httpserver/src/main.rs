@@ -22,7 +22,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use usdt_markers::{poll_markers, span, PollMarkers, Span};
+use usdt_markers::{poll_markers, span, trace_context, PollMarkers, Span};
 
 static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -150,6 +150,19 @@ fn resolve(root: &Path, path: &str) -> Option<PathBuf> {
     Some(out)
 }
 
+/// `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>` (W3C Trace Context, version 00).
+fn parse_traceparent(v: &str) -> Option<(u128, u64)> {
+    let mut it = v.trim().split('-');
+    let (version, trace, parent, _flags) = (it.next()?, it.next()?, it.next()?, it.next()?);
+    if version != "00" || trace.len() != 32 || parent.len() != 16 {
+        return None;
+    }
+    let trace = u128::from_str_radix(trace, 16).ok()?;
+    let parent = u64::from_str_radix(parent, 16).ok()?;
+    // All-zero ids are invalid.
+    (trace != 0 && parent != 0).then_some((trace, parent))
+}
+
 async fn handle(
     req: Request<Incoming>,
     root: Arc<PathBuf>,
@@ -159,6 +172,15 @@ async fn handle(
     // Explicit parent: this span lives across `.await`s, so it must not become the worker
     // thread's current span.
     let request = span!(httpserver, request, req_id; parent = 0; end(u16, u64));
+    // A caller that propagates W3C trace context gets the kernel-measured spans in its trace.
+    if let Some((trace_id, parent)) = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_traceparent)
+    {
+        trace_context!(httpserver, request.id(), trace_id, parent);
+    }
     current.store(request.id(), Ordering::Relaxed);
     // The handler's polls are the request's from here on (the connection's own polls enter it
     // from its next poll; nested enters of one span fire once).

@@ -397,3 +397,57 @@ fn markers_parent_ids_link_spans_across_threads() {
         requests.iter().map(|r| &r.trace_id).collect();
     assert_eq!(traces.len(), 10, "one trace per request");
 }
+
+/// A request that arrives with a W3C `traceparent` header: the demo server hands its trace id
+/// and parent span id to the request span (`trace_context!`), so the kernel-measured request
+/// and its nested send_message join the caller's trace under the caller's span.
+#[test]
+#[ignore = "needs root"]
+fn w3c_trace_context_from_the_application_places_spans_in_its_trace() {
+    use usdt_trace_tests::markers::{demo_servers, free_port, http_request, start_server};
+    let bin = &demo_servers().0;
+    let port = free_port();
+    let _server = start_server(bin, port, None);
+    let rx = Receiver::start(0);
+    let url = format!("http://127.0.0.1:{}", rx.port);
+    let w = watch::Watch::start(&["--otlp", &url, bin.to_str().unwrap()]);
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = "00f067aa0ba902b7";
+    let with_context = format!(
+        "GET / HTTP/1.1\r\nHost: localhost\r\ntraceparent: 00-{trace}-{parent}-01\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(http_request(port, &with_context).status, Some(200));
+    // And one without: its trace id is generated.
+    let plain = "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    assert_eq!(http_request(port, plain).status, Some(200));
+    let out = w.stop();
+    let reqs = rx.kill();
+    assert_eq!(totals(&out.stderr), (4, 0), "{}", out.stderr);
+    let got: Vec<&Span> = reqs
+        .iter()
+        .flat_map(|r| &r.body.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .collect();
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let requests: Vec<&&Span> = got
+        .iter()
+        .filter(|s| s.name == "httpserver:request")
+        .collect();
+    assert_eq!(requests.len(), 2);
+    let traced = requests
+        .iter()
+        .find(|r| hex(&r.trace_id) == trace)
+        .unwrap_or_else(|| panic!("no request in trace {trace}"));
+    assert_eq!(hex(&traced.parent_span_id), parent);
+    let other = requests.iter().find(|r| hex(&r.trace_id) != trace).unwrap();
+    assert!(other.parent_span_id.is_empty());
+    assert_eq!(other.trace_id.len(), 16);
+    // The nested send_message follows its request into the caller's trace.
+    let sends: Vec<&&Span> = got
+        .iter()
+        .filter(|s| s.name == "httpserver:send_message" && s.parent_span_id == traced.span_id)
+        .collect();
+    assert_eq!(sends.len(), 1);
+    assert_eq!(hex(&sends[0].trace_id), trace);
+}

@@ -4,6 +4,9 @@
  * systemtap's <sys/sdt.h>; readelf, bpftrace, bcc, libbpf and `usdt-trace list` read its notes.
  *
  *   USDT_PROBE(provider, name, args...)         point probe, 0 to 12 integer/pointer args
+ *   USDT_TRACE_CONTEXT(provider, span_id, trace_hi, trace_lo, parent)
+ *                                               hand a span the W3C trace id (two u64 halves)
+ *                                               and parent span id of the request it serves
  *   USDT_ENABLED(provider, name)                non-zero while a tracer has it enabled
  *   USDT_SPAN_START(provider, name, id, ...)    fires name__start(id, ...)
  *   USDT_SPAN_END(provider, name, id, ...)      fires name__end(id, ...)
@@ -270,6 +273,15 @@ __attribute__((weak, visibility("hidden"), noinline, cold)) void usdt_markers_re
             _USDT_FIRE(provider, #name "__exit", #name, id);                                     \
     } while (0)
 
+/* The W3C trace context of the request span `span_id` serves: the 128-bit trace id as two
+ * 64-bit halves and the application's parent span id. `usdt-trace watch --otlp` then puts the
+ * span, and what nests in it, in that trace. Nothing for a span that is not recording (id 0). */
+#define USDT_TRACE_CONTEXT(provider, span_id, trace_hi, trace_lo, parent)                        \
+    do {                                                                                         \
+        if ((span_id) != 0)                                                                      \
+            USDT_PROBE(provider, trace__context, span_id, trace_hi, trace_lo, parent);           \
+    } while (0)
+
 /* One counter per executable or library (weak, hidden). A forked child continues it; tracers
  * pair spans by (pid, id). */
 __attribute__((weak, visibility("hidden"))) unsigned long long usdt_markers_span_counter = 1;
@@ -295,6 +307,8 @@ static __inline__ __attribute__((unused)) void _usdt_unused(int dummy, ...)
 #define USDT_SPAN_END(provider, name, id, ...) USDT_PROBE(provider, name, id, ##__VA_ARGS__)
 #define USDT_SPAN_ENTER(provider, name, id) USDT_PROBE(provider, name, id)
 #define USDT_SPAN_EXIT(provider, name, id) USDT_PROBE(provider, name, id)
+#define USDT_TRACE_CONTEXT(provider, span_id, trace_hi, trace_lo, parent)                        \
+    USDT_PROBE(provider, trace__context, span_id, trace_hi, trace_lo, parent)
 static __inline__ __attribute__((unused)) unsigned long long usdt_next_span_id(void)
 {
     return 0;

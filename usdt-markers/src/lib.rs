@@ -356,6 +356,40 @@ macro_rules! span {
     }};
 }
 
+/// Hands the W3C trace context of the request a span serves to the tracer, so the spans the
+/// kernel measures join the application's own distributed trace (`usdt-trace watch --otlp`
+/// puts the span, and everything nested in it, in trace `trace_id` under `parent_span_id`).
+/// Fires `provider:trace__context(span_id, trace_id_hi, trace_id_lo, parent_span_id)` while
+/// the span is open; nothing when the span is not recording or no tracer is attached.
+///
+/// ```
+/// use usdt_markers::{span, trace_context};
+/// // From a `traceparent: 00-<32 hex trace id>-<16 hex parent id>-01` header:
+/// let trace_id: u128 = 0x4bf92f3577b34da6a3ce929d0e0e4736;
+/// let parent: u64 = 0x00f067aa0ba902b7;
+/// let s = span!(myapp, request);
+/// trace_context!(myapp, s.id(), trace_id, parent);
+/// ```
+#[macro_export]
+macro_rules! trace_context {
+    ($provider:ident, $span_id:expr, $trace_id:expr, $parent_span_id:expr $(,)?) => {{
+        let __usdt_span: u64 = $span_id;
+        // A span that is not recording has id 0: there is nothing to attach the context to.
+        if __usdt_span != 0 {
+            let __usdt_trace: u128 = $trace_id;
+            let __usdt_parent: u64 = $parent_span_id;
+            $crate::probe!(
+                $provider,
+                trace__context,
+                __usdt_span,
+                (__usdt_trace >> 64) as u64,
+                __usdt_trace as u64,
+                __usdt_parent
+            );
+        }
+    }};
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __usdt_parent {

@@ -93,7 +93,15 @@ pub struct OtlpSink {
     /// Spans seen, and dropped because the queue was full.
     spans: u64,
     dropped: u64,
+    /// W3C contexts handed to open spans: (pid, markers span id) → (trace id, parent id).
+    contexts: std::collections::HashMap<(u32, u64), ([u8; 16], [u8; 8])>,
 }
+
+/// The probe name usdt-markers' `trace_context!` fires.
+const TRACE_CONTEXT: &str = "trace__context";
+/// Contexts remembered for spans that have not ended; past this many (spans that never end),
+/// the table starts over.
+const MAX_CONTEXTS: usize = 65536;
 
 impl OtlpSink {
     /// `marked[start_site]`: see the field. Starts the exporter thread.
@@ -133,6 +141,7 @@ impl OtlpSink {
             rng: tree::Rng::new(),
             spans: 0,
             dropped: 0,
+            contexts: std::collections::HashMap::new(),
         })
     }
 
@@ -242,6 +251,7 @@ impl OtlpSink {
                 attributes: attrs,
                 ..Default::default()
             },
+            context: None,
         }
     }
 }
@@ -298,14 +308,30 @@ impl Sink for OtlpSink {
     }
 
     fn record(&mut self, v: &View) -> io::Result<()> {
-        let View::Span {
-            pair,
-            start,
-            end,
-            rec,
-        } = *v
-        else {
-            return Ok(());
+        let (pair, start, end, rec) = match *v {
+            View::Span {
+                pair,
+                start,
+                end,
+                rec,
+            } => (pair, start, end, rec),
+            View::Event { site, rec } => {
+                // `trace__context(span_id, trace_id_hi, trace_id_lo, parent_span_id)`, fired
+                // by usdt-markers' `trace_context!` (or the C header's USDT_TRACE_CONTEXT)
+                // while the span is open: remembered until the span ends.
+                if site.name == TRACE_CONTEXT && site.args.len() >= 4 {
+                    if self.contexts.len() >= MAX_CONTEXTS {
+                        self.contexts.clear();
+                    }
+                    let a = &rec.args;
+                    let mut trace = [0u8; 16];
+                    trace[..8].copy_from_slice(&a[1].to_be_bytes());
+                    trace[8..].copy_from_slice(&a[2].to_be_bytes());
+                    self.contexts
+                        .insert((rec.hdr.pid, a[0]), (trace, a[3].to_be_bytes()));
+                }
+                return Ok(());
+            }
         };
         self.spans += 1;
         // Full: drop before paying for the conversion.
@@ -331,7 +357,13 @@ impl Sink for OtlpSink {
             self.known.insert(pid);
         }
         let name = format!("{}:{}", pair.provider, pair.stem);
-        let item = self.span(start, end, name, rec);
+        let mut item = self.span(start, end, name, rec);
+        if let Some((id, _)) = item.marker {
+            item.context = self
+                .contexts
+                .remove(&(pid, id))
+                .filter(|(trace, _)| *trace != [0; 16]);
+        }
         if !self.offer(Msg::Span(item)) {
             self.dropped += 1;
         }

@@ -33,12 +33,17 @@ pub struct Item {
     pub marker: Option<(u64, u64)>,
     /// `span_id` (and for markers `parent_span_id`) already set.
     pub span: Span,
+    /// The W3C trace context the application handed this span (`trace__context` probe):
+    /// (trace id, the application's parent span id). A root span with one keeps that trace id
+    /// and parent, so the kernel-measured spans join the application's own trace.
+    pub context: Option<([u8; 16], [u8; 8])>,
 }
 
 struct Node {
     pid: u32,
     span: Span,
     children: Vec<Node>,
+    context: Option<([u8; 16], [u8; 8])>,
 }
 
 impl Node {
@@ -130,6 +135,7 @@ impl Assembler {
             pid: item.pid,
             span: item.span,
             children: Vec::new(),
+            context: item.context,
         };
         let held = |node, since| Held {
             node,
@@ -213,8 +219,17 @@ impl Assembler {
         self.held = 0;
     }
 
-    fn release(&mut self, root: Node, out: &mut Vec<(u32, Span)>) {
-        let trace = self.rng.trace_id();
+    fn release(&mut self, mut root: Node, out: &mut Vec<(u32, Span)>) {
+        // The application's context, when it gave one, places the whole tree in its trace.
+        let trace = match root.context {
+            Some((trace, parent)) => {
+                if root.span.parent_span_id.is_empty() && parent != [0; 8] {
+                    root.span.parent_span_id = parent.to_vec();
+                }
+                trace.to_vec()
+            }
+            None => self.rng.trace_id(),
+        };
         let mut stack = vec![root];
         while let Some(mut n) = stack.pop() {
             n.span.trace_id = trace.clone();
@@ -249,6 +264,7 @@ mod tests {
                 parent_span_id,
                 ..Default::default()
             },
+            context: None,
         }
     }
 
@@ -331,5 +347,25 @@ mod tests {
         assert_ne!(marker_span_id(1, 2), marker_span_id(2, 2));
         assert_ne!(marker_span_id(1, 2), marker_span_id(1, 3));
         assert_eq!(marker_span_id(1, 2).len(), 8);
+    }
+
+    #[test]
+    fn an_application_context_gives_the_tree_its_trace_and_parent() {
+        let mut a = Assembler::default();
+        let mut out = Vec::new();
+        let now = Instant::now();
+        // A markers child ends first, then its root, which carries the context.
+        a.add(item("child", 2, 20, Some((8, 7)), 0), now, &mut out);
+        let mut root = item("root", 1, 10, Some((7, 0)), 0);
+        let trace = [0xab; 16];
+        root.context = Some((trace, [0xcd; 8]));
+        a.add(root, now, &mut out);
+        a.release_all(&mut out);
+        let r = find(&out, "root");
+        let c = find(&out, "child");
+        assert_eq!(r.trace_id, trace.to_vec());
+        assert_eq!(r.parent_span_id, vec![0xcd; 8]);
+        assert_eq!(c.trace_id, trace.to_vec());
+        assert_eq!(c.parent_span_id, r.span_id);
     }
 }
