@@ -458,7 +458,7 @@ mod tests {
             FilterError::NotCompilable { .. }
         ));
         assert!(matches!(e("p:pid == 1"), FilterError::Syntax { .. }));
-        let long = vec!["pid == 1"; MAX_FILTER_TERMS + 1].join(" || ");
+        let long = ["pid == 1"; MAX_FILTER_TERMS + 1].join(" || ");
         assert!(matches!(e(&long), FilterError::TooLong { .. }));
         let msg = e("arg1 == x").to_string();
         assert_eq!(

@@ -554,6 +554,30 @@ pub fn site_spec(
     spec
 }
 
+/// Per site (cookie), the `--filter` terms that name its probe (`Filter::site_mask`): events
+/// by their own name, span starts by theirs or their span's. Ends get none: a span's arguments
+/// are its start's, and end arguments are not filtered. A term naming none of these is an error.
+pub fn filter_masks(
+    plan: &Plan,
+    filter: &crate::filter::Filter,
+) -> Result<Vec<u32>, crate::filter::FilterError> {
+    let masks: Vec<u32> = plan
+        .sites
+        .iter()
+        .zip(&plan.specs)
+        .map(|(s, spec)| match (spec.role, s.pair) {
+            (SiteRole::EVENT, _) => filter.site_mask(&s.provider, &s.name, None),
+            (SiteRole::START, Some(p)) => {
+                let stem = plan.pairs.get(p as usize).map(|p| p.stem.as_str());
+                filter.site_mask(&s.provider, &s.name, stem)
+            }
+            _ => 0,
+        })
+        .collect();
+    filter.check_probes(&masks)?;
+    Ok(masks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1036,28 +1060,4 @@ mod tests {
             "{e}"
         );
     }
-}
-
-/// Per site (cookie), the `--filter` terms that name its probe (`Filter::site_mask`): events
-/// by their own name, span starts by theirs or their span's. Ends get none: a span's arguments
-/// are its start's, and end arguments are not filtered. A term naming none of these is an error.
-pub fn filter_masks(
-    plan: &Plan,
-    filter: &crate::filter::Filter,
-) -> Result<Vec<u32>, crate::filter::FilterError> {
-    let masks: Vec<u32> = plan
-        .sites
-        .iter()
-        .zip(&plan.specs)
-        .map(|(s, spec)| match (spec.role, s.pair) {
-            (SiteRole::EVENT, _) => filter.site_mask(&s.provider, &s.name, None),
-            (SiteRole::START, Some(p)) => {
-                let stem = plan.pairs.get(p as usize).map(|p| p.stem.as_str());
-                filter.site_mask(&s.provider, &s.name, stem)
-            }
-            _ => 0,
-        })
-        .collect();
-    filter.check_probes(&masks)?;
-    Ok(masks)
 }
