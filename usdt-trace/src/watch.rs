@@ -657,6 +657,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             threads_full: c.threads_full,
             id_spans_full: c.id_full,
             depth: c.depth,
+            kernel_skipped: tracer.missed_hits().unwrap_or(0),
         },
         filtered: c.below_min + c.filter_rejected,
     };

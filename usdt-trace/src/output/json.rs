@@ -225,7 +225,7 @@ pub fn start_json(out: &mut Vec<u8>, r: &RunInfo) {
 pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
     let _ = writeln!(
         out,
-        "{{\"type\":\"summary\",\"events\":{},\"spans\":{},\"lost\":{},\"unmatched\":{},\"unmatched_end\":{},\"dropped\":{{\"threads_full\":{},\"id_spans_full\":{},\"depth\":{}}},\"duration_ns\":{}}}",
+        "{{\"type\":\"summary\",\"events\":{},\"spans\":{},\"lost\":{},\"unmatched\":{},\"unmatched_end\":{},\"dropped\":{{\"threads_full\":{},\"id_spans_full\":{},\"depth\":{},\"kernel_skipped\":{}}},\"duration_ns\":{}}}",
         s.events,
         s.spans,
         s.lost,
@@ -234,6 +234,7 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
         s.dropped.threads_full,
         s.dropped.id_spans_full,
         s.dropped.depth,
+        s.dropped.kernel_skipped,
         s.duration_ns
     );
     // Only present with --min/--filter, so runs without them keep the documented line.
@@ -447,12 +448,13 @@ mod golden {
                 threads_full: 7,
                 id_spans_full: 8,
                 depth: 9,
+                kernel_skipped: 10,
             },
             filtered: 0,
         };
         assert_eq!(
             line(|o| summary_json(o, &s)),
-            r#"{"type":"summary","events":1,"spans":2,"lost":3,"unmatched":4,"unmatched_end":5,"dropped":{"threads_full":7,"id_spans_full":8,"depth":9},"duration_ns":6}
+            r#"{"type":"summary","events":1,"spans":2,"lost":3,"unmatched":4,"unmatched_end":5,"dropped":{"threads_full":7,"id_spans_full":8,"depth":9,"kernel_skipped":10},"duration_ns":6}
 "#
         );
     }

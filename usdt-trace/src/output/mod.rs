@@ -107,11 +107,14 @@ pub struct Dropped {
     pub id_spans_full: u64,
     /// Nesting deeper than the per-thread stack (`MAX_DEPTH`).
     pub depth: u64,
+    /// Probe hits the kernel did not run the program for (another BPF program was running on
+    /// that CPU): their spans and events are missing.
+    pub kernel_skipped: u64,
 }
 
 impl Dropped {
     pub fn any(&self) -> bool {
-        self.threads_full + self.id_spans_full + self.depth > 0
+        self.threads_full + self.id_spans_full + self.depth + self.kernel_skipped > 0
     }
 
     /// One stderr line per limit that dropped spans: which limit, and how to raise it.
@@ -134,6 +137,12 @@ impl Dropped {
                 "warning: {} span starts dropped: spans nested deeper than {} on one thread (a build-time limit, MAX_DEPTH)",
                 self.depth,
                 usdt_trace_common::MAX_DEPTH
+            ));
+        }
+        if self.kernel_skipped > 0 {
+            w.push(format!(
+                "warning: {} probe hits were skipped by the kernel (another BPF program was running on that CPU): their spans and events are missing",
+                self.kernel_skipped
             ));
         }
         w
@@ -334,6 +343,7 @@ mod tests {
                     threads_full: 7,
                     id_spans_full: 8,
                     depth: 9,
+                    kernel_skipped: 0,
                 },
                 filtered: 0,
             },
@@ -355,6 +365,7 @@ mod tests {
             threads_full: 4,
             id_spans_full: 0,
             depth: 16,
+            kernel_skipped: 0,
         };
         let w = d.warnings(8, 16);
         assert_eq!(w.len(), 2);

@@ -176,8 +176,8 @@ pub fn summary_text(s: &Summary) -> String {
     let d = &s.dropped;
     let dropped = if d.any() {
         format!(
-            ", dropped {} (threads full), {} (id spans full), {} (depth)",
-            d.threads_full, d.id_spans_full, d.depth
+            ", dropped {} (threads full), {} (id spans full), {} (depth), {} probe hits skipped by the kernel",
+            d.threads_full, d.id_spans_full, d.depth, d.kernel_skipped
         )
     } else {
         String::new()

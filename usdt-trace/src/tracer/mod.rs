@@ -596,6 +596,26 @@ impl Tracer {
         n
     }
 
+    /// Probe hits the kernel did not run our uprobe program for: it skips a BPF program when
+    /// another one is already running on that CPU (a uprobe program can be preempted midway,
+    /// and the next thread on the CPU then hits a probe). Those hits never reach the program,
+    /// so no counter of ours sees them; the kernel counts them in the program's
+    /// `recursion_misses`. None when the kernel does not report it.
+    pub fn missed_hits(&self) -> Option<u64> {
+        let fds = self
+            .multi_prog
+            .as_ref()
+            .map(|f| f.as_raw_fd())
+            .into_iter()
+            .chain(self.prog_fd);
+        let mut total = None;
+        for fd in fds {
+            let m = sys::prog_recursion_misses(fd)?;
+            *total.get_or_insert(0) += m;
+        }
+        total
+    }
+
     pub fn counters(&self) -> Result<Counters, TraceError> {
         let map: PerCpuArray<_, u64> = PerCpuArray::try_from(
             self.ebpf

@@ -65,6 +65,28 @@ pub fn sys_bpf(cmd: libc::c_long, attr: *const u8, size: usize) -> i32 {
     unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size as u32) as i32 }
 }
 
+/// `recursion_misses` of a loaded program (BPF_OBJ_GET_INFO_BY_FD), or None if the kernel
+/// does not report it (older than 5.12) or the call fails.
+pub fn prog_recursion_misses(prog_fd: i32) -> Option<u64> {
+    use aya_obj::generated::bpf_prog_info;
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    // SAFETY: bpf_prog_info is plain integers and pointers: all zeroes is valid.
+    let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
+    let info_len = std::mem::size_of::<bpf_prog_info>() as u32;
+    // struct { u32 bpf_fd; u32 info_len; u64 info; } of union bpf_attr, zero-padded.
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&(prog_fd as u32).to_ne_bytes());
+    attr[4..8].copy_from_slice(&info_len.to_ne_bytes());
+    attr[8..16].copy_from_slice(&(&mut info as *mut bpf_prog_info as u64).to_ne_bytes());
+    if sys_bpf(BPF_OBJ_GET_INFO_BY_FD, attr.as_ptr(), attr.len()) != 0 {
+        return None;
+    }
+    // The kernel writes back how much of the struct it filled.
+    let filled = u32::from_ne_bytes(attr[4..8].try_into().ok()?) as usize;
+    let end = std::mem::offset_of!(bpf_prog_info, recursion_misses) + 8;
+    (filled >= end).then_some(info.recursion_misses)
+}
+
 /// One eBPF instruction: opcode, registers, offset, immediate (`struct bpf_insn`).
 pub const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
     code as u64
