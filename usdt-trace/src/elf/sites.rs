@@ -73,9 +73,7 @@ pub(super) fn semaphore_page_shared(
     sema: u64,
     sema_offset: u64,
 ) -> bool {
-    let in_relro = relro
-        .iter()
-        .any(|&(v, m)| sema >= v && sema - v < m);
+    let in_relro = relro.iter().any(|&(v, m)| sema >= v && sema - v < m);
     let page = sema_offset & !(PAGE - 1);
     let others = loads.iter().filter(|l| !l.contains(sema)).any(|l| {
         let start = l.offset & !(PAGE - 1);
