@@ -113,3 +113,27 @@ fn lld_packed_semaphores_raised_in_processes_started_after_attach() {
         assert!(t.quit().success());
     }
 }
+
+/// `-c`: the command starts after attach, so only watch's own raising lets it see its probe.
+#[test]
+#[ignore = "needs root"]
+fn lld_packed_semaphore_raised_in_the_command() {
+    let dir = rust_lld_dir().expect("rustc ships rust-lld (gcc-ld/ld.lld)");
+    let b = format!("-B{}", dir.display());
+    let bin = build_c(
+        "sema_wait",
+        &["-O2", "-fuse-ld=lld", &b, "-Wl,-z,noseparate-code"],
+    );
+    assert_eq!(list_json(&bin)[0]["semaphore_relro_shared"], json!(true));
+    let out = watch::Watch::start(&["-c", bin.to_str().unwrap()]).finish();
+    assert!(
+        out.status.success(),
+        "the command saw its semaphore raised: {:?} {}",
+        out.status,
+        out.stderr
+    );
+    let events = out.events();
+    assert_eq!(events.len(), 1, "{:?}", out.records);
+    assert_eq!(events[0]["name"], "go");
+    assert_eq!(events[0]["args"], json!([42, -7]));
+}
