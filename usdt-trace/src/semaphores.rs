@@ -17,7 +17,7 @@
 use crate::plan::Plan;
 use crate::procmaps::{parse_maps, MapEntry};
 use crate::target::Object;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
@@ -165,8 +165,9 @@ pub struct Raiser {
     affected: Vec<Affected>,
     /// Only these processes (`-p`, `-c`), else every process.
     pids: Vec<u32>,
-    /// Processes that mapped an affected object before attach: the kernel counts theirs.
-    before: HashSet<(u32, u64)>,
+    /// Semaphores that processes had mapped before attach: the kernel counts those. Keyed by
+    /// PID and start time; a library such a process loads later is raised like in a new one.
+    before: HashMap<(u32, u64), Vec<(u64, u16)>>,
     raised: HashMap<u32, Raised>,
     last: Option<Instant>,
 }
@@ -177,16 +178,27 @@ impl Raiser {
         let mut r = Raiser {
             affected,
             pids: pids.to_vec(),
-            before: HashSet::new(),
+            before: HashMap::new(),
             raised: HashMap::new(),
             last: None,
         };
-        for pid in r.candidates() {
+        // Nothing to scan for in the usual case: no process is read at all.
+        let pids = if r.affected.is_empty() {
+            Vec::new()
+        } else {
+            r.candidates()
+        };
+        for pid in pids {
             let (Some(start), Some(maps)) = (start_time(pid), maps_of(pid)) else {
                 continue;
             };
-            if r.affected.iter().any(|a| !addresses(&maps, a).is_empty()) {
-                r.before.insert((pid, start));
+            let at: Vec<(u64, u16)> = r
+                .affected
+                .iter()
+                .flat_map(|a| addresses(&maps, a))
+                .collect();
+            if !at.is_empty() {
+                r.before.insert((pid, start), at);
             }
         }
         r
@@ -238,31 +250,37 @@ impl Raiser {
             let Some(start) = start_time(pid) else {
                 continue;
             };
-            if self.before.contains(&(pid, start)) {
-                continue;
-            }
-            match self.raised.get(&pid) {
-                Some(r) if r.start == start => continue,
-                // A reused PID: the old process is gone with its semaphores.
-                Some(_) => {
-                    self.raised.remove(&pid);
-                }
-                None => {}
-            }
             let Some(maps) = maps_of(pid) else { continue };
-            let at: Vec<(u64, u16)> = self
+            let kernels = self.before.get(&(pid, start));
+            let now: Vec<(u64, u16)> = self
                 .affected
                 .iter()
                 .flat_map(|a| addresses(&maps, a))
-                .filter(|&(addr, n)| adjust(pid, addr, i32::from(n)))
+                .filter(|x| !kernels.is_some_and(|k| k.contains(x)))
                 .collect();
-            if !at.is_empty() {
-                self.raised.insert(pid, Raised { start, at });
+            let r = self.raised.entry(pid).or_insert(Raised {
+                start,
+                at: Vec::new(),
+            });
+            // A reused PID: the old process is gone with its semaphores.
+            if r.start != start {
+                *r = Raised {
+                    start,
+                    at: Vec::new(),
+                };
+            }
+            // A mapping gone (the library unloaded, the process exec'd another image) has
+            // nothing left to lower; a new one (a library loaded later) is raised now.
+            r.at.retain(|x| now.contains(x));
+            for (addr, n) in now {
+                if !r.at.contains(&(addr, n)) && adjust(pid, addr, i32::from(n)) {
+                    r.at.push((addr, n));
+                }
             }
         }
         // Forget processes that exited, so the map stays as small as what runs.
         self.raised
-            .retain(|&pid, r| start_time(pid) == Some(r.start));
+            .retain(|&pid, r| !r.at.is_empty() && start_time(pid) == Some(r.start));
     }
 
     /// Takes back what was raised, in processes still alive and still mapping the object at
