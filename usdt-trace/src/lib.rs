@@ -34,6 +34,7 @@ pub mod pattern;
 pub mod plan;
 pub mod procmaps;
 pub mod procmem;
+pub mod semaphores;
 pub mod spans;
 pub mod target;
 pub mod tracer;

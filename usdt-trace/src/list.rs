@@ -167,6 +167,10 @@ struct JsonSite<'a> {
     base: u64,
     semaphore: u64,
     semaphore_offset: Option<u64>,
+    /// lld's packed layout: the kernel alone cannot raise this semaphore in processes started
+    /// after attach (`watch` raises it itself).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    semaphore_relro_shared: bool,
     file_offset: u64,
     args: &'a str,
     insn: SiteInsn,
@@ -186,6 +190,7 @@ fn write_json(buf: &mut Vec<u8>, path: &str, pid: Option<u32>, s: &Site) -> io::
         base: s.base,
         semaphore: s.semaphore,
         semaphore_offset: s.semaphore_offset,
+        semaphore_relro_shared: s.semaphore_shared_page,
         file_offset: s.file_offset,
         args: &s.args_raw,
         insn: s.insn,
@@ -259,6 +264,7 @@ fn write_text(
         .map(|s| {
             let sema = match (s.semaphore, s.semaphore_offset) {
                 (0, _) => "-".to_string(),
+                (a, Some(_)) if s.semaphore_shared_page => format!("{a:#x}(relro-shared)"),
                 (a, Some(_)) => format!("{a:#x}"),
                 (a, None) => format!("{a:#x}(unusable)"),
             };

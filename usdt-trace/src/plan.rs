@@ -594,6 +594,7 @@ mod tests {
             semaphore: sema.map_or(0, |s| s + 0x4000),
             file_offset: off,
             semaphore_offset: sema,
+            semaphore_shared_page: false,
             args_raw: args.join(" "),
             args: args
                 .iter()

@@ -598,6 +598,13 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             .zip(filter_masks.as_deref())
             .map(|(f, m)| (f.compile(), m)),
     })?;
+    // Before attach: processes already mapping the objects get their semaphores from the
+    // kernel; only those started later need raising by hand.
+    let mut raiser =
+        crate::semaphores::Raiser::new(crate::semaphores::affected(&objects, &plan), &pids);
+    if let Some(w) = raiser.warning() {
+        eprintln!("{}", clean(&w));
+    }
     attach(&mut tracer, &objects, &plan, &pids)?;
     // Before the readiness line: a script may send SIGINT the moment it sees it.
     install_signal_handlers();
@@ -633,10 +640,14 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             reader.interval(&tracer)?;
         }
         watched.check(&objects);
+        raiser.poll();
     }
 
     // Detach first (semaphores drop), then take what is left in the ring.
     let detach = tracer.detach_all();
+    // After detach: the kernel's unregister may itself lower the real semaphore (by then the
+    // RELRO copy is read-only), and lowering never goes below 0, so the count ends at 0.
+    raiser.lower_all();
     while reader.batch(&mut tracer, Duration::ZERO)? > 0 {}
     if cfg.hist {
         reader.totals(&tracer, cfg.interval.is_some())?;

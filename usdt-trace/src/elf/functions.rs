@@ -360,6 +360,7 @@ pub fn function_sites(
                 semaphore: 0,
                 file_offset: offset,
                 semaphore_offset: None,
+                semaphore_shared_page: false,
                 args_raw: GO_ARGS
                     .iter()
                     .map(|r| format!("8@{r}"))
@@ -397,6 +398,7 @@ pub fn function_sites(
             semaphore: 0,
             file_offset: f.file_offset,
             semaphore_offset: None,
+            semaphore_shared_page: false,
             args_raw: regs
                 .iter()
                 .map(|r| format!("8@{r}"))

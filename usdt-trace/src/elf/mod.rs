@@ -114,6 +114,11 @@ pub struct Site {
     pub file_offset: u64,
     /// File offset of the semaphore (the uprobe's ref_ctr_offset), None when there is none.
     pub semaphore_offset: Option<u64>,
+    /// The semaphore's file page is also mapped by another segment or lies in PT_GNU_RELRO
+    /// (lld's packed layout): the kernel raises the wrong copy in processes started after
+    /// attach, so `watch` raises the real one itself.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub semaphore_shared_page: bool,
     /// The argument string exactly as in the note ("" when none; ":" is also zero args).
     pub args_raw: String,
     pub args: Vec<ArgSpec>,
@@ -137,6 +142,10 @@ pub struct ObjectProbes {
     /// Spans whose polls usdt-markers marks with `<stem>__enter`/`<stem>__exit` (note type 2):
     /// (provider, stem) pairs.
     pub poll_spans: Vec<(String, String)>,
+    /// The lowest PT_LOAD address, page-aligned: the load bias of a process is the start of
+    /// its lowest mapping of this object minus this.
+    #[serde(skip)]
+    pub first_load_page: u64,
     /// What was skipped or cannot be used, in the order met (one line each when displayed).
     pub warnings: Vec<ElfWarning>,
 }
@@ -321,12 +330,12 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
         out.warnings = warnings.finish();
         return Ok(out);
     }
-    let loads = sites::loads(
-        header
-            .program_headers(endian, data)
-            .map_err(malformed("program header table"))?,
-        endian,
-    );
+    let phdrs = header
+        .program_headers(endian, data)
+        .map_err(malformed("program header table"))?;
+    let loads = sites::loads(phdrs, endian);
+    let relro = sites::relro(phdrs, endian);
+    out.first_load_page = sites::first_load_page(&loads);
 
     let mut stapsdt: Vec<&[u8]> = Vec::new();
     let mut markers: Vec<&[u8]> = Vec::new();
@@ -445,6 +454,8 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
                 }
             }
         };
+        let semaphore_shared_page = semaphore_offset
+            .is_some_and(|off| sites::semaphore_page_shared(&loads, &relro, semaphore, off));
         let (insn, insn_bytes) = sites::classify_site(data, seg, file_offset, pc, arch);
         pending.push(PendingSite {
             site: Site {
@@ -455,6 +466,7 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
                 semaphore,
                 file_offset,
                 semaphore_offset,
+                semaphore_shared_page,
                 args_raw: raw.args.into_owned(),
                 args: Vec::new(),
                 insn,

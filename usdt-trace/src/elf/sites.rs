@@ -44,6 +44,45 @@ pub(super) fn loads<P: ProgramHeader>(phdrs: &[P], endian: P::Endian) -> Vec<Loa
         .collect()
 }
 
+/// The PT_GNU_RELRO ranges (vaddr, memsz) of a program header table.
+pub(super) fn relro<P: ProgramHeader>(phdrs: &[P], endian: P::Endian) -> Vec<(u64, u64)> {
+    phdrs
+        .iter()
+        .filter(|ph| ph.p_type(endian) == elf::PT_GNU_RELRO)
+        .map(|ph| (ph.p_vaddr(endian).into(), ph.p_memsz(endian).into()))
+        .collect()
+}
+
+/// The lowest PT_LOAD address, page-aligned: what the first mapping of the object starts at
+/// before the load bias, so `bias = lowest mapping start - this`.
+pub(super) fn first_load_page(loads: &[Load]) -> u64 {
+    loads.iter().map(|l| l.vaddr).min().unwrap_or(0) & !(PAGE - 1)
+}
+
+/// The page size the shared-page check assumes (x86_64 and the usual aarch64 kernels; a 64 KiB
+/// kernel only shares more pages, which this then under-reports).
+const PAGE: u64 = 4096;
+
+/// Whether the semaphore's file page is mapped twice (lld's packed layout): once by its own
+/// writable PT_LOAD and once by another PT_LOAD (or it lies in PT_GNU_RELRO). For processes
+/// started after attach the kernel raises the copy in the mapping it meets first, which the
+/// loader then makes read-only, so the real semaphore stays 0.
+pub(super) fn semaphore_page_shared(
+    loads: &[Load],
+    relro: &[(u64, u64)],
+    sema: u64,
+    sema_offset: u64,
+) -> bool {
+    let in_relro = relro.iter().any(|&(v, m)| sema >= v && sema - v < m);
+    let page = sema_offset & !(PAGE - 1);
+    let others = loads.iter().filter(|l| !l.contains(sema)).any(|l| {
+        let start = l.offset & !(PAGE - 1);
+        let end = l.offset.saturating_add(l.filesz);
+        l.filesz > 0 && page >= start && page < end
+    });
+    in_relro || others
+}
+
 /// Why no uprobe can be placed at a pc.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PcProblem {
@@ -198,6 +237,45 @@ mod tests {
         filesz: 0x100,
         exec: false,
     };
+
+    #[test]
+    fn shared_semaphore_page() {
+        // lld's packed layout: a read-only PT_LOAD ends inside the file page that the writable
+        // one starts on.
+        let ro = Load {
+            vaddr: 0x1000,
+            memsz: 0x2010,
+            offset: 0x1000,
+            filesz: 0x2010,
+            exec: false,
+        };
+        let rw = Load {
+            vaddr: 0x4010,
+            memsz: 0x100,
+            offset: 0x3010,
+            filesz: 0x100,
+            exec: false,
+        };
+        assert!(semaphore_page_shared(&[TEXT, ro, rw], &[], 0x4020, 0x3020));
+        // The same semaphore one page further: alone on its page.
+        assert!(!semaphore_page_shared(&[TEXT, ro, rw], &[], 0x5020, 0x4020));
+        // Separate pages, as GNU ld and the markers lay them out.
+        assert!(!semaphore_page_shared(&[TEXT, DATA], &[], 0x602010, 0x2010));
+        // Inside PT_GNU_RELRO.
+        assert!(semaphore_page_shared(
+            &[TEXT, DATA],
+            &[(0x602000, 0x20)],
+            0x602010,
+            0x2010
+        ));
+        assert!(!semaphore_page_shared(
+            &[TEXT, DATA],
+            &[(0x602000, 0x10)],
+            0x602010,
+            0x2010
+        ));
+        assert_eq!(first_load_page(&[DATA, TEXT]), 0x401000);
+    }
 
     #[test]
     fn pcs_map_through_their_segment() {

@@ -999,3 +999,26 @@ fn a_file_shrinking_after_stat_is_an_error_not_a_signal() {
         ElfError::Truncated { .. } | ElfError::Malformed { .. }
     ));
 }
+
+#[test]
+fn semaphore_on_a_page_mapped_twice_is_flagged() {
+    let sema = DATA + 0x10;
+    let plain = Synth::x64();
+    let note = |name: &str| plain.note(TEXT, sema, "p", name, "");
+    let plain = plain.clone().notes(&[note("a")]);
+    let p = parsed(&plain);
+    assert_eq!(p.sites[0].semaphore_offset, Some(0x2010));
+    assert!(!p.sites[0].semaphore_shared_page);
+    assert_eq!(p.first_load_page, 0x400000);
+    // lld's packed layout: a read-only segment (RELRO) maps the data segment's file page too.
+    let mut packed = Synth::x64().notes(&[note("a")]);
+    packed.loads.push(Ph {
+        vaddr: 0x500000,
+        offset: 0x2000,
+        filesz: 0x80,
+        memsz: 0x80,
+        flags: elf::PF_R,
+    });
+    let p = parsed(&packed);
+    assert!(p.sites[0].semaphore_shared_page);
+}
