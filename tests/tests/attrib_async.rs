@@ -3,6 +3,9 @@
 //! `watch -c`. While a span is entered on a worker, that worker's time is the span's; between
 //! polls the span waits to be polled (`idle_ns`).
 //!
+//! Scenarios: a 20 ms timer, 10 ms of CPU over two polls on two workers, a `spawn_blocking`
+//! pipe read a writer fills after 20 ms, and 10 ms of CPU on a CPU shared with a pinned hog.
+//!
 //! Every polled span is checked for `oncpu + runq + sleep + io + idle == duration` (20 µs: the
 //! parts are exact sums of the same clock's intervals, up to a wakeup stamped on another CPU),
 //! and each scenario against its known answer within 10%.
@@ -113,6 +116,63 @@ fn async_spans_get_a_split_across_threads() {
         );
         // The waker holds the burner for 2 ms between its polls.
         assert!(num(s, "idle_ns") >= 2.0 * MS, "{s}");
+    }
+    for s in spans(&out, "blockread", rounds) {
+        eprintln!("blockread: {s}");
+        check_adds_up(s);
+        // The read blocks the blocking-pool thread, not the span: its wait (and the wait for a
+        // worker to first poll it, end_args[0] is the span id) is idle.
+        let wait = s["end_args"][1]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no await time: {s}")) as f64;
+        assert!(wait >= 20.0 * MS, "the writer's 20 ms: {s}");
+        within10(
+            "idle vs the span's wall time",
+            num(s, "idle_ns"),
+            wait,
+            0.0,
+            s,
+        );
+        assert!(num(s, "polls") >= 2.0, "{s}");
+        assert!(num(s, "oncpu_ns") < 1.0 * MS, "little CPU: {s}");
+        assert_eq!(num(s, "sleep_ns"), 0.0, "no poll sleeps: {s}");
+    }
+    // The blocking thread's own span is where the wait is a sleep.
+    for s in spans(&out, "blockio", rounds) {
+        eprintln!("blockio: {s}");
+        assert!(s.get("idle_ns").is_none(), "thread-local: {s}");
+        within10(
+            "sleep vs the writer's 20 ms",
+            num(s, "sleep_ns"),
+            20.0 * MS,
+            0.0,
+            s,
+        );
+    }
+    for s in spans(&out, "contend", rounds) {
+        eprintln!("contend: {s}");
+        check_adds_up(s);
+        within10(
+            "oncpu vs the 10 ms of CPU work",
+            num(s, "oncpu_ns"),
+            10.0 * MS,
+            0.0,
+            s,
+        );
+        // What the pinned hog ran while the span was polled is what the span waited for.
+        // end_args[0] is the span id.
+        let hog = s["end_args"][1]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no hog time: {s}")) as f64;
+        assert!(hog >= 3.0 * MS, "the hog shares the CPU: {s}");
+        // 0.5 ms: the hog also runs in the instant between the two polls, which is idle.
+        within10(
+            "runq vs the hog's CPU time",
+            num(s, "runq_ns"),
+            hog,
+            0.5 * MS,
+            s,
+        );
     }
     // Without poll markers, a span that ended on another thread than it started has no split.
     for s in spans(&out, "plain", rounds) {

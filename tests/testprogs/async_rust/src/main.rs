@@ -4,12 +4,21 @@
 //! - `timer`: awaits a 20 ms timer: ~20 ms waiting to be polled, little CPU;
 //! - `burn`: 5 ms of CPU, a ~2 ms wait for a task on the other worker to wake it (so it is
 //!   polled again over there), 5 ms more: ~10 ms on CPU over two polls on two threads;
+//! - `blockread`: awaits a `spawn_blocking` read of a pipe that a writer fills 20 ms after the
+//!   read begins: the span's wall time (its end argument, >= 20 ms) is nearly all waiting to be
+//!   polled; the blocking thread's own thread-local `blockio` span sleeps those 20 ms;
+//! - `contend`: on a second runtime whose workers are pinned to CPU 0 beside a CPU hog pinned
+//!   there too, 5 ms of CPU, a yield, 5 ms more: ~10 ms on CPU, and the run-queue time is what
+//!   the hog ran meanwhile (its CPU time over the polls, handed over as the span's end argument);
 //! - `plain`: awaits a 20 ms timer without poll markers: paired by id, but no split when it
 //!   ends on another thread than it started.
 //!
 //! Usage: `async_rust ROUNDS`. Each span starts on the main thread and ends inside its last
 //! poll, on a worker. The scenarios run one at a time.
 use std::future::Future;
+use std::io::Read;
+use std::os::fd::FromRawFd;
+use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +53,29 @@ fn spin_until(flag: &AtomicBool) {
     while !flag.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(1) {
         std::hint::spin_loop();
     }
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; the calls only read it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let r = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(r, 0, "sched_setaffinity: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// CPU time of the thread behind `clock` (from `pthread_getcpuclockid`), ns.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a clock id from pthread_getcpuclockid of a live thread, and a timespec we own.
+    let r = unsafe { libc::clock_gettime(clock, &mut ts) };
+    assert_eq!(r, 0, "clock_gettime: {}", std::io::Error::last_os_error());
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// As attrib_scen.c: nice -20 in a session (and autogroup) of our own, so that the other work
@@ -120,6 +152,45 @@ fn main() {
             burner.await.expect("burn task");
         }
         for _ in 0..rounds {
+            let mut fds = [0; 2];
+            // SAFETY: a two-int array for pipe(2) to fill.
+            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+            // SAFETY: fresh descriptors from pipe(2), each owned by one File.
+            let (mut rd, mut wr) =
+                unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) };
+            let s = span!(asyncscen, blockread; parent = 0; end(u64));
+            let t = std::time::Instant::now();
+            let id = s.id();
+            // The writer's 20 ms start when the blocking thread is in its span, about to read:
+            // a new blocking thread can take milliseconds to start on a loaded machine.
+            let reading = Arc::new(AtomicBool::new(false));
+            let r = reading.clone();
+            let writer = std::thread::spawn(move || {
+                spin_until(&r);
+                std::thread::sleep(Duration::from_millis(20));
+                std::io::Write::write_all(&mut wr, b"x").expect("write pipe");
+            });
+            let fut = async move {
+                let n = tokio::task::spawn_blocking(move || {
+                    let io = span!(asyncscen, blockio);
+                    reading.store(true, Ordering::Release);
+                    let mut b = [0u8; 1];
+                    let n = rd.read(&mut b).expect("read pipe");
+                    io.end();
+                    n
+                })
+                .await
+                .expect("blocking read");
+                assert_eq!(n, 1);
+                // The span's wall time: the wait for a worker, the pool thread and the read.
+                s.end(t.elapsed().as_nanos() as u64);
+            };
+            tokio::spawn(poll_markers!(asyncscen, blockread).instrument(id, fut))
+                .await
+                .expect("blockread task");
+            writer.join().expect("writer");
+        }
+        for _ in 0..rounds {
             let s = span!(asyncscen, plain; parent = 0);
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -129,5 +200,52 @@ fn main() {
             .expect("plain task");
         }
     });
+    contend(rounds);
     eprintln!("done");
+}
+
+/// The `contend` scenario: a runtime of its own, all on CPU 0, with a hog there.
+fn contend(rounds: u32) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .on_thread_start(|| pin_to(0))
+        .build()
+        .expect("runtime");
+    let stop = Arc::new(AtomicBool::new(false));
+    let hog_running = Arc::new(AtomicBool::new(false));
+    let (st, run) = (stop.clone(), hog_running.clone());
+    let hog = std::thread::spawn(move || {
+        pin_to(0);
+        run.store(true, Ordering::Release);
+        let mut x = 0u64;
+        while !st.load(Ordering::Relaxed) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    });
+    spin_until(&hog_running);
+    let mut hog_clock: libc::clockid_t = 0;
+    // SAFETY: the hog's pthread_t, alive until joined below.
+    let r = unsafe { libc::pthread_getcpuclockid(hog.as_pthread_t(), &mut hog_clock) };
+    assert_eq!(r, 0, "pthread_getcpuclockid");
+    rt.block_on(async {
+        for _ in 0..rounds {
+            let s = span!(asyncscen, contend; parent = 0; end(u64));
+            let id = s.id();
+            let fut = async move {
+                // Inside the first poll: what the hog runs from here to the end is what the
+                // span waited for on the run queue (both are pinned to CPU 0, nothing else
+                // of ours is runnable there, and the yield is polled again at once).
+                let hog0 = clock_ns(hog_clock);
+                burn(Duration::from_millis(5));
+                tokio::task::yield_now().await;
+                burn(Duration::from_millis(5));
+                s.end(clock_ns(hog_clock) - hog0);
+            };
+            tokio::spawn(poll_markers!(asyncscen, contend).instrument(id, fut))
+                .await
+                .expect("contend task");
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    hog.join().expect("hog");
 }
