@@ -6,7 +6,8 @@
 //!   polled again over there), 5 ms more: ~10 ms on CPU over two polls on two threads;
 //! - `blockread`: awaits a `spawn_blocking` read of a pipe that a writer fills 20 ms after the
 //!   read begins: the span's wall time (its end argument, >= 20 ms) is nearly all waiting to be
-//!   polled; the blocking thread's own thread-local `blockio` span sleeps those 20 ms;
+//!   polled; the blocking thread's own thread-local `blockio` span sleeps from its read to the
+//!   write (>= 20 ms, its end argument);
 //! - `contend`: on a second runtime whose workers are pinned to CPU 0 beside a CPU hog pinned
 //!   there too, 5 ms of CPU, a yield, 5 ms more: ~10 ms on CPU, and the run-queue time is what
 //!   the hog ran meanwhile (its CPU time over the polls, handed over as the span's end argument);
@@ -161,27 +162,32 @@ fn main() {
             let s = span!(asyncscen, blockread; parent = 0; end(u64));
             let t = std::time::Instant::now();
             let id = s.id();
-            // The writer's 20 ms start when the blocking thread is in its span, about to read:
-            // a new blocking thread can take milliseconds to start on a loaded machine.
-            let reading = Arc::new(AtomicBool::new(false));
-            let r = reading.clone();
+            // The writer's 20 ms start when the blocking thread is in its span, about to read
+            // (a new blocking thread can take milliseconds to start on a loaded machine), and
+            // it writes the moment it wrote, so the reader knows how long the pipe kept it
+            // waiting whatever the writer's own scheduling delays.
+            let base = std::time::Instant::now();
+            let (reading, r) = std::sync::mpsc::channel::<()>();
             let writer = std::thread::spawn(move || {
-                spin_until(&r);
+                r.recv().expect("reader");
                 std::thread::sleep(Duration::from_millis(20));
-                std::io::Write::write_all(&mut wr, b"x").expect("write pipe");
+                let at = base.elapsed().as_nanos() as u64;
+                std::io::Write::write_all(&mut wr, &at.to_ne_bytes()).expect("write pipe");
             });
             let fut = async move {
                 let n = tokio::task::spawn_blocking(move || {
-                    let io = span!(asyncscen, blockio);
-                    reading.store(true, Ordering::Release);
-                    let mut b = [0u8; 1];
-                    let n = rd.read(&mut b).expect("read pipe");
-                    io.end();
-                    n
+                    let io = span!(asyncscen, blockio; end(u64));
+                    let t0 = base.elapsed().as_nanos() as u64;
+                    reading.send(()).expect("writer");
+                    let mut b = [0u8; 8];
+                    rd.read_exact(&mut b).expect("read pipe");
+                    // From the read to the write that ended it: the span's sleep.
+                    io.end(u64::from_ne_bytes(b).saturating_sub(t0));
+                    b.len()
                 })
                 .await
                 .expect("blocking read");
-                assert_eq!(n, 1);
+                assert_eq!(n, 8);
                 // The span's wall time: the wait for a worker, the pool thread and the read.
                 s.end(t.elapsed().as_nanos() as u64);
             };
