@@ -5,6 +5,8 @@
 //!
 //! Scenarios: a 20 ms timer, 10 ms of CPU over two polls on two workers, a `spawn_blocking`
 //! pipe read a writer fills after 20 ms, and 10 ms of CPU on a CPU shared with a pinned hog.
+//! Where scheduling delays outside the program's control (a loaded machine) enter a known
+//! answer, the program measures it with its own clocks and hands it over as end arguments.
 //!
 //! Every polled span is checked for `oncpu + runq + sleep + io + idle == duration` (20 µs: the
 //! parts are exact sums of the same clock's intervals, up to a wakeup stamped on another CPU),
@@ -86,14 +88,18 @@ fn async_spans_get_a_split_across_threads() {
         eprintln!("timer: {s}");
         check_adds_up(s);
         assert!(num(s, "polls") >= 2.0, "a timer wait takes two polls: {s}");
-        // The wait is not on any thread: idle, not sleep.
-        within10(
-            "idle vs the 20 ms timer",
-            num(s, "idle_ns"),
-            20.0 * MS,
-            TOKIO_TIMER_SLOT,
-            s,
+        // The wait is not on any thread: idle, not sleep. Not just the 20 ms: on a loaded
+        // machine the first poll and the wakeup of a worker after the timer can each take
+        // milliseconds, and that too is waiting to be polled. end_args[1]: the span's wall
+        // time until it resumed after the timer, measured by the program.
+        let wait = s["end_args"][1]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no wait time: {s}")) as f64;
+        assert!(
+            wait >= 20.0 * MS && wait <= 20.0 * MS + TOKIO_TIMER_SLOT + 20.0 * MS,
+            "the 20 ms timer: {s}"
         );
+        within10("idle vs the span's wait", num(s, "idle_ns"), wait, 0.0, s);
         assert!(num(s, "oncpu_ns") < 1.0 * MS, "little CPU: {s}");
         assert_eq!(num(s, "sleep_ns"), 0.0, "no poll sleeps: {s}");
     }
@@ -159,18 +165,28 @@ fn async_spans_get_a_split_across_threads() {
             s,
         );
         // What the pinned hog ran while the span was polled is what the span waited for.
-        // end_args[0] is the span id.
-        let hog = s["end_args"][1]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no hog time: {s}")) as f64;
+        // end_args[0] is the span id; [1] the polls' wall time less their CPU time, as the
+        // program measured it; [2] the CPU time the pinned hog ran meanwhile.
+        let arg = |i: usize| {
+            s["end_args"][i]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no end_args[{i}]: {s}")) as f64
+        };
+        let (waited, hog) = (arg(1), arg(2));
         assert!(hog >= 3.0 * MS, "the hog shares the CPU: {s}");
-        // 0.5 ms: the hog also runs in the instant between the two polls, which is idle.
+        // Slack: the two clock reads around each burn are outside it but inside the poll.
         within10(
-            "runq vs the hog's CPU time",
+            "runq vs the polls' wait for a CPU",
             num(s, "runq_ns"),
-            hog,
-            0.5 * MS,
+            waited,
+            0.1 * MS,
             s,
+        );
+        // What the hog ran while the span was polled, it waited for (0.5 ms: the hog also
+        // runs in the instant between the polls, which is idle).
+        assert!(
+            num(s, "runq_ns") >= hog * 0.9 - 0.5 * MS,
+            "runq below the hog's time: {s}"
         );
     }
     // Without poll markers, a span that ended on another thread than it started has no split.

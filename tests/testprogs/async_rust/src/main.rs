@@ -1,7 +1,8 @@
 //! Request spans with known answers on a two-worker tokio runtime, each wrapped in its poll
 //! markers so a tracer can split its time across the threads that polled it:
 //!
-//! - `timer`: awaits a 20 ms timer: ~20 ms waiting to be polled, little CPU;
+//! - `timer`: awaits a 20 ms timer: its wall time until it resumes (its end argument) waiting
+//!   to be polled, little CPU;
 //! - `burn`: 5 ms of CPU, a ~2 ms wait for a task on the other worker to wake it (so it is
 //!   polled again over there), 5 ms more: ~10 ms on CPU over two polls on two threads;
 //! - `blockread`: awaits a `spawn_blocking` read of a pipe that a writer fills 20 ms after the
@@ -9,8 +10,8 @@
 //!   polled; the blocking thread's own thread-local `blockio` span sleeps from its read to the
 //!   write (>= 20 ms, its end argument);
 //! - `contend`: on a second runtime whose workers are pinned to CPU 0 beside a CPU hog pinned
-//!   there too, 5 ms of CPU, a yield, 5 ms more: ~10 ms on CPU, and the run-queue time is what
-//!   the hog ran meanwhile (its CPU time over the polls, handed over as the span's end argument);
+//!   there too, 5 ms of CPU, a yield, 5 ms more: ~10 ms on CPU; the run-queue time is the polls'
+//!   wall time less their CPU time (the first end argument), mostly the hog's (the second);
 //! - `plain`: awaits a 20 ms timer without poll markers: paired by id, but no split when it
 //!   ends on another thread than it started.
 //!
@@ -104,11 +105,14 @@ fn main() {
         .expect("runtime");
     rt.block_on(async {
         for _ in 0..rounds {
-            let s = span!(asyncscen, timer; parent = 0);
+            let s = span!(asyncscen, timer; parent = 0; end(u64));
+            let t = std::time::Instant::now();
             let id = s.id();
             let fut = async move {
                 tokio::time::sleep(Duration::from_millis(20)).await;
-                s.end();
+                // The wait for the first poll, the timer and the wakeup of a worker to poll
+                // again: all waiting to be polled.
+                s.end(t.elapsed().as_nanos() as u64);
             };
             tokio::spawn(poll_markers!(asyncscen, timer).instrument(id, fut))
                 .await
@@ -152,6 +156,9 @@ fn main() {
             waker.await.expect("waker task");
             burner.await.expect("burn task");
         }
+        // A blocking-pool thread started inside a poll would put its creation (clone, stack
+        // mmap: uninterruptible waits on a loaded machine) in the poll; start it beforehand.
+        tokio::task::spawn_blocking(|| ()).await.expect("blocking pool");
         for _ in 0..rounds {
             let mut fds = [0; 2];
             // SAFETY: a two-int array for pipe(2) to fill.
@@ -235,17 +242,20 @@ fn contend(rounds: u32) {
     assert_eq!(r, 0, "pthread_getcpuclockid");
     rt.block_on(async {
         for _ in 0..rounds {
-            let s = span!(asyncscen, contend; parent = 0; end(u64));
+            let s = span!(asyncscen, contend; parent = 0; end(u64, u64));
             let id = s.id();
             let fut = async move {
-                // Inside the first poll: what the hog runs from here to the end is what the
-                // span waited for on the run queue (both are pinned to CPU 0, nothing else
-                // of ours is runnable there, and the yield is polled again at once).
+                // Inside the polls the worker never sleeps: its wall time there less its CPU
+                // time is what it waited for a CPU, whoever else ran (the hog, mostly).
                 let hog0 = clock_ns(hog_clock);
+                let (t, c) = (std::time::Instant::now(), thread_cpu_ns());
                 burn(Duration::from_millis(5));
+                let mut waited = (t.elapsed().as_nanos() as u64).saturating_sub(thread_cpu_ns() - c);
                 tokio::task::yield_now().await;
+                let (t, c) = (std::time::Instant::now(), thread_cpu_ns());
                 burn(Duration::from_millis(5));
-                s.end(clock_ns(hog_clock) - hog0);
+                waited += (t.elapsed().as_nanos() as u64).saturating_sub(thread_cpu_ns() - c);
+                s.end(waited, clock_ns(hog_clock) - hog0);
             };
             tokio::spawn(poll_markers!(asyncscen, contend).instrument(id, fut))
                 .await
