@@ -209,7 +209,16 @@ fn check_span(s: &Span, j: &Value, zero: u64) {
             }
         }
     }
-    for k in ["oncpu_ns", "offcpu_ns", "runq_ns", "sleep_ns", "io_ns"] {
+    for k in [
+        "oncpu_ns",
+        "offcpu_ns",
+        "runq_ns",
+        "sleep_ns",
+        "io_ns",
+        "idle_ns",
+        "polls",
+        "threads",
+    ] {
         assert_eq!(int(a, &format!("usdt.{k}")), j[k].as_i64(), "{k}");
     }
     match j.get("waker") {
@@ -294,6 +303,39 @@ fn spans_arrive_with_every_field() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 4, "span ids are distinct");
+}
+
+/// A span whose polls were marked (attrib_poll.c: one job polled on two threads) carries its
+/// idle time, polls and threads as attributes, as the NDJSON of the same run does.
+#[test]
+#[ignore = "needs root"]
+fn polled_span_has_idle_polls_and_threads() {
+    let inc = usdt_trace_tests::markers::workspace_root().join("usdt-markers/include");
+    let bin = usdt_trace_tests::watch_util::build_c(
+        "attrib_poll",
+        &["-O2", "-pthread", "-I", inc.to_str().unwrap()],
+    );
+    let rx = Receiver::start(0);
+    let url = format!("http://127.0.0.1:{}", rx.port);
+    let out = watch::Watch::start(&["--otlp", &url, "-c", bin.to_str().unwrap()]).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let reqs = rx.kill();
+    let spans = out.spans();
+    assert_eq!(spans.len(), 1, "{:?}", out.records);
+    let got: Vec<&Span> = reqs
+        .iter()
+        .flat_map(|r| &r.body.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+        .collect();
+    assert_eq!(got.len(), 1);
+    check_span(got[0], spans[0], zero(&out));
+    let a = &got[0].attributes;
+    assert_eq!(
+        (int(a, "usdt.polls"), int(a, "usdt.threads")),
+        (Some(2), Some(2))
+    );
+    assert!(int(a, "usdt.idle_ns").unwrap() > 0);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `watch --perfetto FILE`: the file decodes with Perfetto's own protobuf definitions (the
 //! `perfetto` Python package, installed by scripts/setup.sh) and shows what the NDJSON of the
 //! same run shows: tracks per process and thread, nested slices, a span that crossed threads
-//! on its own track, instants for events, arguments and the time split as annotations.
+//! on its own track, instants for events, arguments and the time split (with a polled span's idle time, polls and
+//! threads) as annotations.
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -135,7 +136,16 @@ fn check_against_ndjson(d: &Value, out: &Output) {
         expect_args(&s["args"], "arg", a);
         expect_args(&s["end_args"], "end_arg", a);
         assert_eq!(a["end"], s["end"]);
-        for k in ["oncpu_ns", "offcpu_ns", "runq_ns", "sleep_ns", "io_ns"] {
+        for k in [
+            "oncpu_ns",
+            "offcpu_ns",
+            "runq_ns",
+            "sleep_ns",
+            "io_ns",
+            "idle_ns",
+            "polls",
+            "threads",
+        ] {
             assert_eq!(a.get(k), s.get(k), "{k}: {a}");
         }
         match s.get("waker") {
@@ -204,6 +214,30 @@ fn perfetto_trace_matches_the_ndjson_of_the_same_run() {
     assert_eq!(threads.len(), 2, "main and worker: {threads:?}");
     assert!(threads.iter().any(|t| &t["tid"] == main_tid));
     assert_eq!(d["instants"][0]["args"]["arg0"], -3);
+}
+
+/// A span whose polls were marked (attrib_poll.c: one job polled on two threads) carries its
+/// idle time, polls and threads as annotations, as the NDJSON of the same run does.
+#[test]
+#[ignore = "needs root"]
+fn polled_span_shows_idle_polls_and_threads() {
+    let inc = usdt_trace_tests::markers::workspace_root().join("usdt-markers/include");
+    let bin = build_c(
+        "attrib_poll",
+        &["-O2", "-pthread", "-I", inc.to_str().unwrap()],
+    );
+    let path = trace_path("perfetto-poll");
+    let (b, p) = (bin.to_str().unwrap(), path.to_str().unwrap());
+    let out = watch::Watch::start(&["--perfetto", p, "-c", b]).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let d = dump(&path);
+    let _ = std::fs::remove_file(&path);
+    check_against_ndjson(&d, &out);
+    let slices = d["slices"].as_array().unwrap();
+    assert_eq!(slices.len(), 1, "{slices:?}");
+    let a = &slices[0]["args"];
+    assert_eq!((&a["polls"], &a["threads"]), (&json!(2), &json!(2)), "{a}");
+    assert!(a["idle_ns"].as_u64().unwrap() > 0, "{a}");
 }
 
 /// Stopped by Ctrl-C in the middle of a busy run, the file is still a whole trace.

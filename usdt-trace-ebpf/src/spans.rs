@@ -11,8 +11,8 @@ use usdt_trace_common::{
     RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
     CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL,
     CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
-    CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION, HIST_IO, HIST_ONCPU,
-    HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS, STR_LEN, STR_NONE,
+    CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION, HIST_IDLE, HIST_IO,
+    HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS, STR_LEN, STR_NONE,
 };
 
 use crate::{
@@ -205,10 +205,14 @@ fn close_span(
         return;
     }
     if hit.hist() {
-        // The histograms have no idle component yet: without it a polled span's parts would
-        // not add up to its duration, so such spans count in the duration only.
-        let acct = if poll.is_some() { None } else { acct };
-        hist_add(hit.spec.pair_id, dur, acct.as_ref());
+        // A polled span's idle time counts only in the idle histogram: user space spreads it
+        // over all split spans when it adds up the mean (thread-local spans' idle is 0).
+        hist_add(
+            hit.spec.pair_id,
+            dur,
+            acct.as_ref(),
+            poll.map(|p| p.idle_ns(dur)),
+        );
         return;
     }
     // `--min`: decided before a ring slot is reserved, so short spans cost no copy at all.
@@ -508,7 +512,7 @@ fn hist_one(pair_id: u32, component: usize, v: u64) {
 }
 
 #[inline(always)]
-fn hist_add(pair_id: u32, dur: u64, acct: Option<&Acct>) {
+fn hist_add(pair_id: u32, dur: u64, acct: Option<&Acct>, idle: Option<u64>) {
     // Beyond MAX_PAIRS a pair's slots would run into the end of HISTS (or wrap): no histogram.
     if pair_id >= MAX_PAIRS {
         return;
@@ -519,5 +523,8 @@ fn hist_add(pair_id: u32, dur: u64, acct: Option<&Acct>) {
         hist_one(pair_id, HIST_RUNQ, a.runq);
         hist_one(pair_id, HIST_SLEEP, a.sleep);
         hist_one(pair_id, HIST_IO, a.io);
+    }
+    if let Some(i) = idle {
+        hist_one(pair_id, HIST_IDLE, i);
     }
 }

@@ -40,7 +40,7 @@ pub const HIST_BUCKETS: usize = HIST_SUB + (64 - 3) * HIST_SUB;
 /// Log2 buckets, for drawing: 0 holds 0, b holds [2^(b-1), 2^b).
 pub const LOG2_BUCKETS: usize = 64;
 /// Components of a span histogram, each an index into the component axis of `HISTS`.
-pub const HIST_COMPONENTS: usize = 5;
+pub const HIST_COMPONENTS: usize = 6;
 /// Histogram component: the span's wall-clock duration.
 pub const HIST_DURATION: usize = 0;
 /// Histogram component: time on CPU.
@@ -51,6 +51,9 @@ pub const HIST_RUNQ: usize = 2;
 pub const HIST_SLEEP: usize = 3;
 /// Histogram component: time in uninterruptible (I/O) sleep.
 pub const HIST_IO: usize = 4;
+/// Histogram component: time waiting to be polled (spans with poll markers only: a span one
+/// thread ran from start to end has none, and does not count here).
+pub const HIST_IDLE: usize = 5;
 /// Span names (pairs) that can have histograms.
 pub const MAX_PAIRS: u32 = 4096;
 
@@ -1267,9 +1270,10 @@ mod tests {
     fn hist_slots_do_not_overlap() {
         assert_eq!(hist_slot(0, HIST_DURATION), 0);
         assert_eq!(hist_slot(0, HIST_IO), 4);
+        assert_eq!(hist_slot(0, HIST_IDLE), 5);
         assert_eq!(hist_slot(1, HIST_DURATION), HIST_COMPONENTS as u32);
         assert_eq!(
-            hist_slot(MAX_PAIRS - 1, HIST_IO),
+            hist_slot(MAX_PAIRS - 1, HIST_IDLE),
             MAX_PAIRS * HIST_COMPONENTS as u32 - 1
         );
     }

@@ -68,7 +68,8 @@ pub fn delta(
 }
 
 /// Names of the components, in the kernel's order.
-pub const COMPONENTS: [&str; HIST_COMPONENTS] = ["duration", "oncpu", "runq", "sleep", "io"];
+pub const COMPONENTS: [&str; HIST_COMPONENTS] =
+    ["duration", "oncpu", "runq", "sleep", "io", "idle"];
 
 /// Inclusive-exclusive value range of a log2 bucket: 0 holds only 0.
 pub fn bucket_range(b: usize) -> (u64, u64) {
@@ -121,16 +122,16 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
         let _ = write!(s, ", max {}", fmt_duration(d.max));
     }
     if h[1].count > 0 {
-        // The parts are measured only over spans one thread ran from start to end; when that
-        // is not all of them, say over how many, and add them up to those spans' own mean so
-        // that what is shown as a sum is one.
-        if h[1].count != d.count {
+        // The parts are measured only over spans with a split (one thread ran them from start
+        // to end, or their polls were marked); when that is not all of them, say over how
+        // many, and add them up to those spans' own mean so that what is shown as a sum is one.
+        let n = h[1].count;
+        if n != d.count {
             let split_sum: u64 = h[1..].iter().map(|x| x.sum).sum();
             let _ = write!(
                 s,
-                "; time split over {} of them: {}",
-                h[1].count,
-                fmt_duration(split_sum / h[1].count)
+                "; time split over {n} of them: {}",
+                fmt_duration(split_sum / n)
             );
         }
         let _ = write!(
@@ -141,6 +142,16 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
             fmt_duration(mean(&h[3])),
             fmt_duration(mean(&h[4]))
         );
+        // Only polled spans have idle time (the others' is 0 and not counted): its share of
+        // the mean is over all the split spans, and how many were polled is said.
+        if h[5].count > 0 {
+            let _ = write!(
+                s,
+                " + idle {} ({} polled)",
+                fmt_duration(h[5].sum / n),
+                h[5].count
+            );
+        }
     }
     s.push('\n');
     if d.count == 0 {
@@ -164,13 +175,13 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
     let Some((lo, hi)) = range else { return s };
     let max = rows[0].iter().copied().max().unwrap_or(1).max(1);
     let split = h[1].count > 0;
+    // The idle column only when some span was polled.
+    let parts = if h[5].count > 0 { 5 } else { 4 };
     let _ = write!(s, "{:<20} {:>8} {:<52}", "ns", "count", "duration");
     if split {
-        let _ = write!(
-            s,
-            " {:>8} {:>8} {:>8} {:>8}",
-            "on-CPU", "runq", "sleep", "io"
-        );
+        for name in ["on-CPU", "runq", "sleep", "io", "idle"].iter().take(parts) {
+            let _ = write!(s, " {name:>8}");
+        }
     }
     s.push('\n');
     // Zero-valued components (no I/O at all, say) sit in bucket 0, far below the durations;
@@ -197,7 +208,7 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
         let width = (c as u128 * 50 / max as u128) as usize;
         let _ = write!(s, "{:<20} {:>8} |{:<50}|", label, c, "@".repeat(width));
         if split {
-            for x in &rows[1..] {
+            for x in &rows[1..=parts] {
                 let _ = write!(s, " {:>8}", x[b]);
             }
         }
@@ -383,6 +394,49 @@ mod tests {
         assert!(
             t.starts_with(
                 "@p:q  2 spans, mean 200ns, p50 100ns, p90 300ns, p99 300ns, max 300ns = on-CPU 80ns + runq 0ns + sleep 120ns + io 0ns\n"
+            ),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn header_adds_idle_of_polled_spans() {
+        let mut h = [Hist::default(); HIST_COMPONENTS];
+        // Three split spans: one thread-local (100 = 60 on CPU + 40 sleep), two polled
+        // (300 = 100 on CPU + 200 idle, 500 = 50 on CPU + 50 runq + 400 idle).
+        for (dur, cpu, runq, sleep, idle) in [
+            (100u64, 60u64, 0u64, 40u64, None),
+            (300, 100, 0, 0, Some(200u64)),
+            (500, 50, 50, 0, Some(400)),
+        ] {
+            for (c, v) in [(0, dur), (1, cpu), (2, runq), (3, sleep), (4, 0)] {
+                h[c].add(v);
+            }
+            if let Some(i) = idle {
+                h[5].add(i);
+            }
+        }
+        let pair = PairInfo {
+            provider: "p".into(),
+            stem: "q".into(),
+            start: "q__start".into(),
+            ends: vec!["q__end".into()],
+        };
+        let t = render_text(&pair, &h);
+        let mut lines = t.lines();
+        // 300 = 70 + 16 + 13 + 0 + 200 (rounding down each: exact sums over 3 spans).
+        assert_eq!(
+            lines.next().unwrap(),
+            "@p:q  3 spans, mean 300ns, p50 304ns, p90 496ns, p99 496ns, max 500ns = on-CPU 70ns + runq 16ns + sleep 13ns + io 0ns + idle 200ns (2 polled)"
+        );
+        let head = lines.find(|l| l.starts_with("ns")).unwrap();
+        assert!(head.trim_end().ends_with("io     idle"), "{head}");
+        // One more span without a split: the header says over how many, idle included.
+        h[0].add(10_000);
+        let t = render_text(&pair, &h);
+        assert!(
+            t.lines().next().unwrap().ends_with(
+                "; time split over 3 of them: 300ns = on-CPU 70ns + runq 16ns + sleep 13ns + io 0ns + idle 200ns (2 polled)"
             ),
             "{t}"
         );

@@ -411,7 +411,7 @@ mod golden {
         }
         assert_eq!(
             line(|o| render_json(o, &pair(), &h, None)),
-            r#"{"type":"hist","provider":"app","name":"request","duration":{"count":2,"sum_ns":4500,"p50_ns":1472,"p90_ns":2944,"p99_ns":2944,"max_ns":3000,"buckets":[{"lo":1408,"hi":1536,"count":1},{"lo":2816,"hi":3072,"count":1}]},"oncpu":{"count":1,"sum_ns":700,"p50_ns":672,"p90_ns":672,"p99_ns":672,"max_ns":700,"buckets":[{"lo":640,"hi":704,"count":1}]},"runq":{"count":0,"sum_ns":0,"buckets":[]},"sleep":{"count":0,"sum_ns":0,"buckets":[]},"io":{"count":0,"sum_ns":0,"buckets":[]}}
+            r#"{"type":"hist","provider":"app","name":"request","duration":{"count":2,"sum_ns":4500,"p50_ns":1472,"p90_ns":2944,"p99_ns":2944,"max_ns":3000,"buckets":[{"lo":1408,"hi":1536,"count":1},{"lo":2816,"hi":3072,"count":1}]},"oncpu":{"count":1,"sum_ns":700,"p50_ns":672,"p90_ns":672,"p99_ns":672,"max_ns":700,"buckets":[{"lo":640,"hi":704,"count":1}]},"runq":{"count":0,"sum_ns":0,"buckets":[]},"sleep":{"count":0,"sum_ns":0,"buckets":[]},"io":{"count":0,"sum_ns":0,"buckets":[]},"idle":{"count":0,"sum_ns":0,"buckets":[]}}
 "#
         );
     }

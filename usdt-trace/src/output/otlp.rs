@@ -211,6 +211,16 @@ impl OtlpSink {
             ] {
                 attrs.push(kv_int(k, v as i64));
             }
+            // A polled span: the split above is its polls' time; the rest was between polls.
+            if r.polls > 0 {
+                for (k, v) in [
+                    ("usdt.idle_ns", r.idle_ns),
+                    ("usdt.polls", r.polls as u64),
+                    ("usdt.threads", r.threads as u64),
+                ] {
+                    attrs.push(kv_int(k, v as i64));
+                }
+            }
             if r.longest_off_ns > 0 && (r.waker_pid != 0 || r.waker_comm[0] != 0) {
                 let comm = String::from_utf8_lossy(cstr(&r.waker_comm));
                 let w = format!("{comm} {}/{}", r.waker_pid, r.waker_tid);

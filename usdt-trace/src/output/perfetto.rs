@@ -362,6 +362,16 @@ fn span_annotations(out: &mut Vec<u8>, start: &SiteInfo, end: &SiteInfo, r: &Spa
         ] {
             annotation(out, k, |a| pb::uint(a, annot::UINT, v));
         }
+        // A polled span: the split above is its polls' time; the rest was between polls.
+        if r.polls > 0 {
+            for (k, v) in [
+                ("idle_ns", r.idle_ns),
+                ("polls", r.polls as u64),
+                ("threads", r.threads as u64),
+            ] {
+                annotation(out, k, |a| pb::uint(a, annot::UINT, v));
+            }
+        }
         if r.longest_off_ns > 0 && (r.waker_pid != 0 || r.waker_comm[0] != 0) {
             let mut w = cstr(&r.waker_comm).to_vec();
             let _ = write!(w, " {}/{}", r.waker_pid, r.waker_tid);
