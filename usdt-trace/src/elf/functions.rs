@@ -16,7 +16,7 @@
 
 use super::gofunc::{self, GoLayout, GO_ARGS};
 use super::sites;
-use super::{ElfError, Site, SiteInsn};
+use super::{linked_header, malformed, ElfError, Site, SiteInsn};
 use crate::argspec::{parse_arg, Arch};
 use crate::pattern::Pattern;
 use object::elf;
@@ -194,22 +194,7 @@ pub fn functions_file(path: &std::path::Path) -> Result<Functions, ElfError> {
 fn functions_class<Elf: FileHeader<Endian = Endianness>>(
     data: &[u8],
 ) -> Result<Functions, ElfError> {
-    let malformed = |what: &'static str| {
-        move |e: object::read::Error| ElfError::Malformed {
-            what,
-            detail: e.to_string(),
-        }
-    };
-    let header = Elf::parse(data).map_err(malformed("header"))?;
-    let endian = header.endian().map_err(malformed("header"))?;
-    if header.e_type(endian) == elf::ET_REL {
-        return Err(ElfError::Relocatable);
-    }
-    let arch = match header.e_machine(endian) {
-        elf::EM_X86_64 => Arch::X86_64,
-        elf::EM_AARCH64 => Arch::Aarch64,
-        _ => Arch::Other,
-    };
+    let (header, endian, arch) = linked_header::<Elf>(data)?;
     let sections = header
         .sections(endian, data)
         .map_err(malformed("section header table"))?;

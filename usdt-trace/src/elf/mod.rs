@@ -289,6 +289,32 @@ struct PendingSite {
     args: Vec<ParsedArg>,
 }
 
+/// `object`'s read errors as ours, naming what was being read.
+pub(super) fn malformed(what: &'static str) -> impl Fn(object::read::Error) -> ElfError {
+    move |e| ElfError::Malformed {
+        what,
+        detail: e.to_string(),
+    }
+}
+
+/// The header of a linked object (ET_REL is refused: its addresses are not final), its byte
+/// order and its architecture. Shared by the note and the function-symbol readers.
+pub(super) fn linked_header<Elf: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+) -> Result<(&Elf, Endianness, Arch), ElfError> {
+    let header = Elf::parse(data).map_err(malformed("header"))?;
+    let endian = header.endian().map_err(malformed("header"))?;
+    if header.e_type(endian) == elf::ET_REL {
+        return Err(ElfError::Relocatable);
+    }
+    let arch = match header.e_machine(endian) {
+        elf::EM_X86_64 => Arch::X86_64,
+        elf::EM_AARCH64 => Arch::Aarch64,
+        _ => Arch::Other,
+    };
+    Ok((header, endian, arch))
+}
+
 fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     data: &[u8],
 ) -> Result<ObjectProbes, ElfError> {
@@ -300,22 +326,7 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
             len: data.len() as u64,
         });
     }
-    let malformed = |what: &'static str| {
-        move |e: object::read::Error| ElfError::Malformed {
-            what,
-            detail: e.to_string(),
-        }
-    };
-    let header = Elf::parse(data).map_err(malformed("header"))?;
-    let endian = header.endian().map_err(malformed("header"))?;
-    if header.e_type(endian) == elf::ET_REL {
-        return Err(ElfError::Relocatable);
-    }
-    let arch = match header.e_machine(endian) {
-        elf::EM_X86_64 => Arch::X86_64,
-        elf::EM_AARCH64 => Arch::Aarch64,
-        _ => Arch::Other,
-    };
+    let (header, endian, arch) = linked_header::<Elf>(data)?;
     let addr_size = if header.is_class_64() { 8 } else { 4 };
     let mut out = ObjectProbes {
         arch: Some(arch),

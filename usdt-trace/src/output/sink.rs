@@ -59,6 +59,16 @@ pub trait Sink {
     fn finish(&mut self, s: &Summary) -> io::Result<()>;
 }
 
+/// Writes and empties a sink's buffered batch; nothing at all for an empty one.
+fn write_batch(out: &mut impl Write, buf: &mut Vec<u8>) -> io::Result<()> {
+    if !buf.is_empty() {
+        out.write_all(buf)?;
+        buf.clear();
+        out.flush()?;
+    }
+    Ok(())
+}
+
 /// Aligned text for a terminal.
 pub struct TextSink<W: Write> {
     out: W,
@@ -109,12 +119,7 @@ impl<W: Write> Sink for TextSink<W> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if !self.buf.is_empty() {
-            self.out.write_all(&self.buf)?;
-            self.buf.clear();
-            self.out.flush()?;
-        }
-        Ok(())
+        write_batch(&mut self.out, &mut self.buf)
     }
 
     fn hists(&mut self, h: &Hists) -> io::Result<()> {
@@ -181,12 +186,7 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if !self.buf.is_empty() {
-            self.out.write_all(&self.buf)?;
-            self.buf.clear();
-            self.out.flush()?;
-        }
-        Ok(())
+        write_batch(&mut self.out, &mut self.buf)
     }
 
     fn hists(&mut self, h: &Hists) -> io::Result<()> {
