@@ -567,6 +567,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .map(|o| (o.shown.as_str(), &o.probes))
         .collect();
     let plan = plan::build(&named, &cfg.plan_options())?;
+    // The files as parsed: taken before attach, so a change made the moment the readiness line
+    // appears is still a change.
+    let mut watched = ChangeWatch::new(&objects, &plan);
     let filter_masks = cfg
         .filter
         .as_ref()
@@ -632,7 +635,6 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         span_names: plan.pairs.len(),
     })?;
     let mut last_hist = Instant::now();
-    let mut watched = ChangeWatch::new(&objects, &plan);
     while !should_stop(cfg, started, child.as_mut()) {
         reader.batch(&mut tracer, Duration::from_millis(50))?;
         if cfg.interval.is_some_and(|iv| last_hist.elapsed() >= iv) {
