@@ -3,9 +3,11 @@
 //! `proc`: root check, spawning (with the ETXTBSY retry), line reading and waiting, all bounded
 //! in time; `watch`: run `usdt-trace watch` against real processes; `watch_util`: interactive
 //! targets and assertions; `testprogs`: build the C programs in `tests/testprogs/`; `markers`:
-//! the usdt-markers test programs, an ELF layout reader, the demo servers.
+//! the usdt-markers test programs, an ELF layout reader, the demo servers; `scenarios`: attach
+//! scenarios run under several flags (semaphore life cycle, shared-library records).
 pub mod markers;
 pub mod proc;
+pub mod scenarios;
 pub mod testprogs;
 pub mod watch;
 pub mod watch_util;

@@ -6,8 +6,9 @@
 //! of a BPF link says `link_type: perf` or `link_type: uprobe_multi`.
 use serde_json::{json, Value};
 use std::process::Command;
-use std::time::{Duration, Instant};
-use usdt_trace_tests::watch_util::{build_c, build_shared, named, Target};
+use std::time::Duration;
+use usdt_trace_tests::scenarios::{self, check_lib_records};
+use usdt_trace_tests::watch_util::{build_c, build_shared, Target};
 use usdt_trace_tests::{testprogs, watch};
 
 /// How many BPF links of each uprobe kind process `pid` holds: (perf, uprobe_multi).
@@ -36,23 +37,6 @@ fn start_perf(args: &[&str]) -> watch::Watch {
     let mut v = vec!["--attach", "perf"];
     v.extend_from_slice(args);
     watch::Watch::start(&v)
-}
-
-/// Asks `sema` until the answer is `want` (detach can finish in the background) or 5 s pass.
-fn sema_becomes(t: &mut Target, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let got = t.ask("sema");
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pid {}: {got:?}, want {want:?}",
-            t.pid()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -144,75 +128,11 @@ fn perf_spans_and_events_with_exact_args() {
 fn perf_semaphores_zero_before_raised_during_zero_after() {
     // Flags of its own: an inode no other test attaches to with another semaphore setting.
     let bin = build_c("watch_sema", &["-O2", "-DATTACH_PERF"]);
-    let (mut before, _) = Target::spawn(&bin, &[]);
-    assert_eq!(before.ask("sema"), "sema 0 0");
-    assert_eq!(before.ask("fire"), "fired 0 0");
-
-    let mut w = start_perf(&[bin.to_str().unwrap()]);
-    assert_eq!(uprobe_links(w.pid()), (3, 0), "one perf link per site");
-    // The kernel raised the semaphores of a running process through each perf event's
-    // ref_ctr_offset: two sites share the second one.
-    assert_eq!(before.ask("sema"), "sema 1 2");
-    let (mut after, _) = Target::spawn(&bin, &[]);
-    assert_eq!(after.ask("sema"), "sema 1 2", "started after attach");
-    assert_eq!(before.ask("fire"), "fired 1 2");
-    assert_eq!(after.ask("fire"), "fired 1 2");
-    let after_pid = after.pid() as u64;
-    assert!(w.wait_for(Duration::from_secs(5), |r| r["pid"] == after_pid
-        && r["name"] == "two"
-        && r["args"][0] == -1));
-    let out = w.stop();
-    assert!(out.status.success(), "{:?} {}", out.status, out.stderr);
-
-    sema_becomes(&mut before, "sema 0 0");
-    sema_becomes(&mut after, "sema 0 0");
-    let (mut later, _) = Target::spawn(&bin, &[]);
-    assert_eq!(later.ask("sema"), "sema 0 0");
-
-    let events = out.events();
-    for (t, n) in [(&before, 2), (&after, 1)] {
-        let pid = t.pid() as u64;
-        let mine: Vec<_> = events.iter().copied().filter(|e| e["pid"] == pid).collect();
-        assert_eq!(
-            named(&mine, "one")
-                .iter()
-                .map(|e| &e["args"])
-                .collect::<Vec<_>>(),
-            [&json!([n])]
-        );
-        let mut two: Vec<i64> = named(&mine, "two")
-            .iter()
-            .map(|e| e["args"][0].as_i64().unwrap())
-            .collect();
-        two.sort();
-        assert_eq!(two, [-n, n], "pid {pid}");
-    }
-    assert_eq!(events.len(), 6, "{:?}", out.records);
-    for t in [before, after, later] {
-        assert!(t.quit().success());
-    }
-}
-
-fn check_lib_records(out: &watch::Output, n: i64) {
-    assert!(out.status.success(), "{}", out.stderr);
-    let spans = out.spans();
-    assert_eq!(spans.len() as i64, n, "{:?}", out.records);
-    let mut counter = 0;
-    for (i, s) in spans.iter().enumerate() {
-        let x = i as i64 + 1;
-        assert_eq!(s["provider"], "wlib");
-        assert_eq!(s["name"], "work");
-        assert_eq!(s["args"], json!([x, counter]), "span {i}");
-        counter += x;
-        assert_eq!(s["end_args"], json!([counter]), "span {i}");
-    }
-    let events = out.events();
-    let ticks = named(&events, "lib_tick");
-    assert_eq!(ticks.len() as i64, n);
-    for (i, e) in ticks.iter().enumerate() {
-        assert_eq!(e["args"], json!([(i as i64 + 1) * 10]));
-    }
-    assert_eq!(out.summary()["lost"], 0);
+    // The kernel raises the semaphores of a running process through each perf event's
+    // ref_ctr_offset.
+    scenarios::semaphores_zero_raised_zero(&bin, &["--attach", "perf"], |w| {
+        assert_eq!(uprobe_links(w.pid()), (3, 0), "one perf link per site")
+    });
 }
 
 #[test]

@@ -77,7 +77,10 @@ fn check(by_pid: bool) {
     let load = Load::start(port);
     // The load must be running before attach; a request of ours that completes while it is
     // connected is proof enough that the server is serving under it.
-    util::http_request(port, "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    util::http_request(
+        port,
+        "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    );
 
     let pid = server.0.id().to_string();
     let target = if by_pid {
@@ -112,7 +115,8 @@ fn check(by_pid: bool) {
         .filter(|s| u64_at(s, "end_args", 1) == 404)
         .count();
     assert_eq!(
-        marked, MARKED,
+        marked,
+        MARKED,
         "requests sent after Attached that gave a span (of {} request spans)",
         requests.len()
     );

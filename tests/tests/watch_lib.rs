@@ -1,29 +1,8 @@
 //! Probes in a shared library: TARGET is the .so, the program links it (rpath) or dlopens it.
 use serde_json::json;
-use usdt_trace_tests::watch_util::{build_c, build_shared, named, Target};
+use usdt_trace_tests::scenarios::check_lib_records;
+use usdt_trace_tests::watch_util::{build_c, build_shared, Target};
 use usdt_trace_tests::{testprogs, watch};
-
-fn check_lib_records(out: &watch::Output, n: i64) {
-    assert!(out.status.success(), "{}", out.stderr);
-    let spans = out.spans();
-    assert_eq!(spans.len() as i64, n, "{:?}", out.records);
-    let mut counter = 0;
-    for (i, s) in spans.iter().enumerate() {
-        let x = i as i64 + 1;
-        assert_eq!(s["provider"], "wlib");
-        assert_eq!(s["name"], "work");
-        assert_eq!(s["args"], json!([x, counter]), "span {i}");
-        counter += x;
-        assert_eq!(s["end_args"], json!([counter]), "span {i}");
-    }
-    let events = out.events();
-    let ticks = named(&events, "lib_tick");
-    assert_eq!(ticks.len() as i64, n);
-    for (i, e) in ticks.iter().enumerate() {
-        assert_eq!(e["args"], json!([(i as i64 + 1) * 10]));
-    }
-    assert_eq!(out.summary()["lost"], 0);
-}
 
 #[test]
 #[ignore = "needs root"]

@@ -6,8 +6,9 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 use usdt_trace_tests::markers::rust_lld_dir;
-use usdt_trace_tests::watch_util::{build_c, list_json, named, Target};
-use usdt_trace_tests::{proc, watch};
+use usdt_trace_tests::scenarios::{check_sema_events, sema_back_to_zero, sema_becomes};
+use usdt_trace_tests::watch;
+use usdt_trace_tests::watch_util::{build_c, list_json, Target};
 
 /// tests/testprogs/watch_sema.c linked by the rust-lld that ships with rustc, packed.
 fn lld_sema_bin(opt: &str) -> PathBuf {
@@ -17,25 +18,6 @@ fn lld_sema_bin(opt: &str) -> PathBuf {
         "watch_sema",
         &[opt, "-fuse-ld=lld", &b, "-Wl,-z,noseparate-code"],
     )
-}
-
-fn sema_becomes(t: &mut Target, what: &str, ok: impl Fn(u32, u32) -> bool) -> String {
-    let pid = t.pid();
-    let mut got = String::new();
-    proc::wait_until(
-        &format!("pid {pid}: semaphores {what}"),
-        Duration::from_secs(30),
-        || {
-            got = t.ask("sema");
-            let v: Vec<u32> = got
-                .split_whitespace()
-                .skip(1)
-                .filter_map(|x| x.parse().ok())
-                .collect();
-            v.len() == 2 && ok(v[0], v[1])
-        },
-    );
-    got
 }
 
 #[test]
@@ -87,28 +69,10 @@ fn lld_packed_semaphores_raised_in_processes_started_after_attach() {
         out.stderr
     );
 
-    sema_becomes(&mut before, "back to 0", |a, b| a == 0 && b == 0);
-    sema_becomes(&mut after, "back to 0", |a, b| a == 0 && b == 0);
+    sema_back_to_zero(&mut before);
+    sema_back_to_zero(&mut after);
 
-    let events = out.events();
-    for t in [&before, &after] {
-        let pid = t.pid() as u64;
-        let mine: Vec<_> = events.iter().copied().filter(|e| e["pid"] == pid).collect();
-        assert_eq!(
-            named(&mine, "one")
-                .iter()
-                .map(|e| &e["args"])
-                .collect::<Vec<_>>(),
-            [&json!([1])],
-            "pid {pid}"
-        );
-        let mut two: Vec<i64> = named(&mine, "two")
-            .iter()
-            .map(|e| e["args"][0].as_i64().unwrap())
-            .collect();
-        two.sort();
-        assert_eq!(two, [-1, 1], "pid {pid}");
-    }
+    check_sema_events(&out, &[(&before, 1), (&after, 1)]);
     for t in [before, after] {
         assert!(t.quit().success());
     }
