@@ -193,3 +193,25 @@ impl Drop for Watch {
 pub fn run(args: &[&str]) -> std::process::Output {
     proc::output_within(Command::new(usdt_trace_bin()).args(args), proc::RUN_TIMEOUT)
 }
+
+/// The time-split fields of a span record, as every exporter carries them.
+pub const SPLIT_FIELDS: [&str; 8] = [
+    "oncpu_ns",
+    "offcpu_ns",
+    "runq_ns",
+    "sleep_ns",
+    "io_ns",
+    "idle_ns",
+    "polls",
+    "threads",
+];
+
+/// How the exporters name a span's waker: `COMM PID/TID` from the JSON record's `waker`.
+pub fn waker_label(w: &Value) -> String {
+    format!(
+        "{} {}/{}",
+        w["comm"].as_str().unwrap_or("?"),
+        w["pid"],
+        w["tid"]
+    )
+}

@@ -81,12 +81,17 @@ impl Drop for Receiver {
     }
 }
 
-fn count(reqs: &[Request]) -> usize {
+/// Every span the collector received, in arrival order.
+fn received(reqs: &[Request]) -> Vec<&Span> {
     reqs.iter()
         .flat_map(|r| &r.body.resource_spans)
         .flat_map(|r| &r.scope_spans)
-        .map(|s| s.spans.len())
-        .sum()
+        .flat_map(|s| &s.spans)
+        .collect()
+}
+
+fn count(reqs: &[Request]) -> usize {
+    received(reqs).len()
 }
 
 fn serve(c: TcpStream) -> Option<Request> {
@@ -209,21 +214,12 @@ fn check_span(s: &Span, j: &Value, zero: u64) {
             }
         }
     }
-    for k in [
-        "oncpu_ns",
-        "offcpu_ns",
-        "runq_ns",
-        "sleep_ns",
-        "io_ns",
-        "idle_ns",
-        "polls",
-        "threads",
-    ] {
+    for k in watch::SPLIT_FIELDS {
         assert_eq!(int(a, &format!("usdt.{k}")), j[k].as_i64(), "{k}");
     }
     match j.get("waker") {
         Some(w) => {
-            let shown = format!("{} {}/{}", w["comm"].as_str().unwrap(), w["pid"], w["tid"]);
+            let shown = watch::waker_label(w);
             assert_eq!(string(a, "usdt.waker"), Some(shown.as_str()));
             assert_eq!(int(a, "usdt.waker_off_ns"), w["off_ns"].as_i64());
         }
@@ -322,12 +318,7 @@ fn polled_span_has_idle_polls_and_threads() {
     let reqs = rx.kill();
     let spans = out.spans();
     assert_eq!(spans.len(), 1, "{:?}", out.records);
-    let got: Vec<&Span> = reqs
-        .iter()
-        .flat_map(|r| &r.body.resource_spans)
-        .flat_map(|rs| &rs.scope_spans)
-        .flat_map(|ss| &ss.spans)
-        .collect();
+    let got = received(&reqs);
     assert_eq!(got.len(), 1);
     check_span(got[0], spans[0], zero(&out));
     let a = &got[0].attributes;
@@ -413,12 +404,7 @@ fn markers_parent_ids_link_spans_across_threads() {
     let spans = out.spans();
     assert_eq!(spans.len(), 20, "{:?}", out.records);
     assert_eq!(totals(&out.stderr), (20, 0), "{}", out.stderr);
-    let got: Vec<&Span> = reqs
-        .iter()
-        .flat_map(|r| &r.body.resource_spans)
-        .flat_map(|r| &r.scope_spans)
-        .flat_map(|s| &s.spans)
-        .collect();
+    let got = received(&reqs);
     let requests: Vec<&Span> = got
         .iter()
         .copied()
@@ -465,12 +451,7 @@ fn w3c_trace_context_from_the_application_places_spans_in_its_trace() {
     let out = w.stop();
     let reqs = rx.kill();
     assert_eq!(totals(&out.stderr), (4, 0), "{}", out.stderr);
-    let got: Vec<&Span> = reqs
-        .iter()
-        .flat_map(|r| &r.body.resource_spans)
-        .flat_map(|r| &r.scope_spans)
-        .flat_map(|s| &s.spans)
-        .collect();
+    let got = received(&reqs);
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let requests: Vec<&&Span> = got
         .iter()

@@ -136,22 +136,13 @@ fn check_against_ndjson(d: &Value, out: &Output) {
         expect_args(&s["args"], "arg", a);
         expect_args(&s["end_args"], "end_arg", a);
         assert_eq!(a["end"], s["end"]);
-        for k in [
-            "oncpu_ns",
-            "offcpu_ns",
-            "runq_ns",
-            "sleep_ns",
-            "io_ns",
-            "idle_ns",
-            "polls",
-            "threads",
-        ] {
+        for k in watch::SPLIT_FIELDS {
             assert_eq!(a.get(k), s.get(k), "{k}: {a}");
         }
         match s.get("waker") {
             Some(w) => {
                 assert_eq!(a["waker_off_ns"], w["off_ns"]);
-                let shown = format!("{} {}/{}", w["comm"].as_str().unwrap(), w["pid"], w["tid"]);
+                let shown = watch::waker_label(w);
                 assert_eq!(a["waker"], shown.as_str());
             }
             None => assert!(a.get("waker").is_none()),
