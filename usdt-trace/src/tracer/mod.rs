@@ -401,7 +401,29 @@ impl Tracer {
         if path == AttachPath::Perf {
             t.perf_prog()?;
         }
+        // For developers adding to the eBPF programs: how close the uprobe program is to the
+        // verifier's budget with this run's options (`tests/tests/watch_verifier.rs` keeps
+        // headroom under every option at once).
+        if std::env::var_os("USDT_TRACE_VERIFIER_STATS").is_some() {
+            match t.verified_insns() {
+                Some(n) => {
+                    eprintln!("verifier: usdt_site: {n} instructions processed (budget 1000000)")
+                }
+                None => eprintln!("verifier: usdt_site: the kernel does not report it"),
+            }
+        }
         Ok(t)
+    }
+
+    /// Instructions the verifier processed for the uprobe program (see
+    /// [`sys::prog_verified_insns`]).
+    pub fn verified_insns(&self) -> Option<u32> {
+        let fd = self
+            .multi_prog
+            .as_ref()
+            .map(|f| f.as_raw_fd())
+            .or(self.prog_fd)?;
+        sys::prog_verified_insns(fd)
     }
 
     /// The program as loaded by aya for perf-event links (loaded on first use).

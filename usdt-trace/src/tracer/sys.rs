@@ -65,9 +65,9 @@ pub fn sys_bpf(cmd: libc::c_long, attr: *const u8, size: usize) -> i32 {
     unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size as u32) as i32 }
 }
 
-/// `recursion_misses` of a loaded program (BPF_OBJ_GET_INFO_BY_FD), or None if the kernel
-/// does not report it (older than 5.12) or the call fails.
-pub fn prog_recursion_misses(prog_fd: i32) -> Option<u64> {
+/// A loaded program's `bpf_prog_info` (BPF_OBJ_GET_INFO_BY_FD) and how many bytes of it the
+/// kernel filled (older kernels know fewer fields), or None if the call fails.
+fn prog_info(prog_fd: i32) -> Option<(aya_obj::generated::bpf_prog_info, usize)> {
     use aya_obj::generated::bpf_prog_info;
     const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
     // SAFETY: bpf_prog_info is plain integers and pointers: all zeroes is valid.
@@ -83,8 +83,23 @@ pub fn prog_recursion_misses(prog_fd: i32) -> Option<u64> {
     }
     // The kernel writes back how much of the struct it filled.
     let filled = u32::from_ne_bytes(attr[4..8].try_into().ok()?) as usize;
-    let end = std::mem::offset_of!(bpf_prog_info, recursion_misses) + 8;
+    Some((info, filled))
+}
+
+/// `recursion_misses` of a loaded program, or None if the kernel does not report it (older
+/// than 5.12) or the call fails.
+pub fn prog_recursion_misses(prog_fd: i32) -> Option<u64> {
+    let (info, filled) = prog_info(prog_fd)?;
+    let end = std::mem::offset_of!(aya_obj::generated::bpf_prog_info, recursion_misses) + 8;
     (filled >= end).then_some(info.recursion_misses)
+}
+
+/// How many instructions the verifier processed to accept a loaded program (`verified_insns`,
+/// 5.16+): the figure its 1,000,000-instruction budget applies to.
+pub fn prog_verified_insns(prog_fd: i32) -> Option<u32> {
+    let (info, filled) = prog_info(prog_fd)?;
+    let end = std::mem::offset_of!(aya_obj::generated::bpf_prog_info, verified_insns) + 4;
+    (filled >= end && info.verified_insns > 0).then_some(info.verified_insns)
 }
 
 /// One eBPF instruction: opcode, registers, offset, immediate (`struct bpf_insn`).
