@@ -7,6 +7,10 @@
 
 use std::fmt;
 
+/// The provider under which function probes (`fn:GLOB`) are spelled: the pattern grammar gives
+/// it its own rule (a name may hold `:`, as C++ and Go symbols do).
+pub const FN_PROVIDER: &str = "fn";
+
 /// A compiled `provider:name` glob.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pattern {
@@ -39,7 +43,7 @@ impl Pattern {
         let (provider, name) = match t.split_once(':') {
             None => (None, t.to_string()),
             // Function names (`fn:ns::f`, C++ and Rust) have colons of their own.
-            Some((p, n)) if n.contains(':') && p != crate::elf::FN_PROVIDER => {
+            Some((p, n)) if n.contains(':') && p != FN_PROVIDER => {
                 return Err(PatternError::TooManyColons {
                     pattern: t.to_string(),
                 })

@@ -26,7 +26,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The provider that function sites are shown under (`fn:readline`).
-pub const FN_PROVIDER: &str = "fn";
+pub use crate::pattern::FN_PROVIDER;
 /// Suffixes of a function's two sites: the auto-pairing convention Python's USDT probes use,
 /// so the span is named after the function.
 pub const ENTRY_SUFFIX: &str = "__entry";

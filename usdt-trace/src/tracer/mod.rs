@@ -224,7 +224,7 @@ impl Tracer {
         if EBPF_OBJECT.is_empty() {
             return Err(TraceError::NoObject);
         }
-        if !sys::may_trace() {
+        if !features::Privileges::current().may_trace() {
             return Err(TraceError::Permission);
         }
         sys::raise_memlock_limit();

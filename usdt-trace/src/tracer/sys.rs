@@ -348,8 +348,3 @@ pub fn hand_off_to_reaper(fds: Vec<OwnedFd>) -> io::Result<i32> {
     }
     Ok(pid)
 }
-
-/// Root, or CAP_SYS_ADMIN, or both CAP_BPF and CAP_PERFMON in the effective set.
-pub fn may_trace() -> bool {
-    super::features::Privileges::current().may_trace()
-}
