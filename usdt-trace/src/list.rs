@@ -348,6 +348,15 @@ pub fn describe_arg(a: &ArgSpec) -> String {
     }
 }
 
+/// `SYMBOL` or `SYMBOL+OFFSET` / `SYMBOL-OFFSET`, as an assembler writes a symbolic address.
+fn symbol_plus(symbol: &str, offset: i64) -> String {
+    if offset == 0 {
+        symbol.to_string()
+    } else {
+        format!("{symbol}{offset:+}")
+    }
+}
+
 fn describe_loc(a: &ArgSpec) -> String {
     let ty = if a.float {
         format!("f{}", u32::from(a.size) * 8)
@@ -384,11 +393,7 @@ fn describe_loc(a: &ArgSpec) -> String {
             offset,
             address,
         } => {
-            let sym = if *offset == 0 {
-                symbol.clone()
-            } else {
-                format!("{symbol}{offset:+}")
-            };
+            let sym = symbol_plus(symbol, *offset);
             match address {
                 Some(addr) => format!("{ty} at [{sym} = {addr:#x}]"),
                 None => format!("unreadable: symbol {symbol} not found ({ty} at [{sym}])"),
@@ -402,11 +407,7 @@ fn describe_loc(a: &ArgSpec) -> String {
             scale,
             address,
         } => {
-            let sym = if *offset == 0 {
-                symbol.clone()
-            } else {
-                format!("{symbol}{offset:+}")
-            };
+            let sym = symbol_plus(symbol, *offset);
             let regs: Vec<String> = base
                 .iter()
                 .map(|b| b.canonical.clone())
