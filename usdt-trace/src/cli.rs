@@ -158,6 +158,12 @@ pub struct WatchArgs {
     /// in the kernel before a record is made. With --hist every span is still counted.
     #[arg(long, value_name = "DURATION")]
     pub min: Option<String>,
+    /// With --min: capture the user stack (up to 32 frames, innermost first) where each
+    /// recorded span ended, and print it symbolized under the span (JSON: `stack`). The kernel
+    /// walks frame pointers: code built without them gives short or wrong stacks. A stack that
+    /// could not be read says so (`stack_error`) and is counted in the summary.
+    #[arg(long, requires = "min", conflicts_with = "hist")]
+    pub stack: bool,
     /// Record only what passes EXPR, decided in the kernel: comparisons (== != < <= > >=) of
     /// argN, PROBE:argN (only that probe's or span's records), pid, tid or comm (== != a name),
     /// joined by && and || (&& first; no parentheses). E.g. 'request:arg1 >= 500',
@@ -612,6 +618,7 @@ impl WatchArgs {
             max_threads: self.max_threads,
             max_open_ids: self.max_open_ids,
             min,
+            stack: self.stack,
             filter,
         })
     }

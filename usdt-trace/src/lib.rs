@@ -10,6 +10,7 @@
 //! | [`argspec`] | argument spec grammar → typed locations (x86_64, aarch64) | yes |
 //! | [`btf`] | the offset of a struct member in the kernel's BTF | yes |
 //! | [`procmaps`] | `/proc/PID/maps` text → mapped objects | yes |
+//! | [`symbolize`] | `--stack` addresses → object, function and offset | lookups yes |
 //! | [`pattern`] | `provider:name` globs | yes |
 //! | [`spans`] | start/end pairing rules → roles and span names | yes |
 //! | [`plan`] | chosen sites and roles → kernel specs, printer info and attach points per cookie | yes |
@@ -36,6 +37,7 @@ pub mod procmaps;
 pub mod procmem;
 pub mod semaphores;
 pub mod spans;
+pub mod symbolize;
 pub mod target;
 pub mod tracer;
 pub mod watch;
