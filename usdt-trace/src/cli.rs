@@ -223,6 +223,9 @@ pub struct WatchArgs {
     pub args: Vec<String>,
 }
 
+/// What separates an error's message from its one hint line (see `WatchError::NoProbesHint`).
+pub const HINT_LINE: &str = "\nhint: ";
+
 /// Largest `--max-threads`: 65536 thread states are 1 GB at worst (2 GB with strings).
 const MAX_THREADS_LIMIT: u32 = 1 << 16;
 /// Largest `--max-open-ids`: 4M open spans are 2 GB at worst.
@@ -708,8 +711,16 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(msg) => {
-            // One line: nested causes are already folded into the message.
+            // One line: nested causes are already folded into the message. An error may end
+            // in one `hint: ` line (a command to run instead), kept on its own line.
+            let (msg, hint) = match msg.split_once(HINT_LINE) {
+                Some((m, h)) => (m.to_string(), Some(h.replace('\n', " "))),
+                None => (msg, None),
+            };
             eprintln!("usdt-trace: error: {}", msg.replace('\n', " "));
+            if let Some(h) = hint {
+                eprintln!("hint: {h}");
+            }
             1
         }
     }

@@ -144,6 +144,13 @@ pub enum WatchError {
     Proc(#[from] ProcError),
     #[error("no USDT probes in {0}")]
     NoProbes(String),
+    /// An executable without probes whose libraries have them (`java` and `libjvm.so`).
+    #[error("no USDT probes in {what}; {hint}\nhint: {suggestion}")]
+    NoProbesHint {
+        what: String,
+        hint: String,
+        suggestion: String,
+    },
     #[error(
         "{path} is not mapped by process {pids} (list what it maps with: usdt-trace list -p PID)"
     )]
@@ -320,7 +327,25 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
             let shown: Vec<&str> = objects.iter().map(|o| o.shown.as_str()).collect();
             shown.join(", ")
         };
-        return Err(WatchError::NoProbes(what));
+        // Only a file named (or run with -c) gets the hint: a process's mappings were all
+        // looked at already.
+        let libs = if cfg.targets.len() == 1 && cfg.pids.is_empty() {
+            crate::libhint::probe_libraries(&cfg.targets[0], &cfg.patterns)
+        } else {
+            Vec::new()
+        };
+        return Err(match (crate::libhint::hint(&libs), libs.first()) {
+            (Some(hint), Some(lib)) => WatchError::NoProbesHint {
+                what,
+                hint,
+                suggestion: crate::libhint::suggestion(
+                    &lib.path,
+                    cfg.command.as_deref(),
+                    &cfg.patterns,
+                ),
+            },
+            _ => WatchError::NoProbes(what),
+        });
     }
     Ok(objects)
 }
