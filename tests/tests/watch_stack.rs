@@ -83,6 +83,32 @@ fn stack_names_the_call_chain_innermost_first() {
 
 #[test]
 #[ignore = "needs root"]
+fn stack_of_a_command_that_exited_is_named_from_the_probes_file() {
+    // Under -c the process has usually exited by the time its records are read: its mappings
+    // are gone, and the frames in the traced file are placed by the probe's own offset.
+    let bin = build_c("stack_chain", &["-O2", "-fno-omit-frame-pointer"]);
+    let b = bin.to_str().unwrap();
+    let cmd = format!("{b} 4");
+    let out = Watch::start(&["--min", "2ms", "--stack", "-c", &cmd, b]).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let spans = out.spans();
+    assert_eq!(spans.len(), 2, "{:?}", out.records);
+    for s in &spans {
+        assert_eq!(
+            syms(s)[..4],
+            [
+                Some("stack_c".to_string()),
+                Some("stack_b".into()),
+                Some("stack_a".into()),
+                Some("main".into())
+            ],
+            "{s}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
 fn stack_loads_with_filter_str_and_the_time_split() {
     let (out, _) = traced(
         &[

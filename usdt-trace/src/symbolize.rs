@@ -133,6 +133,47 @@ pub fn symbolize_with(
         .collect()
 }
 
+/// Where a stack's innermost frame is known to be without the process's mappings: the probe
+/// that fired, at `offset` in the traced file `object`. A process that exited before its stack
+/// was read (a short `-c` command) still gets the frames in that file named, through it.
+#[derive(Clone, Debug)]
+pub struct Origin {
+    pub offset: u64,
+    pub object: String,
+    pub table: Option<Rc<SymTable>>,
+}
+
+/// Whether `maps` are the process's mappings when the stack was taken: the innermost frame
+/// must be at the probe's file offset. Mappings read after an exec, or left from a process
+/// whose pid was reused, fail this and are not used to name anything.
+pub fn maps_match(maps: &[MapEntry], ip0: u64, origin: Option<&Origin>) -> bool {
+    match origin {
+        None => true,
+        Some(o) => mapping_of(maps, ip0).is_some_and(|(_, off)| off == o.offset),
+    }
+}
+
+/// Names the frames in the probe's own file, placed by the innermost frame (the probe) alone:
+/// code of one segment keeps its distance to the file offset. Frames elsewhere stay unnamed.
+pub fn symbolize_from_origin(ips: &[u64], o: &Origin) -> Vec<StackFrame> {
+    let delta = ips.first().map_or(0, |ip| ip.wrapping_sub(o.offset));
+    ips.iter()
+        .enumerate()
+        .map(|(i, &addr)| {
+            let at = if i == 0 { addr } else { addr.saturating_sub(1) };
+            let sym = o.table.as_ref().and_then(|t| {
+                function_at(t, at.wrapping_sub(delta))
+                    .map(|(n, d)| (n.to_string(), d + (addr - at)))
+            });
+            StackFrame {
+                addr,
+                object: sym.as_ref().map(|_| o.object.clone()),
+                sym,
+            }
+        })
+        .collect()
+}
+
 /// How long a process's mappings are trusted before they are read again (a miss rereads them
 /// at once).
 const MAPS_TTL: Duration = Duration::from_secs(1);
@@ -192,8 +233,9 @@ impl Symbolizer {
             .clone()
     }
 
-    /// The named frames of a stack record (or why there are none).
-    pub fn symbolize(&mut self, rec: &StackRecord) -> SpanStack {
+    /// The named frames of a stack record (or why there are none); `origin` is where its
+    /// probe is, when known.
+    pub fn symbolize(&mut self, rec: &StackRecord, origin: Option<&Origin>) -> SpanStack {
         let ips = match record_ips(rec) {
             Ok(ips) => ips,
             Err(e) => {
@@ -204,12 +246,20 @@ impl Symbolizer {
         let pid = rec.hdr.pid;
         let mut maps = self.maps_of(pid, false).unwrap_or_default();
         // Code mapped since the last read (dlopen, exec): read again once.
-        if ips.iter().any(|&a| mapping_of(&maps, a).is_none()) {
+        if ips.iter().any(|&a| mapping_of(&maps, a).is_none()) || !maps_match(&maps, ips[0], origin)
+        {
             if let Some(m) = self.maps_of(pid, true) {
                 maps = m;
             }
         }
-        SpanStack::Frames(symbolize_with(ips, &maps, |m| self.table(pid, m)))
+        if maps_match(&maps, ips[0], origin) {
+            return SpanStack::Frames(symbolize_with(ips, &maps, |m| self.table(pid, m)));
+        }
+        // The process is gone (or exec'd) and its mappings with it.
+        match origin {
+            Some(o) => SpanStack::Frames(symbolize_from_origin(ips, o)),
+            None => SpanStack::Frames(symbolize_with(ips, &[], |_| None)),
+        }
     }
 
     /// A span whose stack record never came (the ring buffer had no room for it).
@@ -311,8 +361,31 @@ mod tests {
         // A length past the buffer is clamped, never trusted.
         assert_eq!(record_ips(&rec(1 << 20)).unwrap().len(), 32);
         let mut s = Symbolizer::default();
-        assert!(matches!(s.symbolize(&rec(-14)), SpanStack::Error(_)));
+        assert!(matches!(s.symbolize(&rec(-14), None), SpanStack::Error(_)));
         assert!(matches!(s.lost(), SpanStack::Error(_)));
         assert_eq!(s.failed, 2);
+    }
+
+    #[test]
+    fn without_mappings_the_probes_file_still_names_its_frames() {
+        let o = Origin {
+            offset: 0x1210,
+            object: "/usr/bin/prog".into(),
+            table: Some(Rc::new(table())),
+        };
+        let m = maps();
+        // The probe at file offset 0x1210 is at 0x55d000001210 in these mappings.
+        assert!(maps_match(&m, 0x55d000001210, Some(&o)));
+        assert!(maps_match(&m, 0x55d000001210, None));
+        // Mappings of another image (after an exec, or a reused pid) are not used.
+        assert!(!maps_match(&m, 0x55d000001220, Some(&o)));
+        assert!(!maps_match(&[], 0x55d000001210, Some(&o)));
+        // Placed by the probe alone: a different base than the mappings above.
+        let ips = [0x7000_0000_1210, 0x7000_0000_1140, 0x7f00_dead_beef];
+        let f = symbolize_from_origin(&ips, &o);
+        assert_eq!(f[0].sym, Some(("c".into(), 0x10)));
+        assert_eq!(f[1].sym, Some(("a".into(), 0x40)));
+        assert_eq!(f[0].object.as_deref(), Some("/usr/bin/prog"));
+        assert_eq!((f[2].sym.clone(), f[2].object.clone()), (None, None));
     }
 }

@@ -476,17 +476,67 @@ struct Reader<'a> {
 struct Stacks {
     symbolizer: crate::symbolize::Symbolizer,
     pending: std::collections::HashMap<(u32, u64), crate::symbolize::SpanStack>,
+    /// Per cookie of an end site that is not a return probe: the probe's file offset and its
+    /// object (an index into `objects`), to name frames of a process already gone.
+    probes: std::collections::HashMap<u32, (u64, usize)>,
+    /// Each traced object's name and a path to its open descriptor, and its symbols once read.
+    objects: Vec<(
+        String,
+        PathBuf,
+        Option<Option<std::rc::Rc<crate::symbolize::SymTable>>>,
+    )>,
 }
 
 /// Stacks whose span never came (its record was lost) are dropped past this many.
 const MAX_PENDING_STACKS: usize = 4096;
 
 impl Stacks {
+    fn new(plan: &Plan, objects: &[Object]) -> Stacks {
+        let probes = plan
+            .objects
+            .iter()
+            .flat_map(|op| {
+                op.points
+                    .iter()
+                    .filter(|p| !p.ret)
+                    .map(move |p| (p.cookie, (p.offset, op.object)))
+            })
+            .collect();
+        let objects = objects
+            .iter()
+            .map(|o| (o.shown.clone(), o.fd_path(), None))
+            .collect();
+        Stacks {
+            probes,
+            objects,
+            ..Stacks::default()
+        }
+    }
+
+    /// Where the probe that ended the span is, with its object's symbols (read once).
+    fn origin(&mut self, cookie: u32) -> Option<crate::symbolize::Origin> {
+        let &(offset, oi) = self.probes.get(&cookie)?;
+        let (shown, path, table) = self.objects.get_mut(oi)?;
+        let table = table
+            .get_or_insert_with(|| {
+                crate::elf::functions_file(path)
+                    .ok()
+                    .map(|f| std::rc::Rc::new(crate::symbolize::sym_table(&f)))
+            })
+            .clone();
+        Some(crate::symbolize::Origin {
+            offset,
+            object: shown.clone(),
+            table,
+        })
+    }
+
     fn add(&mut self, rec: &usdt_trace_common::StackRecord) {
         if self.pending.len() >= MAX_PENDING_STACKS {
             self.pending.clear();
         }
-        let st = self.symbolizer.symbolize(rec);
+        let origin = self.origin(rec.hdr.site);
+        let st = self.symbolizer.symbolize(rec, origin.as_ref());
         self.pending.insert((rec.hdr.tid, rec.hdr.ts_ns), st);
     }
 
@@ -697,7 +747,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         bad_records: 0,
         last: None,
         t0,
-        stacks: cfg.stack.then(Stacks::default),
+        stacks: cfg.stack.then(|| Stacks::new(&plan, &objects)),
     };
     reader.sinks.begin(&RunInfo {
         version: env!("CARGO_PKG_VERSION"),
