@@ -471,6 +471,14 @@ struct Reader<'a> {
     stacks: Option<Stacks>,
 }
 
+/// A traced object for `--stack`: its name, a path to its open descriptor, and its symbols
+/// once read (None inside: unreadable).
+type StackObject = (
+    String,
+    PathBuf,
+    Option<Option<std::rc::Rc<crate::symbolize::SymTable>>>,
+);
+
 /// Stack records waiting for the span record that follows them, by (tid, end time).
 #[derive(Default)]
 struct Stacks {
@@ -480,11 +488,7 @@ struct Stacks {
     /// object (an index into `objects`), to name frames of a process already gone.
     probes: std::collections::HashMap<u32, (u64, usize)>,
     /// Each traced object's name and a path to its open descriptor, and its symbols once read.
-    objects: Vec<(
-        String,
-        PathBuf,
-        Option<Option<std::rc::Rc<crate::symbolize::SymTable>>>,
-    )>,
+    objects: Vec<StackObject>,
 }
 
 /// Stacks whose span never came (its record was lost) are dropped past this many.
