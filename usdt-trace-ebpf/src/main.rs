@@ -36,6 +36,7 @@ mod irq;
 mod maps;
 mod sched;
 mod spans;
+mod stack;
 
 use aya_ebpf::{
     macros::{btf_tracepoint, uprobe},

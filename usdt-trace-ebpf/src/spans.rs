@@ -2,6 +2,7 @@
 //! store it under its id), or close one and report it as a record or into the histograms.
 
 use aya_ebpf::{
+    cty::c_void,
     helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     programs::ProbeContext,
     EbpfContext,
@@ -9,7 +10,7 @@ use aya_ebpf::{
 use usdt_trace_common::{
     hist_bucket, hist_slot, Acct, Config, EventRecord, Frame, IdFrame, IdKey, PollAcct,
     RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
-    CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL,
+    CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL,
     CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
     CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION, HIST_IDLE, HIST_IO,
     HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS, STR_LEN, STR_NONE,
@@ -27,6 +28,8 @@ use crate::{
 
 /// One probe hit: what the site is and what the kernel told us about it.
 struct Hit<'a> {
+    /// The probe's context (its registers), for helpers that walk the stack.
+    ctx: *mut c_void,
     spec: &'a SiteSpec,
     cfg: &'a Config,
     regs: &'a [u64; REGS_WORDS],
@@ -114,6 +117,7 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
         copy_regs(ctx, regs)?;
     }
     let hit = Hit {
+        ctx: ctx.as_ptr(),
         spec,
         cfg,
         regs,
@@ -218,6 +222,9 @@ fn close_span(
     // `--min`: decided before a ring slot is reserved, so short spans cost no copy at all.
     if crate::filter::below_min(hit.cfg, dur) {
         return;
+    }
+    if hit.cfg.flags & CFG_STACK != 0 {
+        crate::stack::emit(hit.ctx, hit.cookie, hit.now);
     }
     let Some(mut entry) = EVENTS.reserve::<SpanRecord>(0) else {
         count(CNT_LOST);

@@ -158,6 +158,12 @@ pub struct WatchArgs {
     /// in the kernel before a record is made. With --hist every span is still counted.
     #[arg(long, value_name = "DURATION")]
     pub min: Option<String>,
+    /// With --min: capture the user stack (up to 32 frames, innermost first) where each
+    /// recorded span ended, and print it symbolized under the span (JSON: `stack`). The kernel
+    /// walks frame pointers: code built without them gives short or wrong stacks. A stack that
+    /// could not be read says so (`stack_error`) and is counted in the summary.
+    #[arg(long, requires = "min", conflicts_with = "hist")]
+    pub stack: bool,
     /// Record only what passes EXPR, decided in the kernel: comparisons (== != < <= > >=) of
     /// argN, PROBE:argN (only that probe's or span's records), pid, tid or comm (== != a name),
     /// joined by && and || (&& first; no parentheses). E.g. 'request:arg1 >= 500',
@@ -216,6 +222,9 @@ pub struct WatchArgs {
     #[arg(value_name = "TARGET|PATTERN")]
     pub args: Vec<String>,
 }
+
+/// What separates an error's message from its one hint line (see `WatchError::NoProbesHint`).
+pub const HINT_LINE: &str = "\nhint: ";
 
 /// Largest `--max-threads`: 65536 thread states are 1 GB at worst (2 GB with strings).
 const MAX_THREADS_LIMIT: u32 = 1 << 16;
@@ -612,6 +621,7 @@ impl WatchArgs {
             max_threads: self.max_threads,
             max_open_ids: self.max_open_ids,
             min,
+            stack: self.stack,
             filter,
         })
     }
@@ -701,8 +711,16 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(msg) => {
-            // One line: nested causes are already folded into the message.
+            // One line: nested causes are already folded into the message. An error may end
+            // in one `hint: ` line (a command to run instead), kept on its own line.
+            let (msg, hint) = match msg.split_once(HINT_LINE) {
+                Some((m, h)) => (m.to_string(), Some(h.replace('\n', " "))),
+                None => (msg, None),
+            };
             eprintln!("usdt-trace: error: {}", msg.replace('\n', " "));
+            if let Some(h) = hint {
+                eprintln!("hint: {h}");
+            }
             1
         }
     }

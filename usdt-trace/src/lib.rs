@@ -9,7 +9,9 @@
 //! | [`elf`] | `.note.stapsdt` notes, segments, symbols → probe sites and file offsets | yes |
 //! | [`argspec`] | argument spec grammar → typed locations (x86_64, aarch64) | yes |
 //! | [`btf`] | the offset of a struct member in the kernel's BTF | yes |
+//! | [`libhint`] | the libraries with probes that an executable without them loads | parsing yes |
 //! | [`procmaps`] | `/proc/PID/maps` text → mapped objects | yes |
+//! | [`symbolize`] | `--stack` addresses → object, function and offset | lookups yes |
 //! | [`pattern`] | `provider:name` globs | yes |
 //! | [`spans`] | start/end pairing rules → roles and span names | yes |
 //! | [`plan`] | chosen sites and roles → kernel specs, printer info and attach points per cookie | yes |
@@ -27,6 +29,7 @@ pub mod doctor;
 pub mod elf;
 pub mod filter;
 pub mod functions;
+pub mod libhint;
 pub mod list;
 pub mod output;
 pub mod outqueue;
@@ -36,6 +39,7 @@ pub mod procmaps;
 pub mod procmem;
 pub mod semaphores;
 pub mod spans;
+pub mod symbolize;
 pub mod target;
 pub mod tracer;
 pub mod watch;

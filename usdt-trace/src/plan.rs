@@ -434,8 +434,11 @@ impl Plan {
                     start,
                     end,
                     rec: r,
+                    stack: None,
                 })
             }
+            // Paired with their span by the reader, never resolved alone.
+            Record::Stack(_) => None,
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct WatchConfig {
     pub min: Option<Duration>,
     /// `--filter` and `--tid`, combined; evaluated in the kernel.
     pub filter: Option<crate::filter::Filter>,
+    /// `--stack`: the user stack at the end of each recorded span.
+    pub stack: bool,
 }
 
 impl WatchConfig {
@@ -142,6 +144,13 @@ pub enum WatchError {
     Proc(#[from] ProcError),
     #[error("no USDT probes in {0}")]
     NoProbes(String),
+    /// An executable without probes whose libraries have them (`java` and `libjvm.so`).
+    #[error("no USDT probes in {what}; {hint}\nhint: {suggestion}")]
+    NoProbesHint {
+        what: String,
+        hint: String,
+        suggestion: String,
+    },
     #[error(
         "{path} is not mapped by process {pids} (list what it maps with: usdt-trace list -p PID)"
     )]
@@ -318,7 +327,25 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
             let shown: Vec<&str> = objects.iter().map(|o| o.shown.as_str()).collect();
             shown.join(", ")
         };
-        return Err(WatchError::NoProbes(what));
+        // Only a file named (or run with -c) gets the hint: a process's mappings were all
+        // looked at already.
+        let libs = if cfg.targets.len() == 1 && cfg.pids.is_empty() {
+            crate::libhint::probe_libraries(&cfg.targets[0], &cfg.patterns)
+        } else {
+            Vec::new()
+        };
+        return Err(match (crate::libhint::hint(&libs), libs.first()) {
+            (Some(hint), Some(lib)) => WatchError::NoProbesHint {
+                what,
+                hint,
+                suggestion: crate::libhint::suggestion(
+                    &lib.path,
+                    cfg.command.as_deref(),
+                    &cfg.patterns,
+                ),
+            },
+            _ => WatchError::NoProbes(what),
+        });
     }
     Ok(objects)
 }
@@ -440,6 +467,90 @@ struct Reader<'a> {
     /// With `--interval`: the cumulative histograms at the last block, and when it was.
     last: Option<(Vec<[Hist; HIST_COMPONENTS]>, u64)>,
     t0: u64,
+    /// `--stack`: names the stacks, and holds each until its span's record comes.
+    stacks: Option<Stacks>,
+}
+
+/// A traced object for `--stack`: its name, a path to its open descriptor, and its symbols
+/// once read (None inside: unreadable).
+type StackObject = (
+    String,
+    PathBuf,
+    Option<Option<std::rc::Rc<crate::symbolize::SymTable>>>,
+);
+
+/// Stack records waiting for the span record that follows them, by (tid, end time).
+#[derive(Default)]
+struct Stacks {
+    symbolizer: crate::symbolize::Symbolizer,
+    pending: std::collections::HashMap<(u32, u64), crate::symbolize::SpanStack>,
+    /// Per cookie of an end site that is not a return probe: the probe's file offset and its
+    /// object (an index into `objects`), to name frames of a process already gone.
+    probes: std::collections::HashMap<u32, (u64, usize)>,
+    /// Each traced object's name and a path to its open descriptor, and its symbols once read.
+    objects: Vec<StackObject>,
+}
+
+/// Stacks whose span never came (its record was lost) are dropped past this many.
+const MAX_PENDING_STACKS: usize = 4096;
+
+impl Stacks {
+    fn new(plan: &Plan, objects: &[Object]) -> Stacks {
+        let probes = plan
+            .objects
+            .iter()
+            .flat_map(|op| {
+                op.points
+                    .iter()
+                    .filter(|p| !p.ret)
+                    .map(move |p| (p.cookie, (p.offset, op.object)))
+            })
+            .collect();
+        let objects = objects
+            .iter()
+            .map(|o| (o.shown.clone(), o.fd_path(), None))
+            .collect();
+        Stacks {
+            probes,
+            objects,
+            ..Stacks::default()
+        }
+    }
+
+    /// Where the probe that ended the span is, with its object's symbols (read once).
+    fn origin(&mut self, cookie: u32) -> Option<crate::symbolize::Origin> {
+        let &(offset, oi) = self.probes.get(&cookie)?;
+        let (shown, path, table) = self.objects.get_mut(oi)?;
+        let table = table
+            .get_or_insert_with(|| {
+                crate::elf::functions_file(path)
+                    .ok()
+                    .map(|f| std::rc::Rc::new(crate::symbolize::sym_table(&f)))
+            })
+            .clone();
+        Some(crate::symbolize::Origin {
+            offset,
+            object: shown.clone(),
+            table,
+        })
+    }
+
+    fn add(&mut self, rec: &usdt_trace_common::StackRecord) {
+        if self.pending.len() >= MAX_PENDING_STACKS {
+            self.pending.clear();
+        }
+        let origin = self.origin(rec.hdr.site);
+        let st = self.symbolizer.symbolize(rec, origin.as_ref());
+        self.pending.insert((rec.hdr.tid, rec.hdr.ts_ns), st);
+    }
+
+    /// The stack of the span that ended on `tid` at `ts_ns`: it came first, or was lost.
+    fn take(&mut self, tid: u32, ts_ns: u64) -> crate::symbolize::SpanStack {
+        match self.pending.remove(&(tid, ts_ns)) {
+            Some(st) => st,
+            None => self.symbolizer.lost(),
+        }
+    }
 }
 
 /// Late string reads allowed per batch: each costs a system call or two, and a flood of
@@ -473,13 +584,27 @@ impl Reader<'_> {
         let mut res = Ok(());
         let mut late_budget = LATE_READS_PER_BATCH;
         let n = tracer.poll(timeout, |bytes| {
-            let view = output::decode(bytes).and_then(|r| self.plan.resolve(r));
-            let Some(v) = view else {
+            let rec = output::decode(bytes);
+            if let (Some(output::Record::Stack(st)), Some(stacks)) = (&rec, self.stacks.as_mut()) {
+                stacks.add(st);
+                return;
+            }
+            let view = rec.and_then(|r| self.plan.resolve(r));
+            let Some(mut v) = view else {
                 self.bad_records += 1;
                 return;
             };
             if res.is_err() {
                 return;
+            }
+            let stack_of_span = match (&v, self.stacks.as_mut()) {
+                (View::Span { rec, .. }, Some(stacks)) => {
+                    Some(stacks.take(rec.hdr.tid, rec.hdr.ts_ns))
+                }
+                _ => None,
+            };
+            if let View::Span { stack, .. } = &mut v {
+                *stack = stack_of_span.as_ref();
             }
             // A string the kernel could not read: patch a copy of the record.
             match v {
@@ -498,6 +623,7 @@ impl Reader<'_> {
                     start,
                     end,
                     rec,
+                    stack,
                 } if late_budget > 0 => {
                     if let Some((s, len)) = read_late(rec.hdr.pid, start, &rec.args, rec.str_len) {
                         late_budget -= 1;
@@ -509,6 +635,7 @@ impl Reader<'_> {
                             start,
                             end,
                             rec: &copy,
+                            stack,
                         });
                         return;
                     }
@@ -600,6 +727,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             .as_ref()
             .zip(filter_masks.as_deref())
             .map(|(f, m)| (f.compile(), m)),
+        stack: cfg.stack,
     })?;
     // Before attach: processes already mapping the objects get their semaphores from the
     // kernel; only those started later need raising by hand.
@@ -623,6 +751,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         bad_records: 0,
         last: None,
         t0,
+        stacks: cfg.stack.then(|| Stacks::new(&plan, &objects)),
     };
     reader.sinks.begin(&RunInfo {
         version: env!("CARGO_PKG_VERSION"),
@@ -673,6 +802,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             kernel_skipped: tracer.missed_hits().unwrap_or(0),
         },
         filtered: c.below_min + c.filter_rejected,
+        stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
     };
     reader.sinks.finish(&summary)?;
     drop(reader);

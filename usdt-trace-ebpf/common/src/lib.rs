@@ -122,6 +122,8 @@ impl RecordKind {
     pub const EVENT: RecordKind = RecordKind(1);
     /// A [`SpanRecord`]: a closed span.
     pub const SPAN: RecordKind = RecordKind(2);
+    /// A [`StackRecord`]: the user stack at the end of the span record that follows it.
+    pub const STACK: RecordKind = RecordKind(3);
 }
 
 /// Indices into the `COUNTERS` per-CPU array. Events seen.
@@ -168,6 +170,11 @@ pub const CFG_ACCT: u32 = 4;
 pub const CFG_STOPPED: u32 = 8;
 /// `Config::flags`: a `--filter` program is in the FILTER map.
 pub const CFG_FILTER: u32 = 16;
+/// `Config::flags`: `--stack`: each recorded span is preceded by a [`StackRecord`].
+pub const CFG_STACK: u32 = 32;
+
+/// Frames a `--stack` capture keeps (the innermost ones).
+pub const STACK_DEPTH: usize = 32;
 
 /// Thread scheduling states tracked by the scheduler hooks.
 pub const TS_RUNNING: u32 = 0;
@@ -712,6 +719,19 @@ pub struct SpanRecord {
     pub threads: u32,
 }
 
+/// `--stack`: the user stack where a span ended, as the kernel walked it (frame pointers),
+/// innermost first. Emitted just before its span's record, whose `hdr.tid` and `hdr.ts_ns` it
+/// carries too: user space pairs them by those, and a span without one lost its stack.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StackRecord {
+    /// `kind` is [`RecordKind::STACK`]; `comm` is not filled (the span carries it).
+    pub hdr: RecordHeader,
+    /// bpf_get_stack's result: bytes of `ips` filled, or a negative errno when the walk failed.
+    pub len: i64,
+    pub ips: [u64; STACK_DEPTH],
+}
+
 /// One histogram: counts per log-linear bucket ([`hist_bucket`]), the sum for means and the
 /// largest value.
 #[repr(C)]
@@ -939,6 +959,7 @@ mod pod {
     unsafe impl aya::Pod for IdKey {}
     unsafe impl aya::Pod for Hist {}
     unsafe impl aya::Pod for Acct {}
+    unsafe impl aya::Pod for StackRecord {}
     unsafe impl aya::Pod for Frame {}
     unsafe impl aya::Pod for IdFrame {}
     unsafe impl aya::Pod for PollAcct {}
@@ -1303,6 +1324,11 @@ mod tests {
         assert_eq!(core::mem::size_of::<ArgDesc>(), 16);
         assert_eq!(core::mem::size_of::<SiteSpec>(), 8 + 16 * MAX_ARGS);
         assert_eq!(core::mem::size_of::<SpanRecord>(), 448 + 16);
+        assert_eq!(
+            core::mem::size_of::<StackRecord>(),
+            40 + 8 + 8 * STACK_DEPTH
+        );
+        assert_eq!(RecordKind::STACK.0, 3);
         assert_eq!((SiteRole::ENTER.0, SiteRole::EXIT.0), (3, 4));
     }
 

@@ -1,11 +1,13 @@
 //! Ring buffer bytes → typed records, each size-checked before it is read.
 
-use usdt_trace_common::{EventRecord, RecordHeader, RecordKind, SpanRecord, STR_LEN};
+use usdt_trace_common::{EventRecord, RecordHeader, RecordKind, SpanRecord, StackRecord, STR_LEN};
 
 /// One decoded ring buffer record.
 pub enum Record<'a> {
     Event(&'a EventRecord),
     Span(&'a SpanRecord),
+    /// `--stack`: the stack of the span record that follows.
+    Stack(&'a StackRecord),
 }
 
 /// Decode a ring buffer record, or None if it is malformed (never trusted blindly).
@@ -28,6 +30,12 @@ pub fn decode(buf: &[u8]) -> Option<Record<'_>> {
             // SAFETY: as above.
             Some(Record::Span(unsafe {
                 &*(buf.as_ptr() as *const SpanRecord)
+            }))
+        }
+        RecordKind::STACK if buf.len() >= std::mem::size_of::<StackRecord>() && aligned(8) => {
+            // SAFETY: as above.
+            Some(Record::Stack(unsafe {
+                &*(buf.as_ptr() as *const StackRecord)
             }))
         }
         _ => None,

@@ -4,6 +4,7 @@
 
 use super::decode::{cstr, string_of, STR_READ_LATE};
 use super::{ArgFmt, PairInfo, RunInfo, SiteInfo, Summary, SCHEMA_VERSION};
+use crate::symbolize::SpanStack;
 use std::io::Write;
 use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, MAX_ARGS};
 
@@ -114,6 +115,7 @@ pub fn span_json(
     start: &SiteInfo,
     end: &SiteInfo,
     r: &SpanRecord,
+    stack: Option<&SpanStack>,
 ) {
     json_head(out, "span", &pair.provider, &pair.stem, &r.hdr);
     out.extend_from_slice(b",\"start\":");
@@ -181,6 +183,9 @@ pub fn span_json(
         if start.str_arg.is_none() { s } else { None },
     );
     late_mark(out, r.str_len);
+    if let Some(st) = stack {
+        stack_json(out, st);
+    }
     out.extend_from_slice(b"}\n");
 }
 
@@ -242,6 +247,49 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
         out.pop();
         out.pop();
         let _ = writeln!(out, ",\"filtered\":{}}}", s.filtered);
+    }
+    // Only with --stack, and only when some stack is missing.
+    if s.stacks_failed > 0 {
+        out.pop();
+        out.pop();
+        let _ = writeln!(out, ",\"stacks_failed\":{}}}", s.stacks_failed);
+    }
+}
+
+/// `,"stack":[{"addr":..,"sym":..,"offset":..,"object":..},...]`, or `,"stack":null,
+/// "stack_error":"why"` when it could not be read.
+pub(crate) fn stack_json(out: &mut Vec<u8>, st: &SpanStack) {
+    match st {
+        SpanStack::Error(e) => {
+            out.extend_from_slice(b",\"stack\":null,\"stack_error\":");
+            json_str(out, e.as_bytes());
+        }
+        SpanStack::Frames(frames) => {
+            out.extend_from_slice(b",\"stack\":[");
+            for (i, f) in frames.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"addr\":");
+                push_u64(out, f.addr);
+                out.extend_from_slice(b",\"sym\":");
+                match &f.sym {
+                    Some((name, off)) => {
+                        json_str(out, name.as_bytes());
+                        out.extend_from_slice(b",\"offset\":");
+                        push_u64(out, *off);
+                    }
+                    None => out.extend_from_slice(b"null,\"offset\":null"),
+                }
+                out.extend_from_slice(b",\"object\":");
+                match &f.object {
+                    Some(o) => json_str(out, o.as_bytes()),
+                    None => out.extend_from_slice(b"null"),
+                }
+                out.push(b'}');
+            }
+            out.push(b']');
+        }
     }
 }
 
@@ -354,7 +402,7 @@ mod golden {
         let start = info("request__start", &[ArgFmt::Unsigned], None);
         let end = info("request__end", &[ArgFmt::Unsigned, ArgFmt::Signed], None);
         assert_eq!(
-            line(|o| span_json(o, &pair(), &start, &end, &span(1, 101))),
+            line(|o| span_json(o, &pair(), &start, &end, &span(1, 101), None)),
             r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_ns":1000,"end_ns":9000,"duration_ns":8000,"oncpu_ns":3000,"offcpu_ns":5000,"runq_ns":1000,"sleep_ns":3500,"io_ns":500,"waker":{"pid":7,"tid":8,"comm":"timer","off_ns":3500},"args":[42],"end_args":[200,200]}
 "#
         );
@@ -365,7 +413,7 @@ mod golden {
         let start = info("request__start", &[ArgFmt::Unsigned], None);
         let end = info("request__end", &[], None);
         assert_eq!(
-            line(|o| span_json(o, &pair(), &start, &end, &span(0, 99))),
+            line(|o| span_json(o, &pair(), &start, &end, &span(0, 99), None)),
             r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_tid":99,"start_ns":1000,"end_ns":9000,"duration_ns":8000,"args":[42],"end_args":[]}
 "#
         );
@@ -384,7 +432,7 @@ mod golden {
         };
         r.longest_off_ns = 0;
         (r.idle_ns, r.polls, r.threads) = (5_000, 3, 2);
-        let got = line(|o| span_json(o, &pair(), &start, &end, &r));
+        let got = line(|o| span_json(o, &pair(), &start, &end, &r, None));
         assert!(
             got.contains(r#""start_tid":99,"start_ns":1000,"end_ns":9000,"duration_ns":8000,"oncpu_ns":2000,"offcpu_ns":1000,"runq_ns":500,"sleep_ns":0,"io_ns":500,"idle_ns":5000,"polls":3,"threads":2,"args""#),
             "{got}"
@@ -451,6 +499,7 @@ mod golden {
                 kernel_skipped: 10,
             },
             filtered: 0,
+            stacks_failed: 0,
         };
         assert_eq!(
             line(|o| summary_json(o, &s)),

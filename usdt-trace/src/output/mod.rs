@@ -95,6 +95,8 @@ pub struct Summary {
     /// Spans and events that `--min` or `--filter` kept from being recorded (counted in
     /// `spans`/`events`, never printed).
     pub filtered: u64,
+    /// `--stack`: spans whose stack could not be read (the walk failed or its record was lost).
+    pub stacks_failed: u64,
 }
 
 /// Span starts dropped because a kernel-side limit was reached (their ends are dropped with
@@ -281,6 +283,7 @@ mod tests {
             &site(&[ArgFmt::Unsigned], None),
             &site(&[ArgFmt::Unsigned, ArgFmt::Unsigned], None),
             &r,
+            None,
         );
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["type"], "span");
@@ -346,6 +349,7 @@ mod tests {
                     kernel_skipped: 0,
                 },
                 filtered: 0,
+                stacks_failed: 0,
             },
         );
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();

@@ -324,6 +324,7 @@ impl Sink for OtlpSink {
                 start,
                 end,
                 rec,
+                ..
             } => (pair, start, end, rec),
             View::Event { site, rec } => {
                 // `trace__context(span_id, trace_id_hi, trace_id_lo, parent_span_id)`, fired

@@ -448,6 +448,7 @@ impl<W: Write> Sink for PerfettoSink<W> {
                 start,
                 end,
                 rec,
+                ..
             } => {
                 let h = &rec.hdr;
                 self.tracks_for(h.pid, h.tid, cstr(&h.comm));

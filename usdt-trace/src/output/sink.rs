@@ -19,6 +19,8 @@ pub enum View<'a> {
         start: &'a SiteInfo,
         end: &'a SiteInfo,
         rec: &'a SpanRecord,
+        /// `--stack`: the user stack where it ended (None without `--stack`).
+        stack: Option<&'a crate::symbolize::SpanStack>,
     },
 }
 
@@ -112,7 +114,14 @@ impl<W: Write> Sink for TextSink<W> {
                 start,
                 end,
                 rec,
-            } => text::span_text(pair, start, end, rec, self.t0),
+                stack,
+            } => {
+                let mut line = text::span_text(pair, start, end, rec, self.t0);
+                if let Some(st) = stack {
+                    text::stack_text(&mut line, st);
+                }
+                line
+            }
         };
         self.buf.extend_from_slice(line.as_bytes());
         Ok(())
@@ -180,7 +189,8 @@ impl<W: Write> Sink for JsonSink<W> {
                 start,
                 end,
                 rec,
-            } => json::span_json(&mut self.buf, pair, start, end, rec),
+                stack,
+            } => json::span_json(&mut self.buf, pair, start, end, rec, stack),
         }
         Ok(())
     }

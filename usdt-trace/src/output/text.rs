@@ -182,11 +182,14 @@ pub fn summary_text(s: &Summary) -> String {
     } else {
         String::new()
     };
-    let filtered = if s.filtered > 0 {
+    let mut filtered = if s.filtered > 0 {
         format!(", {} filtered out (--min/--filter)", s.filtered)
     } else {
         String::new()
     };
+    if s.stacks_failed > 0 {
+        filtered.push_str(&format!(", {} stacks not read", s.stacks_failed));
+    }
     format!(
         "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends{dropped}{filtered} in {:.1}s\n",
         s.spans,
@@ -196,4 +199,85 @@ pub fn summary_text(s: &Summary) -> String {
         s.unmatched_end,
         s.duration_ns as f64 / 1e9
     )
+}
+
+/// `--stack`: the frames under their span's line, innermost first, one per line:
+/// `    #0 0x55d0c1a2b3c4 c+0x14 (/path/prog)`; or why there are none.
+pub fn stack_text(out: &mut String, st: &crate::symbolize::SpanStack) {
+    use std::fmt::Write;
+    match st {
+        crate::symbolize::SpanStack::Error(e) => {
+            let _ = writeln!(out, "    (no stack: {})", clean(e));
+        }
+        crate::symbolize::SpanStack::Frames(frames) => {
+            for (i, f) in frames.iter().enumerate() {
+                let _ = write!(out, "    #{i:<2} 0x{:x}", f.addr);
+                match &f.sym {
+                    Some((name, off)) => {
+                        let _ = write!(out, " {}+0x{off:x}", clean(name));
+                    }
+                    None => out.push_str(" ?"),
+                }
+                if let Some(o) = &f.object {
+                    let _ = write!(out, " ({})", clean(o));
+                }
+                out.push('\n');
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod stack_tests {
+    use super::stack_text;
+    use crate::output::json::stack_json;
+    use crate::symbolize::{SpanStack, StackFrame};
+
+    fn frames() -> SpanStack {
+        SpanStack::Frames(vec![
+            StackFrame {
+                addr: 0x1234,
+                sym: Some(("c".into(), 0x11)),
+                object: Some("/bin/p".into()),
+            },
+            StackFrame {
+                addr: 0x99,
+                sym: None,
+                object: None,
+            },
+        ])
+    }
+
+    #[test]
+    fn frames_print_indented_under_the_span() {
+        let mut s = String::new();
+        stack_text(&mut s, &frames());
+        assert_eq!(s, "    #0  0x1234 c+0x11 (/bin/p)\n    #1  0x99 ?\n");
+        let mut s = String::new();
+        stack_text(&mut s, &SpanStack::Error("lost\u{1b}".into()));
+        assert_eq!(s, "    (no stack: lost\\u{1b})\n");
+    }
+
+    #[test]
+    fn json_frames_and_errors() {
+        let mut out = b"{\"a\":1".to_vec();
+        stack_json(&mut out, &frames());
+        out.push(b'}');
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v["stack"],
+            serde_json::json!([
+                {"addr": 0x1234, "sym": "c", "offset": 0x11, "object": "/bin/p"},
+                {"addr": 0x99, "sym": null, "offset": null, "object": null}
+            ])
+        );
+        let mut out = b"{\"a\":1".to_vec();
+        stack_json(&mut out, &SpanStack::Error("why".into()));
+        out.push(b'}');
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            (v["stack"].is_null(), v["stack_error"].as_str()),
+            (true, Some("why"))
+        );
+    }
 }

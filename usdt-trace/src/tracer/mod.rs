@@ -33,7 +33,7 @@ use std::{
 use thiserror::Error;
 use usdt_trace_common::{
     Config, FilterProg, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
-    CFG_STOPPED, HIST_COMPONENTS, MAX_PAIRS,
+    CFG_STACK, CFG_STOPPED, HIST_COMPONENTS, MAX_PAIRS,
 };
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
@@ -168,6 +168,8 @@ pub struct LoadOptions<'a> {
     pub min_ns: u64,
     /// `--filter`/`--tid`: the compiled program, and per site (cookie) which terms name it.
     pub filter: Option<(FilterProg, &'a [u32])>,
+    /// `--stack`: a user stack record before each span record.
+    pub stack: bool,
 }
 
 impl LoadOptions<'_> {
@@ -185,6 +187,9 @@ impl LoadOptions<'_> {
         }
         if self.filter.is_some() {
             flags |= CFG_FILTER;
+        }
+        if self.stack {
+            flags |= CFG_STACK;
         }
         flags
     }
@@ -798,6 +803,7 @@ mod tests {
             max_open_ids: DEFAULT_MAX_OPEN_IDS,
             min_ns: 0,
             filter: None,
+            stack: false,
         }
     }
 

@@ -1,0 +1,315 @@
+//! Issue 11's questions asked of a real PostgreSQL 15 (built with its dtrace probes): which
+//! queries are slow (`--str` query text with `--min`), filters in the kernel (`--filter
+//! 'comm == ...'`), percentiles per interval (`--hist -i`), and `-o FILE`.
+//!
+//! Each test starts a throwaway cluster in a temporary directory as the `postgres` user
+//! (`initdb`, `pg_ctl`), listening only on a Unix socket in that directory (on a free port
+//! number), and stops it at the end. `watch` traces the postgres executable system-wide, so a
+//! query from another cluster could show up: every query the tests issue carries a nonce,
+//! and the assertions are on those. Skipped, saying so, where PostgreSQL or the `postgres`
+//! user is missing.
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use usdt_trace_tests::proc::{output_within, wait_until, RUN_TIMEOUT};
+use usdt_trace_tests::watch::Watch;
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// A running throwaway cluster; stopped and removed on drop.
+struct Cluster {
+    dir: PathBuf,
+    port: u16,
+}
+
+/// A port no one listens on now. The cluster only uses it to name its socket file in its own
+/// directory (no TCP), so a race for it cannot make two clusters collide.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn as_postgres(args: &[&str]) -> std::process::Output {
+    output_within(
+        Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .args(args),
+        RUN_TIMEOUT,
+    )
+}
+
+impl Cluster {
+    /// None (after saying why) when PostgreSQL is not installed here.
+    fn start() -> Option<Cluster> {
+        let postgres = Path::new(PG_BIN).join("postgres");
+        if !postgres.exists() || !Path::new("/usr/bin/psql").exists() {
+            eprintln!("skipped: PostgreSQL 15 not installed ({PG_BIN}, psql)");
+            return None;
+        }
+        if !output_within(Command::new("id").arg("postgres"), RUN_TIMEOUT)
+            .status
+            .success()
+        {
+            eprintln!("skipped: no postgres user to run the cluster as");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "usdt-trace-pg-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let chown = output_within(Command::new("chown").arg("postgres").arg(&dir), RUN_TIMEOUT);
+        assert!(chown.status.success(), "chown: {chown:?}");
+        let data = dir.join("data");
+        let d = data.to_str().unwrap();
+        let initdb = format!("{PG_BIN}/initdb");
+        let out = as_postgres(&[
+            &initdb,
+            "-D",
+            d,
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        ]);
+        assert!(out.status.success(), "initdb: {out:?}");
+        let port = free_port();
+        let opts = format!(
+            "-p {port} -k {} -c listen_addresses= -c fsync=off",
+            dir.display()
+        );
+        let log = dir.join("log");
+        let pg_ctl = format!("{PG_BIN}/pg_ctl");
+        let out = as_postgres(&[
+            &pg_ctl,
+            "-D",
+            d,
+            "-o",
+            &opts,
+            "-l",
+            log.to_str().unwrap(),
+            "-w",
+            "start",
+        ]);
+        let c = Cluster { dir, port };
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {out:?}; log: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        Some(c)
+    }
+
+    /// Runs each statement with psql, in one session, and returns psql's output.
+    fn psql(&self, statements: &[String]) -> String {
+        let port = self.port.to_string();
+        let mut cmd = Command::new("psql");
+        cmd.args(["-X", "-At", "-U", "postgres", "-h"])
+            .arg(&self.dir)
+            .args(["-p", &port]);
+        for s in statements {
+            cmd.args(["-c", s]);
+        }
+        let out = output_within(&mut cmd, RUN_TIMEOUT);
+        assert!(out.status.success(), "psql: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let pg_ctl = format!("{PG_BIN}/pg_ctl");
+        let data = self.dir.join("data");
+        let _ = as_postgres(&[
+            &pg_ctl,
+            "-D",
+            data.to_str().unwrap(),
+            "-m",
+            "immediate",
+            "stop",
+        ]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A string no other query on this machine contains.
+fn nonce() -> String {
+    format!(
+        "usdt-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+/// The query spans whose text contains `tag`.
+fn queries_with<'a>(spans: &[&'a Value], tag: &str) -> Vec<&'a Value> {
+    spans
+        .iter()
+        .copied()
+        .filter(|s| s["name"] == "query" && s["args"][0].as_str().is_some_and(|q| q.contains(tag)))
+        .collect()
+}
+
+fn postgres_bin() -> String {
+    format!("{PG_BIN}/postgres")
+}
+
+#[test]
+#[ignore = "needs root"]
+fn slow_queries_by_text_with_min_and_a_comm_filter() {
+    let Some(pg) = Cluster::start() else { return };
+    let tag = nonce();
+    let bin = postgres_bin();
+    let mut w = Watch::start(&[
+        &bin,
+        "query__start",
+        "query__done",
+        "--str",
+        "query__start:0",
+        "--min",
+        "40ms",
+        "--filter",
+        "comm == postgres",
+    ]);
+    let fast = format!("SELECT '{tag}-fast'");
+    let slow1 = format!("SELECT pg_sleep(0.05), '{tag}-slow1'");
+    let slow2 = format!("SELECT pg_sleep(0.05), '{tag}-slow2'");
+    let out = pg.psql(&[fast.clone(), slow1.clone(), slow2.clone()]);
+    assert!(out.contains(&format!("{tag}-slow2")), "{out}");
+    let found = w.wait_for(Duration::from_secs(30), |r| {
+        r["args"][0].as_str() == Some(slow2.as_str())
+    });
+    let out = w.stop();
+    assert!(found, "no span for {slow2}: {:?}", out.records);
+    let spans = out.spans();
+    let mine = queries_with(&spans, &tag);
+    // The exact text psql sent, in order; the fast query is under --min and not recorded.
+    let texts: Vec<&str> = mine
+        .iter()
+        .map(|s| s["args"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, [slow1.as_str(), slow2.as_str()], "{:?}", out.records);
+    for s in &mine {
+        assert!(s["duration_ns"].as_u64().unwrap() >= 50_000_000, "{s}");
+        assert_eq!(s["comm"], "postgres", "{s}");
+        // pg_sleep sleeps: the split says where the time went.
+        assert!(s["sleep_ns"].as_u64().unwrap() >= 40_000_000, "{s}");
+    }
+    // The fast query and psql's session queries were counted and filtered in the kernel.
+    let sum = out.summary();
+    assert!(sum["filtered"].as_u64().unwrap() >= 1, "{sum}");
+    assert!(sum["spans"].as_u64().unwrap() >= 3, "{sum}");
+
+    // A comm that never runs the postgres executable: nothing passes, all is counted.
+    let tag = nonce();
+    let w = Watch::start(&[
+        &bin,
+        "query__start",
+        "query__done",
+        "--str",
+        "query__start:0",
+        "--filter",
+        "comm == psql",
+    ]);
+    pg.psql(&[format!("SELECT '{tag}'")]);
+    // The query's end fired before psql got its answer: once psql exited, stopping finds it.
+    let out = w.stop();
+    assert!(out.spans().is_empty(), "{:?}", out.spans());
+    assert!(
+        out.summary()["filtered"].as_u64().unwrap() >= 1,
+        "{}",
+        out.summary()
+    );
+}
+
+/// The `--json` records `-o FILE` holds so far.
+fn records_in(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn percentiles_per_interval_into_a_file() {
+    let Some(pg) = Cluster::start() else { return };
+    let file = pg.dir.join("out.json");
+    let f = file.to_str().unwrap().to_string();
+    let bin = postgres_bin();
+    let w = Watch::start(&[
+        "--hist",
+        "-i",
+        "300ms",
+        "-o",
+        &f,
+        &bin,
+        "query__start",
+        "query__done",
+    ]);
+    let tag = nonce();
+    const N: u64 = 8;
+    let queries: Vec<String> = (0..N)
+        .map(|i| format!("SELECT pg_sleep(0.05), '{tag}-{i}'"))
+        .collect();
+    let started = Instant::now();
+    pg.psql(&queries);
+    assert!(started.elapsed() >= Duration::from_millis(50 * N));
+    // Interval blocks are deltas: wait until they add up to our queries.
+    let interval_count = |recs: &[Value]| -> u64 {
+        recs.iter()
+            .filter(|r| r["type"] == "hist" && r["name"] == "query" && r["total"] == false)
+            .map(|r| r["duration"]["count"].as_u64().unwrap())
+            .sum()
+    };
+    wait_until(
+        "interval blocks counting the queries",
+        Duration::from_secs(30),
+        || interval_count(&records_in(&file)) >= N,
+    );
+    let out = w.stop();
+    // -o: stdout carries nothing, the file everything.
+    assert!(out.records.is_empty(), "{:?}", out.records);
+    let recs = records_in(&file);
+    assert_eq!(recs[0]["type"], "start", "{:?}", recs[0]);
+    let intervals: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "hist" && r["total"] == false)
+        .collect();
+    for r in &intervals {
+        let (a, b) = (
+            r["interval_start_ns"].as_u64().unwrap(),
+            r["interval_end_ns"].as_u64().unwrap(),
+        );
+        assert!(a < b, "{r}");
+    }
+    let total = recs
+        .iter()
+        .find(|r| r["type"] == "hist" && r["name"] == "query" && r["total"] == true)
+        .unwrap_or_else(|| panic!("no total histogram: {recs:?}"));
+    let d = &total["duration"];
+    let count = d["count"].as_u64().unwrap();
+    assert!(count >= N, "{total}");
+    assert!(interval_count(&recs) <= count, "{total}");
+    // Our queries are most of them (psql -c sends nothing else): the median and max sleep at
+    // least 50 ms, give or take the buckets' 1/16.
+    assert!(d["p50_ns"].as_u64().unwrap() >= 50_000_000 * 15 / 16, "{d}");
+    assert!(d["p90_ns"].as_u64().unwrap() >= 50_000_000 * 15 / 16, "{d}");
+    assert!(d["max_ns"].as_u64().unwrap() >= 50_000_000, "{d}");
+    assert!(d["p50_ns"].as_u64() <= d["p99_ns"].as_u64(), "{d}");
+    assert!(d["sum_ns"].as_u64().unwrap() >= N * 50_000_000, "{d}");
+    let sum = recs
+        .iter()
+        .find(|r| r["type"] == "summary")
+        .expect("summary");
+    assert!(sum["spans"].as_u64().unwrap() >= N, "{sum}");
+}
