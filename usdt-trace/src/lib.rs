@@ -22,6 +22,7 @@
 pub mod argspec;
 pub mod btf;
 pub mod child;
+pub mod agg;
 pub mod cli;
 pub mod doctor;
 pub mod elf;
