@@ -97,10 +97,8 @@ fn fresh_key(id: u32) -> Option<&'static mut ByKey> {
     k.id = id;
     k.str_len = 0;
     k.val = 0;
-    let mut i = 0;
-    while i < STR_LEN {
-        k.str[i] = 0;
-        i += 1;
+    for b in k.str.iter_mut() {
+        *b = 0;
     }
     Some(k)
 }
@@ -114,10 +112,8 @@ fn task_key(k: &mut ByKey, by: u32) {
         BY_TID => k.val = pid_tgid as u32 as u64,
         BY_COMM => {
             let comm = bpf_get_current_comm().unwrap_or_default();
-            let mut i = 0;
-            while i < comm.len() {
-                k.str[i] = comm[i];
-                i += 1;
+            for (d, c) in k.str.iter_mut().zip(comm.iter()) {
+                *d = *c;
             }
             k.str_len = comm.len() as u32;
         }
@@ -179,14 +175,11 @@ pub extern "C" fn usdt_by_span(f: *const Frame, s: *const StrBuf, end_site: u32,
             if !s.is_null() && f.str_len > 0 {
                 // SAFETY: non-null, checked by the verifier to point to a StrBuf.
                 let src = unsafe { &(*s).b };
+                // Only the string's own bytes: the slot may hold an older, longer one after.
+                // Iterators, not indexing: no bounds-check panic path for the verifier.
                 let len = f.str_len as usize;
-                let mut i = 0;
-                while i < STR_LEN {
-                    if i >= len {
-                        break;
-                    }
-                    k.str[i] = src[i];
-                    i += 1;
+                for (d, c) in k.str.iter_mut().zip(src.iter()).take(len) {
+                    *d = *c;
                 }
                 k.str_len = f.str_len;
             } else if let (Some(spec), Some(a)) = (SITES.get(end_site), hit_args(end_site)) {
@@ -249,11 +242,11 @@ pub extern "C" fn usdt_count(site: u32) -> u32 {
         return 0;
     };
     match agg.by {
-        BY_ARG => {
-            if let (Some(n), Some(a)) = (by_arg(site), hit_args(site)) {
-                k.val = a[n];
-            }
-        }
+        BY_ARG => match (by_arg(site), hit_args(site)) {
+            (Some(n), Some(a)) => k.val = a[n],
+            // A probe without the argument has only its total.
+            _ => return 0,
+        },
         BY_STR => {
             if let (Some(spec), Some(a)) = (SITES.get(site), hit_args(site)) {
                 k.str_len = read_str(spec, a, &mut k.str);

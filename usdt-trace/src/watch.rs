@@ -845,7 +845,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             depth: c.depth,
             kernel_skipped: tracer.missed_hits().unwrap_or(0),
         },
-        filtered: c.below_min + c.filter_rejected,
+        filtered: c.below_min + c.filter_rejected + ac.top_skipped,
     };
     reader.sinks.finish(&summary)?;
     drop(reader);
