@@ -13,8 +13,8 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     agg::{
-        AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_CNT_TOP_SKIPPED,
-        AGG_COUNTERS, BY_ARG, BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_TID, CFG_AGG_BY,
+        AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_CNT_TOP_SKIPPED, AGG_COUNTERS,
+        BY_ARG, BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_TID, CFG_AGG_BY,
     },
     hist_bucket, Frame, Hist, CFG_FILTER, HIST_BUCKETS, MAX_ARGS, STR_LEN,
 };

@@ -17,13 +17,13 @@ use usdt_trace_common::{
 };
 
 use crate::{
+    agg::StrBuf,
     args::{copy_regs, read_args, read_str, reg, IP_WORD, REGS_WORDS},
     maps::{
         count, count_n, existing_thread, note_stateless_start, ringbuf_flags, take_stateless_start,
         thread_state, thread_strs, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED,
         ID_SPANS, PIDS, SCRATCH, SITES, THREAD_STRS,
     },
-    agg::StrBuf,
     sched,
 };
 

@@ -23,11 +23,19 @@ pub enum AggError {
     #[error("--by {key:?}: only str0 (the first captured string) can be a key today")]
     StrIndex { key: String },
     #[error("--by {key:?}: no traced {what} has argument {n}")]
-    NoArg { key: String, what: &'static str, n: usize },
+    NoArg {
+        key: String,
+        what: &'static str,
+        n: usize,
+    },
     #[error("--by {key:?}: no traced probe is named {probe:?}")]
     NoProbe { key: String, probe: String },
     #[error("--by {key:?}: probe {probe} has no argument {n}")]
-    ProbeArg { key: String, probe: String, n: usize },
+    ProbeArg {
+        key: String,
+        probe: String,
+        n: usize,
+    },
     #[error("--by str0: no traced probe captures a string; add --str PROBE:N")]
     NoStr,
 }
@@ -37,7 +45,10 @@ pub enum AggError {
 pub enum ByKind {
     /// Argument `n` of the span's start probe, or, with `probe`, of that probe (start or end,
     /// or the probe counted).
-    Arg { probe: Option<String>, n: usize },
+    Arg {
+        probe: Option<String>,
+        n: usize,
+    },
     /// The first captured string (`--str`): the start's, else the end's.
     Str,
     Pid,
@@ -396,7 +407,13 @@ fn hist_stats_json(out: &mut Vec<u8>, h: &Hist) {
 
 /// `--hist --by` in JSON: one `{"type":"hist_by",...}` line per key, and one with
 /// `"other":true` (and `"key":null`) per span name that had keys beyond the map.
-pub fn by_json(out: &mut Vec<u8>, plan: &Plan, kp: &KeyPlan, tables: &[KeyTable<Hist>], block: Block) {
+pub fn by_json(
+    out: &mut Vec<u8>,
+    plan: &Plan,
+    kp: &KeyPlan,
+    tables: &[KeyTable<Hist>],
+    block: Block,
+) {
     for t in tables {
         let Some(p) = plan.pairs.get(t.pair) else {
             continue;
@@ -450,7 +467,12 @@ impl Counts {
             keys: self
                 .keys
                 .iter()
-                .map(|(k, c)| (*k, c.saturating_sub(before.keys.get(k).copied().unwrap_or(0))))
+                .map(|(k, c)| {
+                    (
+                        *k,
+                        c.saturating_sub(before.keys.get(k).copied().unwrap_or(0)),
+                    )
+                })
                 .filter(|(_, c)| *c > 0)
                 .collect(),
             other: sub(&self.other, &before.other),

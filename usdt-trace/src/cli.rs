@@ -264,7 +264,9 @@ pub enum UsageError {
     Filter(#[from] crate::filter::FilterError),
     #[error(transparent)]
     Agg(#[from] crate::agg::AggError),
-    #[error("--interval needs --hist, --count or --top: it prints what they aggregated per interval")]
+    #[error(
+        "--interval needs --hist, --count or --top: it prints what they aggregated per interval"
+    )]
     IntervalMode,
     #[error("--by needs --hist or --count: it splits their histograms or counts by key")]
     ByMode,
@@ -568,11 +570,7 @@ impl WatchArgs {
         if interval.is_some() && !(self.hist || self.count || self.top.is_some()) {
             return Err(UsageError::IntervalMode);
         }
-        let by = self
-            .by
-            .as_deref()
-            .map(crate::agg::By::parse)
-            .transpose()?;
+        let by = self.by.as_deref().map(crate::agg::By::parse).transpose()?;
         if by.is_some() && !(self.hist || self.count) {
             return Err(UsageError::ByMode);
         }

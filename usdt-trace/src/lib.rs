@@ -19,10 +19,10 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod agg;
 pub mod argspec;
 pub mod btf;
 pub mod child;
-pub mod agg;
 pub mod cli;
 pub mod doctor;
 pub mod elf;

@@ -593,7 +593,8 @@ impl Reader<'_> {
     ) -> Result<(), WatchError> {
         use crate::agg;
         let plan = self.plan;
-        let block = intervals.then_some(((if total { self.t0 } else { self.agg.last_t }, now), total));
+        let block =
+            intervals.then_some(((if total { self.t0 } else { self.agg.last_t }, now), total));
         let mut text = String::new();
         let mut json = Vec::new();
         if self.agg.hist {
@@ -625,7 +626,11 @@ impl Reader<'_> {
             if intervals {
                 text.push_str(&agg::block_text(block, self.t0));
             }
-            text.push_str(&agg::count_text(&rows, self.agg.key.as_ref(), self.agg.max_keys));
+            text.push_str(&agg::count_text(
+                &rows,
+                self.agg.key.as_ref(),
+                self.agg.max_keys,
+            ));
             agg::count_json(&mut json, &rows, self.agg.key.as_ref(), block);
             if !total {
                 self.agg.last_counts = snap;

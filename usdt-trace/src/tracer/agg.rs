@@ -49,7 +49,11 @@ impl AggLoad {
     /// Sizes the aggregation maps: the keyed ones only when used, as each entry is a
     /// per-CPU 4 KB histogram at worst.
     pub(super) fn size_maps(&self, l: &mut EbpfLoader, nsites: u32, hist_pairs: u32) {
-        let keys = if self.by != 0 { self.max_keys.max(1) } else { 1 };
+        let keys = if self.by != 0 {
+            self.max_keys.max(1)
+        } else {
+            1
+        };
         l.map_max_entries("BY_SITES", nsites)
             .map_max_entries("BY_HISTS", if self.count { 1 } else { keys })
             .map_max_entries("BY_OTHER", hist_pairs.max(1))
@@ -181,10 +185,7 @@ impl Tracer {
     }
 
     /// `--hist --by`: the histogram per key, and per span name the "other" one.
-    pub fn by_hists(
-        &self,
-        npairs: usize,
-    ) -> Result<(HashMap<ByKey, Hist>, Vec<Hist>), TraceError> {
+    pub fn by_hists(&self, npairs: usize) -> Result<(HashMap<ByKey, Hist>, Vec<Hist>), TraceError> {
         let map: PerCpuHashMap<&MapData, ByKey, Hist> = PerCpuHashMap::try_from(
             self.ebpf
                 .map("BY_HISTS")
@@ -208,7 +209,11 @@ impl Tracer {
         let n = npairs.min(other_map.len() as usize).min(self.hist_pairs);
         let mut other = vec![Hist::default(); npairs];
         for (i, slot) in other.iter_mut().enumerate().take(n) {
-            for h in other_map.get(&(i as u32), 0).map_err(map_err("BY_OTHER"))?.iter() {
+            for h in other_map
+                .get(&(i as u32), 0)
+                .map_err(map_err("BY_OTHER"))?
+                .iter()
+            {
                 sum_hist(slot, h);
             }
         }
