@@ -4,7 +4,6 @@
 //! 5 of 1 ms kind 2 "gamma" status 404).
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::time::Duration;
 use usdt_trace_tests::markers::{self as util, demo_servers, free_port, start_server};
 use usdt_trace_tests::watch;
 use usdt_trace_tests::watch_util::{build_c, single_error_line};

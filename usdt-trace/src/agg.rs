@@ -124,8 +124,11 @@ pub struct KeyPlan {
     pub by: By,
     /// Per site (cookie): the argument the key is read from there, or `BY_ARG_NONE`.
     pub by_sites: Vec<u8>,
-    /// Argument keys print as signed numbers (one of the sites supplying them is signed).
+    /// Argument keys of spans print as signed numbers (one of the sites supplying them is
+    /// signed); counted keys print as their own site's argument does.
     pub signed: bool,
+    /// Keys are per hit (`--count`): a key's id is its site.
+    pub count: bool,
 }
 
 fn probe_matches(rule: &str, provider: &str, name: &str) -> bool {
@@ -182,10 +185,8 @@ impl KeyPlan {
                     });
                 }
             }
-            ByKind::Str => {
-                if plan.sites.iter().all(|s| s.str_arg.is_none()) {
-                    return Err(AggError::NoStr);
-                }
+            ByKind::Str if plan.sites.iter().all(|s| s.str_arg.is_none()) => {
+                return Err(AggError::NoStr);
             }
             _ => {}
         }
@@ -193,13 +194,25 @@ impl KeyPlan {
             by: by.clone(),
             by_sites,
             signed,
+            count,
         })
     }
 
     /// The value of a kernel key, as shown.
     pub fn value(&self, plan: &Plan, k: &ByKey) -> KeyVal {
+        let signed = if self.count {
+            let site = plan.sites.get(k.id as usize);
+            let n = self
+                .by_sites
+                .get(k.id as usize)
+                .copied()
+                .unwrap_or(BY_ARG_NONE) as usize;
+            site.and_then(|s| s.args.get(n)) == Some(&ArgFmt::Signed)
+        } else {
+            self.signed
+        };
         match self.by.kind {
-            ByKind::Arg { .. } if self.signed => KeyVal::Int(k.val as i64),
+            ByKind::Arg { .. } if signed => KeyVal::Int(k.val as i64),
             ByKind::Arg { .. } | ByKind::Pid | ByKind::Tid => KeyVal::Uint(k.val),
             ByKind::Str | ByKind::Comm => {
                 let n = (k.str_len as usize).min(k.str.len());
@@ -579,7 +592,7 @@ pub fn count_json(out: &mut Vec<u8>, rows: &[ProbeCount], kp: Option<&KeyPlan>, 
             block_json(out, block);
         };
         head(out);
-        let _ = write!(Vec8(out), ",\"count\":{}}}\n", r.count);
+        let _ = writeln!(Vec8(out), ",\"count\":{}}}", r.count);
         let Some(kp) = kp else {
             continue;
         };
@@ -589,15 +602,15 @@ pub fn count_json(out: &mut Vec<u8>, rows: &[ProbeCount], kp: Option<&KeyPlan>, 
             json_str(out, kp.by.text.as_bytes());
             out.extend_from_slice(b",\"key\":");
             k.json(out);
-            let _ = write!(Vec8(out), ",\"count\":{n}}}\n");
+            let _ = writeln!(Vec8(out), ",\"count\":{n}}}");
         }
         if r.other > 0 {
             head(out);
             out.extend_from_slice(b",\"by\":");
             json_str(out, kp.by.text.as_bytes());
-            let _ = write!(
+            let _ = writeln!(
                 Vec8(out),
-                ",\"key\":null,\"other\":true,\"count\":{}}}\n",
+                ",\"key\":null,\"other\":true,\"count\":{}}}",
                 r.other
             );
         }
@@ -747,5 +760,330 @@ impl std::fmt::Write for Vec8<'_> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         self.0.extend_from_slice(s.as_bytes());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::{PairInfo, SiteInfo};
+    use usdt_trace_common::{
+        ArgDesc, RecordHeader, RecordKind, SiteSpec, ID_NONE, STR_LEN, STR_NONE,
+    };
+
+    fn spec(pair: u32, role: SiteRole, nargs: u8) -> SiteSpec {
+        SiteSpec {
+            pair_id: pair,
+            role,
+            id_arg: ID_NONE,
+            nargs,
+            str_arg: STR_NONE,
+            args: [ArgDesc::default(); MAX_ARGS],
+        }
+    }
+
+    fn site(name: &str, nargs: usize, signed: bool, str_arg: Option<usize>) -> SiteInfo {
+        let f = if signed {
+            ArgFmt::Signed
+        } else {
+            ArgFmt::Unsigned
+        };
+        SiteInfo {
+            provider: "ag".into(),
+            name: name.into(),
+            args: vec![f; nargs],
+            str_arg,
+            pair: Some(0),
+        }
+    }
+
+    /// ag:req__start(i, kind, name) -> ag:req__end(i, status: signed), and the event ag:tick(k).
+    fn plan() -> Plan {
+        let mut tick = site("tick", 1, false, None);
+        tick.pair = None;
+        Plan {
+            specs: vec![
+                spec(0, SiteRole::START, 3),
+                spec(0, SiteRole::END, 2),
+                spec(0, SiteRole::EVENT, 1),
+            ],
+            sites: vec![
+                site("req__start", 3, false, Some(2)),
+                site("req__end", 2, true, None),
+                tick,
+            ],
+            pairs: vec![PairInfo {
+                provider: "ag".into(),
+                stem: "req".into(),
+                start: "req__start".into(),
+                ends: vec!["req__end".into()],
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn key(id: u32, val: u64) -> ByKey {
+        ByKey {
+            id,
+            val,
+            ..Default::default()
+        }
+    }
+
+    fn hist(vals: &[u64]) -> Hist {
+        let mut h = Hist::default();
+        for &v in vals {
+            h.add(v);
+        }
+        h
+    }
+
+    #[test]
+    fn parses_keys() {
+        let k = |s: &str| By::parse(s).map(|b| b.kind);
+        assert_eq!(k("arg1"), Ok(ByKind::Arg { probe: None, n: 1 }));
+        assert_eq!(
+            k("request__end:arg1"),
+            Ok(ByKind::Arg {
+                probe: Some("request__end".into()),
+                n: 1
+            })
+        );
+        assert_eq!(
+            k("httpserver:request__end:arg11"),
+            Ok(ByKind::Arg {
+                probe: Some("httpserver:request__end".into()),
+                n: 11
+            })
+        );
+        assert_eq!(k("str0"), Ok(ByKind::Str));
+        assert_eq!(k("pid"), Ok(ByKind::Pid));
+        assert_eq!(k("comm"), Ok(ByKind::Comm));
+        assert_eq!(k("probe"), Ok(ByKind::Probe));
+        assert!(matches!(k("str1"), Err(AggError::StrIndex { .. })));
+        for bad in ["arg12", "argx", "", ":arg1", "x:arg", "PID", "arg-1"] {
+            assert!(matches!(k(bad), Err(AggError::BadKey(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn key_plans_name_the_sites_that_supply_the_key() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("arg1").unwrap(), false).unwrap();
+        // Spans: the start's argument only.
+        assert_eq!(kp.by_sites, [1, BY_ARG_NONE, BY_ARG_NONE]);
+        assert!(!kp.signed);
+        // Counts: every probe that has it.
+        let kp = KeyPlan::new(&p, &By::parse("arg0").unwrap(), true).unwrap();
+        assert_eq!(kp.by_sites, [0, 0, 0]);
+        let kp = KeyPlan::new(&p, &By::parse("req__end:arg1").unwrap(), false).unwrap();
+        assert_eq!(kp.by_sites, [BY_ARG_NONE, 1, BY_ARG_NONE]);
+        assert!(kp.signed);
+        assert_eq!(kp.value(&p, &key(0, -1i64 as u64)), KeyVal::Int(-1));
+        let err = |s: &str| KeyPlan::new(&p, &By::parse(s).unwrap(), false).unwrap_err();
+        assert!(matches!(err("arg3"), AggError::NoArg { n: 3, .. }));
+        assert!(matches!(err("nosuch:arg0"), AggError::NoProbe { .. }));
+        assert!(matches!(
+            err("ag:req__end:arg2"),
+            AggError::ProbeArg { n: 2, .. }
+        ));
+        let mut nostr = plan();
+        nostr.sites[0].str_arg = None;
+        assert_eq!(
+            KeyPlan::new(&nostr, &By::parse("str0").unwrap(), false).unwrap_err(),
+            AggError::NoStr
+        );
+    }
+
+    #[test]
+    fn key_values_print_as_named() {
+        let p = plan();
+        let kp = |s: &str| KeyPlan::new(&p, &By::parse(s).unwrap(), false).unwrap();
+        let mut k = key(0, 0);
+        k.str[..6].copy_from_slice(b"alpha\0");
+        k.str_len = 6;
+        assert_eq!(kp("str0").value(&p, &k), KeyVal::Str(b"alpha".to_vec()));
+        assert_eq!(
+            kp("probe").value(&p, &key(0, 1)),
+            KeyVal::Str(b"ag:req__end".to_vec())
+        );
+        assert_eq!(kp("pid").value(&p, &key(0, 42)), KeyVal::Uint(42));
+    }
+
+    #[test]
+    fn tables_merge_keys_sort_by_count_and_keep_other() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("probe").unwrap(), false).unwrap();
+        let mut h = ByHists::default();
+        // Two cookies of one probe merge; the larger count sorts first.
+        h.keys.insert(key(0, 1), hist(&[100, 200]));
+        h.keys.insert(key(0, 7), hist(&[300]));
+        h.other = vec![hist(&[5000])];
+        let t = by_tables(&p, &kp, &h);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].rows[0].0, KeyVal::Str(b"ag:req__end".to_vec()));
+        assert_eq!(t[0].rows[0].1.count, 2);
+        assert_eq!(t[0].rows[1].0, KeyVal::Uint(7));
+        assert_eq!(t[0].other.count, 1);
+        let text = by_text(&p, &kp, &t, 4);
+        assert!(text.starts_with("@ag:req by probe (2 keys)\n"), "{text}");
+        let first = text.lines().nth(2).unwrap();
+        assert!(
+            first.contains("\"ag:req__end\"") && first.contains(" 2 "),
+            "{text}"
+        );
+        assert!(text.contains("other (beyond --max-keys 4)"), "{text}");
+    }
+
+    #[test]
+    fn interval_deltas_subtract_per_key() {
+        let mut before = ByHists::default();
+        before.keys.insert(key(0, 1), hist(&[100]));
+        let mut now = before.clone();
+        now.keys.insert(key(0, 1), hist(&[100, 400]));
+        now.keys.insert(key(0, 2), hist(&[50]));
+        let d = now.since(&before);
+        assert_eq!(d.keys[&key(0, 1)].count, 1);
+        assert_eq!(d.keys[&key(0, 1)].max, 400);
+        assert_eq!(d.keys[&key(0, 2)].count, 1);
+        let c0 = Counts {
+            sites: vec![5, 1],
+            keys: [(key(0, 3), 5)].into(),
+            other: vec![0, 0],
+        };
+        let c1 = Counts {
+            sites: vec![9, 1],
+            keys: [(key(0, 3), 9)].into(),
+            other: vec![2, 0],
+        };
+        let d = c1.since(&c0);
+        assert_eq!(d.sites, [4, 0]);
+        assert_eq!(d.keys[&key(0, 3)], 4);
+        assert_eq!(d.other, [2, 0]);
+    }
+
+    #[test]
+    fn top_n_keeps_the_longest_and_says_what_could_still_enter() {
+        let rec = |d: u64| {
+            let mut r: SpanRecord = unsafe { std::mem::zeroed() };
+            r.start_ns = 1_000;
+            r.hdr.ts_ns = 1_000 + d;
+            r
+        };
+        let mut t = TopN::new(3);
+        assert_eq!(t.threshold(), 0);
+        for d in [5, 1, 9, 3] {
+            t.offer(&rec(d));
+        }
+        let durs: Vec<u64> = t.spans().iter().map(dur).collect();
+        assert_eq!(durs, [9, 5, 3]);
+        assert_eq!(t.threshold(), 4);
+        assert!(
+            !t.offer(&rec(3)),
+            "a tie with the last does not displace it"
+        );
+        assert!(t.offer(&rec(4)));
+        assert_eq!(t.threshold(), 5);
+    }
+
+    #[test]
+    fn count_rows_merge_sites_of_one_probe() {
+        let mut p = plan();
+        p.sites.push(site("tick", 1, false, None));
+        p.specs.push(spec(0, SiteRole::EVENT, 1));
+        let kp = KeyPlan::new(&p, &By::parse("arg0").unwrap(), true).unwrap();
+        let c = Counts {
+            sites: vec![2, 2, 3, 4],
+            keys: [(key(2, 0), 3), (key(3, 0), 4), (key(0, 9), 2)].into(),
+            other: vec![0, 0, 0, 0],
+        };
+        let rows = count_table(&p, Some(&kp), &c);
+        let names: Vec<(&str, u64)> = rows.iter().map(|r| (r.name.as_str(), r.count)).collect();
+        assert_eq!(names, [("tick", 7), ("req__end", 2), ("req__start", 2)]);
+        // tick's argument is unsigned, whatever other probes' are.
+        assert_eq!(rows[0].keys, [(KeyVal::Uint(0), 7)]);
+    }
+
+    /// Golden lines: the JSON shapes of `hist_by`, `count` and `top` records.
+    #[test]
+    fn golden_json() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("req__end:arg1").unwrap(), false).unwrap();
+        let mut h = ByHists::default();
+        h.keys.insert(key(0, 404), hist(&[3000]));
+        h.other = vec![hist(&[100, 100])];
+        let t = by_tables(&p, &kp, &h);
+        let mut out = Vec::new();
+        by_json(&mut out, &p, &kp, &t, Some(((10, 20), false)));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"type":"hist_by","provider":"ag","name":"req","by":"req__end:arg1","interval_start_ns":10,"interval_end_ns":20,"total":false,"key":404,"count":1,"sum_ns":3000,"p50_ns":2944,"p90_ns":2944,"p99_ns":2944,"max_ns":3000}
+{"type":"hist_by","provider":"ag","name":"req","by":"req__end:arg1","interval_start_ns":10,"interval_end_ns":20,"total":false,"key":null,"other":true,"count":2,"sum_ns":200,"p50_ns":100,"p90_ns":100,"p99_ns":100,"max_ns":100}
+"#
+        );
+        let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), true).unwrap();
+        let mut k = key(0, 0);
+        k.str[..2].copy_from_slice(b"q\0");
+        k.str_len = 2;
+        let c = Counts {
+            sites: vec![3, 0, 0],
+            keys: [(k, 2)].into(),
+            other: vec![1, 0, 0],
+        };
+        let mut out = Vec::new();
+        count_json(&mut out, &count_table(&p, Some(&kp), &c), Some(&kp), None);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"type":"count","provider":"ag","name":"req__start","count":3}
+{"type":"count","provider":"ag","name":"req__start","by":"str0","key":"q","count":2}
+{"type":"count","provider":"ag","name":"req__start","by":"str0","key":null,"other":true,"count":1}
+"#
+        );
+        let mut r: SpanRecord = unsafe { std::mem::zeroed() };
+        r.hdr = RecordHeader {
+            kind: RecordKind::SPAN,
+            site: 1,
+            pid: 7,
+            tid: 7,
+            ts_ns: 5_000,
+            comm: *b"ag\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+        };
+        r.start_ns = 1_000;
+        r.args[..3].copy_from_slice(&[3, 2, 0]);
+        r.end_args[..2].copy_from_slice(&[3, 404]);
+        r.str = [0; STR_LEN];
+        let mut top = TopN::new(2);
+        top.offer(&r);
+        let mut out = Vec::new();
+        top_json(&mut out, &p, &top, Some(((0, 9), true)));
+        let line = String::from_utf8(out).unwrap();
+        assert!(
+            line.starts_with(
+                r#"{"type":"top","rank":1,"interval_start_ns":0,"interval_end_ns":9,"total":true,"span":{"type":"span","provider":"ag","name":"req","pid":7,"#
+            ),
+            "{line}"
+        );
+        assert!(line.ends_with("}}\n"), "{line}");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["span"]["duration_ns"], 4_000);
+        assert_eq!(v["span"]["end_args"], serde_json::json!([3, 404]));
+    }
+
+    #[test]
+    fn high_rate_probes_are_named_once() {
+        let mut p = plan();
+        for n in ["line", "line", "function__entry", "gc__start"] {
+            let mut s = site(n, 0, false, None);
+            s.provider = "python".into();
+            p.sites.push(s);
+        }
+        let v = high_rate_probes(&p);
+        assert_eq!(v, ["python:function__entry", "python:line"]);
+        let w = high_rate_warning(&v).unwrap();
+        assert!(
+            w.contains("2 high-rate probes") && w.contains("--count"),
+            "{w}"
+        );
+        assert_eq!(high_rate_warning(&[]), None);
     }
 }

@@ -473,6 +473,8 @@ struct Agg {
     last_by: crate::agg::ByHists,
     last_counts: crate::agg::Counts,
     last_t: u64,
+    /// `--count`: hits counted over the run (for the summary).
+    hits: u64,
 }
 
 /// Late string reads allowed per batch: each costs a system call or two, and a flood of
@@ -599,8 +601,7 @@ impl Reader<'_> {
         let mut json = Vec::new();
         if self.agg.hist {
             if let Some(kp) = &self.agg.key {
-                let (keys, other) = tracer.by_hists(plan.pairs.len())?;
-                let snap = agg::ByHists { keys, other };
+                let snap = tracer.by_hists(plan.pairs.len())?;
                 let shown = if total {
                     snap.clone()
                 } else {
@@ -615,8 +616,10 @@ impl Reader<'_> {
             }
         }
         if self.agg.count {
-            let (sites, keys, other) = tracer.counts(plan.sites.len())?;
-            let snap = agg::Counts { sites, keys, other };
+            let snap = tracer.counts(plan.sites.len())?;
+            if total {
+                self.agg.hits = snap.sites.iter().sum();
+            }
             let shown = if total {
                 snap.clone()
             } else {
@@ -799,6 +802,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             last_by: Default::default(),
             last_counts: Default::default(),
             last_t: t0,
+            hits: 0,
         },
     };
     reader.sinks.begin(&RunInfo {
@@ -851,6 +855,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             kernel_skipped: tracer.missed_hits().unwrap_or(0),
         },
         filtered: c.below_min + c.filter_rejected + ac.top_skipped,
+        hits: reader.agg.hits,
+        by_other: ac.by_other + ac.count_other,
     };
     reader.sinks.finish(&summary)?;
     drop(reader);

@@ -95,6 +95,10 @@ pub struct Summary {
     /// Spans and events that `--min` or `--filter` kept from being recorded (counted in
     /// `spans`/`events`, never printed).
     pub filtered: u64,
+    /// `--count`: probe hits counted in the kernel (nothing else is reported per hit).
+    pub hits: u64,
+    /// `--by`: spans and hits whose key found no room (`--max-keys`), counted as "other".
+    pub by_other: u64,
 }
 
 /// Span starts dropped because a kernel-side limit was reached (their ends are dropped with
@@ -346,6 +350,7 @@ mod tests {
                     kernel_skipped: 0,
                 },
                 filtered: 0,
+                ..Default::default()
             },
         );
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();

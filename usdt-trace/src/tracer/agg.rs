@@ -162,10 +162,7 @@ impl Tracer {
     }
 
     /// `--count`: hits per site, and per (site, key) and per site beyond the keys.
-    pub fn counts(
-        &self,
-        nsites: usize,
-    ) -> Result<(Vec<u64>, HashMap<ByKey, u64>, Vec<u64>), TraceError> {
+    pub fn counts(&self, nsites: usize) -> Result<crate::agg::Counts, TraceError> {
         let sites = self.per_cpu_array_u64("SITE_COUNTS", nsites)?;
         let other = self.per_cpu_array_u64("BY_COUNT_OTHER", nsites)?;
         let mut keys = HashMap::new();
@@ -181,11 +178,11 @@ impl Tracer {
                 *keys.entry(k).or_insert(0) += v.iter().sum::<u64>();
             }
         }
-        Ok((sites, keys, other))
+        Ok(crate::agg::Counts { sites, keys, other })
     }
 
     /// `--hist --by`: the histogram per key, and per span name the "other" one.
-    pub fn by_hists(&self, npairs: usize) -> Result<(HashMap<ByKey, Hist>, Vec<Hist>), TraceError> {
+    pub fn by_hists(&self, npairs: usize) -> Result<crate::agg::ByHists, TraceError> {
         let map: PerCpuHashMap<&MapData, ByKey, Hist> = PerCpuHashMap::try_from(
             self.ebpf
                 .map("BY_HISTS")
@@ -217,6 +214,6 @@ impl Tracer {
                 sum_hist(slot, h);
             }
         }
-        Ok((keys, other))
+        Ok(crate::agg::ByHists { keys, other })
     }
 }
