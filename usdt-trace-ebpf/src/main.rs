@@ -30,6 +30,7 @@
 // frame (or a 5 KB thread state) onto the 512-byte BPF stack.
 #![allow(clippy::needless_borrows_for_generic_args)]
 
+mod agg;
 mod args;
 mod filter;
 mod irq;

@@ -8,6 +8,7 @@ use aya_ebpf::{
     EbpfContext,
 };
 use usdt_trace_common::{
+    agg::{CFG_AGG_ARGS, CFG_AGG_BY, CFG_AGG_COUNT, CFG_AGG_TOP},
     hist_bucket, hist_slot, Acct, Config, EventRecord, Frame, IdFrame, IdKey, PollAcct,
     RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
     CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL,
@@ -17,6 +18,7 @@ use usdt_trace_common::{
 };
 
 use crate::{
+    agg::StrBuf,
     args::{copy_regs, read_args, read_str, reg, IP_WORD, REGS_WORDS},
     maps::{
         count, count_n, existing_thread, note_stateless_start, ringbuf_flags, take_stateless_start,
@@ -46,6 +48,13 @@ impl Hit<'_> {
     #[inline(always)]
     fn hist(&self) -> bool {
         self.cfg.flags & CFG_HIST != 0
+    }
+
+    /// Whether span starts keep their arguments (and string): always when records are made,
+    /// in histogram mode only when a `--by` key needs them.
+    #[inline(always)]
+    fn keeps_args(&self) -> bool {
+        !self.hist() || self.cfg.flags & CFG_AGG_ARGS != 0
     }
 
     #[inline(always)]
@@ -100,6 +109,16 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
         count(CNT_FILTERED);
         return Ok(());
     }
+    // `--count`: a hit is only counted, per site and key; nothing pairs, nothing is recorded.
+    if cfg.flags & CFG_AGG_COUNT != 0 {
+        if cfg.flags & (CFG_AGG_ARGS | CFG_FILTER) != 0 {
+            // SAFETY: this CPU's slot, which nothing else uses while this program runs.
+            let sc = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };
+            copy_regs(ctx, &mut sc.regs)?;
+        }
+        let _ = crate::agg::usdt_count(cookie);
+        return Ok(());
+    }
     let hist = cfg.flags & CFG_HIST != 0;
     // Poll markers (ENTER/EXIT) are no events: they keep accounting in --hist mode too.
     if hist && spec.role == SiteRole::EVENT {
@@ -113,7 +132,7 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
     let Scratch { regs, end_args } = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };
     // One copy of the registers: the spec's register numbers index into it. Histograms of
     // spans paired per thread need no arguments, so that mode skips the copy (and the reads).
-    if !hist || spec.id_arg != ID_NONE {
+    if !hist || spec.id_arg != ID_NONE || cfg.flags & CFG_AGG_ARGS != 0 {
         copy_regs(ctx, regs)?;
     }
     let hit = Hit {
@@ -141,7 +160,8 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
 
 fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     count(CNT_EVENTS);
-    if hit.hist() {
+    // `--top` ranks spans: events are only counted, as in histogram mode.
+    if hit.hist() || hit.cfg.flags & CFG_AGG_TOP != 0 {
         return Ok(());
     }
     if hit.cfg.flags & CFG_FILTER != 0 {
@@ -217,10 +237,17 @@ fn close_span(
             acct.as_ref(),
             poll.map(|p| p.idle_ns(dur)),
         );
+        if hit.cfg.flags & CFG_AGG_BY != 0 {
+            let s = str.map_or(core::ptr::null(), |s| s as *const _ as *const StrBuf);
+            let _ = crate::agg::usdt_by_span(f, s, hit.cookie, dur);
+        }
         return;
     }
     // `--min`: decided before a ring slot is reserved, so short spans cost no copy at all.
     if crate::filter::below_min(hit.cfg, dur) {
+        return;
+    }
+    if hit.cfg.flags & CFG_AGG_TOP != 0 && crate::agg::below_top(dur) {
         return;
     }
     if hit.cfg.flags & CFG_STACK != 0 {
@@ -296,7 +323,7 @@ fn start_on_thread(hit: &Hit) -> Result<(), ()> {
     let Some(f) = st.frames.get_mut(depth) else {
         return Ok(());
     };
-    let with_args = !hit.hist();
+    let with_args = hit.keeps_args();
     // Only spans with a string argument touch the string map.
     let str = if with_args && hit.spec.str_arg != STR_NONE {
         thread_strs(hit.tid).and_then(|t| t.strs.get_mut(depth))

@@ -151,8 +151,9 @@ pub struct WatchArgs {
     /// the kernel instead of printing each span; draw them at exit.
     #[arg(long)]
     pub hist: bool,
-    /// With --hist, also draw what each interval added, every DURATION (`2`, `500ms`, `1m`).
-    #[arg(short = 'i', long, value_name = "DURATION", requires = "hist")]
+    /// With --hist, --count or --top, also print what each interval added, every DURATION
+    /// (`2`, `500ms`, `1m`): deltas, each block headed by its bounds; the totals follow at exit.
+    #[arg(short = 'i', long, value_name = "DURATION")]
     pub interval: Option<String>,
     /// Record only spans at least this long (`2ms`, `500us`, `1.5`): shorter ones are dropped
     /// in the kernel before a record is made. With --hist every span is still counted.
@@ -161,8 +162,9 @@ pub struct WatchArgs {
     /// With --min: capture the user stack (up to 32 frames, innermost first) where each
     /// recorded span ended, and print it symbolized under the span (JSON: `stack`). The kernel
     /// walks frame pointers: code built without them gives short or wrong stacks. A stack that
-    /// could not be read says so (`stack_error`) and is counted in the summary.
-    #[arg(long, requires = "min", conflicts_with = "hist")]
+    /// could not be read says so (`stack_error`) and is counted in the summary. Not with
+    /// --hist or --top (they print no span records to hang a stack on).
+    #[arg(long, requires = "min", conflicts_with_all = ["hist", "top"])]
     pub stack: bool,
     /// Record only what passes EXPR, decided in the kernel: comparisons (== != < <= > >=) of
     /// argN, PROBE:argN (only that probe's or span's records), pid, tid or comm (== != a name),
@@ -173,6 +175,24 @@ pub struct WatchArgs {
     /// Trace only this thread (repeatable), in the kernel; combines with --filter.
     #[arg(long = "tid", value_name = "TID")]
     pub tids: Vec<u32>,
+    /// With --hist or --count: also one histogram (count) per KEY value, kept in the kernel:
+    /// argN (argument N of the span's start probe; of each probe with --count), PROBE:argN
+    /// (that probe's argument: an end's, e.g. request__end:arg1), str0 (the string --str
+    /// captures), pid, tid, comm, or probe (the end that closed the span; the probe counted).
+    /// At most --max-keys values; the rest are counted as "other". Sorted by count.
+    #[arg(long, value_name = "KEY")]
+    pub by: Option<String>,
+    /// With --by: how many key values the kernel keeps (per-CPU, ~4 KB each with --hist).
+    #[arg(long, value_name = "N", default_value_t = usdt_trace_common::agg::DEFAULT_MAX_KEYS)]
+    pub max_keys: u32,
+    /// Count hits per probe in the kernel (nothing is paired or sent per hit) and print the
+    /// counts at exit (and per --interval): to find which probes fire before choosing.
+    #[arg(long, conflicts_with_all = ["hist", "top", "perfetto", "otlp", "min"])]
+    pub count: bool,
+    /// Print only the N slowest spans, with their arguments and time split, at exit (and
+    /// per --interval). The kernel records only spans that could still enter the top N.
+    #[arg(long, value_name = "N", conflicts_with_all = ["hist", "perfetto", "otlp"])]
+    pub top: Option<usize>,
     /// Do not split span time into on-CPU/run-queue/sleep/I/O (skips the scheduler hooks).
     /// A span is split when one thread ran it from start to end, or, when it has usdt-markers
     /// poll markers (NAME__enter/NAME__exit), over the threads that polled it, plus the time
@@ -228,6 +248,10 @@ pub const HINT_LINE: &str = "\nhint: ";
 
 /// Largest `--max-threads`: 65536 thread states are 1 GB at worst (2 GB with strings).
 const MAX_THREADS_LIMIT: u32 = 1 << 16;
+/// Largest `--max-keys`: 65536 per-CPU histograms are 256 MB per CPU at worst.
+const MAX_KEYS_LIMIT: u32 = 1 << 16;
+/// Largest `--top`: the list is printed whole.
+const MAX_TOP: usize = 10_000;
 /// Largest `--max-open-ids`: 4M open spans are 2 GB at worst.
 const MAX_OPEN_IDS_LIMIT: u32 = 1 << 22;
 
@@ -248,6 +272,14 @@ pub enum UsageError {
     Min(String),
     #[error(transparent)]
     Filter(#[from] crate::filter::FilterError),
+    #[error(transparent)]
+    Agg(#[from] crate::agg::AggError),
+    #[error(
+        "--interval needs --hist, --count or --top: it prints what they aggregated per interval"
+    )]
+    IntervalMode,
+    #[error("--by needs --hist or --count: it splits their histograms or counts by key")]
+    ByMode,
     #[error("{path}: a script for {interpreter}; trace that (its probes are in the interpreter and its libraries)")]
     Script { path: String, interpreter: String },
     #[error("-c: {0:?}: pipelines and command lists are not traced; run one program (redirections and VAR=value are fine)")]
@@ -545,6 +577,26 @@ impl WatchArgs {
             }
             .into());
         }
+        if interval.is_some() && !(self.hist || self.count || self.top.is_some()) {
+            return Err(UsageError::IntervalMode);
+        }
+        let by = self.by.as_deref().map(crate::agg::By::parse).transpose()?;
+        if by.is_some() && !(self.hist || self.count) {
+            return Err(UsageError::ByMode);
+        }
+        if self.top == Some(0) || self.top.is_some_and(|n| n > MAX_TOP) {
+            return Err(UsageError::Limit {
+                flag: "top",
+                value: self.top.unwrap_or(0).min(u32::MAX as usize) as u32,
+                max: MAX_TOP as u32,
+            });
+        }
+        let agg = crate::watch::AggArgs {
+            by,
+            count: self.count,
+            top: self.top,
+            max_keys: self.max_keys,
+        };
         if !(4..=1 << 20).contains(&self.ring_kib) || !self.ring_kib.is_power_of_two() {
             return Err(UsageError::Ring(self.ring_kib));
         }
@@ -552,6 +604,7 @@ impl WatchArgs {
         for (flag, value, max) in [
             ("max-threads", self.max_threads, MAX_THREADS_LIMIT),
             ("max-open-ids", self.max_open_ids, MAX_OPEN_IDS_LIMIT),
+            ("max-keys", self.max_keys, MAX_KEYS_LIMIT),
         ] {
             if !(1..=max).contains(&value) {
                 return Err(UsageError::Limit { flag, value, max });
@@ -623,6 +676,7 @@ impl WatchArgs {
             min,
             stack: self.stack,
             filter,
+            agg,
         })
     }
 }

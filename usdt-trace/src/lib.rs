@@ -21,6 +21,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod agg;
 pub mod argspec;
 pub mod btf;
 pub mod child;

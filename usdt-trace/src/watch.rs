@@ -65,6 +65,17 @@ pub struct WatchConfig {
     pub filter: Option<crate::filter::Filter>,
     /// `--stack`: the user stack at the end of each recorded span.
     pub stack: bool,
+    /// `--by`, `--count`, `--top`, `--max-keys`.
+    pub agg: AggArgs,
+}
+
+/// The aggregation flags (see `crate::agg`).
+#[derive(Debug, Clone, Default)]
+pub struct AggArgs {
+    pub by: Option<crate::agg::By>,
+    pub count: bool,
+    pub top: Option<usize>,
+    pub max_keys: u32,
 }
 
 impl WatchConfig {
@@ -117,7 +128,9 @@ impl WatchConfig {
         let sink: Box<dyn Sink> = if self.json {
             Box::new(JsonSink::new(stdout))
         } else {
-            Box::new(TextSink::new(stdout, !self.hist))
+            // Aggregating modes print blocks, not one line per span under a header.
+            let per_span = !self.hist && !self.agg.count && self.agg.top.is_none();
+            Box::new(TextSink::new(stdout, per_span))
         };
         let mut sinks = vec![sink];
         if let Some(path) = &self.perfetto {
@@ -161,6 +174,8 @@ pub enum WatchError {
     Plan(#[from] PlanError),
     #[error(transparent)]
     Filter(#[from] crate::filter::FilterError),
+    #[error(transparent)]
+    Agg(#[from] crate::agg::AggError),
     #[error(transparent)]
     Trace(#[from] TraceError),
     #[error(transparent)]
@@ -469,6 +484,7 @@ struct Reader<'a> {
     t0: u64,
     /// `--stack`: names the stacks, and holds each until its span's record comes.
     stacks: Option<Stacks>,
+    agg: Agg,
 }
 
 /// A traced object for `--stack`: its name, a path to its open descriptor, and its symbols
@@ -553,6 +569,25 @@ impl Stacks {
     }
 }
 
+/// User-space state of `--by`, `--count` and `--top`: the last cumulative snapshots (for
+/// interval deltas) and the top-N heaps.
+struct Agg {
+    hist: bool,
+    count: bool,
+    key: Option<crate::agg::KeyPlan>,
+    max_keys: u32,
+    /// The whole run's N slowest spans, and the current interval's (with `--interval`).
+    top: Option<crate::agg::TopN>,
+    top_interval: Option<crate::agg::TopN>,
+    /// The minimum last pushed into the kernel.
+    top_min: u64,
+    last_by: crate::agg::ByHists,
+    last_counts: crate::agg::Counts,
+    last_t: u64,
+    /// `--count`: hits counted over the run (for the summary).
+    hits: u64,
+}
+
 /// Late string reads allowed per batch: each costs a system call or two, and a flood of
 /// failed reads must not slow the loop that keeps the ring buffer drained.
 const LATE_READS_PER_BATCH: usize = 256;
@@ -606,6 +641,14 @@ impl Reader<'_> {
             if let View::Span { stack, .. } = &mut v {
                 *stack = stack_of_span.as_ref();
             }
+            // `--top`: spans go to the heaps, which print at intervals and at the end.
+            if let (Some(top), View::Span { rec, .. }) = (self.agg.top.as_mut(), v) {
+                top.offer(rec);
+                if let Some(t) = self.agg.top_interval.as_mut() {
+                    t.offer(rec);
+                }
+                return;
+            }
             // A string the kernel could not read: patch a copy of the record.
             match v {
                 View::Event { site, rec } if late_budget > 0 => {
@@ -646,12 +689,108 @@ impl Reader<'_> {
         })?;
         res?;
         self.sinks.flush()?;
+        self.push_top_min(tracer)?;
         Ok(n)
+    }
+
+    /// `--top`: tells the kernel the shortest span that could still enter a heap, so shorter
+    /// ones make no record at all.
+    fn push_top_min(&mut self, tracer: &mut Tracer) -> Result<(), WatchError> {
+        let Some(top) = &self.agg.top else {
+            return Ok(());
+        };
+        // The interval's heap fills from empty: until then it takes every span.
+        let min = match &self.agg.top_interval {
+            Some(t) => t.threshold().min(top.threshold()),
+            None => top.threshold(),
+        };
+        if min != self.agg.top_min {
+            tracer.set_top_min(min)?;
+            self.agg.top_min = min;
+        }
+        Ok(())
+    }
+
+    /// The aggregates (`--by`, `--count`, `--top`) of one block: an interval's deltas, or
+    /// the whole run's totals (`total`).
+    fn agg_block(
+        &mut self,
+        tracer: &Tracer,
+        now: u64,
+        total: bool,
+        intervals: bool,
+    ) -> Result<(), WatchError> {
+        use crate::agg;
+        let plan = self.plan;
+        let block =
+            intervals.then_some(((if total { self.t0 } else { self.agg.last_t }, now), total));
+        let mut text = String::new();
+        let mut json = Vec::new();
+        if self.agg.hist {
+            if let Some(kp) = &self.agg.key {
+                let snap = tracer.by_hists(plan.pairs.len())?;
+                let shown = if total {
+                    snap.clone()
+                } else {
+                    snap.since(&self.agg.last_by)
+                };
+                let tables = agg::by_tables(plan, kp, &shown);
+                text.push_str(&agg::by_text(plan, kp, &tables, self.agg.max_keys));
+                agg::by_json(&mut json, plan, kp, &tables, block);
+                if !total {
+                    self.agg.last_by = snap;
+                }
+            }
+        }
+        if self.agg.count {
+            let snap = tracer.counts(plan.sites.len())?;
+            if total {
+                self.agg.hits = snap.sites.iter().sum();
+            }
+            let shown = if total {
+                snap.clone()
+            } else {
+                snap.since(&self.agg.last_counts)
+            };
+            let rows = agg::count_table(plan, self.agg.key.as_ref(), &shown);
+            if intervals {
+                text.push_str(&agg::block_text(block, self.t0));
+            }
+            text.push_str(&agg::count_text(
+                &rows,
+                self.agg.key.as_ref(),
+                self.agg.max_keys,
+            ));
+            agg::count_json(&mut json, &rows, self.agg.key.as_ref(), block);
+            if !total {
+                self.agg.last_counts = snap;
+            }
+        }
+        let top = if total {
+            self.agg.top.as_ref()
+        } else {
+            self.agg.top_interval.as_ref()
+        };
+        if let Some(top) = top {
+            text.push_str(&agg::top_text(plan, top, block, self.t0));
+            agg::top_json(&mut json, plan, top, block);
+        }
+        if !total {
+            if let Some(t) = self.agg.top_interval.as_mut() {
+                *t = agg::TopN::new(t.n);
+            }
+            self.agg.last_t = now;
+        }
+        self.sinks.block(&text, &json)?;
+        Ok(())
     }
 
     /// One `--interval` block: what the kernel counted since the last one.
     fn interval(&mut self, tracer: &Tracer) -> Result<(), WatchError> {
         let now = monotonic_ns();
+        if !self.agg.hist {
+            return self.agg_block(tracer, now, false, true);
+        }
         let hists = tracer.hists(self.plan.pairs.len())?;
         let (before, since) = self.last.take().unwrap_or_else(|| {
             let zero = vec![[Hist::default(); HIST_COMPONENTS]; hists.len()];
@@ -669,19 +808,22 @@ impl Reader<'_> {
             total: false,
         })?;
         self.last = Some((hists, now));
-        Ok(())
+        self.agg_block(tracer, now, false, true)
     }
 
     /// The whole run's histograms, at the end.
     fn totals(&mut self, tracer: &Tracer, intervals: bool) -> Result<(), WatchError> {
-        let hists = tracer.hists(self.plan.pairs.len())?;
-        self.sinks.hists(&Hists {
-            pairs: &self.plan.pairs,
-            hists: &hists,
-            bounds: intervals.then(|| (self.t0, monotonic_ns())),
-            total: true,
-        })?;
-        Ok(())
+        let now = monotonic_ns();
+        if self.agg.hist {
+            let hists = tracer.hists(self.plan.pairs.len())?;
+            self.sinks.hists(&Hists {
+                pairs: &self.plan.pairs,
+                hists: &hists,
+                bounds: intervals.then_some((self.t0, now)),
+                total: true,
+            })?;
+        }
+        self.agg_block(tracer, now, true, intervals)
     }
 }
 
@@ -694,6 +836,17 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .map(|o| (o.shown.as_str(), &o.probes))
         .collect();
     let plan = plan::build(&named, &cfg.plan_options())?;
+    if cfg.patterns.is_empty() && !cfg.agg.count {
+        if let Some(w) = crate::agg::high_rate_warning(&crate::agg::high_rate_probes(&plan)) {
+            eprintln!("{}", clean(&w));
+        }
+    }
+    let key_plan = cfg
+        .agg
+        .by
+        .as_ref()
+        .map(|b| crate::agg::KeyPlan::new(&plan, b, cfg.agg.count))
+        .transpose()?;
     // The files as parsed: taken before attach, so a change made the moment the readiness line
     // appears is still a change.
     let mut watched = ChangeWatch::new(&objects, &plan);
@@ -728,6 +881,17 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             .zip(filter_masks.as_deref())
             .map(|(f, m)| (f.compile(), m)),
         stack: cfg.stack,
+        agg: crate::tracer::AggLoad {
+            count: cfg.agg.count,
+            top: cfg.agg.top.is_some(),
+            by: key_plan.as_ref().map_or(0, |k| k.by.code()),
+            by_args: key_plan.as_ref().is_some_and(|k| k.by.reads_args()),
+            by_sites: key_plan
+                .as_ref()
+                .map(|k| k.by_sites.clone())
+                .unwrap_or_default(),
+            max_keys: cfg.agg.max_keys,
+        },
     })?;
     // Before attach: processes already mapping the objects get their semaphores from the
     // kernel; only those started later need raising by hand.
@@ -752,6 +916,23 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         last: None,
         t0,
         stacks: cfg.stack.then(|| Stacks::new(&plan, &objects)),
+        agg: Agg {
+            hist: cfg.hist,
+            count: cfg.agg.count,
+            key: key_plan,
+            max_keys: cfg.agg.max_keys,
+            top: cfg.agg.top.map(crate::agg::TopN::new),
+            top_interval: cfg
+                .agg
+                .top
+                .filter(|_| cfg.interval.is_some())
+                .map(crate::agg::TopN::new),
+            top_min: 0,
+            last_by: Default::default(),
+            last_counts: Default::default(),
+            last_t: t0,
+            hits: 0,
+        },
     };
     reader.sinks.begin(&RunInfo {
         version: env!("CARGO_PKG_VERSION"),
@@ -780,9 +961,10 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     // RELRO copy is read-only), and lowering never goes below 0, so the count ends at 0.
     raiser.lower_all();
     while reader.batch(&mut tracer, Duration::ZERO)? > 0 {}
-    if cfg.hist {
+    if cfg.hist || cfg.agg.count || cfg.agg.top.is_some() {
         reader.totals(&tracer, cfg.interval.is_some())?;
     }
+    let ac = tracer.agg_counters()?;
     let c = tracer.counters()?;
     let open = tracer.open_spans().unwrap_or(0);
     // Records the output queue dropped so far are lost like those the ring had no room for:
@@ -801,8 +983,10 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             depth: c.depth,
             kernel_skipped: tracer.missed_hits().unwrap_or(0),
         },
-        filtered: c.below_min + c.filter_rejected,
+        filtered: c.below_min + c.filter_rejected + ac.top_skipped,
         stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
+        hits: reader.agg.hits,
+        by_other: ac.by_other + ac.count_other,
     };
     reader.sinks.finish(&summary)?;
     drop(reader);
@@ -813,6 +997,14 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .saturating_sub(out_lost);
     for w in summary.dropped.warnings(cfg.max_threads, cfg.max_open_ids) {
         eprintln!("{w}");
+    }
+    for (n, what) in [(ac.by_other, "spans"), (ac.count_other, "hits")] {
+        if n > 0 {
+            eprintln!(
+                "warning: --by: {n} {what} had keys beyond --max-keys {} and were counted as \"other\"; try a larger --max-keys",
+                cfg.agg.max_keys
+            );
+        }
     }
     if summary.lost > 0 {
         let ring = summary.lost - out_lost;

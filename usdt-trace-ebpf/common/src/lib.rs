@@ -15,6 +15,7 @@
 //!    so each span's wall time can be split into on-CPU, run-queue, sleep and I/O time.
 #![no_std]
 
+pub mod agg;
 pub mod regs;
 
 /// At most this many arguments per probe (the SDT format allows 12).
@@ -958,6 +959,8 @@ mod pod {
     unsafe impl aya::Pod for FilterProg {}
     unsafe impl aya::Pod for IdKey {}
     unsafe impl aya::Pod for Hist {}
+    unsafe impl aya::Pod for crate::agg::AggConfig {}
+    unsafe impl aya::Pod for crate::agg::ByKey {}
     unsafe impl aya::Pod for Acct {}
     unsafe impl aya::Pod for StackRecord {}
     unsafe impl aya::Pod for Frame {}

@@ -248,11 +248,17 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
         out.pop();
         let _ = writeln!(out, ",\"filtered\":{}}}", s.filtered);
     }
-    // Only with --stack, and only when some stack is missing.
-    if s.stacks_failed > 0 {
-        out.pop();
-        out.pop();
-        let _ = writeln!(out, ",\"stacks_failed\":{}}}", s.stacks_failed);
+    // Likewise only with --stack (when some stack is missing), --count and --by.
+    for (name, v) in [
+        ("stacks_failed", s.stacks_failed),
+        ("hits", s.hits),
+        ("by_other", s.by_other),
+    ] {
+        if v > 0 {
+            out.pop();
+            out.pop();
+            let _ = writeln!(out, ",\"{name}\":{v}}}");
+        }
     }
 }
 
@@ -499,11 +505,22 @@ mod golden {
                 kernel_skipped: 10,
             },
             filtered: 0,
-            stacks_failed: 0,
+            ..Default::default()
         };
         assert_eq!(
             line(|o| summary_json(o, &s)),
             r#"{"type":"summary","events":1,"spans":2,"lost":3,"unmatched":4,"unmatched_end":5,"dropped":{"threads_full":7,"id_spans_full":8,"depth":9,"kernel_skipped":10},"duration_ns":6}
+"#
+        );
+        // --count and --by add what they counted, and only then.
+        let s = Summary {
+            hits: 11,
+            by_other: 12,
+            ..s
+        };
+        assert_eq!(
+            line(|o| summary_json(o, &s)),
+            r#"{"type":"summary","events":1,"spans":2,"lost":3,"unmatched":4,"unmatched_end":5,"dropped":{"threads_full":7,"id_spans_full":8,"depth":9,"kernel_skipped":10},"duration_ns":6,"hits":11,"by_other":12}
 "#
         );
     }

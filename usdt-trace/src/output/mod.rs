@@ -97,6 +97,10 @@ pub struct Summary {
     pub filtered: u64,
     /// `--stack`: spans whose stack could not be read (the walk failed or its record was lost).
     pub stacks_failed: u64,
+    /// `--count`: probe hits counted in the kernel (nothing else is reported per hit).
+    pub hits: u64,
+    /// `--by`: spans and hits whose key found no room (`--max-keys`), counted as "other".
+    pub by_other: u64,
 }
 
 /// Span starts dropped because a kernel-side limit was reached (their ends are dropped with
@@ -349,7 +353,7 @@ mod tests {
                     kernel_skipped: 0,
                 },
                 filtered: 0,
-                stacks_failed: 0,
+                ..Default::default()
             },
         );
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();

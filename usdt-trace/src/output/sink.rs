@@ -57,6 +57,11 @@ pub trait Sink {
     fn hists(&mut self, _h: &Hists) -> io::Result<()> {
         Ok(())
     }
+    /// An aggregate (`--by`, `--count`, `--top`), rendered both ways: text sinks write
+    /// `text`, JSON sinks `json`, others nothing.
+    fn block(&mut self, _text: &str, _json: &[u8]) -> io::Result<()> {
+        Ok(())
+    }
     /// Once, at the end.
     fn finish(&mut self, s: &Summary) -> io::Result<()>;
 }
@@ -149,6 +154,12 @@ impl<W: Write> Sink for TextSink<W> {
         self.out.flush()
     }
 
+    fn block(&mut self, text: &str, _json: &[u8]) -> io::Result<()> {
+        self.flush()?;
+        self.out.write_all(text.as_bytes())?;
+        self.out.flush()
+    }
+
     fn finish(&mut self, s: &Summary) -> io::Result<()> {
         self.flush()?;
         self.out.write_all(text::summary_text(s).as_bytes())?;
@@ -207,6 +218,12 @@ impl<W: Write> Sink for JsonSink<W> {
         self.flush()
     }
 
+    fn block(&mut self, _text: &str, json: &[u8]) -> io::Result<()> {
+        self.flush()?;
+        self.out.write_all(json)?;
+        self.out.flush()
+    }
+
     fn finish(&mut self, s: &Summary) -> io::Result<()> {
         json::summary_json(&mut self.buf, s);
         self.flush()
@@ -229,6 +246,9 @@ impl Sink for Fanout {
     }
     fn hists(&mut self, h: &Hists) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.hists(h))
+    }
+    fn block(&mut self, text: &str, json: &[u8]) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.block(text, json))
     }
     fn finish(&mut self, s: &Summary) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|x| x.finish(s))

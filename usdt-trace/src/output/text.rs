@@ -183,7 +183,17 @@ pub fn summary_text(s: &Summary) -> String {
         String::new()
     };
     let mut filtered = if s.filtered > 0 {
-        format!(", {} filtered out (--min/--filter)", s.filtered)
+        format!(", {} filtered out (--min/--filter/--top)", s.filtered)
+    } else {
+        String::new()
+    };
+    let hits = if s.hits > 0 {
+        format!(", {} probe hits counted", s.hits)
+    } else {
+        String::new()
+    };
+    let other = if s.by_other > 0 {
+        format!(", {} counted as \"other\" (--max-keys)", s.by_other)
     } else {
         String::new()
     };
@@ -191,7 +201,7 @@ pub fn summary_text(s: &Summary) -> String {
         filtered.push_str(&format!(", {} stacks not read", s.stacks_failed));
     }
     format!(
-        "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends{dropped}{filtered} in {:.1}s\n",
+        "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends{hits}{dropped}{filtered}{other} in {:.1}s\n",
         s.spans,
         s.events,
         s.lost,

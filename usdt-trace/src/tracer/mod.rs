@@ -15,10 +15,12 @@
 //! descriptor, so when this process exits, however it exits (even SIGKILL), the kernel
 //! detaches the probes and lowers the semaphores.
 
+mod agg;
 pub mod features;
 mod multi;
 mod sys;
 
+pub use agg::{AggCounters, AggLoad};
 pub use features::{AttachMode, AttachPath, Feature, Features, Privileges, Support};
 
 use aya::{
@@ -170,6 +172,8 @@ pub struct LoadOptions<'a> {
     pub filter: Option<(FilterProg, &'a [u32])>,
     /// `--stack`: a user stack record before each span record.
     pub stack: bool,
+    /// `--by`, `--count`, `--top`.
+    pub agg: AggLoad,
 }
 
 impl LoadOptions<'_> {
@@ -191,7 +195,7 @@ impl LoadOptions<'_> {
         if self.stack {
             flags |= CFG_STACK;
         }
-        flags
+        flags | self.agg.config_flags()
     }
 }
 
@@ -215,6 +219,8 @@ pub struct Tracer {
     sites: usize,
     /// Span names HISTS has room for (sized at load).
     hist_pairs: usize,
+    /// `--by`'s kernel code (0: off).
+    agg_by: u32,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> TraceError {
@@ -265,7 +271,9 @@ impl Tracer {
             0
         };
         let hist_slots = (hist_pairs * HIST_COMPONENTS as u32).max(1);
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        opts.agg.size_maps(&mut loader, nsites, hist_pairs);
+        let mut ebpf = loader
             .map_max_entries("SITES", nsites)
             .map_max_entries("FILTER_SITES", nsites)
             .map_max_entries("HISTS", hist_slots)
@@ -402,7 +410,9 @@ impl Tracer {
             prog_fd: None,
             sites: 0,
             hist_pairs: hist_pairs as usize,
+            agg_by: 0,
         };
+        t.agg_init(&opts.agg)?;
         if path == AttachPath::Perf {
             t.perf_prog()?;
         }
@@ -804,6 +814,7 @@ mod tests {
             min_ns: 0,
             filter: None,
             stack: false,
+            agg: AggLoad::default(),
         }
     }
 

@@ -1,0 +1,369 @@
+//! Aggregation in the kernel: `--by` histograms per key, `--count` per probe and key, `--top`
+//! slowest spans, read back from real processes with known keys and durations (agg_keys:
+//! 20 spans of 200 us with kind 0 "alpha" status 200, 10 of 500 us kind 1 "beta" status 200,
+//! 5 of 1 ms kind 2 "gamma" status 404).
+use serde_json::Value;
+use std::collections::BTreeMap;
+use usdt_trace_tests::markers::{self as util, demo_servers, free_port, start_server};
+use usdt_trace_tests::watch;
+use usdt_trace_tests::watch_util::{build_c, single_error_line};
+
+/// `hist_by` records of one run: key (as JSON text) → record, in output order.
+fn by_rows(out: &watch::Output) -> Vec<(String, Value)> {
+    out.of_type("hist_by")
+        .map(|r| (r["key"].to_string(), r.clone()))
+        .collect()
+}
+
+fn counts(rows: &[(String, Value)]) -> Vec<(String, u64)> {
+    rows.iter()
+        .map(|(k, r)| (k.clone(), r["count"].as_u64().unwrap()))
+        .collect()
+}
+
+fn agg(args: &[&str]) -> watch::Output {
+    let bin = build_c("agg_keys", &["-O2"]);
+    let b = bin.to_str().unwrap();
+    let mut a: Vec<&str> = args.to_vec();
+    a.extend(["-c", b, b]);
+    let out = watch::Watch::start(&a).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    out
+}
+
+#[test]
+#[ignore = "needs root"]
+fn by_start_argument_counts_each_key_exactly_with_percentiles_in_the_right_bucket() {
+    let out = agg(&["--hist", "--by", "arg1"]);
+    let rows = by_rows(&out);
+    // Sorted by count, largest first.
+    assert_eq!(
+        counts(&rows),
+        [("0".into(), 20), ("1".into(), 10), ("2".into(), 5)],
+        "{:?}",
+        out.records
+    );
+    // Each span busy-waits its duration: p50 is the midpoint of the log-linear bucket that
+    // holds it: within 6.25% below, one bucket (12.5%) above, plus what scheduling adds.
+    for ((_, r), lo) in rows.iter().zip([200_000u64, 500_000, 1_000_000]) {
+        let hi = lo * 1125 / 1000 + 20_000;
+        let p50 = r["p50_ns"].as_u64().unwrap();
+        assert!(
+            p50 >= lo * 94 / 100 && p50 <= hi,
+            "p50 {p50} not in [{lo}, {hi}]: {r}"
+        );
+        assert!(r["max_ns"].as_u64().unwrap() >= lo, "{r}");
+        assert!(r["p99_ns"].as_u64().unwrap() >= p50, "{r}");
+    }
+    // The histogram of the span name still counts every span.
+    let h: Vec<_> = out.of_type("hist").collect();
+    assert_eq!(h[0]["duration"]["count"], 35, "{}", h[0]);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn by_end_probe_argument_and_by_captured_string() {
+    let out = agg(&["--hist", "--by", "req__end:arg1"]);
+    assert_eq!(
+        counts(&by_rows(&out)),
+        [("200".into(), 30), ("404".into(), 5)],
+        "{:?}",
+        out.records
+    );
+    let out = agg(&["--hist", "--str", "req__start:2", "--by", "str0"]);
+    assert_eq!(
+        counts(&by_rows(&out)),
+        [
+            ("\"alpha\"".into(), 20),
+            ("\"beta\"".into(), 10),
+            ("\"gamma\"".into(), 5)
+        ],
+        "{:?}",
+        out.records
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn by_comm_pid_and_probe() {
+    let out = agg(&["--hist", "--by", "comm"]);
+    assert_eq!(counts(&by_rows(&out)), [("\"agg_keys\"".into(), 35)]);
+    let out = agg(&["--hist", "--by", "probe"]);
+    assert_eq!(counts(&by_rows(&out)), [("\"ag:req__end\"".into(), 35)]);
+    let out = agg(&["--hist", "--by", "pid"]);
+    let pid = out.of_type("start").next().unwrap()["pids"][0].clone();
+    assert_eq!(counts(&by_rows(&out)), [(pid.to_string(), 35)]);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn keys_beyond_max_keys_are_counted_as_other_never_dropped() {
+    // arg0 is the span's index: 35 keys for a map of 4.
+    let out = agg(&["--hist", "--by", "arg0", "--max-keys", "4"]);
+    let rows = by_rows(&out);
+    let keyed: u64 = rows
+        .iter()
+        .filter(|(_, r)| r.get("other").is_none())
+        .map(|(_, r)| r["count"].as_u64().unwrap())
+        .sum();
+    let other: Vec<_> = rows.iter().filter(|(_, r)| r["other"] == true).collect();
+    assert_eq!(rows.len(), 5, "4 keys and other: {rows:?}");
+    assert_eq!(other.len(), 1, "{rows:?}");
+    assert_eq!(keyed, 4);
+    assert_eq!(other[0].1["count"], 31, "{rows:?}");
+    assert_eq!(other[0].1["key"], Value::Null);
+    assert!(
+        out.stderr.contains("31 spans had keys beyond --max-keys 4"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn count_counts_hits_per_probe_and_key_in_the_kernel() {
+    let out = agg(&["--count", "--by", "arg0", "ag:tick", "ag:once"]);
+    let recs: Vec<_> = out.of_type("count").collect();
+    let totals: Vec<(String, u64)> = recs
+        .iter()
+        .filter(|r| r.get("key").is_none())
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        totals,
+        [("tick".into(), 35), ("once".into(), 1)],
+        "{recs:?}"
+    );
+    let keys: Vec<(String, u64)> = recs
+        .iter()
+        .filter(|r| r.get("key").is_some())
+        .map(|r| {
+            (
+                format!("{}={}", r["name"].as_str().unwrap(), r["key"]),
+                r["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // `once` has no argument 0: only its total.
+    assert_eq!(
+        keys,
+        [
+            ("tick=0".into(), 20),
+            ("tick=1".into(), 10),
+            ("tick=2".into(), 5)
+        ],
+        "{recs:?}"
+    );
+    // Nothing is paired or shipped per hit.
+    assert!(out.spans().is_empty() && out.events().is_empty());
+}
+
+#[test]
+#[ignore = "needs root"]
+fn count_intervals_are_deltas_with_bounds() {
+    let out = agg(&["--count", "-i", "10ms", "ag:tick"]);
+    let recs: Vec<_> = out.of_type("count").collect();
+    let total: Vec<_> = recs.iter().filter(|r| r["total"] == true).collect();
+    assert_eq!(total.len(), 1, "{recs:?}");
+    assert_eq!(total[0]["count"], 35);
+    let deltas: u64 = recs
+        .iter()
+        .filter(|r| r["total"] == false)
+        .map(|r| {
+            assert!(
+                r["interval_end_ns"].as_u64() > r["interval_start_ns"].as_u64(),
+                "{r}"
+            );
+            r["count"].as_u64().unwrap()
+        })
+        .sum();
+    // Deltas, not running totals: together at most the total.
+    assert!(deltas <= 35, "{recs:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn top_keeps_the_slowest_spans_with_arguments_and_split() {
+    let out = agg(&["--top", "5"]);
+    let top: Vec<_> = out.of_type("top").collect();
+    assert_eq!(top.len(), 5, "{:?}", out.records);
+    let durs: Vec<u64> = top
+        .iter()
+        .map(|t| t["span"]["duration_ns"].as_u64().unwrap())
+        .collect();
+    assert!(durs.windows(2).all(|w| w[0] >= w[1]), "{durs:?}");
+    // Five spans last at least 1 ms (gamma), so the five slowest all do.
+    assert!(durs.iter().all(|&d| d >= 1_000_000), "{durs:?}");
+    for (i, t) in top.iter().enumerate() {
+        assert_eq!(t["rank"], i as u64 + 1);
+        let s = &t["span"];
+        let idx = s["args"][0].as_u64().unwrap();
+        assert!(idx < 35, "{s}");
+        assert_eq!(s["end_args"][0], idx, "{s}");
+        assert!(s["oncpu_ns"].as_u64().is_some(), "time split: {s}");
+    }
+    assert!(out.spans().is_empty(), "no per-span records with --top");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn by_loads_with_filter_str_and_the_time_split() {
+    let out = agg(&[
+        "--hist",
+        "--by",
+        "str0",
+        "--str",
+        "req__start:2",
+        "--filter",
+        "comm == agg_keys",
+    ]);
+    assert_eq!(by_rows(&out).len(), 3, "{:?}", out.records);
+    let h: Vec<_> = out.of_type("hist").collect();
+    assert_eq!(h[0]["oncpu"]["count"], 35, "time split kept: {}", h[0]);
+    let out = agg(&["--top", "3", "--filter", "req:arg1 == 2", "--min", "900us"]);
+    let top: Vec<_> = out.of_type("top").collect();
+    assert_eq!(top.len(), 3);
+    assert!(top.iter().all(|t| t["span"]["args"][1] == 2), "{top:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn demo_server_latency_by_http_status() {
+    let (rust_bin, _) = demo_servers();
+    let root = util::workspace_root().join("demo-httpserver/www");
+    let port = free_port();
+    let _server = start_server(rust_bin, port, Some(&root));
+    let b = rust_bin.to_str().unwrap();
+    let w = watch::Watch::start(&["--hist", "--by", "request__end:arg1", b, "request__*"]);
+    let get = |p: &str| format!("GET {p} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    for i in 0..12 {
+        let path = if i % 4 == 3 {
+            "/missing.html"
+        } else {
+            "/hello.txt"
+        };
+        util::http_request(port, &get(path));
+    }
+    let out = w.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(
+        counts(&by_rows(&out)),
+        [("200".into(), 9), ("404".into(), 3)],
+        "{:?}",
+        out.records
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn python_function_calls_counted_by_name() {
+    // Debian's python3.11 has its probes in the executable (not linked to libpython).
+    let py = "/usr/bin/python3.11";
+    if !std::path::Path::new(py).exists() {
+        eprintln!("skipped: python3.11 with probes not installed");
+        return;
+    }
+    let script = std::env::temp_dir().join("usdt_agg_calls.py");
+    std::fs::write(
+        &script,
+        "def ping(i):\n    pass\ndef pong(i):\n    pass\nlist(map(ping, range(300)))\nlist(map(pong, range(70)))\n",
+    )
+    .unwrap();
+    let cmd = format!("{py} {}", script.display());
+    let out = watch::Watch::start(&[
+        "--count",
+        "--str",
+        "function__entry:1",
+        "--by",
+        "str0",
+        py,
+        // 3.11 fires function__entry only while line tracing is on: its semaphore too.
+        "python:function__entry",
+        "python:line",
+        "-c",
+        &cmd,
+    ])
+    .finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let by: BTreeMap<String, u64> = out
+        .of_type("count")
+        .filter(|r| r.get("key").is_some() && r["name"] == "function__entry")
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap_or("").to_string(),
+                r["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(by.get("ping"), Some(&300), "{by:?}");
+    assert_eq!(by.get("pong"), Some(&70), "{by:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn default_selection_with_high_rate_probes_warns_and_points_at_count() {
+    let lib = "/usr/bin/python3.11";
+    if !std::path::Path::new(lib).exists() {
+        eprintln!("skipped: python3.11 with probes not installed");
+        return;
+    }
+    let out = watch::Watch::start(&["-d", "0.2", lib]).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("high-rate"))
+        .unwrap_or_else(|| panic!("no warning: {}", out.stderr));
+    assert!(
+        line.contains("python:line") && line.contains("--count"),
+        "{line}"
+    );
+    // Naming the probes is a choice: no warning.
+    let out = watch::Watch::start(&["-d", "0.2", lib, "python:gc__*"]).finish();
+    assert!(!out.stderr.contains("high-rate"), "{}", out.stderr);
+}
+
+#[test]
+fn bad_by_keys_are_one_line_errors() {
+    let bin = build_c("agg_keys", &["-O2"]);
+    let b = bin.to_str().unwrap();
+    for (args, want) in [
+        (vec!["--by", "arg1"], "--by needs --hist or --count"),
+        (vec!["--hist", "--by", "nonsense"], "expected argN"),
+        (
+            vec!["--hist", "--by", "arg9"],
+            "no traced span start has argument 9",
+        ),
+        (vec!["--hist", "--by", "str1"], "only str0"),
+        (vec!["--hist", "--by", "str0"], "add --str"),
+        (
+            vec!["--hist", "--by", "nosuch:arg0"],
+            "no traced probe is named",
+        ),
+        (vec!["--hist", "--by", "req__end:arg5"], "has no argument 5"),
+        (vec!["--count", "--hist"], "cannot be used with"),
+        (vec!["--top", "0"], "--top 0"),
+        (vec!["-i", "1s"], "--interval needs"),
+    ] {
+        let mut a = vec!["watch"];
+        a.extend(args.iter());
+        a.push(b);
+        let out = watch::run(&a);
+        if want == "cannot be used with" {
+            // clap's own message: several lines, exit 2.
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains(want),
+                "{args:?}"
+            );
+            continue;
+        }
+        let line = single_error_line(&out);
+        assert!(line.contains(want), "{args:?}: {line}");
+    }
+}

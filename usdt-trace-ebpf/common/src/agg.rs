@@ -1,0 +1,80 @@
+//! Kernel-side aggregation shared types: `--by` keys, `--count`, `--top`.
+//!
+//! Kept apart from the span types so the aggregation can grow (more keys, several strings)
+//! without touching the records every other path uses.
+
+use crate::STR_LEN;
+
+/// `Config::flags`: `--count`: every hit is counted per site (and per `--by` key); nothing is
+/// paired and no record is made. High bits, apart from the core `CFG_*` flags.
+pub const CFG_AGG_COUNT: u32 = 1 << 16;
+/// `Config::flags`: `--by` is on: spans (or counts) are also kept per key.
+pub const CFG_AGG_BY: u32 = 1 << 17;
+/// `Config::flags`: the `--by` key needs arguments or strings, so they are read even in
+/// histogram mode (which otherwise skips them).
+pub const CFG_AGG_ARGS: u32 = 1 << 18;
+/// `Config::flags`: `--top`: span records are made only at or above `AggConfig::top_min_ns`.
+pub const CFG_AGG_TOP: u32 = 1 << 19;
+
+/// `AggConfig::by`: what a key is made of.
+pub const BY_NONE: u32 = 0;
+/// An argument: the one `BY_SITES` names for the start site, else for the end site.
+pub const BY_ARG: u32 = 1;
+/// The span's (or hit's) captured string: the start's, else the end's.
+pub const BY_STR: u32 = 2;
+pub const BY_PID: u32 = 3;
+pub const BY_TID: u32 = 4;
+pub const BY_COMM: u32 = 5;
+/// The probe: the end site's cookie for spans, the site's own for counts (user space merges
+/// the sites of one probe).
+pub const BY_PROBE: u32 = 6;
+/// `BY_SITES` value: this site supplies no key argument.
+pub const BY_ARG_NONE: u8 = 0xff;
+
+/// The aggregation settings; `top_min_ns` is rewritten by user space as its top-N heap fills.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AggConfig {
+    /// `BY_*`.
+    pub by: u32,
+    pub _pad: u32,
+    /// `--top`: the heap's current N-th longest duration: shorter spans could not enter it.
+    pub top_min_ns: u64,
+}
+
+/// One `--by` key: a span name (histograms) or a site (counts), and the key's value.
+/// Unused bytes are zero, so equal keys hash equal.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ByKey {
+    /// Pair id for span histograms, site cookie for counts.
+    pub id: u32,
+    /// Length of `str` including its NUL (BY_STR, BY_COMM), else 0.
+    pub str_len: u32,
+    /// The number (BY_ARG, BY_PID, BY_TID, BY_PROBE).
+    pub val: u64,
+    pub str: [u8; STR_LEN],
+}
+
+impl Default for ByKey {
+    fn default() -> Self {
+        ByKey {
+            id: 0,
+            str_len: 0,
+            val: 0,
+            str: [0; STR_LEN],
+        }
+    }
+}
+
+/// `AGG_COUNTERS` indices.
+/// Spans counted in a span name's "other" histogram because `BY_HISTS` was full.
+pub const AGG_CNT_BY_OTHER: u32 = 0;
+/// Hits counted in a site's "other" count because `BY_COUNTS` was full.
+pub const AGG_CNT_COUNT_OTHER: u32 = 1;
+/// Spans `--top` kept from being recorded (below the heap's current minimum).
+pub const AGG_CNT_TOP_SKIPPED: u32 = 2;
+pub const AGG_COUNTERS: u32 = 3;
+
+/// Default `--max-keys`.
+pub const DEFAULT_MAX_KEYS: u32 = 1024;

@@ -1,0 +1,286 @@
+//! `--by`, `--count` and `--top` in the kernel.
+//!
+//! The per-key work is in global BPF functions (exported, `inline(never)`): the verifier checks
+//! each once, on its own, instead of once per path of the uprobe program that reaches it, which
+//! is close to its instruction budget. The callers in `spans`/`main` only branch on a flag and
+//! make one call.
+
+use aya_ebpf::{
+    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::map,
+    maps::{Array, PerCpuArray, PerCpuHashMap},
+};
+use usdt_trace_common::{
+    agg::{
+        AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_CNT_TOP_SKIPPED, AGG_COUNTERS,
+        BY_ARG, BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_TID, CFG_AGG_BY,
+    },
+    hist_bucket, Frame, Hist, CFG_FILTER, HIST_BUCKETS, MAX_ARGS, STR_LEN,
+};
+
+use crate::{
+    args::{read_args, read_str, reg, IP_WORD},
+    filter::{usdt_filter_rejects, ArgWords},
+    maps::{CONFIG, SCRATCH, SITES},
+};
+
+#[map]
+pub static AGG: Array<AggConfig> = Array::with_max_entries(1, 0);
+/// Per site (cookie): the argument index `--by argN` keys on there, or `BY_ARG_NONE`. User
+/// space sizes it like SITES.
+#[map]
+pub static BY_SITES: Array<u8> = Array::with_max_entries(1, 0);
+/// `--hist --by`: one duration histogram per (span name, key). User space sizes it
+/// (`--max-keys`); allocated as keys appear.
+#[map]
+pub static BY_HISTS: PerCpuHashMap<ByKey, Hist> =
+    PerCpuHashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
+/// Per span name: the spans whose key found no room in BY_HISTS. Sized like the span names.
+#[map]
+pub static BY_OTHER: PerCpuArray<Hist> = PerCpuArray::with_max_entries(1, 0);
+/// `--count`: hits per site (cookie). Sized like SITES.
+#[map]
+pub static SITE_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+/// `--count --by`: hits per (site, key). Sized by `--max-keys`.
+#[map]
+pub static BY_COUNTS: PerCpuHashMap<ByKey, u64> =
+    PerCpuHashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
+/// Per site: hits whose key found no room in BY_COUNTS. Sized like SITES.
+#[map]
+pub static BY_COUNT_OTHER: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+pub static AGG_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(AGG_COUNTERS, 0);
+/// Where a key is built: a ByKey (~150 bytes) does not fit the BPF stack beside the caller's.
+#[map]
+static KEY_SCRATCH: PerCpuArray<ByKey> = PerCpuArray::with_max_entries(1, 0);
+/// Never written: a zeroed histogram to insert new keys from (4 KB, not for the stack).
+#[map]
+static ZERO_HIST: PerCpuArray<Hist> = PerCpuArray::with_max_entries(1, 0);
+
+/// A frame's string, as a struct: a global function's pointer argument must point to one.
+#[repr(C)]
+pub struct StrBuf {
+    pub b: [u8; STR_LEN],
+}
+
+#[inline(always)]
+fn bump(map: &PerCpuArray<u64>, idx: u32) {
+    if let Some(p) = map.get_ptr_mut(idx) {
+        // SAFETY: this CPU's slot; nothing else writes it while this program runs.
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+fn hist_add(h: &mut Hist, v: u64) {
+    let b = hist_bucket(v);
+    // As in spans::hist_one: hide the range from LLVM so the check the verifier needs stays.
+    // SAFETY: a read of a local.
+    let b = unsafe { core::ptr::read_volatile(&b) };
+    if b < HIST_BUCKETS {
+        h.buckets[b] += 1;
+    }
+    h.count += 1;
+    h.sum += v;
+    if v > h.max {
+        h.max = v;
+    }
+}
+
+/// The per-CPU key scratch, zeroed: keys hash every byte, so unused ones must be 0.
+#[inline(always)]
+fn fresh_key(id: u32) -> Option<&'static mut ByKey> {
+    let k = KEY_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: this CPU's slot, used only while this program runs.
+    let k = unsafe { &mut *k };
+    k.id = id;
+    k.str_len = 0;
+    k.val = 0;
+    for b in k.str.iter_mut() {
+        *b = 0;
+    }
+    Some(k)
+}
+
+/// Keys that come from the task rather than from the probe's arguments.
+#[inline(always)]
+fn task_key(k: &mut ByKey, by: u32) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    match by {
+        BY_PID => k.val = pid_tgid >> 32,
+        BY_TID => k.val = pid_tgid as u32 as u64,
+        BY_COMM => {
+            let comm = bpf_get_current_comm().unwrap_or_default();
+            for (d, c) in k.str.iter_mut().zip(comm.iter()) {
+                *d = *c;
+            }
+            k.str_len = comm.len() as u32;
+        }
+        _ => {}
+    }
+}
+
+/// The argument index `--by argN` keys on at `site`, if any.
+#[inline(always)]
+fn by_arg(site: u32) -> Option<usize> {
+    let n = *BY_SITES.get(site)? as usize;
+    (n < MAX_ARGS).then_some(n)
+}
+
+/// Reads the arguments of the hit being handled (site `site`) into the scratch end-argument
+/// slot, from the register copy the caller made.
+#[inline(always)]
+fn hit_args(site: u32) -> Option<&'static [u64; MAX_ARGS]> {
+    let spec = SITES.get(site)?;
+    let sc = SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: this CPU's slot; the caller is done with it or holds the same values.
+    let sc = unsafe { &mut *sc };
+    read_args(spec, &sc.regs, reg(&sc.regs, IP_WORD), &mut sc.end_args);
+    Some(&sc.end_args)
+}
+
+/// `--hist --by`: counts a closed span of duration `dur` under its key. `f` is its frame,
+/// `s` the frame's string (NULL when it has none), `end_site` the cookie of the end that
+/// closed it. 1 when the span went to its name's "other" histogram.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn usdt_by_span(f: *const Frame, s: *const StrBuf, end_site: u32, dur: u64) -> u32 {
+    if f.is_null() {
+        return 0;
+    }
+    // SAFETY: non-null, and the verifier checked at the call that it points to a Frame.
+    let f = unsafe { &*f };
+    let Some(cfg) = CONFIG.get(0) else {
+        return 0;
+    };
+    if cfg.flags & CFG_AGG_BY == 0 {
+        return 0;
+    }
+    let Some(agg) = AGG.get(0) else {
+        return 0;
+    };
+    let Some(k) = fresh_key(f.pair_id) else {
+        return 0;
+    };
+    match agg.by {
+        BY_ARG => {
+            if let Some(n) = by_arg(f.site) {
+                k.val = f.args[n];
+            } else if let (Some(n), Some(a)) = (by_arg(end_site), hit_args(end_site)) {
+                k.val = a[n];
+            }
+        }
+        BY_STR => {
+            if !s.is_null() && f.str_len > 0 {
+                // SAFETY: non-null, checked by the verifier to point to a StrBuf.
+                let src = unsafe { &(*s).b };
+                // Only the string's own bytes: the slot may hold an older, longer one after.
+                // Iterators, not indexing: no bounds-check panic path for the verifier.
+                let len = f.str_len as usize;
+                for (d, c) in k.str.iter_mut().zip(src.iter()).take(len) {
+                    *d = *c;
+                }
+                k.str_len = f.str_len;
+            } else if let (Some(spec), Some(a)) = (SITES.get(end_site), hit_args(end_site)) {
+                k.str_len = read_str(spec, a, &mut k.str);
+            }
+        }
+        BY_PROBE => k.val = end_site as u64,
+        by => task_key(k, by),
+    }
+    let Some(h) = keyed(&BY_HISTS, k) else {
+        bump(&AGG_COUNTS, AGG_CNT_BY_OTHER);
+        if let Some(h) = BY_OTHER.get_ptr_mut(f.pair_id) {
+            // SAFETY: this CPU's slot.
+            hist_add(unsafe { &mut *h }, dur);
+        }
+        return 1;
+    };
+    // SAFETY: this CPU's value of a live entry.
+    hist_add(unsafe { &mut *h }, dur);
+    0
+}
+
+/// The value under `k`, inserted zeroed when new; None when the map is full.
+#[inline(always)]
+fn keyed(map: &PerCpuHashMap<ByKey, Hist>, k: &ByKey) -> Option<*mut Hist> {
+    if let Some(h) = map.get_ptr_mut(k) {
+        return Some(h);
+    }
+    let zero = ZERO_HIST.get_ptr(0)?;
+    // SAFETY: a valid per-CPU map value that nothing writes. BPF_NOEXIST: another CPU may
+    // have inserted the key since the lookup; then the lookup below finds it.
+    let _ = map.insert(k, unsafe { &*zero }, BPF_NOEXIST as u64);
+    map.get_ptr_mut(k)
+}
+
+/// `--count`: one hit at `site`, counted (and under its `--by` key). The caller copied the
+/// registers into SCRATCH when `CFG_AGG_ARGS` or `CFG_FILTER` is set. 1 when filtered out.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn usdt_count(site: u32) -> u32 {
+    let Some(cfg) = CONFIG.get(0) else {
+        return 0;
+    };
+    if cfg.flags & CFG_FILTER != 0 {
+        let Some(a) = hit_args(site) else {
+            return 0;
+        };
+        if usdt_filter_rejects(site, a as *const _ as *const ArgWords) != 0 {
+            return 1;
+        }
+    }
+    bump(&SITE_COUNTS, site);
+    if cfg.flags & CFG_AGG_BY == 0 {
+        return 0;
+    }
+    let Some(agg) = AGG.get(0) else {
+        return 0;
+    };
+    let Some(k) = fresh_key(site) else {
+        return 0;
+    };
+    match agg.by {
+        BY_ARG => match (by_arg(site), hit_args(site)) {
+            (Some(n), Some(a)) => k.val = a[n],
+            // A probe without the argument has only its total.
+            _ => return 0,
+        },
+        BY_STR => {
+            if let (Some(spec), Some(a)) = (SITES.get(site), hit_args(site)) {
+                k.str_len = read_str(spec, a, &mut k.str);
+            }
+        }
+        BY_PROBE => k.val = site as u64,
+        by => task_key(k, by),
+    }
+    if let Some(c) = BY_COUNTS.get_ptr_mut(&*k) {
+        // SAFETY: this CPU's value of a live entry.
+        unsafe { *c += 1 };
+        return 0;
+    }
+    let _ = BY_COUNTS.insert(&*k, &0, BPF_NOEXIST as u64);
+    match BY_COUNTS.get_ptr_mut(&*k) {
+        // SAFETY: as above.
+        Some(c) => unsafe { *c += 1 },
+        None => {
+            bump(&AGG_COUNTS, AGG_CNT_COUNT_OTHER);
+            bump(&BY_COUNT_OTHER, site);
+        }
+    }
+    0
+}
+
+/// `--top`: whether a span of `dur` ns is too short to enter the top N as it stands (and
+/// counts it if so).
+#[inline(never)]
+pub fn below_top(dur: u64) -> bool {
+    match AGG.get(0) {
+        Some(a) if dur < a.top_min_ns => {
+            bump(&AGG_COUNTS, AGG_CNT_TOP_SKIPPED);
+            true
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,1091 @@
+//! `--by`, `--count` and `--top`: what the kernel aggregates (`usdt-trace-ebpf/src/agg.rs`),
+//! set up from the plan and read back into tables, in text and JSON.   (pure)
+//!
+//! The kernel keys on raw values (an argument word, a string's bytes, a site cookie); here
+//! they become what the user named: cookies of one probe merge into its `provider:name`,
+//! numbers print signed when the argument is, and rows sort by count, largest first.
+
+use crate::output::hist::{percentile, PERCENTILES};
+use crate::output::json::{json_escape, json_str};
+use crate::output::{fmt_duration, ArgFmt};
+use crate::plan::Plan;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use usdt_trace_common::agg::{
+    ByKey, BY_ARG, BY_ARG_NONE, BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_TID,
+};
+use usdt_trace_common::{hist_bucket_range, Hist, SiteRole, SpanRecord, MAX_ARGS};
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AggError {
+    #[error("--by {0:?}: expected argN, PROBE:argN, str0, pid, tid, comm or probe")]
+    BadKey(String),
+    #[error("--by {key:?}: only str0 (the first captured string) can be a key today")]
+    StrIndex { key: String },
+    #[error("--by {key:?}: no traced {what} has argument {n}")]
+    NoArg {
+        key: String,
+        what: &'static str,
+        n: usize,
+    },
+    #[error("--by {key:?}: no traced probe is named {probe:?}")]
+    NoProbe { key: String, probe: String },
+    #[error("--by {key:?}: probe {probe} has no argument {n}")]
+    ProbeArg {
+        key: String,
+        probe: String,
+        n: usize,
+    },
+    #[error("--by str0: no traced probe captures a string; add --str PROBE:N")]
+    NoStr,
+}
+
+/// What a `--by` key is made of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ByKind {
+    /// Argument `n` of the span's start probe, or, with `probe`, of that probe (start or end,
+    /// or the probe counted).
+    Arg {
+        probe: Option<String>,
+        n: usize,
+    },
+    /// The first captured string (`--str`): the start's, else the end's.
+    Str,
+    Pid,
+    Tid,
+    Comm,
+    /// For spans the end probe that closed it; for counts the probe itself.
+    Probe,
+}
+
+/// A parsed `--by KEY`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct By {
+    pub kind: ByKind,
+    /// As the user wrote it, for headings and JSON.
+    pub text: String,
+}
+
+fn arg_index(s: &str) -> Option<usize> {
+    let n: usize = s.strip_prefix("arg")?.parse().ok()?;
+    (n < MAX_ARGS).then_some(n)
+}
+
+impl By {
+    pub fn parse(s: &str) -> Result<By, AggError> {
+        let kind = match s {
+            "pid" => ByKind::Pid,
+            "tid" => ByKind::Tid,
+            "comm" => ByKind::Comm,
+            "probe" => ByKind::Probe,
+            "str0" => ByKind::Str,
+            _ if s.starts_with("str") && s[3..].parse::<u32>().is_ok() => {
+                return Err(AggError::StrIndex { key: s.into() })
+            }
+            _ => match s.rsplit_once(':') {
+                Some((probe, a)) if !probe.is_empty() => ByKind::Arg {
+                    probe: Some(probe.to_string()),
+                    n: arg_index(a).ok_or_else(|| AggError::BadKey(s.into()))?,
+                },
+                Some(_) => return Err(AggError::BadKey(s.into())),
+                None => ByKind::Arg {
+                    probe: None,
+                    n: arg_index(s).ok_or_else(|| AggError::BadKey(s.into()))?,
+                },
+            },
+        };
+        Ok(By {
+            kind,
+            text: s.to_string(),
+        })
+    }
+
+    /// The kernel's `BY_*` code.
+    pub fn code(&self) -> u32 {
+        match self.kind {
+            ByKind::Arg { .. } => BY_ARG,
+            ByKind::Str => BY_STR,
+            ByKind::Pid => BY_PID,
+            ByKind::Tid => BY_TID,
+            ByKind::Comm => BY_COMM,
+            ByKind::Probe => BY_PROBE,
+        }
+    }
+
+    /// Whether the kernel must read arguments (and strings) to build the key.
+    pub fn reads_args(&self) -> bool {
+        matches!(self.kind, ByKind::Arg { .. } | ByKind::Str)
+    }
+}
+
+/// `--by` resolved against the plan: what the kernel needs per site, and how to print keys.
+#[derive(Clone, Debug)]
+pub struct KeyPlan {
+    pub by: By,
+    /// Per site (cookie): the argument the key is read from there, or `BY_ARG_NONE`.
+    pub by_sites: Vec<u8>,
+    /// Argument keys of spans print as signed numbers (one of the sites supplying them is
+    /// signed); counted keys print as their own site's argument does.
+    pub signed: bool,
+    /// Keys are per hit (`--count`): a key's id is its site.
+    pub count: bool,
+}
+
+fn probe_matches(rule: &str, provider: &str, name: &str) -> bool {
+    match rule.split_once(':') {
+        Some((p, n)) => p == provider && n == name,
+        None => rule == name,
+    }
+}
+
+impl KeyPlan {
+    /// Checks `by` against the traced sites. `count`: keys are per hit (every site can supply
+    /// an argument), not per span (an unqualified `argN` is the start's).
+    pub fn new(plan: &Plan, by: &By, count: bool) -> Result<KeyPlan, AggError> {
+        let mut by_sites = vec![BY_ARG_NONE; plan.sites.len()];
+        let mut signed = false;
+        match &by.kind {
+            ByKind::Arg { probe: None, n } => {
+                for (i, (site, spec)) in plan.sites.iter().zip(plan.specs.iter()).enumerate() {
+                    let eligible = count || spec.role == SiteRole::START;
+                    if eligible && site.args.len() > *n {
+                        by_sites[i] = *n as u8;
+                        signed |= site.args[*n] == ArgFmt::Signed;
+                    }
+                }
+                if by_sites.iter().all(|&b| b == BY_ARG_NONE) {
+                    return Err(AggError::NoArg {
+                        key: by.text.clone(),
+                        what: if count { "probe" } else { "span start" },
+                        n: *n,
+                    });
+                }
+            }
+            ByKind::Arg { probe: Some(p), n } => {
+                let mut any = false;
+                for (i, site) in plan.sites.iter().enumerate() {
+                    if !probe_matches(p, &site.provider, &site.name) {
+                        continue;
+                    }
+                    any = true;
+                    if site.args.len() <= *n {
+                        return Err(AggError::ProbeArg {
+                            key: by.text.clone(),
+                            probe: format!("{}:{}", site.provider, site.name),
+                            n: *n,
+                        });
+                    }
+                    by_sites[i] = *n as u8;
+                    signed |= site.args[*n] == ArgFmt::Signed;
+                }
+                if !any {
+                    return Err(AggError::NoProbe {
+                        key: by.text.clone(),
+                        probe: p.clone(),
+                    });
+                }
+            }
+            ByKind::Str if plan.sites.iter().all(|s| s.str_arg.is_none()) => {
+                return Err(AggError::NoStr);
+            }
+            _ => {}
+        }
+        Ok(KeyPlan {
+            by: by.clone(),
+            by_sites,
+            signed,
+            count,
+        })
+    }
+
+    /// The value of a kernel key, as shown.
+    pub fn value(&self, plan: &Plan, k: &ByKey) -> KeyVal {
+        let signed = if self.count {
+            let site = plan.sites.get(k.id as usize);
+            let n = self
+                .by_sites
+                .get(k.id as usize)
+                .copied()
+                .unwrap_or(BY_ARG_NONE) as usize;
+            site.and_then(|s| s.args.get(n)) == Some(&ArgFmt::Signed)
+        } else {
+            self.signed
+        };
+        match self.by.kind {
+            ByKind::Arg { .. } if signed => KeyVal::Int(k.val as i64),
+            ByKind::Arg { .. } | ByKind::Pid | ByKind::Tid => KeyVal::Uint(k.val),
+            ByKind::Str | ByKind::Comm => {
+                let n = (k.str_len as usize).min(k.str.len());
+                let b = &k.str[..n];
+                // Up to the first NUL: the kernel counts it in the length.
+                let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+                KeyVal::Str(b[..end].to_vec())
+            }
+            ByKind::Probe => match plan.sites.get(k.val as usize) {
+                Some(s) => KeyVal::Str(format!("{}:{}", s.provider, s.name).into_bytes()),
+                None => KeyVal::Uint(k.val),
+            },
+        }
+    }
+}
+
+/// A key's value as printed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KeyVal {
+    Uint(u64),
+    Int(i64),
+    Str(Vec<u8>),
+}
+
+impl KeyVal {
+    fn text(&self) -> String {
+        match self {
+            KeyVal::Uint(v) => v.to_string(),
+            KeyVal::Int(v) => v.to_string(),
+            KeyVal::Str(b) => {
+                let mut out = Vec::new();
+                json_escape(&mut out, b);
+                format!("\"{}\"", String::from_utf8_lossy(&out))
+            }
+        }
+    }
+
+    fn json(&self, out: &mut Vec<u8>) {
+        match self {
+            KeyVal::Uint(v) => out.extend_from_slice(v.to_string().as_bytes()),
+            KeyVal::Int(v) => out.extend_from_slice(v.to_string().as_bytes()),
+            KeyVal::Str(b) => json_str(out, b),
+        }
+    }
+}
+
+fn hist_merge(into: &mut Hist, h: &Hist) {
+    for (a, b) in into.buckets.iter_mut().zip(h.buckets.iter()) {
+        *a += b;
+    }
+    into.count += h.count;
+    into.sum += h.sum;
+    into.max = into.max.max(h.max);
+}
+
+/// What `now` counts beyond `before` (see `output::hist::delta`).
+pub fn hist_delta(now: &Hist, before: &Hist) -> Hist {
+    let mut d = *now;
+    for (c, b) in d.buckets.iter_mut().zip(before.buckets.iter()) {
+        *c = c.saturating_sub(*b);
+    }
+    d.count = d.count.saturating_sub(before.count);
+    d.sum = d.sum.saturating_sub(before.sum);
+    if d.max <= before.max {
+        d.max = d
+            .buckets
+            .iter()
+            .rposition(|&c| c > 0)
+            .map_or(0, |k| hist_bucket_range(k).1 - 1);
+    }
+    d
+}
+
+/// The kernel's `--by` histograms at one moment, cumulative: per key, and per span name the
+/// "other" histogram of spans whose key found no room.
+#[derive(Clone, Default)]
+pub struct ByHists {
+    pub keys: HashMap<ByKey, Hist>,
+    pub other: Vec<Hist>,
+}
+
+impl ByHists {
+    /// What this snapshot adds to `before`.
+    pub fn since(&self, before: &ByHists) -> ByHists {
+        let zero = Hist::default();
+        ByHists {
+            keys: self
+                .keys
+                .iter()
+                .map(|(k, h)| (*k, hist_delta(h, before.keys.get(k).unwrap_or(&zero))))
+                .filter(|(_, h)| h.count > 0)
+                .collect(),
+            other: self
+                .other
+                .iter()
+                .enumerate()
+                .map(|(i, h)| hist_delta(h, before.other.get(i).unwrap_or(&zero)))
+                .collect(),
+        }
+    }
+}
+
+/// One span name's rows: keys by count (largest first), then "other".
+pub struct KeyTable<T> {
+    pub pair: usize,
+    pub rows: Vec<(KeyVal, T)>,
+    pub other: T,
+}
+
+/// Groups a snapshot into one table per span name, keys merged by their printed value.
+pub fn by_tables(plan: &Plan, kp: &KeyPlan, h: &ByHists) -> Vec<KeyTable<Hist>> {
+    let mut per: Vec<HashMap<KeyVal, Hist>> = vec![HashMap::new(); plan.pairs.len()];
+    for (k, hist) in &h.keys {
+        if let Some(m) = per.get_mut(k.id as usize) {
+            hist_merge(m.entry(kp.value(plan, k)).or_default(), hist);
+        }
+    }
+    per.into_iter()
+        .enumerate()
+        .filter_map(|(pair, m)| {
+            let other = h.other.get(pair).copied().unwrap_or_default();
+            if m.is_empty() && other.count == 0 {
+                return None;
+            }
+            let mut rows: Vec<(KeyVal, Hist)> = m.into_iter().collect();
+            rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(&b.0)));
+            Some(KeyTable { pair, rows, other })
+        })
+        .collect()
+}
+
+/// Interval bounds of a block: (start, end) monotonic ns, and whether it is the whole run.
+pub type Block = Option<((u64, u64), bool)>;
+
+fn block_json(out: &mut Vec<u8>, block: Block) {
+    if let Some(((a, b), total)) = block {
+        let _ = write!(
+            Vec8(out),
+            ",\"interval_start_ns\":{a},\"interval_end_ns\":{b},\"total\":{total}"
+        );
+    }
+}
+
+pub fn block_text(block: Block, t0: u64) -> String {
+    match block {
+        Some(((a, b), total)) => {
+            let secs = |t: u64| t.saturating_sub(t0) as f64 / 1e9;
+            let what = if total { "total" } else { "interval" };
+            format!("--- {what} {:.3}s to {:.3}s ---\n", secs(a), secs(b))
+        }
+        None => String::new(),
+    }
+}
+
+fn hist_stats_text(s: &mut String, label: &str, h: &Hist) {
+    let mean = h.sum.checked_div(h.count).unwrap_or(0);
+    let _ = write!(s, "  {label:<32} {:>9} {:>10}", h.count, fmt_duration(mean));
+    for (_, q) in PERCENTILES {
+        let _ = write!(s, " {:>10}", fmt_duration(percentile(h, q).unwrap_or(0)));
+    }
+    let _ = writeln!(s, " {:>10}", fmt_duration(h.max));
+}
+
+/// `--hist --by` in text: per span name, a row per key sorted by count.
+pub fn by_text(plan: &Plan, kp: &KeyPlan, tables: &[KeyTable<Hist>], max_keys: u32) -> String {
+    let mut s = String::new();
+    for t in tables {
+        let Some(p) = plan.pairs.get(t.pair) else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "@{}:{} by {} ({} keys)",
+            crate::output::text::clean(&p.provider),
+            crate::output::text::clean(&p.stem),
+            kp.by.text,
+            t.rows.len()
+        );
+        let _ = writeln!(
+            s,
+            "  {:<32} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "KEY", "COUNT", "MEAN", "P50", "P90", "P99", "MAX"
+        );
+        for (k, h) in &t.rows {
+            hist_stats_text(&mut s, &crate::output::text::clean(&k.text()), h);
+        }
+        if t.other.count > 0 {
+            let label = format!("other (beyond --max-keys {max_keys})");
+            hist_stats_text(&mut s, &label, &t.other);
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn hist_stats_json(out: &mut Vec<u8>, h: &Hist) {
+    let _ = write!(Vec8(out), ",\"count\":{},\"sum_ns\":{}", h.count, h.sum);
+    if h.count > 0 {
+        for (p, q) in PERCENTILES {
+            let _ = write!(Vec8(out), ",\"{p}_ns\":{}", percentile(h, q).unwrap_or(0));
+        }
+        let _ = write!(Vec8(out), ",\"max_ns\":{}", h.max);
+    }
+}
+
+/// `--hist --by` in JSON: one `{"type":"hist_by",...}` line per key, and one with
+/// `"other":true` (and `"key":null`) per span name that had keys beyond the map.
+pub fn by_json(
+    out: &mut Vec<u8>,
+    plan: &Plan,
+    kp: &KeyPlan,
+    tables: &[KeyTable<Hist>],
+    block: Block,
+) {
+    for t in tables {
+        let Some(p) = plan.pairs.get(t.pair) else {
+            continue;
+        };
+        let head = |out: &mut Vec<u8>| {
+            out.extend_from_slice(b"{\"type\":\"hist_by\",\"provider\":");
+            json_str(out, p.provider.as_bytes());
+            out.extend_from_slice(b",\"name\":");
+            json_str(out, p.stem.as_bytes());
+            out.extend_from_slice(b",\"by\":");
+            json_str(out, kp.by.text.as_bytes());
+            block_json(out, block);
+        };
+        for (k, h) in &t.rows {
+            head(out);
+            out.extend_from_slice(b",\"key\":");
+            k.json(out);
+            hist_stats_json(out, h);
+            out.extend_from_slice(b"}\n");
+        }
+        if t.other.count > 0 {
+            head(out);
+            out.extend_from_slice(b",\"key\":null,\"other\":true");
+            hist_stats_json(out, &t.other);
+            out.extend_from_slice(b"}\n");
+        }
+    }
+}
+
+/// The kernel's `--count` counters at one moment, cumulative.
+#[derive(Clone, Default)]
+pub struct Counts {
+    /// Per site (cookie).
+    pub sites: Vec<u64>,
+    /// Per (site, key), with `--by`.
+    pub keys: HashMap<ByKey, u64>,
+    /// Per site: hits whose key found no room.
+    pub other: Vec<u64>,
+}
+
+impl Counts {
+    pub fn since(&self, before: &Counts) -> Counts {
+        let sub = |a: &[u64], b: &[u64]| -> Vec<u64> {
+            a.iter()
+                .enumerate()
+                .map(|(i, x)| x.saturating_sub(b.get(i).copied().unwrap_or(0)))
+                .collect()
+        };
+        Counts {
+            sites: sub(&self.sites, &before.sites),
+            keys: self
+                .keys
+                .iter()
+                .map(|(k, c)| {
+                    (
+                        *k,
+                        c.saturating_sub(before.keys.get(k).copied().unwrap_or(0)),
+                    )
+                })
+                .filter(|(_, c)| *c > 0)
+                .collect(),
+            other: sub(&self.other, &before.other),
+        }
+    }
+}
+
+/// Hits of one probe (its sites merged), and per key with `--by`.
+pub struct ProbeCount {
+    pub provider: String,
+    pub name: String,
+    pub count: u64,
+    pub keys: Vec<(KeyVal, u64)>,
+    pub other: u64,
+}
+
+/// Per probe, largest count first; probes that never fired are left out.
+pub fn count_table(plan: &Plan, kp: Option<&KeyPlan>, c: &Counts) -> Vec<ProbeCount> {
+    let mut idx: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut rows: Vec<ProbeCount> = Vec::new();
+    let mut keys: Vec<HashMap<KeyVal, u64>> = Vec::new();
+    let mut row_of = |site: usize,
+                      rows: &mut Vec<ProbeCount>,
+                      keys: &mut Vec<HashMap<KeyVal, u64>>|
+     -> Option<usize> {
+        let s = plan.sites.get(site)?;
+        Some(
+            *idx.entry((s.provider.as_str(), s.name.as_str()))
+                .or_insert_with(|| {
+                    rows.push(ProbeCount {
+                        provider: s.provider.clone(),
+                        name: s.name.clone(),
+                        count: 0,
+                        keys: Vec::new(),
+                        other: 0,
+                    });
+                    keys.push(HashMap::new());
+                    rows.len() - 1
+                }),
+        )
+    };
+    for (site, &n) in c.sites.iter().enumerate().filter(|(_, n)| **n > 0) {
+        if let Some(r) = row_of(site, &mut rows, &mut keys) {
+            rows[r].count += n;
+            rows[r].other += c.other.get(site).copied().unwrap_or(0);
+        }
+    }
+    if let Some(kp) = kp {
+        for (k, &n) in &c.keys {
+            if let Some(r) = row_of(k.id as usize, &mut rows, &mut keys) {
+                *keys[r].entry(kp.value(plan, k)).or_default() += n;
+            }
+        }
+    }
+    for (r, m) in rows.iter_mut().zip(keys) {
+        r.keys = m.into_iter().collect();
+        r.keys.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    }
+    rows.retain(|r| r.count > 0);
+    rows.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| (&a.provider, &a.name).cmp(&(&b.provider, &b.name)))
+    });
+    rows
+}
+
+/// `--count` in text: one line per probe (and an indented line per key).
+pub fn count_text(rows: &[ProbeCount], kp: Option<&KeyPlan>, max_keys: u32) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{:<48} {:>12}", "PROBE", "COUNT");
+    for r in rows {
+        let probe = format!("{}:{}", r.provider, r.name);
+        let _ = writeln!(
+            s,
+            "{:<48} {:>12}",
+            crate::output::text::clean(&probe),
+            r.count
+        );
+        if let Some(kp) = kp {
+            for (k, n) in &r.keys {
+                let label = format!("{} = {}", kp.by.text, k.text());
+                let _ = writeln!(s, "  {:<46} {:>12}", crate::output::text::clean(&label), n);
+            }
+            if r.other > 0 {
+                let label = format!("other (beyond --max-keys {max_keys})");
+                let _ = writeln!(s, "  {label:<46} {:>12}", r.other);
+            }
+        }
+    }
+    s.push('\n');
+    s
+}
+
+/// `--count` in JSON: `{"type":"count",...}` per probe, and with `--by` one per key (plus
+/// `"other":true` with `"key":null` for hits beyond the map).
+pub fn count_json(out: &mut Vec<u8>, rows: &[ProbeCount], kp: Option<&KeyPlan>, block: Block) {
+    for r in rows {
+        let head = |out: &mut Vec<u8>| {
+            out.extend_from_slice(b"{\"type\":\"count\",\"provider\":");
+            json_str(out, r.provider.as_bytes());
+            out.extend_from_slice(b",\"name\":");
+            json_str(out, r.name.as_bytes());
+            block_json(out, block);
+        };
+        head(out);
+        let _ = writeln!(Vec8(out), ",\"count\":{}}}", r.count);
+        let Some(kp) = kp else {
+            continue;
+        };
+        for (k, n) in &r.keys {
+            head(out);
+            out.extend_from_slice(b",\"by\":");
+            json_str(out, kp.by.text.as_bytes());
+            out.extend_from_slice(b",\"key\":");
+            k.json(out);
+            let _ = writeln!(Vec8(out), ",\"count\":{n}}}");
+        }
+        if r.other > 0 {
+            head(out);
+            out.extend_from_slice(b",\"by\":");
+            json_str(out, kp.by.text.as_bytes());
+            let _ = writeln!(
+                Vec8(out),
+                ",\"key\":null,\"other\":true,\"count\":{}}}",
+                r.other
+            );
+        }
+    }
+}
+
+/// The N longest spans seen, longest first. Bounded: a span shorter than the N-th is dropped.
+#[derive(Clone)]
+pub struct TopN {
+    pub n: usize,
+    spans: Vec<SpanRecord>,
+}
+
+fn dur(r: &SpanRecord) -> u64 {
+    r.hdr.ts_ns.saturating_sub(r.start_ns)
+}
+
+impl TopN {
+    pub fn new(n: usize) -> TopN {
+        TopN {
+            n,
+            spans: Vec::with_capacity(n + 1),
+        }
+    }
+
+    /// Offers a span; true when it entered.
+    pub fn offer(&mut self, r: &SpanRecord) -> bool {
+        let d = dur(r);
+        if self.spans.len() == self.n && self.spans.last().is_none_or(|l| dur(l) >= d) {
+            return false;
+        }
+        // After the equal ones: the earlier span keeps its rank.
+        let at = self.spans.partition_point(|x| dur(x) >= d);
+        self.spans.insert(at, *r);
+        self.spans.truncate(self.n);
+        true
+    }
+
+    /// The shortest duration that could still enter: the N-th longest once there are N,
+    /// else 0 (everything could).
+    pub fn threshold(&self) -> u64 {
+        if self.spans.len() < self.n {
+            0
+        } else {
+            self.spans.last().map_or(0, |l| dur(l).saturating_add(1))
+        }
+    }
+
+    pub fn spans(&self) -> &[SpanRecord] {
+        &self.spans
+    }
+}
+
+/// `--top` in text: a heading, then the spans as `watch` prints them, longest first.
+pub fn top_text(plan: &Plan, top: &TopN, block: Block, t0: u64) -> String {
+    let mut s = block_text(block, t0);
+    let _ = writeln!(s, "@top {} slowest spans ({} seen)", top.n, top.spans.len());
+    s.push_str(&crate::output::text_header());
+    for r in top.spans() {
+        if let Some(crate::output::View::Span {
+            pair,
+            start,
+            end,
+            rec,
+            ..
+        }) = plan.resolve(crate::output::Record::Span(r))
+        {
+            s.push_str(&crate::output::span_text(pair, start, end, rec, t0));
+        }
+    }
+    s.push('\n');
+    s
+}
+
+/// `--top` in JSON: `{"type":"top","rank":R,...,"span":{...}}` per span, longest first; the
+/// span object is the one `--json` prints per span.
+pub fn top_json(out: &mut Vec<u8>, plan: &Plan, top: &TopN, block: Block) {
+    for (i, r) in top.spans().iter().enumerate() {
+        let Some(crate::output::View::Span {
+            pair,
+            start,
+            end,
+            rec,
+            ..
+        }) = plan.resolve(crate::output::Record::Span(r))
+        else {
+            continue;
+        };
+        let _ = write!(Vec8(out), "{{\"type\":\"top\",\"rank\":{}", i + 1);
+        block_json(out, block);
+        out.extend_from_slice(b",\"span\":");
+        let mut span = Vec::new();
+        crate::output::span_json(&mut span, pair, start, end, rec, None);
+        while span.last() == Some(&b'\n') {
+            span.pop();
+        }
+        out.extend_from_slice(&span);
+        out.extend_from_slice(b"}\n");
+    }
+}
+
+/// Names of probes that fire per line, per call or per allocation in the runtimes that have
+/// them (CPython: `line`, `function__entry/return`; HotSpot: `method__entry/return`,
+/// `object__alloc`; Ruby, PHP, Node: `method__entry/return`, `cmethod__*`, `function__*`,
+/// `object__create`). Tracing them by default is what makes a run slow: they are semaphore
+/// guarded, and the semaphore turns on code the runtime otherwise skips.
+pub const HIGH_RATE: &[&str] = &[
+    "line",
+    "function__entry",
+    "function__return",
+    "method__entry",
+    "method__return",
+    "cmethod__entry",
+    "cmethod__return",
+    "object__alloc",
+    "object__create",
+    "object__free",
+];
+
+/// The high-rate probes (by `provider:name`, sorted, once each) among the planned sites.
+pub fn high_rate_probes(plan: &Plan) -> Vec<String> {
+    let mut v: Vec<String> = plan
+        .sites
+        .iter()
+        .filter(|s| HIGH_RATE.contains(&s.name.as_str()))
+        .map(|s| format!("{}:{}", s.provider, s.name))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The stderr warning for a default selection that includes high-rate probes.
+pub fn high_rate_warning(probes: &[String]) -> Option<String> {
+    if probes.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "warning: tracing every probe includes {} high-rate probe{} ({}): each hit costs a trap and turns on the runtime's instrumentation; run with --count first to see which probes fire, then name the ones you want",
+        probes.len(),
+        if probes.len() == 1 { "" } else { "s" },
+        probes.join(", ")
+    ))
+}
+
+/// fmt::Write over a byte vector.
+struct Vec8<'a>(&'a mut Vec<u8>);
+impl std::fmt::Write for Vec8<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::{PairInfo, SiteInfo};
+    use usdt_trace_common::{
+        ArgDesc, RecordHeader, RecordKind, SiteSpec, ID_NONE, STR_LEN, STR_NONE,
+    };
+
+    fn spec(pair: u32, role: SiteRole, nargs: u8) -> SiteSpec {
+        SiteSpec {
+            pair_id: pair,
+            role,
+            id_arg: ID_NONE,
+            nargs,
+            str_arg: STR_NONE,
+            args: [ArgDesc::default(); MAX_ARGS],
+        }
+    }
+
+    fn site(name: &str, nargs: usize, signed: bool, str_arg: Option<usize>) -> SiteInfo {
+        let f = if signed {
+            ArgFmt::Signed
+        } else {
+            ArgFmt::Unsigned
+        };
+        SiteInfo {
+            provider: "ag".into(),
+            name: name.into(),
+            args: vec![f; nargs],
+            str_arg,
+            pair: Some(0),
+        }
+    }
+
+    /// ag:req__start(i, kind, name) -> ag:req__end(i, status: signed), and the event ag:tick(k).
+    fn plan() -> Plan {
+        let mut tick = site("tick", 1, false, None);
+        tick.pair = None;
+        Plan {
+            specs: vec![
+                spec(0, SiteRole::START, 3),
+                spec(0, SiteRole::END, 2),
+                spec(0, SiteRole::EVENT, 1),
+            ],
+            sites: vec![
+                site("req__start", 3, false, Some(2)),
+                site("req__end", 2, true, None),
+                tick,
+            ],
+            pairs: vec![PairInfo {
+                provider: "ag".into(),
+                stem: "req".into(),
+                start: "req__start".into(),
+                ends: vec!["req__end".into()],
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn key(id: u32, val: u64) -> ByKey {
+        ByKey {
+            id,
+            val,
+            ..Default::default()
+        }
+    }
+
+    fn hist(vals: &[u64]) -> Hist {
+        let mut h = Hist::default();
+        for &v in vals {
+            h.add(v);
+        }
+        h
+    }
+
+    #[test]
+    fn parses_keys() {
+        let k = |s: &str| By::parse(s).map(|b| b.kind);
+        assert_eq!(k("arg1"), Ok(ByKind::Arg { probe: None, n: 1 }));
+        assert_eq!(
+            k("request__end:arg1"),
+            Ok(ByKind::Arg {
+                probe: Some("request__end".into()),
+                n: 1
+            })
+        );
+        assert_eq!(
+            k("httpserver:request__end:arg11"),
+            Ok(ByKind::Arg {
+                probe: Some("httpserver:request__end".into()),
+                n: 11
+            })
+        );
+        assert_eq!(k("str0"), Ok(ByKind::Str));
+        assert_eq!(k("pid"), Ok(ByKind::Pid));
+        assert_eq!(k("comm"), Ok(ByKind::Comm));
+        assert_eq!(k("probe"), Ok(ByKind::Probe));
+        assert!(matches!(k("str1"), Err(AggError::StrIndex { .. })));
+        for bad in ["arg12", "argx", "", ":arg1", "x:arg", "PID", "arg-1"] {
+            assert!(matches!(k(bad), Err(AggError::BadKey(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn key_plans_name_the_sites_that_supply_the_key() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("arg1").unwrap(), false).unwrap();
+        // Spans: the start's argument only.
+        assert_eq!(kp.by_sites, [1, BY_ARG_NONE, BY_ARG_NONE]);
+        assert!(!kp.signed);
+        // Counts: every probe that has it.
+        let kp = KeyPlan::new(&p, &By::parse("arg0").unwrap(), true).unwrap();
+        assert_eq!(kp.by_sites, [0, 0, 0]);
+        let kp = KeyPlan::new(&p, &By::parse("req__end:arg1").unwrap(), false).unwrap();
+        assert_eq!(kp.by_sites, [BY_ARG_NONE, 1, BY_ARG_NONE]);
+        assert!(kp.signed);
+        assert_eq!(kp.value(&p, &key(0, -1i64 as u64)), KeyVal::Int(-1));
+        let err = |s: &str| KeyPlan::new(&p, &By::parse(s).unwrap(), false).unwrap_err();
+        assert!(matches!(err("arg3"), AggError::NoArg { n: 3, .. }));
+        assert!(matches!(err("nosuch:arg0"), AggError::NoProbe { .. }));
+        assert!(matches!(
+            err("ag:req__end:arg2"),
+            AggError::ProbeArg { n: 2, .. }
+        ));
+        let mut nostr = plan();
+        nostr.sites[0].str_arg = None;
+        assert_eq!(
+            KeyPlan::new(&nostr, &By::parse("str0").unwrap(), false).unwrap_err(),
+            AggError::NoStr
+        );
+    }
+
+    #[test]
+    fn key_values_print_as_named() {
+        let p = plan();
+        let kp = |s: &str| KeyPlan::new(&p, &By::parse(s).unwrap(), false).unwrap();
+        let mut k = key(0, 0);
+        k.str[..6].copy_from_slice(b"alpha\0");
+        k.str_len = 6;
+        assert_eq!(kp("str0").value(&p, &k), KeyVal::Str(b"alpha".to_vec()));
+        assert_eq!(
+            kp("probe").value(&p, &key(0, 1)),
+            KeyVal::Str(b"ag:req__end".to_vec())
+        );
+        assert_eq!(kp("pid").value(&p, &key(0, 42)), KeyVal::Uint(42));
+    }
+
+    #[test]
+    fn tables_merge_keys_sort_by_count_and_keep_other() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("probe").unwrap(), false).unwrap();
+        let mut h = ByHists::default();
+        // Two cookies of one probe merge; the larger count sorts first.
+        h.keys.insert(key(0, 1), hist(&[100, 200]));
+        h.keys.insert(key(0, 7), hist(&[300]));
+        h.other = vec![hist(&[5000])];
+        let t = by_tables(&p, &kp, &h);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].rows[0].0, KeyVal::Str(b"ag:req__end".to_vec()));
+        assert_eq!(t[0].rows[0].1.count, 2);
+        assert_eq!(t[0].rows[1].0, KeyVal::Uint(7));
+        assert_eq!(t[0].other.count, 1);
+        let text = by_text(&p, &kp, &t, 4);
+        assert!(text.starts_with("@ag:req by probe (2 keys)\n"), "{text}");
+        let first = text.lines().nth(2).unwrap();
+        assert!(
+            first.contains("\"ag:req__end\"") && first.contains(" 2 "),
+            "{text}"
+        );
+        assert!(text.contains("other (beyond --max-keys 4)"), "{text}");
+    }
+
+    #[test]
+    fn interval_deltas_subtract_per_key() {
+        let mut before = ByHists::default();
+        before.keys.insert(key(0, 1), hist(&[100]));
+        let mut now = before.clone();
+        now.keys.insert(key(0, 1), hist(&[100, 400]));
+        now.keys.insert(key(0, 2), hist(&[50]));
+        let d = now.since(&before);
+        assert_eq!(d.keys[&key(0, 1)].count, 1);
+        assert_eq!(d.keys[&key(0, 1)].max, 400);
+        assert_eq!(d.keys[&key(0, 2)].count, 1);
+        let c0 = Counts {
+            sites: vec![5, 1],
+            keys: [(key(0, 3), 5)].into(),
+            other: vec![0, 0],
+        };
+        let c1 = Counts {
+            sites: vec![9, 1],
+            keys: [(key(0, 3), 9)].into(),
+            other: vec![2, 0],
+        };
+        let d = c1.since(&c0);
+        assert_eq!(d.sites, [4, 0]);
+        assert_eq!(d.keys[&key(0, 3)], 4);
+        assert_eq!(d.other, [2, 0]);
+    }
+
+    #[test]
+    fn top_n_keeps_the_longest_and_says_what_could_still_enter() {
+        let rec = |d: u64| {
+            let mut r: SpanRecord = unsafe { std::mem::zeroed() };
+            r.start_ns = 1_000;
+            r.hdr.ts_ns = 1_000 + d;
+            r
+        };
+        let mut t = TopN::new(3);
+        assert_eq!(t.threshold(), 0);
+        for d in [5, 1, 9, 3] {
+            t.offer(&rec(d));
+        }
+        let durs: Vec<u64> = t.spans().iter().map(dur).collect();
+        assert_eq!(durs, [9, 5, 3]);
+        assert_eq!(t.threshold(), 4);
+        assert!(
+            !t.offer(&rec(3)),
+            "a tie with the last does not displace it"
+        );
+        assert!(t.offer(&rec(4)));
+        assert_eq!(t.threshold(), 5);
+    }
+
+    #[test]
+    fn count_rows_merge_sites_of_one_probe() {
+        let mut p = plan();
+        p.sites.push(site("tick", 1, false, None));
+        p.specs.push(spec(0, SiteRole::EVENT, 1));
+        let kp = KeyPlan::new(&p, &By::parse("arg0").unwrap(), true).unwrap();
+        let c = Counts {
+            sites: vec![2, 2, 3, 4],
+            keys: [(key(2, 0), 3), (key(3, 0), 4), (key(0, 9), 2)].into(),
+            other: vec![0, 0, 0, 0],
+        };
+        let rows = count_table(&p, Some(&kp), &c);
+        let names: Vec<(&str, u64)> = rows.iter().map(|r| (r.name.as_str(), r.count)).collect();
+        assert_eq!(names, [("tick", 7), ("req__end", 2), ("req__start", 2)]);
+        // tick's argument is unsigned, whatever other probes' are.
+        assert_eq!(rows[0].keys, [(KeyVal::Uint(0), 7)]);
+    }
+
+    /// Golden lines: the JSON shapes of `hist_by`, `count` and `top` records.
+    #[test]
+    fn golden_json() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("req__end:arg1").unwrap(), false).unwrap();
+        let mut h = ByHists::default();
+        h.keys.insert(key(0, 404), hist(&[3000]));
+        h.other = vec![hist(&[100, 100])];
+        let t = by_tables(&p, &kp, &h);
+        let mut out = Vec::new();
+        by_json(&mut out, &p, &kp, &t, Some(((10, 20), false)));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"type":"hist_by","provider":"ag","name":"req","by":"req__end:arg1","interval_start_ns":10,"interval_end_ns":20,"total":false,"key":404,"count":1,"sum_ns":3000,"p50_ns":2944,"p90_ns":2944,"p99_ns":2944,"max_ns":3000}
+{"type":"hist_by","provider":"ag","name":"req","by":"req__end:arg1","interval_start_ns":10,"interval_end_ns":20,"total":false,"key":null,"other":true,"count":2,"sum_ns":200,"p50_ns":100,"p90_ns":100,"p99_ns":100,"max_ns":100}
+"#
+        );
+        let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), true).unwrap();
+        let mut k = key(0, 0);
+        k.str[..2].copy_from_slice(b"q\0");
+        k.str_len = 2;
+        let c = Counts {
+            sites: vec![3, 0, 0],
+            keys: [(k, 2)].into(),
+            other: vec![1, 0, 0],
+        };
+        let mut out = Vec::new();
+        count_json(&mut out, &count_table(&p, Some(&kp), &c), Some(&kp), None);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"type":"count","provider":"ag","name":"req__start","count":3}
+{"type":"count","provider":"ag","name":"req__start","by":"str0","key":"q","count":2}
+{"type":"count","provider":"ag","name":"req__start","by":"str0","key":null,"other":true,"count":1}
+"#
+        );
+        let mut r: SpanRecord = unsafe { std::mem::zeroed() };
+        r.hdr = RecordHeader {
+            kind: RecordKind::SPAN,
+            site: 1,
+            pid: 7,
+            tid: 7,
+            ts_ns: 5_000,
+            comm: *b"ag\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+        };
+        r.start_ns = 1_000;
+        r.args[..3].copy_from_slice(&[3, 2, 0]);
+        r.end_args[..2].copy_from_slice(&[3, 404]);
+        r.str = [0; STR_LEN];
+        let mut top = TopN::new(2);
+        top.offer(&r);
+        let mut out = Vec::new();
+        top_json(&mut out, &p, &top, Some(((0, 9), true)));
+        let line = String::from_utf8(out).unwrap();
+        assert!(
+            line.starts_with(
+                r#"{"type":"top","rank":1,"interval_start_ns":0,"interval_end_ns":9,"total":true,"span":{"type":"span","provider":"ag","name":"req","pid":7,"#
+            ),
+            "{line}"
+        );
+        assert!(line.ends_with("}}\n"), "{line}");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["span"]["duration_ns"], 4_000);
+        assert_eq!(v["span"]["end_args"], serde_json::json!([3, 404]));
+    }
+
+    #[test]
+    fn high_rate_probes_are_named_once() {
+        let mut p = plan();
+        for n in ["line", "line", "function__entry", "gc__start"] {
+            let mut s = site(n, 0, false, None);
+            s.provider = "python".into();
+            p.sites.push(s);
+        }
+        let v = high_rate_probes(&p);
+        assert_eq!(v, ["python:function__entry", "python:line"]);
+        let w = high_rate_warning(&v).unwrap();
+        assert!(
+            w.contains("2 high-rate probes") && w.contains("--count"),
+            "{w}"
+        );
+        assert_eq!(high_rate_warning(&[]), None);
+    }
+}

@@ -1,0 +1,219 @@
+//! The kernel side of `--by`, `--count` and `--top`: map sizes, settings, and reading the
+//! aggregates back (summed over CPUs).
+
+use super::{map_err, TraceError, Tracer};
+use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap};
+use aya::EbpfLoader;
+use std::collections::HashMap;
+use usdt_trace_common::agg::{
+    AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_CNT_TOP_SKIPPED, CFG_AGG_ARGS,
+    CFG_AGG_BY, CFG_AGG_COUNT, CFG_AGG_TOP,
+};
+use usdt_trace_common::Hist;
+
+/// What the kernel aggregates (all off by default).
+#[derive(Clone, Debug, Default)]
+pub struct AggLoad {
+    /// `--count`: count hits, pair nothing, record nothing.
+    pub count: bool,
+    /// `--top`: make span records only at or above a minimum user space raises.
+    pub top: bool,
+    /// `--by`: the kernel's `BY_*` code (0: off).
+    pub by: u32,
+    /// The key needs arguments or strings read (also in histogram mode).
+    pub by_args: bool,
+    /// Per site (cookie): the argument `--by argN` reads there (`BY_ARG_NONE`: none).
+    pub by_sites: Vec<u8>,
+    /// `--max-keys`: the size of the keyed maps.
+    pub max_keys: u32,
+}
+
+impl AggLoad {
+    pub(super) fn config_flags(&self) -> u32 {
+        let mut f = 0;
+        if self.count {
+            f |= CFG_AGG_COUNT;
+        }
+        if self.top {
+            f |= CFG_AGG_TOP;
+        }
+        if self.by != 0 {
+            f |= CFG_AGG_BY;
+            if self.by_args {
+                f |= CFG_AGG_ARGS;
+            }
+        }
+        f
+    }
+
+    /// Sizes the aggregation maps: the keyed ones only when used, as each entry is a
+    /// per-CPU 4 KB histogram at worst.
+    pub(super) fn size_maps(&self, l: &mut EbpfLoader, nsites: u32, hist_pairs: u32) {
+        let keys = if self.by != 0 {
+            self.max_keys.max(1)
+        } else {
+            1
+        };
+        l.map_max_entries("BY_SITES", nsites)
+            .map_max_entries("BY_HISTS", if self.count { 1 } else { keys })
+            .map_max_entries("BY_OTHER", hist_pairs.max(1))
+            .map_max_entries("SITE_COUNTS", if self.count { nsites } else { 1 })
+            .map_max_entries("BY_COUNTS", if self.count { keys } else { 1 })
+            .map_max_entries("BY_COUNT_OTHER", if self.count { nsites } else { 1 });
+    }
+}
+
+/// Counters of the aggregation paths.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AggCounters {
+    /// Spans counted in a span name's "other" histogram (BY_HISTS full).
+    pub by_other: u64,
+    /// Hits counted as "other" (BY_COUNTS full).
+    pub count_other: u64,
+    /// Spans `--top` kept from being recorded.
+    pub top_skipped: u64,
+}
+
+fn sum_hist(into: &mut Hist, h: &Hist) {
+    for (a, b) in into.buckets.iter_mut().zip(h.buckets.iter()) {
+        *a += b;
+    }
+    into.count += h.count;
+    into.sum += h.sum;
+    into.max = into.max.max(h.max);
+}
+
+impl Tracer {
+    /// Writes the settings and the per-site key arguments; at load, before attaching.
+    pub(super) fn agg_init(&mut self, a: &AggLoad) -> Result<(), TraceError> {
+        let mut cfg: Array<_, AggConfig> = Array::try_from(
+            self.ebpf
+                .map_mut("AGG")
+                .ok_or(TraceError::MissingMap("AGG"))?,
+        )
+        .map_err(map_err("AGG"))?;
+        cfg.set(
+            0,
+            AggConfig {
+                by: a.by,
+                _pad: 0,
+                top_min_ns: 0,
+            },
+            0,
+        )
+        .map_err(map_err("AGG"))?;
+        if a.by != 0 {
+            let mut sites: Array<_, u8> = Array::try_from(
+                self.ebpf
+                    .map_mut("BY_SITES")
+                    .ok_or(TraceError::MissingMap("BY_SITES"))?,
+            )
+            .map_err(map_err("BY_SITES"))?;
+            for (i, &n) in a.by_sites.iter().enumerate() {
+                sites.set(i as u32, n, 0).map_err(map_err("BY_SITES"))?;
+            }
+        }
+        self.agg_by = a.by;
+        Ok(())
+    }
+
+    /// `--top`: spans shorter than `ns` make no record from now on.
+    pub fn set_top_min(&mut self, ns: u64) -> Result<(), TraceError> {
+        let mut cfg: Array<_, AggConfig> = Array::try_from(
+            self.ebpf
+                .map_mut("AGG")
+                .ok_or(TraceError::MissingMap("AGG"))?,
+        )
+        .map_err(map_err("AGG"))?;
+        cfg.set(
+            0,
+            AggConfig {
+                by: self.agg_by,
+                _pad: 0,
+                top_min_ns: ns,
+            },
+            0,
+        )
+        .map_err(map_err("AGG"))
+    }
+
+    fn per_cpu_array_u64(&self, name: &'static str, n: usize) -> Result<Vec<u64>, TraceError> {
+        let map: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(self.ebpf.map(name).ok_or(TraceError::MissingMap(name))?)
+                .map_err(map_err(name))?;
+        let n = n.min(map.len() as usize);
+        (0..n)
+            .map(|i| {
+                map.get(&(i as u32), 0)
+                    .map(|v| v.iter().sum())
+                    .map_err(map_err(name))
+            })
+            .collect()
+    }
+
+    pub fn agg_counters(&self) -> Result<AggCounters, TraceError> {
+        let v = self.per_cpu_array_u64("AGG_COUNTS", 3)?;
+        let at = |i: u32| v.get(i as usize).copied().unwrap_or(0);
+        Ok(AggCounters {
+            by_other: at(AGG_CNT_BY_OTHER),
+            count_other: at(AGG_CNT_COUNT_OTHER),
+            top_skipped: at(AGG_CNT_TOP_SKIPPED),
+        })
+    }
+
+    /// `--count`: hits per site, and per (site, key) and per site beyond the keys.
+    pub fn counts(&self, nsites: usize) -> Result<crate::agg::Counts, TraceError> {
+        let sites = self.per_cpu_array_u64("SITE_COUNTS", nsites)?;
+        let other = self.per_cpu_array_u64("BY_COUNT_OTHER", nsites)?;
+        let mut keys = HashMap::new();
+        if self.agg_by != 0 {
+            let map: PerCpuHashMap<&MapData, ByKey, u64> = PerCpuHashMap::try_from(
+                self.ebpf
+                    .map("BY_COUNTS")
+                    .ok_or(TraceError::MissingMap("BY_COUNTS"))?,
+            )
+            .map_err(map_err("BY_COUNTS"))?;
+            for item in map.iter() {
+                let (k, v) = item.map_err(map_err("BY_COUNTS"))?;
+                *keys.entry(k).or_insert(0) += v.iter().sum::<u64>();
+            }
+        }
+        Ok(crate::agg::Counts { sites, keys, other })
+    }
+
+    /// `--hist --by`: the histogram per key, and per span name the "other" one.
+    pub fn by_hists(&self, npairs: usize) -> Result<crate::agg::ByHists, TraceError> {
+        let map: PerCpuHashMap<&MapData, ByKey, Hist> = PerCpuHashMap::try_from(
+            self.ebpf
+                .map("BY_HISTS")
+                .ok_or(TraceError::MissingMap("BY_HISTS"))?,
+        )
+        .map_err(map_err("BY_HISTS"))?;
+        let mut keys: HashMap<ByKey, Hist> = HashMap::new();
+        for item in map.iter() {
+            let (k, v) = item.map_err(map_err("BY_HISTS"))?;
+            let slot = keys.entry(k).or_default();
+            for h in v.iter() {
+                sum_hist(slot, h);
+            }
+        }
+        let other_map: PerCpuArray<&MapData, Hist> = PerCpuArray::try_from(
+            self.ebpf
+                .map("BY_OTHER")
+                .ok_or(TraceError::MissingMap("BY_OTHER"))?,
+        )
+        .map_err(map_err("BY_OTHER"))?;
+        let n = npairs.min(other_map.len() as usize).min(self.hist_pairs);
+        let mut other = vec![Hist::default(); npairs];
+        for (i, slot) in other.iter_mut().enumerate().take(n) {
+            for h in other_map
+                .get(&(i as u32), 0)
+                .map_err(map_err("BY_OTHER"))?
+                .iter()
+            {
+                sum_hist(slot, h);
+            }
+        }
+        Ok(crate::agg::ByHists { keys, other })
+    }
+}
