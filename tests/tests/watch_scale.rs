@@ -46,7 +46,10 @@ fn fifty_thousand_sites_attach_and_count_each_site_exactly() {
     let calls = [(0u32, 3u64), (4999, 2), (2345, 1)];
     let mut want: BTreeMap<(String, Vec<u64>), usize> = BTreeMap::new();
     for (idx, count) in calls {
-        assert_eq!(t.ask(&format!("{idx} {count}")), format!("ok {idx} {count}"));
+        assert_eq!(
+            t.ask(&format!("{idx} {count}")),
+            format!("ok {idx} {count}")
+        );
         for k in 0..count {
             for e in expected(idx, k) {
                 *want.entry(e).or_default() += 1;

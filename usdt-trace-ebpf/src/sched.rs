@@ -17,7 +17,9 @@ use usdt_trace_common::{ThreadState, CNT_UNMATCHED_START, TS_RUNNING, TS_RUNQ};
 
 use crate::{
     irq,
-    maps::{count_n, existing_thread, CONFIG, NO_STATE_TIDS, THREADS, THREAD_STRS},
+    maps::{
+        any_tracked, count_n, existing_thread, untrack, CONFIG, NO_STATE_TIDS, THREADS, THREAD_STRS,
+    },
 };
 
 /// The thread id of a `struct task_struct *`, through the offset user space found in BTF.
@@ -93,6 +95,10 @@ pub extern "C" fn usdt_catch_up(st: *mut ThreadState, now: u64) -> u32 {
 /// unsigned int prev_state). `prev` is the current task.
 #[inline(always)]
 pub fn on_switch(ctx: &BtfTracePointContext) {
+    // Most switches on a machine involve no traced thread: one load decides.
+    if !any_tracked() {
+        return;
+    }
     let prev = bpf_get_current_pid_tgid() as u32;
     if let Some(st) = existing_thread(prev) {
         // The clock and the arguments are only read for accounted threads: this runs on every
@@ -127,6 +133,9 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
 /// sched_waking(struct task_struct *p): runs in the waker's context.
 #[inline(always)]
 pub fn on_waking(ctx: &BtfTracePointContext) {
+    if !any_tracked() {
+        return;
+    }
     let p: *const u8 = ctx.arg(0);
     let Some(pid) = task_tid(p) else {
         return;
@@ -162,7 +171,9 @@ pub fn on_exit() {
         if st.depth > 0 {
             count_n(CNT_UNMATCHED_START, st.depth as u64);
         }
-        let _ = THREADS.remove(&tid);
+        if THREADS.remove(&tid).is_ok() {
+            untrack();
+        }
         // Only a thread with state can have strings: untraced exits skip this delete.
         let _ = THREAD_STRS.remove(&tid);
     }
