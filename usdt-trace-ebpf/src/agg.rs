@@ -20,8 +20,8 @@ use usdt_trace_common::{
 };
 
 use crate::{
-    args::{read_args, read_str, reg, IP_WORD},
-    filter::{usdt_filter_rejects, ArgWords},
+    args::{read_args, read_str, reg, ArgWords, IP_WORD},
+    filter::usdt_filter_rejects,
     maps::{CONFIG, SCRATCH, SITES},
 };
 

@@ -14,6 +14,7 @@ use usdt_trace_common::{
     Config, FilterInput, FilterProg, CFG_FILTER, CNT_BELOW_MIN, CNT_FILTER_REJECT, MAX_ARGS,
 };
 
+use crate::args::ArgWords;
 use crate::maps::{count, CONFIG};
 
 /// The compiled `--filter` (`usdt_trace::filter`), at index 0.
@@ -32,13 +33,6 @@ pub fn below_min(cfg: &Config, dur: u64) -> bool {
     } else {
         false
     }
-}
-
-/// The arguments a filter reads, as a struct: a global function's pointer argument must
-/// point to one (the verifier sizes it from BTF).
-#[repr(C)]
-pub struct ArgWords {
-    pub args: [u64; MAX_ARGS],
 }
 
 /// `--filter`: whether the record of a span started at `site` with arguments `args` (or of

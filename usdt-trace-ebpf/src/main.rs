@@ -25,6 +25,9 @@
 // --workspace`) it compiles to an empty program so workspace-wide commands keep working.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// The atomic add of `maps::TRACKED` (the BPF target has no AtomicU64::fetch_add).
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
 #![cfg_attr(not(target_arch = "bpf"), allow(dead_code, unused_imports))]
 // Map values are passed by reference on purpose: `insert(key, *frame)` would copy a 400-byte
 // frame (or a 5 KB thread state) onto the 512-byte BPF stack.

@@ -29,6 +29,47 @@ pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
 /// threads are dropped and counted.
 #[map]
 pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(4096, BPF_F_NO_PREALLOC);
+/// How many threads have an entry in THREADS, at index 0. The scheduler hooks run on every
+/// context switch of the machine: while this is 0 (no thread of a traced process has opened
+/// a span yet, or all have exited) they return after this one lookup, which the verifier
+/// inlines into a load.
+#[map]
+pub static TRACKED: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Whether any thread has per-thread state (see TRACKED).
+#[inline(always)]
+pub fn any_tracked() -> bool {
+    match TRACKED.get(0) {
+        // SAFETY: an aligned u64 in a map value; a torn read is impossible on 64-bit BPF.
+        Some(n) => (unsafe { core::ptr::read_volatile(n) }) != 0,
+        None => true,
+    }
+}
+
+#[inline(always)]
+fn tracked_add(delta: i64) {
+    if let Some(p) = TRACKED.get_ptr_mut(0) {
+        // An atomic add (BPF_ATOMIC): threads start and exit on different CPUs at once. The
+        // BPF target has no `AtomicU64::fetch_add` (no compare-and-swap), only the intrinsic.
+        // SAFETY: an aligned u64 in a map value shared by all CPUs.
+        #[cfg(target_arch = "bpf")]
+        unsafe {
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                p,
+                delta as u64,
+            )
+        };
+        #[cfg(not(target_arch = "bpf"))]
+        let _ = (p, delta);
+    }
+}
+
+/// A thread's THREADS entry is gone: one fewer tracked thread.
+#[inline(always)]
+pub fn untrack() {
+    tracked_add(-1);
+}
+
 /// Open spans paired by id. User space sizes it (`--max-open-ids`).
 #[map]
 pub static ID_SPANS: HashMap<IdKey, IdFrame> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
@@ -115,6 +156,7 @@ pub fn thread_state(tid: u32) -> Option<&'static mut ThreadState> {
     THREADS
         .insert(&tid, unsafe { &*zero }, BPF_NOEXIST as u64)
         .ok()?;
+    tracked_add(1);
     existing_thread(tid)
 }
 

@@ -17,7 +17,9 @@ use usdt_trace_common::{ThreadState, CNT_UNMATCHED_START, TS_RUNNING, TS_RUNQ};
 
 use crate::{
     irq,
-    maps::{count_n, existing_thread, CONFIG, NO_STATE_TIDS, THREADS, THREAD_STRS},
+    maps::{
+        any_tracked, count_n, existing_thread, untrack, CONFIG, NO_STATE_TIDS, THREADS, THREAD_STRS,
+    },
 };
 
 /// The thread id of a `struct task_struct *`, through the offset user space found in BTF.
@@ -58,11 +60,27 @@ fn task_counters(task: *const u8) -> (Option<u64>, Option<u64>) {
 /// In a probe: the current thread runs, whatever its state says. Repair a switch-in that
 /// sched_switch never reported (`ThreadState::catch_up_running`); the kernel's counters are
 /// read only when the state is wrong, which is rare.
-// Not inlined: a BPF subprogram, so the verifier's state for the four probe paths that call it
-// does not multiply with the repair's branches (inlined, the uprobe program went past the
-// verifier's million-instruction budget).
-#[inline(never)]
+#[inline(always)]
 pub fn catch_up(st: &mut ThreadState, now: u64) {
+    // Tested here, inline: the repair is rare, the call is not free.
+    if st.state != TS_RUNNING {
+        usdt_catch_up(st, now);
+    }
+}
+
+/// A global BPF function: the verifier checks the repair (a loop over the frames with many
+/// branches) once, on its own. As a static subprogram it was verified again at each of the
+/// six probe paths that call it, most of the uprobe program's ~700k verified instructions and
+/// of `watch`'s attach time.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn usdt_catch_up(st: *mut ThreadState, now: u64) -> u32 {
+    // A global function's pointer may be NULL as far as the verifier knows.
+    if st.is_null() {
+        return 0;
+    }
+    // SAFETY: non-null, and the verifier checked at the call that it points to a ThreadState.
+    let st = unsafe { &mut *st };
     if st.state != TS_RUNNING {
         // SAFETY: the helper has no preconditions; the pointer is only read through
         // bpf_probe_read_kernel.
@@ -70,12 +88,17 @@ pub fn catch_up(st: &mut ThreadState, now: u64) {
         let (exec, delay) = task_counters(task);
         st.catch_up_running(now, exec, delay, false);
     }
+    0
 }
 
 /// sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 /// unsigned int prev_state). `prev` is the current task.
 #[inline(always)]
 pub fn on_switch(ctx: &BtfTracePointContext) {
+    // Most switches on a machine involve no traced thread: one load decides.
+    if !any_tracked() {
+        return;
+    }
     let prev = bpf_get_current_pid_tgid() as u32;
     if let Some(st) = existing_thread(prev) {
         // The clock and the arguments are only read for accounted threads: this runs on every
@@ -110,6 +133,9 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
 /// sched_waking(struct task_struct *p): runs in the waker's context.
 #[inline(always)]
 pub fn on_waking(ctx: &BtfTracePointContext) {
+    if !any_tracked() {
+        return;
+    }
     let p: *const u8 = ctx.arg(0);
     let Some(pid) = task_tid(p) else {
         return;
@@ -145,7 +171,9 @@ pub fn on_exit() {
         if st.depth > 0 {
             count_n(CNT_UNMATCHED_START, st.depth as u64);
         }
-        let _ = THREADS.remove(&tid);
+        if THREADS.remove(&tid).is_ok() {
+            untrack();
+        }
         // Only a thread with state can have strings: untraced exits skip this delete.
         let _ = THREAD_STRS.remove(&tid);
     }

@@ -3,7 +3,10 @@
 
 use aya_ebpf::{
     cty::c_void,
-    helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        bpf_probe_read_kernel_buf,
+    },
     programs::ProbeContext,
     EbpfContext,
 };
@@ -280,19 +283,19 @@ fn close_span(
     }
     rec.waker_pid = f.waker_pid;
     rec.waker_tid = f.waker_tid;
-    rec.waker_comm = f.waker_comm;
+    copy_bytes(&mut rec.waker_comm, &f.waker_comm);
     rec.longest_off_ns = f.longest_off_ns;
-    rec.args = f.args;
+    copy_words(&mut rec.args, &f.args);
     rec.str_len = 0;
     // User space reads `str` only up to `str_len`: skip the 128-byte copy when there is none.
     if f.str_len > 0 {
         if let Some(s) = str {
-            rec.str = *s;
+            copy_bytes(&mut rec.str, s);
             rec.str_len = f.str_len;
         }
     }
     match end_args {
-        Some(a) => rec.end_args = *a,
+        Some(a) => copy_words(&mut rec.end_args, a),
         None => hit.read_args(&mut rec.end_args),
     }
     // A span whose start has no string may take one at its end: a function's return value
@@ -301,6 +304,26 @@ fn close_span(
         rec.str_len = read_str(hit.spec, &rec.end_args, &mut rec.str);
     }
     entry.submit(ringbuf_flags(hit.cfg));
+}
+
+/// `*dst = *src` for argument words, as unrolled word stores: a plain assignment becomes a
+/// call to a byte-by-byte `memcpy` subprogram, which the verifier walks one byte at a time on
+/// every path (tens of thousands of verified instructions) and which runs a loop per record.
+#[inline(always)]
+fn copy_words(dst: &mut [u64; MAX_ARGS], src: &[u64; MAX_ARGS]) {
+    for i in 0..MAX_ARGS {
+        // SAFETY: both in bounds; volatile only so LLVM keeps word stores instead of a memcpy.
+        unsafe { core::ptr::write_volatile(&mut dst[i], src[i]) };
+    }
+}
+
+/// `*dst = *src` for byte arrays (no alignment to copy by words): one helper call instead of
+/// the byte-loop `memcpy` (see [`copy_words`]).
+#[inline(always)]
+fn copy_bytes<const N: usize>(dst: &mut [u8; N], src: &[u8; N]) {
+    // SAFETY: `src` is our own map memory, `dst` a buffer of the same length; the helper checks
+    // the source address anyway, and zeroes `dst` if it fails (no branch here on purpose).
+    let _ = unsafe { bpf_probe_read_kernel_buf(src.as_ptr(), dst) };
 }
 
 /// A span start paired per thread: push a frame.

@@ -92,6 +92,18 @@ pub enum TraceError {
 
 use features::VMLINUX_BTF;
 
+/// The fd of array map `name` (borrowed from `ebpf`).
+fn array_fd(ebpf: &Ebpf, name: &'static str) -> Result<std::os::fd::RawFd, TraceError> {
+    match ebpf.map(name) {
+        Some(aya::maps::Map::Array(d)) => Ok(d.fd().as_fd().as_raw_fd()),
+        Some(_) => Err(TraceError::Map {
+            name,
+            msg: "not an array".into(),
+        }),
+        None => Err(TraceError::MissingMap(name)),
+    }
+}
+
 /// Where one uprobe goes: decided by the pure [`crate::plan`], consumed here.
 pub use crate::plan::AttachPoint;
 
@@ -291,14 +303,11 @@ impl Tracer {
                 }
             })?;
         {
-            let mut sites: Array<_, SiteSpec> = Array::try_from(
-                ebpf.map_mut("SITES")
-                    .ok_or(TraceError::MissingMap("SITES"))?,
-            )
-            .map_err(map_err("SITES"))?;
-            for (i, s) in opts.specs.iter().enumerate() {
-                sites.set(i as u32, *s, 0).map_err(map_err("SITES"))?;
-            }
+            let fd = array_fd(&ebpf, "SITES")?;
+            sys::array_update_batch(fd, 0, opts.specs).map_err(|e| TraceError::Map {
+                name: "SITES",
+                msg: e.to_string(),
+            })?;
         }
         {
             let mut cfg: Array<_, Config> = Array::try_from(
@@ -337,16 +346,11 @@ impl Tracer {
             )
             .map_err(map_err("FILTER"))?;
             f.set(0, *prog, 0).map_err(map_err("FILTER"))?;
-            let mut sites: Array<_, u32> = Array::try_from(
-                ebpf.map_mut("FILTER_SITES")
-                    .ok_or(TraceError::MissingMap("FILTER_SITES"))?,
-            )
-            .map_err(map_err("FILTER_SITES"))?;
-            for (i, m) in masks.iter().enumerate().filter(|(_, m)| **m != 0) {
-                sites
-                    .set(i as u32, *m, 0)
-                    .map_err(map_err("FILTER_SITES"))?;
-            }
+            let fd = array_fd(&ebpf, "FILTER_SITES")?;
+            sys::array_update_batch(fd, 0, masks).map_err(|e| TraceError::Map {
+                name: "FILTER_SITES",
+                msg: e.to_string(),
+            })?;
         }
         if !opts.pids.is_empty() {
             let mut pids: BpfHashMap<_, u32, u8> =

@@ -348,3 +348,47 @@ pub fn hand_off_to_reaper(fds: Vec<OwnedFd>) -> io::Result<i32> {
     }
     Ok(pid)
 }
+
+/// `union bpf_attr` for BPF_MAP_*_BATCH.
+#[repr(C)]
+#[derive(Default)]
+struct MapBatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+
+/// Writes `values[i]` at index `first + i` of array map `map_fd` in one syscall per
+/// `CHUNK` values (BPF_MAP_UPDATE_BATCH, Linux 5.6+): 50,000 sites filled one
+/// `BPF_MAP_UPDATE_ELEM` at a time took half of `watch`'s attach time.
+pub fn array_update_batch<T: Copy>(map_fd: i32, first: u32, values: &[T]) -> io::Result<()> {
+    // The kernel copies keys and values of a batch into its own buffers: bound their size.
+    const CHUNK: usize = 8192;
+    for (n, chunk) in values.chunks(CHUNK).enumerate() {
+        let base = first + (n * CHUNK) as u32;
+        let keys: Vec<u32> = (base..base + chunk.len() as u32).collect();
+        let attr = MapBatchAttr {
+            keys: keys.as_ptr() as u64,
+            values: chunk.as_ptr() as u64,
+            count: chunk.len() as u32,
+            map_fd: map_fd as u32,
+            ..Default::default()
+        };
+        if sys_bpf(
+            BPF_MAP_UPDATE_BATCH,
+            &attr as *const _ as *const u8,
+            std::mem::size_of::<MapBatchAttr>(),
+        ) < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
