@@ -406,7 +406,14 @@ pub fn build(arch: Arch, provider: &str, probes: &[ProbeDef]) -> Result<Image, D
         b.u64(align);
     };
     phdr(&mut b, PT_LOAD, PF_R | PF_X, 0, rx_end, page);
-    phdr(&mut b, PT_LOAD, PF_R | PF_W, dyn_off, rw_end - dyn_off, page);
+    phdr(
+        &mut b,
+        PT_LOAD,
+        PF_R | PF_W,
+        dyn_off,
+        rw_end - dyn_off,
+        page,
+    );
     phdr(&mut b, PT_DYNAMIC, PF_R | PF_W, dyn_off, dyn_size, 8);
     phdr(&mut b, PT_GNU_STACK, PF_R | PF_W, 0, 0, 16);
     // .hash: one bucket holding a chain through every symbol (the table is tiny; any hash
@@ -623,7 +630,10 @@ mod tests {
         assert!(p.warnings.is_empty(), "{:?}", p.warnings);
         assert_eq!(p.sites.len(), 3);
         let s = &p.sites[0];
-        assert_eq!((s.provider.as_str(), s.name.as_str()), ("pyhttp", "request__start"));
+        assert_eq!(
+            (s.provider.as_str(), s.name.as_str()),
+            ("pyhttp", "request__start")
+        );
         assert_eq!(s.pc, img.funcs[0]);
         // vaddr == offset, and the semaphore is counted by the kernel (file-backed, writable).
         assert_eq!(s.file_offset, img.funcs[0]);
@@ -686,7 +696,10 @@ mod tests {
         };
         assert!(matches!(
             build(Arch::X86_64, "a b", &one("x", vec![])),
-            Err(DefError::BadName { what: "provider", .. })
+            Err(DefError::BadName {
+                what: "provider",
+                ..
+            })
         ));
         assert!(matches!(
             build(Arch::X86_64, "p", &one("9x", vec![])),

@@ -67,10 +67,8 @@ impl Slot {
     }
 
     fn set_unloaded(&self) {
-        self.sema.store(
-            std::ptr::addr_of!(UNLOADED).cast_mut(),
-            Ordering::Release,
-        );
+        self.sema
+            .store(std::ptr::addr_of!(UNLOADED).cast_mut(), Ordering::Release);
         self.func.store(0, Ordering::Release);
     }
 
@@ -96,6 +94,8 @@ struct Loaded {
 #[derive(Debug)]
 pub struct Provider {
     name: String,
+    /// Boxed: the C API hands out pointers to slots, which must not move when more are added.
+    #[allow(clippy::vec_box)]
     slots: Vec<Box<Slot>>,
     loaded: Option<Loaded>,
 }
@@ -133,7 +133,9 @@ fn memfd(name: &str) -> Result<OwnedFd, Error> {
             return Err(Error::Memfd(e));
         }
     }
-    Err(Error::Memfd(std::io::Error::from_raw_os_error(libc::EINVAL)))
+    Err(Error::Memfd(std::io::Error::from_raw_os_error(
+        libc::EINVAL,
+    )))
 }
 
 impl Provider {
@@ -191,9 +193,8 @@ impl Provider {
         {
             use std::os::fd::AsRawFd;
             // SAFETY: a borrowed view of our descriptor, not closed by the File (forgotten).
-            let mut f = std::mem::ManuallyDrop::new(unsafe {
-                std::fs::File::from_raw_fd(fd.as_raw_fd())
-            });
+            let mut f =
+                std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd.as_raw_fd()) });
             f.write_all(&img.bytes).map_err(Error::Write)?;
         }
         use std::os::fd::AsRawFd;

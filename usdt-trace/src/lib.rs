@@ -27,6 +27,7 @@ pub mod doctor;
 pub mod elf;
 pub mod filter;
 pub mod functions;
+pub mod late;
 pub mod list;
 pub mod output;
 pub mod outqueue;

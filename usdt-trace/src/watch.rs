@@ -66,6 +66,12 @@ pub struct WatchConfig {
 }
 
 impl WatchConfig {
+    /// Also attach to probes the traced processes define or load after the start
+    /// ([`crate::late`]): when tracing processes (`-p`, `-c`) rather than named files only.
+    fn late(&self) -> bool {
+        self.command.is_some() || (!self.pids.is_empty() && self.targets.is_empty())
+    }
+
     fn plan_options(&self) -> PlanOptions<'_> {
         PlanOptions {
             patterns: &self.patterns,
@@ -309,8 +315,10 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
         }
     }
     // With `fn:` patterns, the plan names the pattern that matched no function.
+    // Probes the process defines later are waited for instead.
     if objects.iter().all(|o| o.probes.sites.is_empty())
         && (fn_pats.is_empty() || objects.is_empty())
+        && !cfg.late()
     {
         let what = if cfg.targets.is_empty() {
             format!("process {}", join_pids(&cfg.pids))
@@ -432,8 +440,9 @@ fn should_stop(cfg: &WatchConfig, started: Instant, child: Option<&mut Child>) -
 }
 
 /// Reads records until told to stop, then detaches and drains what is left.
-struct Reader<'a> {
-    plan: &'a Plan,
+struct Reader {
+    /// Grows while tracing when probes are attached late ([`crate::late`]).
+    plan: Plan,
     sinks: Fanout,
     /// Records that did not decode or named no known site.
     bad_records: u64,
@@ -468,7 +477,7 @@ fn read_late(
     Some((buf, (n as u32 + 1) | output::decode::STR_READ_LATE))
 }
 
-impl Reader<'_> {
+impl Reader {
     fn batch(&mut self, tracer: &mut Tracer, timeout: Duration) -> Result<usize, WatchError> {
         let mut res = Ok(());
         let mut late_budget = LATE_READS_PER_BATCH;
@@ -566,7 +575,11 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .iter()
         .map(|o| (o.shown.as_str(), &o.probes))
         .collect();
-    let plan = plan::build(&named, &cfg.plan_options())?;
+    let plan = match plan::build(&named, &cfg.plan_options()) {
+        // Nothing chosen yet, but the process may define or load it later.
+        Err(PlanError::NoMatch { .. }) if cfg.late() => Plan::default(),
+        r => r?,
+    };
     // The files as parsed: taken before attach, so a change made the moment the readiness line
     // appears is still a change.
     let mut watched = ChangeWatch::new(&objects, &plan);
@@ -600,6 +613,16 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             .as_ref()
             .zip(filter_masks.as_deref())
             .map(|(f, m)| (f.compile(), m)),
+        spare_sites: if cfg.late() {
+            crate::late::SPARE_SITES
+        } else {
+            0
+        },
+        spare_pairs: if cfg.late() {
+            crate::late::SPARE_PAIRS
+        } else {
+            0
+        },
     })?;
     // Before attach: processes already mapping the objects get their semaphores from the
     // kernel; only those started later need raising by hand.
@@ -612,13 +635,22 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     // Before the readiness line: a script may send SIGINT the moment it sees it.
     install_signal_handlers();
     eprintln!("{}", plan.attached_line());
+    // Watching for new code starts before the command runs; the first poll reads every
+    // process again, for what was mapped since the targets were opened.
+    let mut late = cfg.late().then(|| {
+        let (l, warning) = crate::late::Late::new(&pids, &objects);
+        if let Some(w) = warning {
+            eprintln!("{}", clean(&w));
+        }
+        l
+    });
     if let Some(c) = child.as_mut() {
         c.release()?;
     }
 
     let started = Instant::now();
     let mut reader = Reader {
-        plan: &plan,
+        plan,
         sinks,
         bad_records: 0,
         last: None,
@@ -631,9 +663,17 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         command: cfg.command.as_ref().map(|c| c.join(" ")),
         t0_ns: t0,
         clock_zero_unix_ns: monotonic_zero_unix_ns(),
-        sites: plan.sites.len(),
-        span_names: plan.pairs.len(),
+        sites: reader.plan.sites.len(),
+        span_names: reader.plan.pairs.len(),
     })?;
+    let late_rules = crate::late::Rules {
+        patterns: &cfg.patterns,
+        spans: &cfg.spans,
+        strs: &cfg.strs,
+        auto_span: cfg.auto_span,
+        optimize: cfg.plan_options().optimize,
+        filter: cfg.filter.as_ref(),
+    };
     let mut last_hist = Instant::now();
     while !should_stop(cfg, started, child.as_mut()) {
         reader.batch(&mut tracer, Duration::from_millis(50))?;
@@ -643,6 +683,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         }
         watched.check(&objects);
         raiser.poll();
+        if let Some(l) = late.as_mut() {
+            l.poll(&mut reader.plan, &mut tracer, &late_rules);
+        }
     }
 
     // Detach first (semaphores drop), then take what is left in the ring.
