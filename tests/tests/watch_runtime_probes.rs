@@ -66,7 +66,13 @@ impl Server {
         let mut out = Lines::new(child.stdout.take().expect("stdout"));
         let mut sema = None;
         loop {
-            let line = out.expect_within(TIMEOUT, "the server's readiness line");
+            let line = match out.next_within(TIMEOUT) {
+                Ok(l) => l,
+                Err(e) => {
+                    proc::kill_and_reap(&mut child);
+                    panic!("no readiness line from the server within {TIMEOUT:?} ({e:?})");
+                }
+            };
             if let Some(a) = line.strip_prefix("probes loaded semaphore 0x") {
                 sema = Some(u64::from_str_radix(a, 16).expect("address"));
             } else if let Some(rest) = line.strip_prefix("listening on ") {
@@ -243,4 +249,44 @@ fn python_probes_defined_after_watch_started_are_attached_late_and_again_after_r
     assert_eq!((count("/a/"), count("/b/")), (10, 5), "{got:?}");
     assert!(got.iter().all(|(_, s)| *s == 200), "{got:?}");
     srv.sema_becomes(sema2, 0);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn python_probes_of_a_process_started_after_watch_by_interpreter_name_are_attached() {
+    let Some(py) = python() else {
+        eprintln!("skipped: python3 not installed");
+        return;
+    };
+    let exe = std::fs::canonicalize(&py).expect("interpreter path");
+    // Traced by name: every process running the interpreter, none of which exists yet.
+    let mut w = Watch::start(&[
+        exe.to_str().expect("utf-8 path"),
+        "pyhttp:*",
+        "--str",
+        "request__start:0",
+    ]);
+    assert!(
+        w.attached_line.starts_with("Attached 0 probe sites"),
+        "{}",
+        w.attached_line
+    );
+    let srv = Server::spawn(&py, true);
+    let (status, body) = srv.get("/load");
+    assert_eq!(status, 200);
+    let sema = u64::from_str_radix(body.trim_start_matches("0x"), 16).expect("address");
+    let line = w
+        .wait_stderr(TIMEOUT, |l| l.starts_with("Attached 2 new probe sites"))
+        .expect("a line saying the late probes were attached");
+    assert!(line.contains(&format!("(pid {})", srv.pid)), "{line}");
+    assert_eq!(srv.sema(sema), 1);
+    for i in 0..8 {
+        assert_eq!(srv.get(&format!("/n/{i}")).0, 200);
+    }
+    assert!(w.wait_for(TIMEOUT, |r| r["args"][0] == "/n/7"));
+    let out = w.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let got = request_spans(&out, srv.pid);
+    assert_eq!(got.len(), 8, "{got:?}");
+    srv.sema_becomes(sema, 0);
 }

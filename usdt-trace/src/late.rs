@@ -101,7 +101,7 @@ pub fn merge(
 
 /// The `--filter` masks of the sites from cookie `first` on (as `plan::filter_masks` gives
 /// them, without requiring every term to name one of them).
-fn masks_from(plan: &Plan, first: usize, f: &Filter) -> Vec<u32> {
+pub fn masks_from(plan: &Plan, first: usize, f: &Filter) -> Vec<u32> {
     plan.sites[first..]
         .iter()
         .zip(&plan.specs[first..])
@@ -155,13 +155,37 @@ fn plan_object(shown: &str, probes: &ObjectProbes, r: &Rules) -> Result<Option<P
     }
 }
 
+/// Which processes are followed, and which of their new objects are taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// `-p` without a TARGET: these processes, and every object they map later (a library
+    /// `dlopen`ed after the start as much as probes defined at run time).
+    Pids(Vec<u32>),
+    /// `-c`: that process, and the objects it defines at run time (memfd objects) only: the
+    /// files to trace were named.
+    Child(u32),
+    /// TARGET without `-p`: every process that maps one of the named files (device, inode),
+    /// now or later, and the objects they define at run time only.
+    Running(Vec<((u32, u32), u64)>),
+}
+
+/// An object defined at run time: a memfd, which `/proc/PID/maps` shows as `/memfd:NAME`.
+pub fn is_runtime_object(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str().as_bytes().starts_with(b"/memfd:")
+}
+
 /// Watches the traced processes for code they map later.
 pub struct Late {
+    scope: Scope,
+    /// The processes followed (for [`Scope::Running`], found so far and alive).
     pids: Vec<u32>,
     /// None: the kernel would not report mappings; poll every [`SLOW_POLL`].
     watch: Option<MmapWatch>,
-    /// (device, inode) of every object already considered, traced or not.
-    known: HashSet<((u32, u32), u64)>,
+    /// (device, inode) of the objects attached at start, for every traced process.
+    global: HashSet<((u32, u32), u64)>,
+    /// (pid, device, inode) of every object considered since, traced or not.
+    known: HashSet<(u32, (u32, u32), u64)>,
     /// Processes to read again: (pid, attempts left).
     pending: Vec<(u32, u32)>,
     last_poll: Instant,
@@ -173,78 +197,127 @@ fn key_of(o: &Object) -> ((u32, u32), u64) {
     ((libc::major(o.dev), libc::minor(o.dev)), o.inode)
 }
 
+/// Whether `pid` maps one of `files` now.
+fn maps_one_of(pid: u32, files: &[((u32, u32), u64)]) -> bool {
+    crate::procmaps::mapped_objects(pid)
+        .is_ok_and(|objs| objs.iter().any(|m| files.contains(&(m.dev, m.inode))))
+}
+
+/// Every process that maps one of `files` now (a walk of `/proc`, once at start).
+fn running(files: &[((u32, u32), u64)]) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| p != me && maps_one_of(p, files))
+        .collect()
+}
+
 impl Late {
-    /// Starts watching. `seen` are the objects `watch` opened at start; every process is read
-    /// once more at the first [`Late::poll`], for what was mapped between that and now.
-    pub fn new(pids: &[u32], seen: &[Object]) -> (Late, Option<String>) {
+    /// Starts watching. `seen` are the objects `watch` attached at start; every followed
+    /// process is read once more at the first [`Late::poll`], for what was mapped between
+    /// the start and now.
+    pub fn new(scope: Scope, seen: &[Object]) -> (Late, Option<String>) {
         let (watch, warning) = match MmapWatch::open() {
             Ok(w) => (Some(w), None),
-            Err(e) => (
-                None,
-                Some(format!(
-                    "warning: the kernel will not report new mappings ({e}): probes the process defines later are looked for every {} s",
-                    SLOW_POLL.as_secs()
-                )),
-            ),
+            Err(e) => {
+                let also = if matches!(scope, Scope::Running(_)) {
+                    " in the processes running it now (processes started later are not followed)"
+                } else {
+                    ""
+                };
+                (
+                    None,
+                    Some(format!(
+                        "warning: the kernel will not report new mappings ({e}): probes defined later are looked for every {} s{also}",
+                        SLOW_POLL.as_secs()
+                    )),
+                )
+            }
+        };
+        let pids = match &scope {
+            Scope::Pids(p) => p.clone(),
+            Scope::Child(p) => vec![*p],
+            Scope::Running(files) => running(files),
         };
         let late = Late {
-            pids: pids.to_vec(),
-            watch,
-            known: seen.iter().map(key_of).collect(),
             pending: pids.iter().map(|&p| (p, RETRIES)).collect(),
+            pids,
+            scope,
+            watch,
+            global: seen.iter().map(key_of).collect(),
+            known: HashSet::new(),
             last_poll: Instant::now(),
             objects: Vec::new(),
         };
         (late, warning)
     }
 
-    /// Looks for new objects in the traced processes that mapped code since the last call,
+    /// Queues `pid` to be read again, unless it already is.
+    fn queue(&mut self, pid: u32, tries: u32) {
+        if !self.pending.iter().any(|(q, _)| *q == pid) {
+            self.pending.push((pid, tries));
+        }
+    }
+
+    /// Looks for new objects in the followed processes that mapped code since the last call,
     /// and attaches what the rules choose in them. Problems are warnings: tracing goes on.
     pub fn poll(&mut self, plan: &mut Plan, tracer: &mut Tracer, rules: &Rules) {
         match &mut self.watch {
             Some(w) => {
                 let m = w.take();
-                let pids: Vec<u32> = if m.lost {
-                    self.pids.clone()
-                } else {
-                    m.pids
-                        .into_iter()
-                        .filter(|p| self.pids.contains(p))
-                        .collect()
-                };
-                for p in pids {
-                    if !self.pending.iter().any(|(q, _)| *q == p) {
-                        self.pending.push((p, RETRIES));
+                if m.lost {
+                    for p in self.pids.clone() {
+                        self.queue(p, RETRIES);
+                    }
+                }
+                for p in m.pids {
+                    if self.pids.contains(&p) {
+                        self.queue(p, RETRIES);
+                    } else if let Scope::Running(files) = &self.scope {
+                        // A process that started running a named file (its exec maps it).
+                        if maps_one_of(p, files) {
+                            self.pids.push(p);
+                            self.queue(p, RETRIES);
+                        }
                     }
                 }
             }
             None if self.last_poll.elapsed() >= SLOW_POLL => {
                 self.last_poll = Instant::now();
-                for &p in &self.pids {
-                    if !self.pending.iter().any(|(q, _)| *q == p) {
-                        self.pending.push((p, 1));
-                    }
+                for p in self.pids.clone() {
+                    self.queue(p, 1);
                 }
             }
             None => {}
         }
         for (pid, tries) in std::mem::take(&mut self.pending) {
-            if self.scan(pid, plan, tracer, rules) && tries > 1 {
-                self.pending.push((pid, tries - 1));
+            match self.scan(pid, plan, tracer, rules) {
+                Scan::Again if tries > 1 => self.pending.push((pid, tries - 1)),
+                Scan::Gone => {
+                    self.pids.retain(|&p| p != pid);
+                    self.known.retain(|k| k.0 != pid);
+                }
+                _ => {}
             }
         }
     }
 
-    /// Reads one process's maps; true when an object could not be opened yet (read again).
-    fn scan(&mut self, pid: u32, plan: &mut Plan, tracer: &mut Tracer, rules: &Rules) -> bool {
+    /// Reads one process's maps and takes what is new in it.
+    fn scan(&mut self, pid: u32, plan: &mut Plan, tracer: &mut Tracer, rules: &Rules) -> Scan {
         let Ok(maps) = crate::procmaps::mapped_objects(pid) else {
-            // Gone: nothing more to find there.
-            return false;
+            return Scan::Gone;
         };
+        let all_objects = matches!(self.scope, Scope::Pids(_));
         let mut again = false;
         for m in maps {
-            let key = (m.dev, m.inode);
-            if self.known.contains(&key) {
+            let key = (pid, m.dev, m.inode);
+            if self.global.contains(&(m.dev, m.inode)) || self.known.contains(&key) {
+                continue;
+            }
+            if !all_objects && !is_runtime_object(&m.path) {
+                self.known.insert(key);
                 continue;
             }
             let shown = if m.deleted {
@@ -272,7 +345,11 @@ impl Late {
                 eprintln!("warning: {}", clean(&e));
             }
         }
-        again
+        if again {
+            Scan::Again
+        } else {
+            Scan::Done
+        }
     }
 
     fn add(
@@ -318,6 +395,15 @@ impl Late {
         self.objects.push(o);
         Ok(())
     }
+}
+
+/// What reading a process's maps came to.
+enum Scan {
+    Done,
+    /// An object could not be opened yet: read it again.
+    Again,
+    /// The process is gone.
+    Gone,
 }
 
 type BTreeNames = std::collections::BTreeSet<u32>;

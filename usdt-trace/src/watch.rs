@@ -67,9 +67,25 @@ pub struct WatchConfig {
 
 impl WatchConfig {
     /// Also attach to probes the traced processes define or load after the start
-    /// ([`crate::late`]): when tracing processes (`-p`, `-c`) rather than named files only.
+    /// ([`crate::late`]): with `-p` (no TARGET), `-c`, or a TARGET alone (the processes
+    /// running it); not when both `-p` and TARGET narrow it down.
     fn late(&self) -> bool {
-        self.command.is_some() || (!self.pids.is_empty() && self.targets.is_empty())
+        self.pids.is_empty() || self.targets.is_empty()
+    }
+
+    /// Which processes [`crate::late`] follows, once the `-c` child (if any) exists.
+    fn late_scope(&self, child: Option<u32>, objects: &[Object]) -> crate::late::Scope {
+        use crate::late::Scope;
+        match child {
+            Some(pid) => Scope::Child(pid),
+            None if !self.pids.is_empty() => Scope::Pids(self.pids.clone()),
+            None => Scope::Running(
+                objects
+                    .iter()
+                    .map(|o| ((libc::major(o.dev), libc::minor(o.dev)), o.inode))
+                    .collect(),
+            ),
+        }
     }
 
     fn plan_options(&self) -> PlanOptions<'_> {
@@ -318,7 +334,7 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
     // Probes the process defines later are waited for instead.
     if objects.iter().all(|o| o.probes.sites.is_empty())
         && (fn_pats.is_empty() || objects.is_empty())
-        && !cfg.late()
+        && !(cfg.late() && (!cfg.pids.is_empty() || cfg.command.is_some()))
     {
         let what = if cfg.targets.is_empty() {
             format!("process {}", join_pids(&cfg.pids))
@@ -577,7 +593,24 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .collect();
     let plan = match plan::build(&named, &cfg.plan_options()) {
         // Nothing chosen yet, but the process may define or load it later.
-        Err(PlanError::NoMatch { .. }) if cfg.late() => Plan::default(),
+        Err(e @ PlanError::NoMatch { .. })
+            if cfg.late() && crate::functions::fn_patterns(&cfg.patterns).is_empty() =>
+        {
+            let what = match (&e, cfg.patterns.is_empty()) {
+                (PlanError::NoMatch { targets, .. }, true) if targets.is_empty() => {
+                    format!("no USDT probes in process {}", join_pids(&cfg.pids))
+                }
+                (PlanError::NoMatch { targets, .. }, true) => {
+                    format!("no USDT probes in {targets}")
+                }
+                _ => e.to_string(),
+            };
+            eprintln!(
+                "warning: {}: waiting for probes defined or loaded later",
+                clean(&what)
+            );
+            Plan::default()
+        }
         r => r?,
     };
     // The files as parsed: taken before attach, so a change made the moment the readiness line
@@ -586,7 +619,14 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let filter_masks = cfg
         .filter
         .as_ref()
-        .map(|f| plan::filter_masks(&plan, f))
+        .map(|f| match plan::filter_masks(&plan, f) {
+            // A term may name a probe the process has yet to define.
+            Err(e @ crate::filter::FilterError::NoProbe { .. }) if cfg.late() => {
+                eprintln!("warning: {} (yet)", clean(&e.to_string()));
+                Ok(crate::late::masks_from(&plan, 0, f))
+            }
+            r => r,
+        })
         .transpose()?;
     // Before anything is attached: a bad -o path fails first.
     let (sinks, output) = cfg.sinks(&plan)?;
@@ -638,7 +678,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     // Watching for new code starts before the command runs; the first poll reads every
     // process again, for what was mapped since the targets were opened.
     let mut late = cfg.late().then(|| {
-        let (l, warning) = crate::late::Late::new(&pids, &objects);
+        let scope = cfg.late_scope(child.as_ref().map(|c| c.pid as u32), &objects);
+        let (l, warning) = crate::late::Late::new(scope, &objects);
         if let Some(w) = warning {
             eprintln!("{}", clean(&w));
         }
