@@ -206,7 +206,18 @@ fn python_probes_defined_after_watch_started_are_attached_late_and_again_after_r
     };
     let srv = Server::spawn(&py, true);
     let pid = srv.pid.to_string();
-    let mut w = Watch::start(&["-p", &pid, "pyhttp:*", "--str", "request__start:0"]);
+    // Without --wait-for-probes, a pattern that matches nothing yet is still an error.
+    let out = watch::run(&["watch", "-p", &pid, "pyhttp:*"]);
+    let err = usdt_trace_tests::watch_util::single_error_line(&out);
+    assert!(err.contains("no probe matches pyhttp:*"), "{err}");
+    let mut w = Watch::start(&[
+        "--wait-for-probes",
+        "-p",
+        &pid,
+        "pyhttp:*",
+        "--str",
+        "request__start:0",
+    ]);
     assert!(
         w.attached_line.starts_with("Attached 0 probe sites"),
         "{}",
@@ -261,6 +272,7 @@ fn python_probes_of_a_process_started_after_watch_by_interpreter_name_are_attach
     let exe = std::fs::canonicalize(&py).expect("interpreter path");
     // Traced by name: every process running the interpreter, none of which exists yet.
     let mut w = Watch::start(&[
+        "--wait-for-probes",
         exe.to_str().expect("utf-8 path"),
         "pyhttp:*",
         "--str",
@@ -289,4 +301,11 @@ fn python_probes_of_a_process_started_after_watch_by_interpreter_name_are_attach
     let got = request_spans(&out, srv.pid);
     assert_eq!(got.len(), 8, "{got:?}");
     srv.sema_becomes(sema, 0);
+}
+
+#[test]
+fn waiting_for_probes_with_both_pid_and_target_is_a_usage_error() {
+    let out = watch::run(&["watch", "--wait-for-probes", "-p", "1", "/bin/true"]);
+    let err = usdt_trace_tests::watch_util::single_error_line(&out);
+    assert!(err.contains("--wait-for-probes"), "{err}");
 }

@@ -63,6 +63,8 @@ pub struct WatchConfig {
     pub min: Option<Duration>,
     /// `--filter` and `--tid`, combined; evaluated in the kernel.
     pub filter: Option<crate::filter::Filter>,
+    /// `--wait-for-probes`: start with no matching probe, waiting for late ones.
+    pub wait_for_probes: bool,
 }
 
 impl WatchConfig {
@@ -334,7 +336,7 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
     // Probes the process defines later are waited for instead.
     if objects.iter().all(|o| o.probes.sites.is_empty())
         && (fn_pats.is_empty() || objects.is_empty())
-        && !(cfg.late() && (!cfg.pids.is_empty() || cfg.command.is_some()))
+        && !(cfg.late() && cfg.wait_for_probes)
     {
         let what = if cfg.targets.is_empty() {
             format!("process {}", join_pids(&cfg.pids))
@@ -594,7 +596,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let plan = match plan::build(&named, &cfg.plan_options()) {
         // Nothing chosen yet, but the process may define or load it later.
         Err(e @ PlanError::NoMatch { .. })
-            if cfg.late() && crate::functions::fn_patterns(&cfg.patterns).is_empty() =>
+            if cfg.late()
+                && cfg.wait_for_probes
+                && crate::functions::fn_patterns(&cfg.patterns).is_empty() =>
         {
             let what = match (&e, cfg.patterns.is_empty()) {
                 (PlanError::NoMatch { targets, .. }, true) if targets.is_empty() => {
@@ -621,7 +625,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .as_ref()
         .map(|f| match plan::filter_masks(&plan, f) {
             // A term may name a probe the process has yet to define.
-            Err(e @ crate::filter::FilterError::NoProbe { .. }) if cfg.late() => {
+            Err(e @ crate::filter::FilterError::NoProbe { .. })
+                if cfg.late() && cfg.wait_for_probes =>
+            {
                 eprintln!("warning: {} (yet)", clean(&e.to_string()));
                 Ok(crate::late::masks_from(&plan, 0, f))
             }
