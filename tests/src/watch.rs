@@ -141,6 +141,21 @@ impl Watch {
         ok
     }
 
+    /// Wait until a stderr line satisfies `pred` (e.g. the line saying probes were attached
+    /// late), or `timeout` passes; the lines read are kept for [`Watch::finish`].
+    pub fn wait_stderr(
+        &mut self,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Option<String> {
+        let (lines, ok) = self.stderr.until(Instant::now() + timeout, &pred);
+        for l in &lines {
+            self.early_stderr.push_str(l);
+            self.early_stderr.push('\n');
+        }
+        ok.then(|| lines.last().cloned()).flatten()
+    }
+
     /// SIGINT, wait for exit, parse every line (each must be valid JSON).
     pub fn stop(self) -> Output {
         proc::signal(self.child.id(), 2);

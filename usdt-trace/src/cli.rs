@@ -123,6 +123,12 @@ pub struct WatchArgs {
     /// With -c: when tracing stops before the command exits, leave it running.
     #[arg(long, requires = "command")]
     pub leave_running: bool,
+    /// With -p (no TARGET), -c, or a TARGET alone: probes matching nothing (or no probes at
+    /// all) yet is not an error; wait for the processes to define or load them (probes made at
+    /// run time with usdt-markers-dyn, libraries loaded later). Such probes are attached as
+    /// they appear in any case; this flag only allows starting with none.
+    #[arg(long)]
+    pub wait_for_probes: bool,
     /// Stop after this long: seconds (`2.5`) or with a unit (`500ms`, `10s`, `1m`, `1h`).
     #[arg(short = 'd', long, value_name = "DURATION")]
     pub duration: Option<String>,
@@ -300,6 +306,8 @@ pub enum UsageError {
     NoTarget,
     #[error("-c cannot be combined with -p")]
     CommandAndPid,
+    #[error("--wait-for-probes: with both -p and TARGET no probe is looked for later; drop TARGET (every object of the process is followed) or -p (every process running TARGET is)")]
+    WaitWithPidAndTarget,
     #[error("--perfetto {path}: {err}")]
     Perfetto { path: String, err: std::io::Error },
     #[error(transparent)]
@@ -628,6 +636,9 @@ impl WatchArgs {
         if targets.is_empty() && self.pids.is_empty() {
             return Err(UsageError::NoTarget);
         }
+        if self.wait_for_probes && !targets.is_empty() && !self.pids.is_empty() {
+            return Err(UsageError::WaitWithPidAndTarget);
+        }
         // The same process named twice is traced once.
         let mut pids = self.pids.clone();
         let mut seen = std::collections::HashSet::new();
@@ -677,6 +688,7 @@ impl WatchArgs {
             stack: self.stack,
             filter,
             agg,
+            wait_for_probes: self.wait_for_probes,
         })
     }
 }

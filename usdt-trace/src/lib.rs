@@ -30,6 +30,7 @@ pub mod doctor;
 pub mod elf;
 pub mod filter;
 pub mod functions;
+pub mod late;
 pub mod libhint;
 pub mod list;
 pub mod output;

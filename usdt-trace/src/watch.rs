@@ -67,6 +67,8 @@ pub struct WatchConfig {
     pub stack: bool,
     /// `--by`, `--count`, `--top`, `--max-keys`.
     pub agg: AggArgs,
+    /// `--wait-for-probes`: start with no matching probe, waiting for late ones.
+    pub wait_for_probes: bool,
 }
 
 /// The aggregation flags (see `crate::agg`).
@@ -79,6 +81,28 @@ pub struct AggArgs {
 }
 
 impl WatchConfig {
+    /// Also attach to probes the traced processes define or load after the start
+    /// ([`crate::late`]): with `-p` (no TARGET), `-c`, or a TARGET alone (the processes
+    /// running it); not when both `-p` and TARGET narrow it down.
+    fn late(&self) -> bool {
+        self.pids.is_empty() || self.targets.is_empty()
+    }
+
+    /// Which processes [`crate::late`] follows, once the `-c` child (if any) exists.
+    fn late_scope(&self, child: Option<u32>, objects: &[Object]) -> crate::late::Scope {
+        use crate::late::Scope;
+        match child {
+            Some(pid) => Scope::Child(pid),
+            None if !self.pids.is_empty() => Scope::Pids(self.pids.clone()),
+            None => Scope::Running(
+                objects
+                    .iter()
+                    .map(|o| ((libc::major(o.dev), libc::minor(o.dev)), o.inode))
+                    .collect(),
+            ),
+        }
+    }
+
     fn plan_options(&self) -> PlanOptions<'_> {
         PlanOptions {
             patterns: &self.patterns,
@@ -333,8 +357,10 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
         }
     }
     // With `fn:` patterns, the plan names the pattern that matched no function.
+    // Probes the process defines later are waited for instead.
     if objects.iter().all(|o| o.probes.sites.is_empty())
         && (fn_pats.is_empty() || objects.is_empty())
+        && !(cfg.late() && cfg.wait_for_probes)
     {
         let what = if cfg.targets.is_empty() {
             format!("process {}", join_pids(&cfg.pids))
@@ -474,8 +500,9 @@ fn should_stop(cfg: &WatchConfig, started: Instant, child: Option<&mut Child>) -
 }
 
 /// Reads records until told to stop, then detaches and drains what is left.
-struct Reader<'a> {
-    plan: &'a Plan,
+struct Reader {
+    /// Grows while tracing when probes are attached late ([`crate::late`]).
+    plan: Plan,
     sinks: Fanout,
     /// Records that did not decode or named no known site.
     bad_records: u64,
@@ -614,7 +641,7 @@ fn read_late(
     Some((buf, (n as u32 + 1) | output::decode::STR_READ_LATE))
 }
 
-impl Reader<'_> {
+impl Reader {
     fn batch(&mut self, tracer: &mut Tracer, timeout: Duration) -> Result<usize, WatchError> {
         let mut res = Ok(());
         let mut late_budget = LATE_READS_PER_BATCH;
@@ -721,7 +748,7 @@ impl Reader<'_> {
         intervals: bool,
     ) -> Result<(), WatchError> {
         use crate::agg;
-        let plan = self.plan;
+        let plan = &self.plan;
         let block =
             intervals.then_some(((if total { self.t0 } else { self.agg.last_t }, now), total));
         let mut text = String::new();
@@ -835,7 +862,30 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .iter()
         .map(|o| (o.shown.as_str(), &o.probes))
         .collect();
-    let plan = plan::build(&named, &cfg.plan_options())?;
+    let plan = match plan::build(&named, &cfg.plan_options()) {
+        // Nothing chosen yet, but the process may define or load it later.
+        Err(e @ PlanError::NoMatch { .. })
+            if cfg.late()
+                && cfg.wait_for_probes
+                && crate::functions::fn_patterns(&cfg.patterns).is_empty() =>
+        {
+            let what = match (&e, cfg.patterns.is_empty()) {
+                (PlanError::NoMatch { targets, .. }, true) if targets.is_empty() => {
+                    format!("no USDT probes in process {}", join_pids(&cfg.pids))
+                }
+                (PlanError::NoMatch { targets, .. }, true) => {
+                    format!("no USDT probes in {targets}")
+                }
+                _ => e.to_string(),
+            };
+            eprintln!(
+                "warning: {}: waiting for probes defined or loaded later",
+                clean(&what)
+            );
+            Plan::default()
+        }
+        r => r?,
+    };
     if cfg.patterns.is_empty() && !cfg.agg.count {
         if let Some(w) = crate::agg::high_rate_warning(&crate::agg::high_rate_probes(&plan)) {
             eprintln!("{}", clean(&w));
@@ -853,7 +903,16 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let filter_masks = cfg
         .filter
         .as_ref()
-        .map(|f| plan::filter_masks(&plan, f))
+        .map(|f| match plan::filter_masks(&plan, f) {
+            // A term may name a probe the process has yet to define.
+            Err(e @ crate::filter::FilterError::NoProbe { .. })
+                if cfg.late() && cfg.wait_for_probes =>
+            {
+                eprintln!("warning: {} (yet)", clean(&e.to_string()));
+                Ok(crate::late::masks_from(&plan, 0, f))
+            }
+            r => r,
+        })
         .transpose()?;
     // Before anything is attached: a bad -o path fails first.
     let (sinks, output) = cfg.sinks(&plan)?;
@@ -892,6 +951,16 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
                 .unwrap_or_default(),
             max_keys: cfg.agg.max_keys,
         },
+        spare_sites: if cfg.late() {
+            crate::late::SPARE_SITES
+        } else {
+            0
+        },
+        spare_pairs: if cfg.late() {
+            crate::late::SPARE_PAIRS
+        } else {
+            0
+        },
     })?;
     // Before attach: processes already mapping the objects get their semaphores from the
     // kernel; only those started later need raising by hand.
@@ -904,18 +973,30 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     // Before the readiness line: a script may send SIGINT the moment it sees it.
     install_signal_handlers();
     eprintln!("{}", plan.attached_line());
+    // Watching for new code starts before the command runs; the first poll reads every
+    // process again, for what was mapped since the targets were opened.
+    let mut late = cfg.late().then(|| {
+        let scope = cfg.late_scope(child.as_ref().map(|c| c.pid as u32), &objects);
+        let (l, warning) = crate::late::Late::new(scope, &objects);
+        if let Some(w) = warning {
+            eprintln!("{}", clean(&w));
+        }
+        l
+    });
     if let Some(c) = child.as_mut() {
         c.release()?;
     }
 
     let started = Instant::now();
+    // Probes attached later (late mappings) are named from the process's maps alone.
+    let stacks = cfg.stack.then(|| Stacks::new(&plan, &objects));
     let mut reader = Reader {
-        plan: &plan,
+        plan,
         sinks,
         bad_records: 0,
         last: None,
         t0,
-        stacks: cfg.stack.then(|| Stacks::new(&plan, &objects)),
+        stacks,
         agg: Agg {
             hist: cfg.hist,
             count: cfg.agg.count,
@@ -941,9 +1022,17 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         command: cfg.command.as_ref().map(|c| c.join(" ")),
         t0_ns: t0,
         clock_zero_unix_ns: monotonic_zero_unix_ns(),
-        sites: plan.sites.len(),
-        span_names: plan.pairs.len(),
+        sites: reader.plan.sites.len(),
+        span_names: reader.plan.pairs.len(),
     })?;
+    let late_rules = crate::late::Rules {
+        patterns: &cfg.patterns,
+        spans: &cfg.spans,
+        strs: &cfg.strs,
+        auto_span: cfg.auto_span,
+        optimize: cfg.plan_options().optimize,
+        filter: cfg.filter.as_ref(),
+    };
     let mut last_hist = Instant::now();
     while !should_stop(cfg, started, child.as_mut()) {
         reader.batch(&mut tracer, Duration::from_millis(50))?;
@@ -953,6 +1042,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         }
         watched.check(&objects);
         raiser.poll();
+        if let Some(l) = late.as_mut() {
+            l.poll(&mut reader.plan, &mut tracer, &late_rules);
+        }
     }
 
     // Detach first (semaphores drop), then take what is left in the ring.

@@ -17,6 +17,7 @@
 
 mod agg;
 pub mod features;
+pub mod mmapwatch;
 mod multi;
 mod sys;
 
@@ -186,6 +187,10 @@ pub struct LoadOptions<'a> {
     pub stack: bool,
     /// `--by`, `--count`, `--top`.
     pub agg: AggLoad,
+    /// Room for sites and span names added after load ([`Tracer::add_sites`]): probes a
+    /// traced process defines or loads later.
+    pub spare_sites: u32,
+    pub spare_pairs: u32,
 }
 
 impl LoadOptions<'_> {
@@ -233,6 +238,8 @@ pub struct Tracer {
     hist_pairs: usize,
     /// `--by`'s kernel code (0: off).
     agg_by: u32,
+    /// Cookies SITES has room for (sized at load).
+    site_capacity: u32,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> TraceError {
@@ -268,7 +275,7 @@ impl Tracer {
         if path == AttachPath::Perf {
             check_perf_sites(opts.specs.len())?;
         }
-        let nsites = opts.specs.len().max(1) as u32;
+        let nsites = (opts.specs.len() as u32 + opts.spare_sites).max(1);
         // A log-linear histogram is ~4 KB per CPU: HISTS holds one per span name and component
         // actually traced (none without --hist) rather than MAX_PAIRS of them.
         let hist_pairs = if opts.hist {
@@ -278,6 +285,7 @@ impl Tracer {
                 .map(|s| s.pair_id + 1)
                 .max()
                 .unwrap_or(0)
+                .saturating_add(opts.spare_pairs)
                 .min(MAX_PAIRS)
         } else {
             0
@@ -415,6 +423,7 @@ impl Tracer {
             sites: 0,
             hist_pairs: hist_pairs as usize,
             agg_by: 0,
+            site_capacity: nsites,
         };
         t.agg_init(&opts.agg)?;
         if path == AttachPath::Perf {
@@ -470,6 +479,56 @@ impl Tracer {
             .as_raw_fd();
         self.prog_fd = Some(fd);
         Ok(fd)
+    }
+
+    /// Adds the specs of sites planned after load, from cookie `first` on, with their
+    /// `--filter` masks; they must fit the room reserved at load (`spare_sites`).
+    pub fn add_sites(
+        &mut self,
+        first: u32,
+        specs: &[SiteSpec],
+        masks: Option<&[u32]>,
+    ) -> Result<(), TraceError> {
+        let end = first as u64 + specs.len() as u64;
+        if end > self.site_capacity as u64 {
+            return Err(TraceError::Map {
+                name: "SITES",
+                msg: format!(
+                    "no room for {} more sites (room for {} in all)",
+                    specs.len(),
+                    self.site_capacity
+                ),
+            });
+        }
+        let mut sites: Array<_, SiteSpec> = Array::try_from(
+            self.ebpf
+                .map_mut("SITES")
+                .ok_or(TraceError::MissingMap("SITES"))?,
+        )
+        .map_err(map_err("SITES"))?;
+        for (i, s) in specs.iter().enumerate() {
+            sites
+                .set(first + i as u32, *s, 0)
+                .map_err(map_err("SITES"))?;
+        }
+        if let Some(masks) = masks {
+            let mut f: Array<_, u32> = Array::try_from(
+                self.ebpf
+                    .map_mut("FILTER_SITES")
+                    .ok_or(TraceError::MissingMap("FILTER_SITES"))?,
+            )
+            .map_err(map_err("FILTER_SITES"))?;
+            for (i, m) in masks.iter().enumerate().filter(|(_, m)| **m != 0) {
+                f.set(first + i as u32, *m, 0)
+                    .map_err(map_err("FILTER_SITES"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Span names the histograms have room for.
+    pub fn hist_capacity(&self) -> usize {
+        self.hist_pairs
     }
 
     /// Attach the program at every site of one object. `path` must name the very file that
@@ -819,6 +878,8 @@ mod tests {
             filter: None,
             stack: false,
             agg: AggLoad::default(),
+            spare_sites: 0,
+            spare_pairs: 0,
         }
     }
 

@@ -10,7 +10,7 @@ use std::{
 
 pub const UPROBE_PMU_TYPE: &str = "/sys/bus/event_source/devices/uprobe/type";
 pub const UPROBE_PMU_REF_CTR: &str = "/sys/bus/event_source/devices/uprobe/format/ref_ctr_offset";
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+pub(super) const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 pub const BPF_PROG_LOAD: libc::c_long = 5;
 pub const BPF_LINK_CREATE: libc::c_long = 28;
 pub const BPF_PROG_TYPE_KPROBE: u32 = 2;
@@ -151,26 +151,26 @@ pub fn load_probe_program(
 /// The leading fields of `struct perf_event_attr` that a uprobe needs (PERF_ATTR_SIZE_VER5).
 #[repr(C)]
 #[derive(Default)]
-struct PerfEventAttr {
-    type_: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-    branch_sample_type: u64,
-    sample_regs_user: u64,
-    sample_stack_user: u32,
-    clockid: i32,
-    sample_regs_intr: u64,
-    aux_watermark: u32,
-    sample_max_stack: u16,
-    reserved: u16,
+pub(super) struct PerfEventAttr {
+    pub(super) type_: u32,
+    pub(super) size: u32,
+    pub(super) config: u64,
+    pub(super) sample_period: u64,
+    pub(super) sample_type: u64,
+    pub(super) read_format: u64,
+    pub(super) flags: u64,
+    pub(super) wakeup_events: u32,
+    pub(super) bp_type: u32,
+    pub(super) config1: u64,
+    pub(super) config2: u64,
+    pub(super) branch_sample_type: u64,
+    pub(super) sample_regs_user: u64,
+    pub(super) sample_stack_user: u32,
+    pub(super) clockid: i32,
+    pub(super) sample_regs_intr: u64,
+    pub(super) aux_watermark: u32,
+    pub(super) sample_max_stack: u16,
+    pub(super) reserved: u16,
 }
 
 /// Open a uprobe perf event at `path`+`offset`, with the kernel raising the semaphore at
