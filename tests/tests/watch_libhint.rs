@@ -96,6 +96,32 @@ fn an_executable_names_its_needed_library_with_probes() {
     );
 }
 
+/// `list` on such an executable lists nothing (it has no probes) and says on stderr where they
+/// are, with the command that lists them.
+#[test]
+fn list_of_an_executable_without_probes_points_at_its_library() {
+    let lib = build_shared("watch_lib", &["-O2"]);
+    let mut link: Vec<String> = vec!["-O2".into()];
+    link.extend(link_args(&lib));
+    let link: Vec<&str> = link.iter().map(String::as_str).collect();
+    let main = build_c("watch_libmain", &link);
+    let m = main.to_str().unwrap();
+    let out = run(&["list", m]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{m}: no USDT probes\n")
+    );
+    let l = lib.canonicalize().unwrap().display().to_string();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "hint: {m}: no USDT probes, but libraries it loads have them: {l} (3 sites); \
+             list them with: usdt-trace list {l}\n"
+        )
+    );
+}
+
 fn which(prog: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)

@@ -50,6 +50,8 @@ impl ListError {
 struct Target {
     shown: String,
     named: bool,
+    /// The file as named (None for a process's mappings).
+    path: Option<std::path::PathBuf>,
 }
 
 /// Lists the probe sites of `cfg`'s files and process; returns how many sites were printed.
@@ -58,7 +60,14 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
     for p in &cfg.targets {
         let shown = p.display().to_string();
         let object = target::open(&shown, p);
-        targets.push((Target { shown, named: true }, object));
+        targets.push((
+            Target {
+                shown,
+                named: true,
+                path: Some(p.clone()),
+            },
+            object,
+        ));
     }
     if let Some(pid) = cfg.pid {
         for m in target::open_process(pid)? {
@@ -66,6 +75,7 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
                 Target {
                     shown: m.shown,
                     named: false,
+                    path: None,
                 },
                 m.object,
             ));
@@ -114,6 +124,19 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
                 clean(&t.shown),
                 clean(&w.to_string())
             )?;
+        }
+        // An executable whose probes live in the libraries it loads (java: libjvm.so).
+        if let (Some(path), true) = (&t.path, probes.sites.is_empty()) {
+            let libs = crate::libhint::probe_libraries(path, &cfg.patterns);
+            if let (Some(hint), Some(lib)) = (crate::libhint::hint(&libs), libs.first()) {
+                writeln!(
+                    err,
+                    "hint: {}: no USDT probes, but {}; list them with: usdt-trace list {}",
+                    clean(&t.shown),
+                    clean(&hint),
+                    clean(&lib.path.display().to_string())
+                )?;
+            }
         }
         let sites: Vec<&Site> = probes
             .sites
