@@ -254,6 +254,11 @@ impl Late {
         (late, warning)
     }
 
+    /// Descriptors readable when a process mapped code: a poll that includes them wakes at once.
+    pub fn wake_fds(&self) -> Vec<i32> {
+        self.watch.as_ref().map_or_else(Vec::new, |w| w.fds())
+    }
+
     /// Queues `pid` to be read again, unless it already is.
     fn queue(&mut self, pid: u32, tries: u32) {
         if !self.pending.iter().any(|(q, _)| *q == pid) {

@@ -981,6 +981,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         if let Some(w) = warning {
             eprintln!("{}", clean(&w));
         }
+        tracer.wake_on(l.wake_fds());
         l
     });
     if let Some(c) = child.as_mut() {

@@ -42,7 +42,7 @@ pub struct Mapped {
 }
 
 struct Ring {
-    _fd: OwnedFd,
+    fd: OwnedFd,
     base: *mut u8,
     len: usize,
 }
@@ -96,6 +96,8 @@ impl MmapWatch {
                 size: std::mem::size_of::<PerfEventAttr>() as u32,
                 config: PERF_COUNT_SW_DUMMY,
                 flags: ATTR_MMAP,
+                // Readable (poll) after every record: a new mapping wakes the reader at once.
+                wakeup_events: 1,
                 ..Default::default()
             };
             // SAFETY: attr is a valid perf_event_attr prefix whose size field says how much
@@ -130,12 +132,17 @@ impl MmapWatch {
                 return Err(io::Error::last_os_error());
             }
             rings.push(Ring {
-                _fd: fd,
+                fd,
                 base: base.cast(),
                 len,
             });
         }
         Ok(MmapWatch { rings, page })
+    }
+
+    /// The rings' descriptors, readable when a record arrives.
+    pub fn fds(&self) -> Vec<i32> {
+        self.rings.iter().map(|r| r.fd.as_raw_fd()).collect()
     }
 
     /// Takes every record written since the last call.

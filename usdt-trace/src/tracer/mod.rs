@@ -240,6 +240,8 @@ pub struct Tracer {
     agg_by: u32,
     /// Cookies SITES has room for (sized at load).
     site_capacity: u32,
+    /// Descriptors that also end a wait in [`Tracer::poll`] (see [`Tracer::wake_on`]).
+    wake_fds: Vec<i32>,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> TraceError {
@@ -424,6 +426,7 @@ impl Tracer {
             hist_pairs: hist_pairs as usize,
             agg_by: 0,
             site_capacity: nsites,
+            wake_fds: Vec::new(),
         };
         t.agg_init(&opts.agg)?;
         if path == AttachPath::Perf {
@@ -524,6 +527,12 @@ impl Tracer {
             }
         }
         Ok(())
+    }
+
+    /// Also end [`Tracer::poll`]'s wait when one of `fds` becomes readable (the caller keeps
+    /// them open for as long as this tracer polls).
+    pub fn wake_on(&mut self, fds: Vec<i32>) {
+        self.wake_fds = fds;
     }
 
     /// Span names the histograms have room for.
@@ -681,7 +690,9 @@ impl Tracer {
         if n > 0 {
             return Ok(n);
         }
-        sys::wait_readable(self.ring.as_fd().as_raw_fd(), timeout).map_err(TraceError::Poll)?;
+        let mut fds = vec![self.ring.as_fd().as_raw_fd()];
+        fds.extend(&self.wake_fds);
+        sys::wait_any_readable(&fds, timeout).map_err(TraceError::Poll)?;
         n += self.drain(&mut f);
         Ok(n)
     }

@@ -272,18 +272,21 @@ pub fn is_permission_error(msg: &str) -> bool {
     msg.contains("Operation not permitted") || msg.contains("Permission denied")
 }
 
-/// Block until `fd` is readable or `timeout` passes. EINTR (a signal) returns early, Ok.
-pub fn wait_readable(fd: i32, timeout: Duration) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
+/// Block until one of `fds` is readable or `timeout` passes. EINTR returns early, Ok.
+pub fn wait_any_readable(fds: &[i32], timeout: Duration) -> io::Result<bool> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `pfds.len()` valid pollfds.
     let r = unsafe {
         libc::poll(
-            &mut pfd,
-            1,
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
             timeout.as_millis().min(i32::MAX as u128) as i32,
         )
     };
