@@ -269,7 +269,16 @@ fn python_probes_of_a_process_started_after_watch_by_interpreter_name_are_attach
         eprintln!("skipped: python3 not installed");
         return;
     };
-    let exe = std::fs::canonicalize(&py).expect("interpreter path");
+    // A copy of the interpreter of its own (another inode): tracing by name follows every
+    // process running TARGET, and the other tests of this binary run python servers whose
+    // semaphores they check; they must not see this watch, nor it them.
+    let dir = std::env::temp_dir().join(format!("usdt-trace-rtprobes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let _cleanup = RemoveOnDrop(dir.clone());
+    let exe = dir.join("python3");
+    std::fs::copy(std::fs::canonicalize(&py).expect("interpreter path"), &exe)
+        .expect("copy the interpreter");
+    let py = exe.clone();
     // Traced by name: every process running the interpreter, none of which exists yet.
     let mut w = Watch::start(&[
         "--wait-for-probes",
@@ -287,10 +296,11 @@ fn python_probes_of_a_process_started_after_watch_by_interpreter_name_are_attach
     let (status, body) = srv.get("/load");
     assert_eq!(status, 200);
     let sema = u64::from_str_radix(body.trim_start_matches("0x"), 16).expect("address");
-    let line = w
-        .wait_stderr(TIMEOUT, |l| l.starts_with("Attached 2 new probe sites"))
-        .expect("a line saying the late probes were attached");
-    assert!(line.contains(&format!("(pid {})", srv.pid)), "{line}");
+    let mine = format!("(pid {})", srv.pid);
+    w.wait_stderr(TIMEOUT, |l| {
+        l.starts_with("Attached 2 new probe sites") && l.contains(&mine)
+    })
+    .expect("a line saying this process's late probes were attached");
     assert_eq!(srv.sema(sema), 1);
     for i in 0..8 {
         assert_eq!(srv.get(&format!("/n/{i}")).0, 200);
@@ -308,4 +318,13 @@ fn waiting_for_probes_with_both_pid_and_target_is_a_usage_error() {
     let out = watch::run(&["watch", "--wait-for-probes", "-p", "1", "/bin/true"]);
     let err = usdt_trace_tests::watch_util::single_error_line(&out);
     assert!(err.contains("--wait-for-probes"), "{err}");
+}
+
+/// Removes a test's scratch directory when the test ends, however it ends.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
