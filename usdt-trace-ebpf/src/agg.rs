@@ -7,23 +7,51 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::map,
     maps::{Array, PerCpuArray, PerCpuHashMap},
+    programs::ProbeContext,
+    EbpfContext,
 };
 use usdt_trace_common::{
     agg::{
         AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_CNT_TOP_SKIPPED, AGG_COUNTERS,
-        BY_ARG, BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_TID, CFG_AGG_BY,
+        BY_ARG, BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_TID, CFG_AGG_ARGS, CFG_AGG_BY,
     },
-    hist_bucket, Frame, Hist, CFG_FILTER, HIST_BUCKETS, MAX_ARGS, STR_LEN,
+    hist_bucket, Frame, Hist, CFG_FILTER, CFG_PID_FILTER, CFG_STOPPED, CNT_FILTERED,
+    HIST_BUCKETS, MAX_ARGS, STR_LEN,
 };
 
 use crate::{
-    args::{read_args, read_str, reg, IP_WORD},
+    args::{copy_regs, read_args, read_str, reg, IP_WORD},
     filter::{usdt_filter_rejects, ArgWords},
-    maps::{CONFIG, SCRATCH, SITES},
+    maps::{count, CONFIG, PIDS, SCRATCH, SITES},
 };
+
+/// `--count`'s own uprobe program (attached instead of `usdt_site`): a hit is only counted,
+/// per site and key; nothing pairs, nothing is recorded. Apart, so that the span program's
+/// verification, near the verifier's budget, does not pay for it.
+pub fn on_count(ctx: &ProbeContext) -> Result<(), ()> {
+    // SAFETY: the helper only reads the cookie of the link this program runs for.
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let cfg = CONFIG.get(0).ok_or(())?;
+    if cfg.flags & CFG_STOPPED != 0 {
+        return Ok(());
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: only the entry's presence is tested.
+    if cfg.flags & CFG_PID_FILTER != 0 && unsafe { PIDS.get(&tgid) }.is_none() {
+        count(CNT_FILTERED);
+        return Ok(());
+    }
+    if cfg.flags & (CFG_AGG_ARGS | CFG_FILTER) != 0 {
+        // SAFETY: this CPU's slot, which nothing else uses while this program runs.
+        let sc = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };
+        copy_regs(ctx, &mut sc.regs)?;
+    }
+    let _ = usdt_count(cookie);
+    Ok(())
+}
 
 #[map]
 pub static AGG: Array<AggConfig> = Array::with_max_entries(1, 0);

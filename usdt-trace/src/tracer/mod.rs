@@ -216,6 +216,8 @@ pub struct Tracer {
     hist_pairs: usize,
     /// `--by`'s kernel code (0: off).
     agg_by: u32,
+    /// The uprobe program attached at every site.
+    site_prog: &'static str,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> TraceError {
@@ -351,10 +353,16 @@ impl Tracer {
                 pids.insert(p, 1, 0).map_err(map_err("PIDS"))?;
             }
         }
+        // --count attaches its own program at every site (see usdt-trace-ebpf's agg.rs).
+        let site_prog = if opts.agg.count {
+            "usdt_count_site"
+        } else {
+            "usdt_site"
+        };
         let multi_prog = match path {
             AttachPath::Multi => Some(
-                multi::load_program(EBPF_OBJECT, "usdt_site", ebpf.maps())
-                    .map_err(|e| TraceError::Load(format!("usdt_site for uprobe_multi: {e}")))?,
+                multi::load_program(EBPF_OBJECT, site_prog, ebpf.maps())
+                    .map_err(|e| TraceError::Load(format!("{site_prog} for uprobe_multi: {e}")))?,
             ),
             AttachPath::Perf => None,
         };
@@ -406,6 +414,7 @@ impl Tracer {
             sites: 0,
             hist_pairs: hist_pairs as usize,
             agg_by: 0,
+            site_prog,
         };
         t.agg_init(&opts.agg)?;
         if path == AttachPath::Perf {
@@ -421,7 +430,7 @@ impl Tracer {
         }
         let prog: &mut UProbe = self
             .ebpf
-            .program_mut("usdt_site")
+            .program_mut(self.site_prog)
             .ok_or(TraceError::MissingProgram("usdt_site"))?
             .try_into()
             .map_err(|e: ProgramError| TraceError::Load(e.to_string()))?;
