@@ -219,7 +219,9 @@ fn close_span(
         if hit.cfg.flags & CFG_AGG_BY != 0 {
             // Never NULL: the verifier rejects a scalar for a global function's pointer.
             // Without a string the frame stands in; its str_len of 0 keeps it unread.
-            let s = str.map_or(f as *const _ as *const StrBuf, |s| s as *const _ as *const StrBuf);
+            let s = str.map_or(f as *const _ as *const StrBuf, |s| {
+                s as *const _ as *const StrBuf
+            });
             let _ = crate::agg::usdt_by_span(f, s, hit.cookie, dur);
         }
         // A polled span's idle time counts only in the idle histogram: user space spreads it

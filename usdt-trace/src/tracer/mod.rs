@@ -218,6 +218,8 @@ pub struct Tracer {
     agg_by: u32,
     /// The uprobe program attached at every site.
     site_prog: &'static str,
+    /// `--min`, which `--top`'s moving minimum never goes below.
+    user_min_ns: u64,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> TraceError {
@@ -415,6 +417,7 @@ impl Tracer {
             hist_pairs: hist_pairs as usize,
             agg_by: 0,
             site_prog,
+            user_min_ns: opts.min_ns,
         };
         t.agg_init(&opts.agg)?;
         if path == AttachPath::Perf {
