@@ -1,4 +1,5 @@
-//! `--by`, `--count` and `--top` in the kernel.
+//! `--by` and `--count` in the kernel (`--top` needs nothing here: user space raises the
+//! `--min` threshold, `Config::min_ns`, as its heap fills).
 //!
 //! The per-key work is in global BPF functions (exported, `inline(never)`): the verifier checks
 //! each once, on its own, instead of once per path of the uprobe program that reaches it, which
@@ -7,23 +8,54 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{
+        bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_probe_read_kernel_buf, bpf_probe_read_kernel_str_bytes,
+    },
     macros::map,
     maps::{Array, PerCpuArray, PerCpuHashMap},
+    programs::ProbeContext,
+    EbpfContext,
 };
 use usdt_trace_common::{
     agg::{
-        AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_CNT_TOP_SKIPPED, AGG_COUNTERS,
-        BY_ARG, BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_TID, CFG_AGG_BY,
+        AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_COUNTERS, BY_ARG, BY_COMM,
+        BY_PID, BY_PROBE, BY_STR, BY_TID, CFG_AGG_ARGS, CFG_AGG_BY,
     },
-    hist_bucket, Frame, Hist, CFG_FILTER, HIST_BUCKETS, MAX_ARGS, STR_LEN,
+    hist_bucket, Frame, Hist, CFG_FILTER, CFG_PID_FILTER, CFG_STOPPED, CNT_FILTERED, HIST_BUCKETS,
+    MAX_ARGS, STR_LEN,
 };
 
 use crate::{
-    args::{read_args, read_str, reg, ArgWords, IP_WORD},
+    args::{copy_regs, read_arg, read_args, read_str, reg, ArgWords, IP_WORD},
     filter::usdt_filter_rejects,
-    maps::{CONFIG, SCRATCH, SITES},
+    maps::{count, CONFIG, PIDS, SCRATCH, SITES},
 };
+
+/// `--count`'s own uprobe program (attached instead of `usdt_site`): a hit is only counted,
+/// per site and key; nothing pairs, nothing is recorded. Apart, so that the span program's
+/// verification, near the verifier's budget, does not pay for it.
+pub fn on_count(ctx: &ProbeContext) -> Result<(), ()> {
+    // SAFETY: the helper only reads the cookie of the link this program runs for.
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let cfg = CONFIG.get(0).ok_or(())?;
+    if cfg.flags & CFG_STOPPED != 0 {
+        return Ok(());
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: only the entry's presence is tested.
+    if cfg.flags & CFG_PID_FILTER != 0 && unsafe { PIDS.get(&tgid) }.is_none() {
+        count(CNT_FILTERED);
+        return Ok(());
+    }
+    if cfg.flags & (CFG_AGG_ARGS | CFG_FILTER) != 0 {
+        // SAFETY: this CPU's slot, which nothing else uses while this program runs.
+        let sc = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };
+        copy_regs(ctx, &mut sc.regs)?;
+    }
+    let _ = usdt_count(cookie);
+    Ok(())
+}
 
 #[map]
 pub static AGG: Array<AggConfig> = Array::with_max_entries(1, 0);
@@ -54,6 +86,9 @@ pub static AGG_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(AGG_COUN
 /// Where a key is built: a ByKey (~150 bytes) does not fit the BPF stack beside the caller's.
 #[map]
 static KEY_SCRATCH: PerCpuArray<ByKey> = PerCpuArray::with_max_entries(1, 0);
+/// Never written: zeroes to clear a key's string from.
+#[map]
+static ZERO_STR: PerCpuArray<StrBuf> = PerCpuArray::with_max_entries(1, 0);
 /// Never written: a zeroed histogram to insert new keys from (4 KB, not for the stack).
 #[map]
 static ZERO_HIST: PerCpuArray<Hist> = PerCpuArray::with_max_entries(1, 0);
@@ -97,9 +132,10 @@ fn fresh_key(id: u32) -> Option<&'static mut ByKey> {
     k.id = id;
     k.str_len = 0;
     k.val = 0;
-    for b in k.str.iter_mut() {
-        *b = 0;
-    }
+    // One helper call from a zeroed map value, not a 128-step loop the verifier must walk.
+    let zero = ZERO_STR.get_ptr(0)?;
+    // SAFETY: both are STR_LEN-byte map values; the helper bounds the copy by `k.str`.
+    unsafe { bpf_probe_read_kernel_buf(zero as *const u8, &mut k.str) }.ok()?;
     Some(k)
 }
 
@@ -140,8 +176,20 @@ fn hit_args(site: u32) -> Option<&'static [u64; MAX_ARGS]> {
     Some(&sc.end_args)
 }
 
+/// Argument `n` of the hit being handled (site `site`): one read, where `hit_args` reads all
+/// of them (the verifier walks every argument's every operand form).
+#[inline(always)]
+fn hit_arg(site: u32, n: usize) -> Option<u64> {
+    let spec = SITES.get(site)?;
+    let d = spec.args.get(n)?;
+    let sc = SCRATCH.get_ptr(0)?;
+    // SAFETY: this CPU's slot, filled by the caller's register copy.
+    let regs = unsafe { &(*sc).regs };
+    Some(read_arg(d, regs, reg(regs, IP_WORD)))
+}
+
 /// `--hist --by`: counts a closed span of duration `dur` under its key. `f` is its frame,
-/// `s` the frame's string (NULL when it has none), `end_site` the cookie of the end that
+/// `s` the frame's string (read only when the frame's `str_len` says it has one), `end_site` the cookie of the end that
 /// closed it. 1 when the span went to its name's "other" histogram.
 #[no_mangle]
 #[inline(never)]
@@ -163,43 +211,54 @@ pub extern "C" fn usdt_by_span(f: *const Frame, s: *const StrBuf, end_site: u32,
     let Some(k) = fresh_key(f.pair_id) else {
         return 0;
     };
-    match agg.by {
-        BY_ARG => {
-            if let Some(n) = by_arg(f.site) {
-                k.val = f.args[n];
-            } else if let (Some(n), Some(a)) = (by_arg(end_site), hit_args(end_site)) {
-                k.val = a[n];
-            }
-        }
+    let by = agg.by;
+    let start_str = f.str_len > 0 && !s.is_null();
+    let start_arg = if by == BY_ARG { by_arg(f.site) } else { None };
+    // The end's arguments are read once, and only when the key comes from them: each inlined
+    // read of all arguments costs the verifier thousands of instructions.
+    let end = if by == BY_STR && !start_str {
+        hit_args(end_site)
+    } else {
+        None
+    };
+    match by {
+        BY_ARG => match (start_arg, by_arg(end_site)) {
+            (Some(n), _) => k.val = f.args[n],
+            (None, Some(n)) => k.val = hit_arg(end_site, n).unwrap_or(0),
+            _ => {}
+        },
         BY_STR => {
-            if !s.is_null() && f.str_len > 0 {
+            if start_str {
                 // SAFETY: non-null, checked by the verifier to point to a StrBuf.
                 let src = unsafe { &(*s).b };
-                // Only the string's own bytes: the slot may hold an older, longer one after.
-                // Iterators, not indexing: no bounds-check panic path for the verifier.
-                let len = f.str_len as usize;
-                for (d, c) in k.str.iter_mut().zip(src.iter()).take(len) {
-                    *d = *c;
-                }
-                k.str_len = f.str_len;
-            } else if let (Some(spec), Some(a)) = (SITES.get(end_site), hit_args(end_site)) {
+                // Only up to the NUL: the slot may hold an older, longer string after it. A
+                // helper, not a byte loop the verifier would walk 128 times.
+                // SAFETY: the helper bounds the copy by `k.str` and stops at the NUL.
+                k.str_len =
+                    match unsafe { bpf_probe_read_kernel_str_bytes(src.as_ptr(), &mut k.str) } {
+                        Ok(b) => b.len() as u32 + 1,
+                        Err(_) => 0,
+                    };
+            } else if let (Some(spec), Some(a)) = (SITES.get(end_site), end) {
                 k.str_len = read_str(spec, a, &mut k.str);
             }
         }
         BY_PROBE => k.val = end_site as u64,
         by => task_key(k, by),
     }
-    let Some(h) = keyed(&BY_HISTS, k) else {
-        bump(&AGG_COUNTS, AGG_CNT_BY_OTHER);
-        if let Some(h) = BY_OTHER.get_ptr_mut(f.pair_id) {
-            // SAFETY: this CPU's slot.
-            hist_add(unsafe { &mut *h }, dur);
+    let (h, other) = match keyed(&BY_HISTS, k) {
+        Some(h) => (h, 0),
+        None => {
+            bump(&AGG_COUNTS, AGG_CNT_BY_OTHER);
+            match BY_OTHER.get_ptr_mut(f.pair_id) {
+                Some(h) => (h, 1),
+                None => return 1,
+            }
         }
-        return 1;
     };
-    // SAFETY: this CPU's value of a live entry.
+    // SAFETY: this CPU's value of a live entry (or its slot of BY_OTHER).
     hist_add(unsafe { &mut *h }, dur);
-    0
+    other
 }
 
 /// The value under `k`, inserted zeroed when new; None when the map is full.
@@ -242,10 +301,10 @@ pub extern "C" fn usdt_count(site: u32) -> u32 {
         return 0;
     };
     match agg.by {
-        BY_ARG => match (by_arg(site), hit_args(site)) {
-            (Some(n), Some(a)) => k.val = a[n],
+        BY_ARG => match by_arg(site).and_then(|n| hit_arg(site, n)) {
+            Some(v) => k.val = v,
             // A probe without the argument has only its total.
-            _ => return 0,
+            None => return 0,
         },
         BY_STR => {
             if let (Some(spec), Some(a)) = (SITES.get(site), hit_args(site)) {
@@ -270,17 +329,4 @@ pub extern "C" fn usdt_count(site: u32) -> u32 {
         }
     }
     0
-}
-
-/// `--top`: whether a span of `dur` ns is too short to enter the top N as it stands (and
-/// counts it if so).
-#[inline(never)]
-pub fn below_top(dur: u64) -> bool {
-    match AGG.get(0) {
-        Some(a) if dur < a.top_min_ns => {
-            bump(&AGG_COUNTS, AGG_CNT_TOP_SKIPPED);
-            true
-        }
-        _ => false,
-    }
 }

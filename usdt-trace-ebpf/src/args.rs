@@ -107,7 +107,7 @@ fn extend(v: u64, size: u8, signed: u8) -> u64 {
 }
 
 #[inline(always)]
-fn read_arg(d: &ArgDesc, regs: &[u64; REGS_WORDS], ip: u64) -> u64 {
+pub fn read_arg(d: &ArgDesc, regs: &[u64; REGS_WORDS], ip: u64) -> u64 {
     let raw = match d.kind {
         ArgKind::CONST => d.val,
         ArgKind::REG => reg(regs, d.base_reg),

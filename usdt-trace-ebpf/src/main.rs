@@ -53,6 +53,13 @@ pub fn usdt_site(ctx: ProbeContext) -> u32 {
     0
 }
 
+/// `--count`: attached instead of `usdt_site`.
+#[uprobe]
+pub fn usdt_count_site(ctx: ProbeContext) -> u32 {
+    let _ = agg::on_count(&ctx);
+    0
+}
+
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     sched::on_switch(&ctx);

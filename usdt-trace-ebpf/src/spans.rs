@@ -11,7 +11,7 @@ use aya_ebpf::{
     EbpfContext,
 };
 use usdt_trace_common::{
-    agg::{CFG_AGG_ARGS, CFG_AGG_BY, CFG_AGG_COUNT, CFG_AGG_TOP},
+    agg::{CFG_AGG_ARGS, CFG_AGG_BY},
     hist_bucket, hist_slot, Acct, Config, EventRecord, Frame, IdFrame, IdKey, PollAcct,
     RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
     CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL,
@@ -112,16 +112,6 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
         count(CNT_FILTERED);
         return Ok(());
     }
-    // `--count`: a hit is only counted, per site and key; nothing pairs, nothing is recorded.
-    if cfg.flags & CFG_AGG_COUNT != 0 {
-        if cfg.flags & (CFG_AGG_ARGS | CFG_FILTER) != 0 {
-            // SAFETY: this CPU's slot, which nothing else uses while this program runs.
-            let sc = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };
-            copy_regs(ctx, &mut sc.regs)?;
-        }
-        let _ = crate::agg::usdt_count(cookie);
-        return Ok(());
-    }
     let hist = cfg.flags & CFG_HIST != 0;
     // Poll markers (ENTER/EXIT) are no events: they keep accounting in --hist mode too.
     if hist && spec.role == SiteRole::EVENT {
@@ -163,8 +153,7 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
 
 fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     count(CNT_EVENTS);
-    // `--top` ranks spans: events are only counted, as in histogram mode.
-    if hit.hist() || hit.cfg.flags & CFG_AGG_TOP != 0 {
+    if hit.hist() {
         return Ok(());
     }
     if hit.cfg.flags & CFG_FILTER != 0 {
@@ -232,6 +221,16 @@ fn close_span(
         return;
     }
     if hit.hist() {
+        // Before hist_add, not after: keeping `str` and `f` live across it would split the
+        // verifier's states there (with and without a string) and cost it ~100K insns.
+        if hit.cfg.flags & CFG_AGG_BY != 0 {
+            // Never NULL: the verifier rejects a scalar for a global function's pointer.
+            // Without a string the frame stands in; its str_len of 0 keeps it unread.
+            let s = str.map_or(f as *const _ as *const StrBuf, |s| {
+                s as *const _ as *const StrBuf
+            });
+            let _ = crate::agg::usdt_by_span(f, s, hit.cookie, dur);
+        }
         // A polled span's idle time counts only in the idle histogram: user space spreads it
         // over all split spans when it adds up the mean (thread-local spans' idle is 0).
         hist_add(
@@ -240,17 +239,10 @@ fn close_span(
             acct.as_ref(),
             poll.map(|p| p.idle_ns(dur)),
         );
-        if hit.cfg.flags & CFG_AGG_BY != 0 {
-            let s = str.map_or(core::ptr::null(), |s| s as *const _ as *const StrBuf);
-            let _ = crate::agg::usdt_by_span(f, s, hit.cookie, dur);
-        }
         return;
     }
     // `--min`: decided before a ring slot is reserved, so short spans cost no copy at all.
     if crate::filter::below_min(hit.cfg, dur) {
-        return;
-    }
-    if hit.cfg.flags & CFG_AGG_TOP != 0 && crate::agg::below_top(dur) {
         return;
     }
     if hit.cfg.flags & CFG_STACK != 0 {

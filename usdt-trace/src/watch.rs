@@ -668,11 +668,14 @@ impl Reader {
             if let View::Span { stack, .. } = &mut v {
                 *stack = stack_of_span.as_ref();
             }
-            // `--top`: spans go to the heaps, which print at intervals and at the end.
-            if let (Some(top), View::Span { rec, .. }) = (self.agg.top.as_mut(), v) {
-                top.offer(rec);
-                if let Some(t) = self.agg.top_interval.as_mut() {
-                    t.offer(rec);
+            // `--top`: spans go to the heaps, which print at intervals and at the end; events
+            // are only counted (name span probes to keep them from being sent at all).
+            if let Some(top) = self.agg.top.as_mut() {
+                if let View::Span { rec, .. } = v {
+                    top.offer(rec);
+                    if let Some(t) = self.agg.top_interval.as_mut() {
+                        t.offer(rec);
+                    }
                 }
                 return;
             }
@@ -942,7 +945,6 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         stack: cfg.stack,
         agg: crate::tracer::AggLoad {
             count: cfg.agg.count,
-            top: cfg.agg.top.is_some(),
             by: key_plan.as_ref().map_or(0, |k| k.by.code()),
             by_args: key_plan.as_ref().is_some_and(|k| k.by.reads_args()),
             by_sites: key_plan
@@ -1076,7 +1078,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             depth: c.depth,
             kernel_skipped: tracer.missed_hits().unwrap_or(0),
         },
-        filtered: c.below_min + c.filter_rejected + ac.top_skipped,
+        filtered: c.below_min + c.filter_rejected,
         stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
         hits: reader.agg.hits,
         by_other: ac.by_other + ac.count_other,

@@ -1,4 +1,4 @@
-//! Kernel-side aggregation shared types: `--by` keys, `--count`, `--top`.
+//! Kernel-side aggregation shared types: `--by` keys and `--count`.
 //!
 //! Kept apart from the span types so the aggregation can grow (more keys, several strings)
 //! without touching the records every other path uses.
@@ -13,8 +13,6 @@ pub const CFG_AGG_BY: u32 = 1 << 17;
 /// `Config::flags`: the `--by` key needs arguments or strings, so they are read even in
 /// histogram mode (which otherwise skips them).
 pub const CFG_AGG_ARGS: u32 = 1 << 18;
-/// `Config::flags`: `--top`: span records are made only at or above `AggConfig::top_min_ns`.
-pub const CFG_AGG_TOP: u32 = 1 << 19;
 
 /// `AggConfig::by`: what a key is made of.
 pub const BY_NONE: u32 = 0;
@@ -31,15 +29,13 @@ pub const BY_PROBE: u32 = 6;
 /// `BY_SITES` value: this site supplies no key argument.
 pub const BY_ARG_NONE: u8 = 0xff;
 
-/// The aggregation settings; `top_min_ns` is rewritten by user space as its top-N heap fills.
+/// The aggregation settings.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AggConfig {
     /// `BY_*`.
     pub by: u32,
     pub _pad: u32,
-    /// `--top`: the heap's current N-th longest duration: shorter spans could not enter it.
-    pub top_min_ns: u64,
 }
 
 /// One `--by` key: a span name (histograms) or a site (counts), and the key's value.
@@ -72,9 +68,7 @@ impl Default for ByKey {
 pub const AGG_CNT_BY_OTHER: u32 = 0;
 /// Hits counted in a site's "other" count because `BY_COUNTS` was full.
 pub const AGG_CNT_COUNT_OTHER: u32 = 1;
-/// Spans `--top` kept from being recorded (below the heap's current minimum).
-pub const AGG_CNT_TOP_SKIPPED: u32 = 2;
-pub const AGG_COUNTERS: u32 = 3;
+pub const AGG_COUNTERS: u32 = 2;
 
 /// Default `--max-keys`.
 pub const DEFAULT_MAX_KEYS: u32 = 1024;

@@ -6,18 +6,16 @@ use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap};
 use aya::EbpfLoader;
 use std::collections::HashMap;
 use usdt_trace_common::agg::{
-    AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_CNT_TOP_SKIPPED, CFG_AGG_ARGS,
-    CFG_AGG_BY, CFG_AGG_COUNT, CFG_AGG_TOP,
+    AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, CFG_AGG_ARGS, CFG_AGG_BY,
+    CFG_AGG_COUNT,
 };
-use usdt_trace_common::Hist;
+use usdt_trace_common::{Config, Hist};
 
 /// What the kernel aggregates (all off by default).
 #[derive(Clone, Debug, Default)]
 pub struct AggLoad {
     /// `--count`: count hits, pair nothing, record nothing.
     pub count: bool,
-    /// `--top`: make span records only at or above a minimum user space raises.
-    pub top: bool,
     /// `--by`: the kernel's `BY_*` code (0: off).
     pub by: u32,
     /// The key needs arguments or strings read (also in histogram mode).
@@ -33,9 +31,6 @@ impl AggLoad {
         let mut f = 0;
         if self.count {
             f |= CFG_AGG_COUNT;
-        }
-        if self.top {
-            f |= CFG_AGG_TOP;
         }
         if self.by != 0 {
             f |= CFG_AGG_BY;
@@ -70,8 +65,6 @@ pub struct AggCounters {
     pub by_other: u64,
     /// Hits counted as "other" (BY_COUNTS full).
     pub count_other: u64,
-    /// Spans `--top` kept from being recorded.
-    pub top_skipped: u64,
 }
 
 fn sum_hist(into: &mut Hist, h: &Hist) {
@@ -92,16 +85,8 @@ impl Tracer {
                 .ok_or(TraceError::MissingMap("AGG"))?,
         )
         .map_err(map_err("AGG"))?;
-        cfg.set(
-            0,
-            AggConfig {
-                by: a.by,
-                _pad: 0,
-                top_min_ns: 0,
-            },
-            0,
-        )
-        .map_err(map_err("AGG"))?;
+        cfg.set(0, AggConfig { by: a.by, _pad: 0 }, 0)
+            .map_err(map_err("AGG"))?;
         if a.by != 0 {
             let mut sites: Array<_, u8> = Array::try_from(
                 self.ebpf
@@ -117,24 +102,18 @@ impl Tracer {
         Ok(())
     }
 
-    /// `--top`: spans shorter than `ns` make no record from now on.
+    /// `--top`: spans shorter than `ns` (or than `--min`) make no record from now on: the
+    /// kernel's `--min` check, before a ring slot is reserved, does the work.
     pub fn set_top_min(&mut self, ns: u64) -> Result<(), TraceError> {
-        let mut cfg: Array<_, AggConfig> = Array::try_from(
+        let mut cfg: Array<_, Config> = Array::try_from(
             self.ebpf
-                .map_mut("AGG")
-                .ok_or(TraceError::MissingMap("AGG"))?,
+                .map_mut("CONFIG")
+                .ok_or(TraceError::MissingMap("CONFIG"))?,
         )
-        .map_err(map_err("AGG"))?;
-        cfg.set(
-            0,
-            AggConfig {
-                by: self.agg_by,
-                _pad: 0,
-                top_min_ns: ns,
-            },
-            0,
-        )
-        .map_err(map_err("AGG"))
+        .map_err(map_err("CONFIG"))?;
+        let mut c = cfg.get(&0, 0).map_err(map_err("CONFIG"))?;
+        c.min_ns = ns.max(self.user_min_ns);
+        cfg.set(0, c, 0).map_err(map_err("CONFIG"))
     }
 
     fn per_cpu_array_u64(&self, name: &'static str, n: usize) -> Result<Vec<u64>, TraceError> {
@@ -152,12 +131,11 @@ impl Tracer {
     }
 
     pub fn agg_counters(&self) -> Result<AggCounters, TraceError> {
-        let v = self.per_cpu_array_u64("AGG_COUNTS", 3)?;
+        let v = self.per_cpu_array_u64("AGG_COUNTS", 2)?;
         let at = |i: u32| v.get(i as usize).copied().unwrap_or(0);
         Ok(AggCounters {
             by_other: at(AGG_CNT_BY_OTHER),
             count_other: at(AGG_CNT_COUNT_OTHER),
-            top_skipped: at(AGG_CNT_TOP_SKIPPED),
         })
     }
 

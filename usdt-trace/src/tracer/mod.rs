@@ -242,6 +242,10 @@ pub struct Tracer {
     site_capacity: u32,
     /// Descriptors that also end a wait in [`Tracer::poll`] (see [`Tracer::wake_on`]).
     wake_fds: Vec<i32>,
+    /// The uprobe program attached at every site.
+    site_prog: &'static str,
+    /// `--min`, which `--top`'s moving minimum never goes below.
+    user_min_ns: u64,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> TraceError {
@@ -370,10 +374,16 @@ impl Tracer {
                 pids.insert(p, 1, 0).map_err(map_err("PIDS"))?;
             }
         }
+        // --count attaches its own program at every site (see usdt-trace-ebpf's agg.rs).
+        let site_prog = if opts.agg.count {
+            "usdt_count_site"
+        } else {
+            "usdt_site"
+        };
         let multi_prog = match path {
             AttachPath::Multi => Some(
-                multi::load_program(EBPF_OBJECT, "usdt_site", ebpf.maps())
-                    .map_err(|e| TraceError::Load(format!("usdt_site for uprobe_multi: {e}")))?,
+                multi::load_program(EBPF_OBJECT, site_prog, ebpf.maps())
+                    .map_err(|e| TraceError::Load(format!("{site_prog} for uprobe_multi: {e}")))?,
             ),
             AttachPath::Perf => None,
         };
@@ -427,6 +437,8 @@ impl Tracer {
             agg_by: 0,
             site_capacity: nsites,
             wake_fds: Vec::new(),
+            site_prog,
+            user_min_ns: opts.min_ns,
         };
         t.agg_init(&opts.agg)?;
         if path == AttachPath::Perf {
@@ -464,7 +476,7 @@ impl Tracer {
         }
         let prog: &mut UProbe = self
             .ebpf
-            .program_mut("usdt_site")
+            .program_mut(self.site_prog)
             .ok_or(TraceError::MissingProgram("usdt_site"))?
             .try_into()
             .map_err(|e: ProgramError| TraceError::Load(e.to_string()))?;
