@@ -7,20 +7,21 @@ use aya_ebpf::{
     EbpfContext,
 };
 use usdt_trace_common::{
-    hist_bucket, hist_slot, Acct, Config, EventRecord, Frame, IdFrame, IdKey, PollAcct,
-    RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
-    CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL,
-    CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
-    CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION, HIST_IDLE, HIST_IO,
-    HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS, STR_LEN, STR_NONE,
+    hist_bucket, hist_slot, str_key_thread, Acct, Config, EventRecord, EventStrRecord, Frame,
+    IdFrame, IdKey, PollAcct, RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord,
+    SpanStrRecord, StrSet, CFG_FILTER, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED, CNT_DEPTH_END,
+    CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS,
+    CNT_THREADS_FULL, CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS,
+    HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS,
+    MAX_PAIRS, MAX_STRS, STRS_NONE,
 };
 
 use crate::{
-    args::{copy_regs, read_args, read_str, reg, IP_WORD, REGS_WORDS},
+    args::{copy_regs, read_args, read_strs, reg, IP_WORD, REGS_WORDS},
     maps::{
         count, count_n, existing_thread, note_stateless_start, ringbuf_flags, take_stateless_start,
-        thread_state, thread_strs, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED,
-        ID_SPANS, PIDS, SCRATCH, SITES, THREAD_STRS,
+        thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED, ID_SPANS, PIDS,
+        SCRATCH, SITES, STRS, STR_SCRATCH,
     },
     sched,
 };
@@ -146,6 +147,21 @@ fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
             return Ok(());
         }
     }
+    // Only events with strings take the larger record.
+    if hit.spec.nstrs > 0 {
+        let Some(mut entry) = EVENTS.reserve::<EventStrRecord>(0) else {
+            count(CNT_LOST);
+            return Ok(());
+        };
+        // SAFETY: as below; `strs` is written for every slot user space reads (`state`).
+        let rec = unsafe { &mut *entry.as_mut_ptr() };
+        fill_event(hit, &mut rec.ev);
+        rec.ev.has_strs = 1;
+        rec.strs.state = [STRS_NONE; MAX_STRS];
+        read_strs(hit.spec, &rec.ev.args, hit.cfg.str_max, &mut rec.strs);
+        entry.submit(ringbuf_flags(hit.cfg));
+        return Ok(());
+    }
     let Some(mut entry) = EVENTS.reserve::<EventRecord>(0) else {
         count(CNT_LOST);
         return Ok(());
@@ -153,23 +169,37 @@ fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     // SAFETY: the reservation is an EventRecord-sized, aligned slot that only we write; every
     // field user space reads is written below.
     let rec = unsafe { &mut *entry.as_mut_ptr() };
-    hit.fill_header(&mut rec.hdr, RecordKind::EVENT);
-    hit.read_args(&mut rec.args);
-    rec.str_len = read_str(hit.spec, &rec.args, &mut rec.str);
+    fill_event(hit, rec);
+    rec.has_strs = 0;
     entry.submit(ringbuf_flags(hit.cfg));
     Ok(())
 }
 
-/// Fills a newly opened span's frame. `with_args`: capture the start arguments, and the string
-/// into `str` when there is a slot for it.
+/// The head and arguments of an event record (with or without strings: one copy of the code).
+#[inline(never)]
+fn fill_event(hit: &Hit, rec: &mut EventRecord) {
+    hit.fill_header(&mut rec.hdr, RecordKind::EVENT);
+    hit.read_args(&mut rec.args);
+}
+
+/// Reads a span start's strings and keeps them in `STRS` under `key` until its end. Returns
+/// whether they were kept (a full map costs the span its start strings, nothing else).
+#[inline(never)]
+fn keep_start_strs(hit: &Hit, args: &[u64; MAX_ARGS], key: &IdKey) -> u32 {
+    let Some(p) = STR_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's slot, which nothing else uses while this program runs.
+    let set = unsafe { &mut *p };
+    set.state = [STRS_NONE; MAX_STRS];
+    read_strs(hit.spec, args, hit.cfg.str_max, set);
+    // Inserted from the scratch map by reference: 4 KB does not go through the stack.
+    STRS.insert(key, &*set, 0).is_ok() as u32
+}
+
+/// Fills a newly opened span's frame. `with_args`: capture the start arguments.
 #[inline(always)]
-fn open_frame(
-    hit: &Hit,
-    f: &mut Frame,
-    str: Option<&mut [u8; STR_LEN]>,
-    acct_start: Acct,
-    with_args: bool,
-) {
+fn open_frame(hit: &Hit, f: &mut Frame, acct_start: Acct, with_args: bool) {
     f.site = hit.cookie;
     f.pair_id = hit.spec.pair_id;
     f.tid = hit.tid;
@@ -178,23 +208,28 @@ fn open_frame(
     f.longest_off_ns = 0;
     f.waker_pid = 0;
     f.waker_tid = 0;
-    f.str_len = 0;
+    f.has_strs = 0;
     if with_args {
         hit.read_args(&mut f.args);
-        if let Some(s) = str {
-            f.str_len = read_str(hit.spec, &f.args, s);
-        }
     }
 }
 
-/// Counts a closed span and reports it: into the histograms, or as a record. `str` is the
-/// frame's string slot; `acct` the span's time split when it has one; `end_args` the end
-/// arguments when already read (else they are read straight into the record).
+/// How a span closes: its time split when it has one, the end arguments when already read
+/// (else they are read straight into the record), its polls.
+struct Close<'a> {
+    acct: Option<Acct>,
+    end_args: Option<&'a [u64; MAX_ARGS]>,
+    poll: Option<&'a PollAcct>,
+    dur: u64,
+}
+
+/// Counts a closed span and reports it: into the histograms, or as a record. `strs` are the
+/// start's strings (from `STRS`) when it kept any.
 #[inline(always)]
 fn close_span(
     hit: &Hit,
     f: &Frame,
-    str: Option<&[u8; STR_LEN]>,
+    strs: Option<&StrSet>,
     acct: Option<Acct>,
     end_args: Option<&[u64; MAX_ARGS]>,
     poll: Option<&PollAcct>,
@@ -219,13 +254,58 @@ fn close_span(
     if crate::filter::below_min(hit.cfg, dur) {
         return;
     }
+    let c = Close {
+        acct,
+        end_args,
+        poll,
+        dur,
+    };
+    // Only spans with strings (at the start, the end, or both) take the larger record.
+    if strs.is_some() || hit.spec.nstrs > 0 {
+        let Some(mut entry) = EVENTS.reserve::<SpanStrRecord>(0) else {
+            count(CNT_LOST);
+            return;
+        };
+        // SAFETY: as below; `strs.state` says which slots user space reads, and is written.
+        let rec = unsafe { &mut *entry.as_mut_ptr() };
+        fill_span(hit, f, &c, &mut rec.span);
+        rec.span.has_strs = 1;
+        match strs {
+            // One helper call, where a struct copy would unroll into a thousand instructions.
+            // SAFETY: both are StrSet-sized; the helper checks the source.
+            Some(s) => unsafe {
+                let _ = aya_ebpf::helpers::bpf_probe_read_kernel_buf(
+                    s as *const StrSet as *const u8,
+                    core::slice::from_raw_parts_mut(
+                        &mut rec.strs as *mut StrSet as *mut u8,
+                        core::mem::size_of::<StrSet>(),
+                    ),
+                );
+            },
+            None => rec.strs.state = [STRS_NONE; MAX_STRS],
+        }
+        if hit.spec.nstrs > 0 {
+            read_strs(hit.spec, &rec.span.end_args, hit.cfg.str_max, &mut rec.strs);
+        }
+        entry.submit(ringbuf_flags(hit.cfg));
+        return;
+    }
     let Some(mut entry) = EVENTS.reserve::<SpanRecord>(0) else {
         count(CNT_LOST);
         return;
     };
     // SAFETY: the reservation is a SpanRecord-sized, aligned slot that only we write; every
-    // field user space reads is written below (`str` only up to `str_len`).
+    // field user space reads is written below.
     let rec = unsafe { &mut *entry.as_mut_ptr() };
+    fill_span(hit, f, &c, rec);
+    rec.has_strs = 0;
+    entry.submit(ringbuf_flags(hit.cfg));
+}
+
+/// Everything of a span record but its strings (one copy of the code for both record sizes).
+#[inline(never)]
+fn fill_span(hit: &Hit, f: &Frame, c: &Close, rec: &mut SpanRecord) {
+    let (acct, poll, dur) = (c.acct, c.poll, c.dur);
     hit.fill_header(&mut rec.hdr, RecordKind::SPAN);
     rec.start_site = f.site;
     rec.start_tid = f.tid;
@@ -249,24 +329,10 @@ fn close_span(
     rec.waker_comm = f.waker_comm;
     rec.longest_off_ns = f.longest_off_ns;
     rec.args = f.args;
-    rec.str_len = 0;
-    // User space reads `str` only up to `str_len`: skip the 128-byte copy when there is none.
-    if f.str_len > 0 {
-        if let Some(s) = str {
-            rec.str = *s;
-            rec.str_len = f.str_len;
-        }
-    }
-    match end_args {
+    match c.end_args {
         Some(a) => rec.end_args = *a,
         None => hit.read_args(&mut rec.end_args),
     }
-    // A span whose start has no string may take one at its end: a function's return value
-    // (user space rejects a string rule at both ends of one span).
-    if rec.str_len == 0 && hit.spec.str_arg != STR_NONE {
-        rec.str_len = read_str(hit.spec, &rec.end_args, &mut rec.str);
-    }
-    entry.submit(ringbuf_flags(hit.cfg));
 }
 
 /// A span start paired per thread: push a frame.
@@ -290,13 +356,11 @@ fn start_on_thread(hit: &Hit) -> Result<(), ()> {
         return Ok(());
     };
     let with_args = !hit.hist();
+    open_frame(hit, f, acct, with_args);
     // Only spans with a string argument touch the string map.
-    let str = if with_args && hit.spec.str_arg != STR_NONE {
-        thread_strs(hit.tid).and_then(|t| t.strs.get_mut(depth))
-    } else {
-        None
-    };
-    open_frame(hit, f, str, acct, with_args);
+    if with_args && hit.spec.nstrs > 0 {
+        f.has_strs = keep_start_strs(hit, &f.args, &str_key_thread(hit.tid, depth as u32));
+    }
     Ok(())
 }
 
@@ -328,13 +392,24 @@ fn end_on_thread(hit: &Hit) -> Result<(), ()> {
     let Some(f) = st.frames.get(found) else {
         return Ok(());
     };
-    let str = if f.str_len > 0 {
-        // SAFETY: a live map value, read before this program returns.
-        unsafe { THREAD_STRS.get(&hit.tid) }.and_then(|t| t.strs.get(found))
+    let key = str_key_thread(hit.tid, found as u32);
+    let strs = if f.has_strs != 0 {
+        // SAFETY: a live map value; it stays valid until this program returns (RCU).
+        unsafe { STRS.get(&key) }
     } else {
         None
     };
-    close_span(hit, f, str, Some(acct_end.since(&f.acct_start)), None, None);
+    close_span(
+        hit,
+        f,
+        strs,
+        Some(acct_end.since(&f.acct_start)),
+        None,
+        None,
+    );
+    if f.has_strs != 0 {
+        let _ = STRS.remove(&key);
+    }
     Ok(())
 }
 
@@ -360,12 +435,18 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
         acct_start = st.acct_at(hit.now);
         st.id_open += 1;
     }
-    open_frame(hit, &mut f.frame, Some(&mut f.str), acct_start, true);
+    open_frame(hit, &mut f.frame, acct_start, true);
     // The scratch slot still holds the previous span's polls.
     f.poll = PollAcct::default();
     // Inserted from the scratch map by reference: a frame is too big to pass by value.
     let key = hit.id_key(&f.frame.args);
+    if !hit.hist() && hit.spec.nstrs > 0 {
+        f.frame.has_strs = keep_start_strs(hit, &f.frame.args, &key);
+    }
     if ID_SPANS.insert(&key, &*f, 0).is_err() {
+        if f.frame.has_strs != 0 {
+            let _ = STRS.remove(&key);
+        }
         // The map is full: the span is dropped, and its id remembered so its end is too.
         count(CNT_ID_FULL);
         let _ = ID_DROPPED.insert(&key, &1, 0);
@@ -392,11 +473,7 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     // SAFETY: a live map value; it stays valid until we return even though we delete it below
     // (hash map values are freed after an RCU grace period). Only this span's own markers
     // write it, and they run one after another.
-    let IdFrame {
-        frame: f,
-        str,
-        poll,
-    } = unsafe { &mut *f };
+    let IdFrame { frame: f, poll } = unsafe { &mut *f };
     release_id_span(f.tid);
     // An end inside a poll (the future ended its span before returning Ready) closes the poll.
     if poll.enter_tid != 0 {
@@ -422,7 +499,16 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     } else {
         (None, None)
     };
-    close_span(hit, f, Some(str), acct, Some(end_args), poll);
+    let strs = if f.has_strs != 0 {
+        // SAFETY: a live map value; it stays valid until this program returns (RCU).
+        unsafe { STRS.get(&key) }
+    } else {
+        None
+    };
+    close_span(hit, f, strs, acct, Some(end_args), poll);
+    if f.has_strs != 0 {
+        let _ = STRS.remove(&key);
+    }
     let _ = ID_SPANS.remove(&key);
     Ok(())
 }
