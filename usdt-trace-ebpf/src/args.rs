@@ -187,8 +187,9 @@ fn read_one_inner(ptr: u64, len: u64, max: usize, dst: &mut [u8; STR_SLOT]) -> (
 }
 
 /// Reads the site's `--str` strings (arguments already in `args`) into their slots of `set`;
-/// the other slots are left as they are.
-#[inline(never)]
+/// the other slots are left as they are. Inlined into the two global functions of `strs`,
+/// each verified once.
+#[inline(always)]
 pub fn read_strs(spec: &SiteSpec, args: &[u64; MAX_ARGS], max: u32, set: &mut StrSet) {
     let mut j = 0;
     while j < MAX_STRS {

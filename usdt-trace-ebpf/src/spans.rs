@@ -7,24 +7,31 @@ use aya_ebpf::{
     EbpfContext,
 };
 use usdt_trace_common::{
-    hist_bucket, hist_slot, str_key_thread, Acct, Config, EventRecord, EventStrRecord, Frame,
-    IdFrame, IdKey, PollAcct, RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord,
-    SpanStrRecord, StrSet, CFG_FILTER, CFG_HIST, CFG_PID_FILTER, CFG_STOPPED, CNT_DEPTH_END,
-    CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS,
-    CNT_THREADS_FULL, CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS,
-    HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS,
-    MAX_PAIRS, MAX_STRS, STRS_NONE,
+    hist_bucket, hist_slot, str_key_thread, Acct, Config, EventRecord, Frame, IdFrame, IdKey,
+    PollAcct, RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST,
+    CFG_PID_FILTER, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED,
+    CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
+    CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION, HIST_IDLE, HIST_IO,
+    HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS,
 };
 
+use crate::filter::ArgWords;
 use crate::{
-    args::{copy_regs, read_args, read_strs, reg, IP_WORD, REGS_WORDS},
+    args::{copy_regs, read_args, reg, IP_WORD, REGS_WORDS},
     maps::{
         count, count_n, existing_thread, note_stateless_start, ringbuf_flags, take_stateless_start,
         thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED, ID_SPANS, PIDS,
-        SCRATCH, SITES, STRS, STR_SCRATCH,
+        SCRATCH, SITES, STRS,
     },
     sched,
+    strs::{usdt_drop_strs, usdt_emit_strs, usdt_keep_strs},
 };
+
+/// Arguments as a global function takes them.
+#[inline(always)]
+fn words(args: &[u64; MAX_ARGS]) -> *const ArgWords {
+    args as *const _ as *const ArgWords
+}
 
 /// One probe hit: what the site is and what the kernel told us about it.
 struct Hit<'a> {
@@ -147,20 +154,11 @@ fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
             return Ok(());
         }
     }
-    // Only events with strings take the larger record.
+    // Strings travel in a record of their own, just before the event's; the strings function
+    // reads the arguments itself (NULL), where the verifier checks that code once.
+    let mut has_strs = 0;
     if hit.spec.nstrs > 0 {
-        let Some(mut entry) = EVENTS.reserve::<EventStrRecord>(0) else {
-            count(CNT_LOST);
-            return Ok(());
-        };
-        // SAFETY: as below; `strs` is written for every slot user space reads (`state`).
-        let rec = unsafe { &mut *entry.as_mut_ptr() };
-        fill_event(hit, &mut rec.ev);
-        rec.ev.has_strs = 1;
-        rec.strs.state = [STRS_NONE; MAX_STRS];
-        read_strs(hit.spec, &rec.ev.args, hit.cfg.str_max, &mut rec.strs);
-        entry.submit(ringbuf_flags(hit.cfg));
-        return Ok(());
+        has_strs = usdt_emit_strs(hit.cookie, hit.now, 0, core::ptr::null(), core::ptr::null());
     }
     let Some(mut entry) = EVENTS.reserve::<EventRecord>(0) else {
         count(CNT_LOST);
@@ -169,32 +167,11 @@ fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     // SAFETY: the reservation is an EventRecord-sized, aligned slot that only we write; every
     // field user space reads is written below.
     let rec = unsafe { &mut *entry.as_mut_ptr() };
-    fill_event(hit, rec);
-    rec.has_strs = 0;
-    entry.submit(ringbuf_flags(hit.cfg));
-    Ok(())
-}
-
-/// The head and arguments of an event record (with or without strings: one copy of the code).
-#[inline(never)]
-fn fill_event(hit: &Hit, rec: &mut EventRecord) {
     hit.fill_header(&mut rec.hdr, RecordKind::EVENT);
     hit.read_args(&mut rec.args);
-}
-
-/// Reads a span start's strings and keeps them in `STRS` under `key` until its end. Returns
-/// whether they were kept (a full map costs the span its start strings, nothing else).
-#[inline(never)]
-fn keep_start_strs(hit: &Hit, args: &[u64; MAX_ARGS], key: &IdKey) -> u32 {
-    let Some(p) = STR_SCRATCH.get_ptr_mut(0) else {
-        return 0;
-    };
-    // SAFETY: this CPU's slot, which nothing else uses while this program runs.
-    let set = unsafe { &mut *p };
-    set.state = [STRS_NONE; MAX_STRS];
-    read_strs(hit.spec, args, hit.cfg.str_max, set);
-    // Inserted from the scratch map by reference: 4 KB does not go through the stack.
-    STRS.insert(key, &*set, 0).is_ok() as u32
+    rec.has_strs = has_strs;
+    entry.submit(ringbuf_flags(hit.cfg));
+    Ok(())
 }
 
 /// Fills a newly opened span's frame. `with_args`: capture the start arguments.
@@ -214,22 +191,15 @@ fn open_frame(hit: &Hit, f: &mut Frame, acct_start: Acct, with_args: bool) {
     }
 }
 
-/// How a span closes: its time split when it has one, the end arguments when already read
-/// (else they are read straight into the record), its polls.
-struct Close<'a> {
-    acct: Option<Acct>,
-    end_args: Option<&'a [u64; MAX_ARGS]>,
-    poll: Option<&'a PollAcct>,
-    dur: u64,
-}
-
-/// Counts a closed span and reports it: into the histograms, or as a record. `strs` are the
-/// start's strings (from `STRS`) when it kept any.
+/// Counts a closed span and reports it: into the histograms, or as a record. `id_key` is the
+/// key of a span paired by id (its start strings are kept under it); `acct` the span's time
+/// split when it has one; `end_args` the end arguments when already read (else they are read
+/// straight into the record).
 #[inline(always)]
 fn close_span(
     hit: &Hit,
     f: &Frame,
-    strs: Option<&StrSet>,
+    id_key: Option<&IdKey>,
     acct: Option<Acct>,
     end_args: Option<&[u64; MAX_ARGS]>,
     poll: Option<&PollAcct>,
@@ -254,58 +224,26 @@ fn close_span(
     if crate::filter::below_min(hit.cfg, dur) {
         return;
     }
-    let c = Close {
-        acct,
-        end_args,
-        poll,
-        dur,
-    };
-    // Only spans with strings (at the start, the end, or both) take the larger record.
-    if strs.is_some() || hit.spec.nstrs > 0 {
-        let Some(mut entry) = EVENTS.reserve::<SpanStrRecord>(0) else {
-            count(CNT_LOST);
-            return;
-        };
-        // SAFETY: as below; `strs.state` says which slots user space reads, and is written.
-        let rec = unsafe { &mut *entry.as_mut_ptr() };
-        fill_span(hit, f, &c, &mut rec.span);
-        rec.span.has_strs = 1;
-        match strs {
-            // One helper call, where a struct copy would unroll into a thousand instructions.
-            // SAFETY: both are StrSet-sized; the helper checks the source.
-            Some(s) => unsafe {
-                let _ = aya_ebpf::helpers::bpf_probe_read_kernel_buf(
-                    s as *const StrSet as *const u8,
-                    core::slice::from_raw_parts_mut(
-                        &mut rec.strs as *mut StrSet as *mut u8,
-                        core::mem::size_of::<StrSet>(),
-                    ),
-                );
-            },
-            None => rec.strs.state = [STRS_NONE; MAX_STRS],
-        }
-        if hit.spec.nstrs > 0 {
-            read_strs(hit.spec, &rec.span.end_args, hit.cfg.str_max, &mut rec.strs);
-        }
-        entry.submit(ringbuf_flags(hit.cfg));
-        return;
+    // Strings travel in a record of their own, just before the span's (`f.has_strs`: where the
+    // start's are kept).
+    let mut has_strs = 0;
+    if f.has_strs != 0 || hit.spec.nstrs > 0 {
+        // Without the end arguments (NULL), the strings function reads them itself.
+        has_strs = usdt_emit_strs(
+            hit.cookie,
+            hit.now,
+            f.has_strs,
+            id_key.map_or(core::ptr::null(), |k| k as *const IdKey),
+            end_args.map_or(core::ptr::null(), words),
+        );
     }
     let Some(mut entry) = EVENTS.reserve::<SpanRecord>(0) else {
         count(CNT_LOST);
         return;
     };
     // SAFETY: the reservation is a SpanRecord-sized, aligned slot that only we write; every
-    // field user space reads is written below.
+    // field user space reads is written below (`str` only up to `str_len`).
     let rec = unsafe { &mut *entry.as_mut_ptr() };
-    fill_span(hit, f, &c, rec);
-    rec.has_strs = 0;
-    entry.submit(ringbuf_flags(hit.cfg));
-}
-
-/// Everything of a span record but its strings (one copy of the code for both record sizes).
-#[inline(never)]
-fn fill_span(hit: &Hit, f: &Frame, c: &Close, rec: &mut SpanRecord) {
-    let (acct, poll, dur) = (c.acct, c.poll, c.dur);
     hit.fill_header(&mut rec.hdr, RecordKind::SPAN);
     rec.start_site = f.site;
     rec.start_tid = f.tid;
@@ -329,10 +267,12 @@ fn fill_span(hit: &Hit, f: &Frame, c: &Close, rec: &mut SpanRecord) {
     rec.waker_comm = f.waker_comm;
     rec.longest_off_ns = f.longest_off_ns;
     rec.args = f.args;
-    match c.end_args {
+    rec.has_strs = has_strs;
+    match end_args {
         Some(a) => rec.end_args = *a,
         None => hit.read_args(&mut rec.end_args),
     }
+    entry.submit(ringbuf_flags(hit.cfg));
 }
 
 /// A span start paired per thread: push a frame.
@@ -357,9 +297,13 @@ fn start_on_thread(hit: &Hit) -> Result<(), ()> {
     };
     let with_args = !hit.hist();
     open_frame(hit, f, acct, with_args);
-    // Only spans with a string argument touch the string map.
+    // Only spans with a string argument touch the string map. `has_strs` keeps the depth + 1,
+    // to find them again at the end.
     if with_args && hit.spec.nstrs > 0 {
-        f.has_strs = keep_start_strs(hit, &f.args, &str_key_thread(hit.tid, depth as u32));
+        let key = str_key_thread(hit.tid, depth as u32);
+        if usdt_keep_strs(hit.cookie, words(&f.args), &key) != 0 {
+            f.has_strs = depth as u32 + 1;
+        }
     }
     Ok(())
 }
@@ -379,37 +323,33 @@ fn end_on_thread(hit: &Hit) -> Result<(), ()> {
         stateless_end(hit.tid);
         return Ok(());
     };
-    // Frames above the one closed never got their end.
-    let abandoned = (st.depth as usize).saturating_sub(found + 1);
-    if abandoned > 0 {
-        count_n(CNT_UNMATCHED_START, abandoned as u64);
-    }
+    // Frames above the one closed never got their end. Counted without a branch, and `found`
+    // read back from the map below: the frame search leaves one verifier state per iteration,
+    // each with its own exact `found`, and a branch on it (or a use of its exact value) would
+    // make the verifier walk everything after this once per possible depth.
+    count_n(
+        CNT_UNMATCHED_START,
+        (st.depth as u64).saturating_sub(found as u64 + 1),
+    );
     // Before the pop: the frame being closed takes part in the repair's waker bookkeeping.
     sched::catch_up(st, hit.now);
     st.depth = found as u32;
+    // SAFETY: a read of the live map value (volatile: not the value just stored).
+    let found = unsafe { core::ptr::read_volatile(&st.depth) } as usize;
     let acct_end = st.acct_at(hit.now);
     // `get` rather than indexing: no bounds-check panic path for the verifier to reject.
     let Some(f) = st.frames.get(found) else {
         return Ok(());
     };
-    let key = str_key_thread(hit.tid, found as u32);
-    let strs = if f.has_strs != 0 {
-        // SAFETY: a live map value; it stays valid until this program returns (RCU).
-        unsafe { STRS.get(&key) }
-    } else {
-        None
-    };
     close_span(
         hit,
         f,
-        strs,
+        None,
         Some(acct_end.since(&f.acct_start)),
         None,
         None,
     );
-    if f.has_strs != 0 {
-        let _ = STRS.remove(&key);
-    }
+    usdt_drop_strs(f.has_strs, core::ptr::null());
     Ok(())
 }
 
@@ -441,12 +381,10 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
     // Inserted from the scratch map by reference: a frame is too big to pass by value.
     let key = hit.id_key(&f.frame.args);
     if !hit.hist() && hit.spec.nstrs > 0 {
-        f.frame.has_strs = keep_start_strs(hit, &f.frame.args, &key);
+        f.frame.has_strs = usdt_keep_strs(hit.cookie, words(&f.frame.args), &key);
     }
     if ID_SPANS.insert(&key, &*f, 0).is_err() {
-        if f.frame.has_strs != 0 {
-            let _ = STRS.remove(&key);
-        }
+        usdt_drop_strs(f.frame.has_strs, &key);
         // The map is full: the span is dropped, and its id remembered so its end is too.
         count(CNT_ID_FULL);
         let _ = ID_DROPPED.insert(&key, &1, 0);
@@ -499,16 +437,8 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     } else {
         (None, None)
     };
-    let strs = if f.has_strs != 0 {
-        // SAFETY: a live map value; it stays valid until this program returns (RCU).
-        unsafe { STRS.get(&key) }
-    } else {
-        None
-    };
-    close_span(hit, f, strs, acct, Some(end_args), poll);
-    if f.has_strs != 0 {
-        let _ = STRS.remove(&key);
-    }
+    close_span(hit, f, Some(&key), acct, Some(end_args), poll);
+    usdt_drop_strs(f.has_strs, &key);
     let _ = ID_SPANS.remove(&key);
     Ok(())
 }

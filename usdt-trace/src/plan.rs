@@ -604,6 +604,7 @@ impl Plan {
                     strs,
                 })
             }
+            Record::Strs(_) => None,
         }
     }
 }

@@ -442,6 +442,8 @@ struct Reader<'a> {
     sinks: Fanout,
     /// `--str-max`, for strings read late.
     str_max: usize,
+    /// Strings records waiting for their event or span.
+    strs: output::decode::StrJoin,
     /// Records that did not decode or named no known site.
     bad_records: u64,
     /// With `--interval`: the cumulative histograms at the last block, and when it was.
@@ -524,7 +526,24 @@ impl Reader<'_> {
         let mut res = Ok(());
         let mut late_budget = LATE_READS_PER_BATCH;
         let n = tracer.poll(timeout, |bytes| {
-            let view = output::decode(bytes).and_then(|r| self.plan.resolve(r));
+            // An event's or span's strings come just before it: held until it comes.
+            let held;
+            let rec = match output::decode(bytes) {
+                Some(output::Record::Strs(r)) => {
+                    self.strs.hold(r);
+                    return;
+                }
+                Some(output::Record::Event(r, _)) if r.has_strs != 0 => {
+                    held = self.strs.take(&r.hdr);
+                    Some(output::Record::Event(r, held.as_deref().map(|h| &h.strs)))
+                }
+                Some(output::Record::Span(r, _)) if r.has_strs != 0 => {
+                    held = self.strs.take(&r.hdr);
+                    Some(output::Record::Span(r, held.as_deref().map(|h| &h.strs)))
+                }
+                other => other,
+            };
+            let view = rec.and_then(|r| self.plan.resolve(r));
             let Some(v) = view else {
                 self.bad_records += 1;
                 return;
@@ -664,6 +683,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         plan: &plan,
         sinks,
         str_max: cfg.str_max as usize,
+        strs: Default::default(),
         bad_records: 0,
         last: None,
         t0,

@@ -139,6 +139,8 @@ impl RecordKind {
     pub const EVENT: RecordKind = RecordKind(1);
     /// A [`SpanRecord`]: a closed span.
     pub const SPAN: RecordKind = RecordKind(2);
+    /// A [`StrsRecord`]: the strings of the next event or span record of its thread.
+    pub const STRS: RecordKind = RecordKind(3);
 }
 
 /// Indices into the `COUNTERS` per-CPU array. Events seen.
@@ -742,17 +744,18 @@ pub struct RecordHeader {
 #[derive(Clone, Copy)]
 pub struct EventRecord {
     pub hdr: RecordHeader,
-    /// 1 when a [`StrSet`] follows (an [`EventStrRecord`]).
+    /// 1 when its strings went just before it, in a [`StrsRecord`].
     pub has_strs: u32,
     pub _pad: u32,
     pub args: [u64; MAX_ARGS],
 }
 
-/// An event with `--str` strings: records without strings stay small in the ring.
+/// The `--str` strings of the event or span record that follows it from the same thread
+/// (same `hdr.tid` and `hdr.ts_ns`): records without strings stay small in the ring.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct EventStrRecord {
-    pub ev: EventRecord,
+pub struct StrsRecord {
+    pub hdr: RecordHeader,
     pub strs: StrSet,
 }
 
@@ -770,7 +773,7 @@ pub struct SpanRecord {
     pub acct_valid: u32,
     pub waker_pid: u32,
     pub waker_tid: u32,
-    /// 1 when a [`StrSet`] follows (a [`SpanStrRecord`]).
+    /// 1 when its strings went just before it, in a [`StrsRecord`].
     pub has_strs: u32,
     pub longest_off_ns: u64,
     pub waker_comm: [u8; 16],
@@ -783,14 +786,6 @@ pub struct SpanRecord {
     pub polls: u32,
     /// Distinct threads that polled it (exact up to `POLL_TIDS`, an upper bound past that).
     pub threads: u32,
-}
-
-/// A span with `--str` strings (of its start, its end, or both).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct SpanStrRecord {
-    pub span: SpanRecord,
-    pub strs: StrSet,
 }
 
 /// One histogram: counts per log-linear bucket ([`hist_bucket`]), the sum for means and the
@@ -1368,7 +1363,10 @@ mod tests {
             (SiteRole::EVENT.0, SiteRole::START.0, SiteRole::END.0),
             (0, 1, 2)
         );
-        assert_eq!((RecordKind::EVENT.0, RecordKind::SPAN.0), (1, 2));
+        assert_eq!(
+            (RecordKind::EVENT.0, RecordKind::SPAN.0, RecordKind::STRS.0),
+            (1, 2, 3)
+        );
         assert_eq!(ArgKind::default(), ArgKind::NONE);
         assert_eq!(
             (ArgKind::CONST.0, ArgKind::RIP.0, ArgKind::UNSUPPORTED.0),
@@ -1390,8 +1388,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<SpanRecord>(), 336);
         assert_eq!(core::mem::size_of::<EventRecord>(), 144);
         assert_eq!(
-            core::mem::size_of::<SpanStrRecord>(),
-            336 + core::mem::size_of::<StrSet>()
+            core::mem::size_of::<StrsRecord>(),
+            40 + core::mem::size_of::<StrSet>()
         );
         assert_eq!((SiteRole::ENTER.0, SiteRole::EXIT.0), (3, 4));
     }

@@ -1,13 +1,14 @@
 //! Ring buffer bytes → typed records, each size-checked before it is read.
 
-use usdt_trace_common::{
-    EventRecord, EventStrRecord, RecordHeader, RecordKind, SpanRecord, SpanStrRecord, StrSet,
-};
+use std::collections::HashMap;
+use usdt_trace_common::{EventRecord, RecordHeader, RecordKind, SpanRecord, StrSet, StrsRecord};
 
-/// One decoded ring buffer record, with its `--str` strings when it carries any.
+/// One decoded ring buffer record. An event's or span's strings come in a [`StrsRecord`] just
+/// before it; [`StrJoin`] puts them back together (the `Option` is None from [`decode`]).
 pub enum Record<'a> {
     Event(&'a EventRecord, Option<&'a StrSet>),
     Span(&'a SpanRecord, Option<&'a StrSet>),
+    Strs(&'a StrsRecord),
 }
 
 /// `buf` as a `T`, if it is large enough and aligned.
@@ -19,8 +20,7 @@ fn view<T>(buf: &[u8]) -> Option<&T> {
         .then(|| unsafe { &*(buf.as_ptr() as *const T) })
 }
 
-/// Decode a ring buffer record, or None if it is malformed (never trusted blindly). A record
-/// that says it carries strings must be long enough to hold them.
+/// Decode a ring buffer record, or None if it is malformed (never trusted blindly).
 pub fn decode(buf: &[u8]) -> Option<Record<'_>> {
     if buf.len() < std::mem::size_of::<RecordHeader>() {
         return None;
@@ -28,23 +28,38 @@ pub fn decode(buf: &[u8]) -> Option<Record<'_>> {
     // SAFETY: size checked; RecordHeader is plain data valid for any bits.
     let kind = RecordKind(unsafe { std::ptr::read_unaligned(buf.as_ptr() as *const u32) });
     match kind {
-        RecordKind::EVENT => {
-            let r: &EventRecord = view(buf)?;
-            if r.has_strs == 0 {
-                return Some(Record::Event(r, None));
-            }
-            let r: &EventStrRecord = view(buf)?;
-            Some(Record::Event(&r.ev, Some(&r.strs)))
-        }
-        RecordKind::SPAN => {
-            let r: &SpanRecord = view(buf)?;
-            if r.has_strs == 0 {
-                return Some(Record::Span(r, None));
-            }
-            let r: &SpanStrRecord = view(buf)?;
-            Some(Record::Span(&r.span, Some(&r.strs)))
-        }
+        RecordKind::EVENT => Some(Record::Event(view(buf)?, None)),
+        RecordKind::SPAN => Some(Record::Span(view(buf)?, None)),
+        RecordKind::STRS => Some(Record::Strs(view(buf)?)),
         _ => None,
+    }
+}
+
+/// Strings records waiting for their event or span: the kernel submits a thread's strings
+/// just before the record they belong to, with the same thread and time, but other CPUs'
+/// records may come in between.
+#[derive(Default)]
+pub struct StrJoin {
+    pending: HashMap<u32, Box<StrsRecord>>,
+}
+
+/// Threads with strings waiting at once; past it (only when records were lost) the oldest
+/// waiting are forgotten rather than kept forever.
+const MAX_PENDING: usize = 4096;
+
+impl StrJoin {
+    /// Keeps a strings record until its event or span arrives.
+    pub fn hold(&mut self, r: &StrsRecord) {
+        if self.pending.len() >= MAX_PENDING {
+            self.pending.clear();
+        }
+        self.pending.insert(r.hdr.tid, Box::new(*r));
+    }
+
+    /// The strings of the event or span with header `h` that says it has some, if they came.
+    pub fn take(&mut self, h: &RecordHeader) -> Option<Box<StrsRecord>> {
+        let p = self.pending.remove(&h.tid)?;
+        (p.hdr.ts_ns == h.ts_ns).then_some(p)
     }
 }
 

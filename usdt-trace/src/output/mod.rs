@@ -295,7 +295,7 @@ pub fn fmt_duration(ns: u64) -> String {
 mod tests {
     use super::*;
     use usdt_trace_common::{
-        Acct, EventRecord, EventStrRecord, RecordHeader, RecordKind, SpanRecord, MAX_ARGS, STRS_OK,
+        Acct, EventRecord, RecordHeader, RecordKind, SpanRecord, StrsRecord, MAX_ARGS, STRS_OK,
         STR_MAX_CAP,
     };
 
@@ -385,40 +385,28 @@ mod tests {
     }
 
     #[test]
-    fn decode_reads_the_strings_only_of_records_that_carry_them() {
-        let mut rec = EventStrRecord {
-            ev: event(),
+    fn strings_join_the_record_of_their_thread_and_time_only() {
+        let mut join = decode::StrJoin::default();
+        let mut strs = StrsRecord {
+            hdr: header(RecordKind::STRS),
             strs: *test_strs(&[(1, b"hi", STRS_OK)]),
         };
-        let bytes = |r: &EventStrRecord, n: usize| {
-            // SAFETY: a plain-data record viewed as its bytes.
-            unsafe { std::slice::from_raw_parts(r as *const _ as *const u8, n) }.to_vec()
-        };
-        let full = std::mem::size_of::<EventStrRecord>();
-        let small = std::mem::size_of::<EventRecord>();
-        // Owned, 8-aligned copies: decode checks the alignment.
-        let aligned = |b: Vec<u8>| {
-            let mut v = vec![0u64; b.len().div_ceil(8)];
-            // SAFETY: `v` has room for `b`.
-            unsafe {
-                std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr() as *mut u8, b.len())
-            };
-            (v, b.len())
-        };
-        let (v, n) = aligned(bytes(&rec, small));
-        let b = unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, n) };
-        assert!(matches!(decode(b), Some(Record::Event(_, None))));
-        rec.ev.has_strs = 1;
-        let (v, n) = aligned(bytes(&rec, full));
-        let b = unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, n) };
-        match decode(b) {
-            Some(Record::Event(_, Some(s))) => assert_eq!(s.bytes(1), b"hi"),
-            _ => panic!("strings not decoded"),
-        }
-        // A record that says it has strings but is too short for them is malformed.
-        let (v, n) = aligned(bytes(&rec, small));
-        let b = unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, n) };
-        assert!(decode(b).is_none());
+        join.hold(&strs);
+        // Another thread's record, or this thread's at another time, does not take them.
+        let mut other = header(RecordKind::EVENT);
+        other.tid = 99;
+        assert!(join.take(&other).is_none());
+        let mut later = header(RecordKind::EVENT);
+        later.ts_ns += 1;
+        assert!(join.take(&later).is_none());
+        // Taking consumes them, whether or not they matched.
+        assert!(join.take(&header(RecordKind::EVENT)).is_none());
+        strs.hdr.ts_ns = 7;
+        join.hold(&strs);
+        let mut h = header(RecordKind::SPAN);
+        h.ts_ns = 7;
+        assert_eq!(join.take(&h).unwrap().strs.bytes(1), b"hi");
+        assert!(join.take(&h).is_none());
     }
 
     #[test]
