@@ -18,24 +18,6 @@ use crate::{
     maps::{count, CONFIG, EVENTS, SCRATCH, SITES, STRS, STR_SCRATCH},
 };
 
-/// Reads the arguments of the hit at site `cookie` into `out`, from the register copy in
-/// `SCRATCH`. 1 when read.
-#[no_mangle]
-#[inline(never)]
-pub extern "C" fn usdt_read_args(cookie: u32, out: *mut ArgWords) -> u32 {
-    if out.is_null() {
-        return 0;
-    }
-    let (Some(spec), Some(scratch)) = (SITES.get(cookie), SCRATCH.get_ptr(0)) else {
-        return 0;
-    };
-    // SAFETY: this CPU's scratch slot, holding this hit's register copy; `out` is non-null and
-    // checked by the verifier at the call.
-    let (regs, out) = unsafe { (&(*scratch).regs, &mut (*out).args) };
-    read_args(spec, regs, reg(regs, IP_WORD), out);
-    1
-}
-
 /// Reads the strings of the span start at site `cookie` (arguments `args`) and keeps them in
 /// `STRS` under `key` until its end. 1 when kept (a full map costs the span its start strings,
 /// nothing else).
