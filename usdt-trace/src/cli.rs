@@ -152,8 +152,8 @@ pub struct WatchArgs {
     pub str_max: u32,
     /// Name PROBE's arguments in the output (repeatable), e.g. request__start=id,parent,req:
     /// text shows (id=1, parent=0, req=2), JSON an object {"id":1,...} instead of an array.
-    /// Arguments past the names keep their position (arg3). Probes made with usdt-markers
-    /// that name their arguments need no rule.
+    /// Arguments past the names keep their position (arg3); errors: a probe that matches
+    /// nothing, more names than the probe has arguments.
     #[arg(long = "args", value_name = "PROBE=NAME,...")]
     pub arg_names: Vec<String>,
     /// Do not pair probes by name (X__start/X__end, X__entry/X__return, ...); only --span rules.

@@ -1255,4 +1255,80 @@ mod tests {
         );
         assert_eq!(kstrs(&plan.specs[1]), [(0, STR_NONE, 1)]);
     }
+
+    #[test]
+    fn several_strings_get_slots_start_first_and_too_many_are_an_error() {
+        let (a, _) = objects();
+        let rule = |r: &str| StrRule::parse(r).unwrap();
+        // The same rule twice is one capture; a different length for it is an error.
+        let strs = [rule("query__start:0"), rule("*start:0")];
+        let plan = build(&[("a", &a)], &opts(&[], &strs)).unwrap();
+        assert_eq!(ustrs(&plan.sites[0]), [(0, 0)]);
+        let strs = [rule("query__start:0"), rule("query__start:0:len=1")];
+        let e = build(&[("a", &a)], &opts(&[], &strs)).unwrap_err();
+        assert!(e.to_string().contains("different length"), "{e}");
+        // len= names the length's argument; it must be there.
+        let strs = [rule("query__start:0:len=1")];
+        let plan = build(&[("a", &a)], &opts(&[], &strs)).unwrap();
+        assert_eq!(kstrs(&plan.specs[0]), [(0, 1, 0)]);
+        assert_eq!(plan.sites[0].strs[0].len_arg, Some(1));
+        let strs = [rule("query__start:0:len=5")];
+        let e = build(&[("a", &a)], &opts(&[], &strs)).unwrap_err();
+        assert!(e.to_string().contains("length argument 5"), "{e}");
+    }
+
+    #[test]
+    fn more_than_four_strings_in_one_record_is_an_error() {
+        let mut o = ObjectProbes::default();
+        let p = ["8@%rdi", "8@%rsi", "8@%rdx", "8@%rcx", "8@%r8"];
+        o.sites.push(site("app", "req__start", 0x10, None, &p));
+        o.sites.push(site("app", "req__end", 0x20, None, &p));
+        let rule = |r: &str| StrRule::parse(r).unwrap();
+        let mut four: Vec<StrRule> = [0, 1, 2].map(|i| rule(&format!("req__start:{i}"))).to_vec();
+        four.push(rule("req__end:4"));
+        let plan = build(&[("a", &o)], &opts(&[], &four)).unwrap();
+        assert_eq!(ustrs(&plan.sites[0]), [(0, 0), (1, 1), (2, 2)]);
+        assert_eq!(
+            ustrs(&plan.sites[1]),
+            [(4, 3)],
+            "the end's after the start's"
+        );
+        assert_eq!(kstrs(&plan.specs[1]), [(4, STR_NONE, 3)]);
+        let mut five = four.clone();
+        five.push(rule("req__start:3"));
+        let e = build(&[("a", &o)], &opts(&[], &five)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--str: span app:req would capture 5 strings; a record carries at most 4 (start and end strings of a span together)"
+        );
+    }
+
+    #[test]
+    fn argument_names_reach_the_printers_and_bad_rules_are_errors() {
+        let (a, _) = objects();
+        let names = [ArgNames::parse("query__start=q,n").unwrap()];
+        let o = PlanOptions {
+            names: &names,
+            ..opts(&[], &[])
+        };
+        let plan = build(&[("a", &a)], &o).unwrap();
+        assert_eq!(plan.sites[0].names, ["q", "n"]);
+        assert!(plan.sites[1].names.is_empty());
+        let err = |r: &str| {
+            let names = [ArgNames::parse(r).unwrap()];
+            let o = PlanOptions {
+                names: &names,
+                ..opts(&[], &[])
+            };
+            build(&[("a", &a)], &o).unwrap_err().to_string()
+        };
+        assert_eq!(
+            err("query__done=a,b"),
+            "--args 'query__done=a,b': 2 names for app:query__done, which has 1 argument"
+        );
+        assert_eq!(err("nope=a"), "--args 'nope=a': no traced probe matches");
+        for bad in ["x", "=a", "x=", "x=a,,b", "x=1a", "x=a-b"] {
+            assert!(ArgNames::parse(bad).is_err(), "{bad}");
+        }
+    }
 }
