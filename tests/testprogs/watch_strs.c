@@ -3,7 +3,10 @@
  *                  bytes that are not UTF-8 and a backslash, and NULL; wss:sized(s, n) for the
  *                  first 16 bytes of "java/lang/ObjectGARBAGE" (not NUL-terminated where it
  *                  stops) and for 0 bytes; then one wss:req span with three strings at its
- *                  start (method, path, host, then a number) and one at its end (status, text).
+ *                  start (method, path, host, then a number) and one at its end (status, text);
+ *                  then two overlapping wss:job spans paired by id (argument 0) with a string at
+ *                  each end: job__start(1, "job-a"), job__start(2, "job-b"), job__end(2, "ok-b"),
+ *                  job__end(1, "ok-a").
  */
 #include <stddef.h>
 #include <string.h>
@@ -39,5 +42,10 @@ int main(void)
     volatile long id = 42;
     DTRACE_PROBE4(wss, req__start, "GET", "/index.html", "example.org", id);
     DTRACE_PROBE2(wss, req__end, status, "done");
+    volatile long a = 1, b = 2;
+    DTRACE_PROBE2(wss, job__start, a, "job-a");
+    DTRACE_PROBE2(wss, job__start, b, "job-b");
+    DTRACE_PROBE2(wss, job__end, b, "ok-b");
+    DTRACE_PROBE2(wss, job__end, a, "ok-a");
     return 0;
 }
