@@ -153,7 +153,8 @@ pub struct WatchArgs {
     /// Name PROBE's arguments in the output (repeatable), e.g. request__start=id,parent,req:
     /// text shows (id=1, parent=0, req=2), JSON an object {"id":1,...} instead of an array.
     /// Arguments past the names keep their position (arg3); errors: a probe that matches
-    /// nothing, more names than the probe has arguments.
+    /// nothing, more names than the probe has arguments. Probes made with usdt-markers'
+    /// `probe!(p, n, name = value, ...)` carry their names in the binary: no rule needed.
     #[arg(long = "args", value_name = "PROBE=NAME,...")]
     pub arg_names: Vec<String>,
     /// Do not pair probes by name (X__start/X__end, X__entry/X__return, ...); only --span rules.

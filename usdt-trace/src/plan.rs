@@ -175,7 +175,27 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
     let site = |(oi, si): (usize, usize)| &objects[oi].1.sites[si];
     let chosen_sites = chosen.iter().map(|&c| site(c)).collect::<Vec<_>>();
     let str_args = string_args(&chosen_sites, opts.strs)?;
-    let arg_names = arg_names(&chosen_sites, opts.names)?;
+    let mut arg_names = arg_names(&chosen_sites, opts.names)?;
+    // Names the probe's own usdt-markers notes declare, where no --args rule named it.
+    for (names, &(oi, si)) in arg_names.iter_mut().zip(&chosen) {
+        let s = &objects[oi].1.sites[si];
+        let declared = objects[oi]
+            .1
+            .arg_names
+            .iter()
+            .find(|(p, n, _)| *p == s.provider && *n == s.name);
+        if let Some((_, _, d)) = declared {
+            if names.is_empty()
+                && d.len() <= s.args.len()
+                && !opts
+                    .names
+                    .iter()
+                    .any(|r| r.probe.matches(&s.provider, &s.name))
+            {
+                *names = d.clone();
+            }
+        }
+    }
 
     // Roles: which probes open and close spans.
     let names: Vec<ProbeName> = chosen
