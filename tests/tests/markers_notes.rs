@@ -137,11 +137,12 @@ fn check_binary(bin: &Path, what: &str) {
         );
     }
 
-    // The span hints.
+    // The span hints (the Rust program also names one probe's arguments: note type 3, checked
+    // in `named_probe_arguments_reach_list_and_watch`).
     let hints: BTreeSet<(u32, Vec<u8>)> = elf
         .notes(".note.usdt_markers")
         .into_iter()
-        .filter(|(n, _, _)| n == "usdt-markers")
+        .filter(|(n, t, _)| n == "usdt-markers" && *t != 3)
         .map(|(_, t, d)| (t, d))
         .collect();
     let want: BTreeSet<(u32, Vec<u8>)> = [
@@ -208,5 +209,76 @@ fn notes_survive_gc_sections_with_bfd_lld_and_mold() {
         );
     } else {
         eprintln!("mold not installed (apt-get install mold); skipped");
+    }
+}
+
+/// `probe!(p, n, a = x, ...)` declares its argument names in a note (type 3): `list` shows them
+/// and `watch` uses them as the default names.
+#[test]
+fn named_probe_arguments_reach_list_and_watch() {
+    let bin = rust_testprog(None);
+    let recs = list_json(&bin);
+    let text = recs
+        .iter()
+        .find(|r| r["name"] == "text")
+        .expect("markers_test:text listed");
+    assert_eq!(text["arg_names"], serde_json::json!(["s", "len", "ok"]));
+    // Positional probes declare none.
+    let zero = recs.iter().find(|r| r["name"] == "sizes").unwrap();
+    assert!(zero.get("arg_names").is_none(), "{zero}");
+    let notes = Elf::read(&bin).notes(".note.usdt_markers");
+    assert!(
+        notes.iter().any(|(owner, ty, desc)| owner == "usdt-markers"
+            && *ty == 3
+            && desc.starts_with(b"markers_test\0text\0s, len, ok\0")),
+        "{notes:?}"
+    );
+    let out = Command::new(usdt_trace_tests::watch::usdt_trace_bin())
+        .args(["list", bin.to_str().unwrap(), "markers_test:text"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("(len)"), "{listed}");
+}
+
+/// `watch` uses the declared names by default; `--args` overrides them.
+#[test]
+#[ignore = "needs root"]
+fn watch_names_a_named_probe_s_arguments_by_default() {
+    use usdt_trace_tests::watch::Watch;
+    use usdt_trace_tests::watch_util::Target;
+    let bin = rust_testprog(None);
+    let b = bin.to_str().unwrap();
+    for (extra, want) in [
+        (
+            &[][..],
+            serde_json::json!({"s": "hello", "len": 5, "ok": 1}),
+        ),
+        (
+            &["--args", "markers_test:text=a,b"][..],
+            serde_json::json!({"a": "hello", "b": 5, "arg2": 1}),
+        ),
+    ] {
+        let (mut t, _) = Target::spawn(&bin, &[]);
+        let pid = t.pid().to_string();
+        let mut args = vec![
+            b,
+            "markers_test:text",
+            "-p",
+            &pid,
+            "--str",
+            // A Rust &str is a pointer and a length: `len=1`.
+            "markers_test:text:0:len=1",
+        ];
+        args.extend_from_slice(extra);
+        let mut w = Watch::start(&args);
+        t.ask("fire");
+        assert!(
+            w.wait_for(std::time::Duration::from_secs(10), |r| r["name"] == "text"),
+            "no text event"
+        );
+        let out = w.stop();
+        let ev = out.events();
+        assert_eq!(ev[0]["args"], want, "{extra:?}");
     }
 }

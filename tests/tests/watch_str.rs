@@ -5,7 +5,7 @@ use usdt_trace_tests::watch_util::{build_c, named};
 
 #[test]
 #[ignore = "needs root"]
-fn str_args_escaped_truncated_null_and_on_span_start() {
+fn str_args_escaped_whole_pointer_when_null_and_on_span_start() {
     let bin = build_c("watch_str", &["-O2"]);
     let b = bin.to_str().unwrap();
     // Watch::finish parses every stdout line as JSON: invalid escapes fail right there.
@@ -15,20 +15,27 @@ fn str_args_escaped_truncated_null_and_on_span_start() {
     let events = out.events();
     let msgs = named(&events, "msg");
     assert_eq!(msgs.len(), 6, "{:?}", out.records);
+    // Strings are kept up to --str-max (256 by default): the long one is whole.
     let mut long = "a".repeat(126);
-    long.push('Z');
+    long.push_str("ZY");
+    long.push_str(&"a".repeat(72));
     let want = [
         json!("hello"),
         json!("q\"b\\s\nn\tt\r\u{1}\u{7f} end"),
-        json!("\u{fffd}\u{fffd} bad \u{fffd}( ok \u{e9}"),
+        // Bytes that are not UTF-8 are escaped (the backslashes of a string that has any are
+        // doubled), never replaced by U+FFFD.
+        json!("\\xff\\xfe bad \\xc3( ok \u{e9}"),
         json!(""),
-        json!(null),
+        // A NULL string argument shows its value: never null for a value that exists.
+        json!(0),
         json!(long),
     ];
     for (i, (m, w)) in msgs.iter().zip(want.iter()).enumerate() {
         assert_eq!(m["args"][1], i as i64, "order");
         assert_eq!(&m["args"][0], w, "string #{i}");
     }
+    assert_eq!(msgs[2]["escaped"], json!(["arg0"]));
+    assert!(msgs.iter().all(|m| m.get("truncated").is_none()));
     let spans = out.spans();
     assert_eq!(spans.len(), 1, "{:?}", out.records);
     assert_eq!(spans[0]["name"], "req");

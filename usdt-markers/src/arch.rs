@@ -180,6 +180,48 @@ macro_rules! __usdt_hint_text {
     };
 }
 
+/// The argument-names note in `.note.usdt_markers` (type 3): `"provider\0" "name\0"
+/// "a, b, c\0"`, the probe's argument names as `stringify!` writes them. Deduplicated per object
+/// file like the span hint.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __usdt_names_text {
+    ($provider:ident, $name:expr, $names:expr, $type:literal) => {
+        ::core::concat!(
+            ".ifndef .Lusdt_names.",
+            ::core::stringify!($provider),
+            ".",
+            $name,
+            "\n",
+            ".pushsection .note.usdt_markers, \"\", ",
+            $type,
+            "note\n",
+            ".balign 4\n",
+            ".4byte 992f-991f, 994f-993f, 3\n",
+            "991: .asciz \"usdt-markers\"\n",
+            "992: .balign 4\n",
+            "993:\n",
+            ".Lusdt_names.",
+            ::core::stringify!($provider),
+            ".",
+            $name,
+            ":\n",
+            ".asciz \"",
+            ::core::stringify!($provider),
+            "\"\n",
+            ".asciz \"",
+            $name,
+            "\"\n",
+            ".asciz \"",
+            $names,
+            "\"\n",
+            "994: .balign 4\n",
+            ".popsection\n",
+            ".endif"
+        )
+    };
+}
+
 #[cfg(all(target_arch = "x86_64", not(feature = "no-probes")))]
 mod imp {
     /// Reads the semaphore. An `asm!` rather than a Rust static because the semaphore is defined
@@ -288,6 +330,20 @@ mod imp {
             }
         };
     }
+
+    #[doc(hidden)]
+    #[macro_export]
+    macro_rules! __usdt_names_hint {
+        ($provider:ident, $name:expr, $names:expr) => {
+            // SAFETY: only data in a non-allocated note section.
+            unsafe {
+                ::core::arch::asm!(
+                    $crate::__usdt_names_text!($provider, $name, $names, "@"),
+                    options(att_syntax, nostack, nomem, preserves_flags)
+                );
+            }
+        };
+    }
 }
 
 #[cfg(all(target_arch = "aarch64", not(feature = "no-probes")))]
@@ -371,6 +427,20 @@ mod imp {
             }
         };
     }
+
+    #[doc(hidden)]
+    #[macro_export]
+    macro_rules! __usdt_names_hint {
+        ($provider:ident, $name:expr, $names:expr) => {
+            // SAFETY: only data in a non-allocated note section.
+            unsafe {
+                ::core::arch::asm!(
+                    $crate::__usdt_names_text!($provider, $name, $names, "%"),
+                    options(nostack, nomem, preserves_flags)
+                );
+            }
+        };
+    }
 }
 
 /// Unsupported arches and `no-probes`: nothing is emitted, nothing is enabled, arguments are
@@ -406,5 +476,11 @@ mod imp {
     #[macro_export]
     macro_rules! __usdt_poll_hint {
         ($provider:ident, $stem:expr) => {};
+    }
+
+    #[doc(hidden)]
+    #[macro_export]
+    macro_rules! __usdt_names_hint {
+        ($provider:ident, $name:expr, $names:expr) => {};
     }
 }

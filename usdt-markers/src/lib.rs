@@ -154,6 +154,10 @@
 //! [`poll_markers!`] adds a note of type 2 with the same descriptor: the span's polls are marked
 //! by `<stem>__enter(span_id)` and `<stem>__exit(span_id)`, which share the span's semaphore.
 //!
+//! A [`probe!`] whose arguments are named (`probe!(app, sent, len = n, status = s)`) adds a
+//! note of type 3: `"provider\0" "name\0" "len, status\0"` (the names as `stringify!` joins
+//! them; split on `,` and trim).
+//!
 //! # Linkers and `--gc-sections`
 //!
 //! The notes are not allocated, so section garbage collection keeps them (a note of a discarded
@@ -280,13 +284,27 @@ unsafe impl<T: ?Sized> ProbeArg for &mut T {
 /// The arguments are evaluated only while a tracer has the probe enabled (its semaphore is
 /// non-zero); otherwise the probe costs a load and a branch.
 ///
+/// Arguments may be named, all of them, as `name = value`: the names go into a note of the
+/// binary (`.note.usdt_markers`, type 3), and usdt-trace shows them instead of `arg0`, `arg1`.
+///
 /// ```
 /// let bytes: u64 = 42;
 /// usdt_markers::probe!(myapp, sent, bytes, -1i32, true);
 /// usdt_markers::probe!(myapp, tick);
+/// usdt_markers::probe!(myapp, received, len = bytes, status = 200u16);
 /// ```
 #[macro_export]
 macro_rules! probe {
+    // Named: an assignment is never a probe argument (`()` has no `ProbeArg`), so this form
+    // cannot take a positional call by mistake.
+    ($provider:ident, $name:ident $(, $aname:ident = $arg:expr)+ $(,)?) => {{
+        $crate::__usdt_names_hint!(
+            $provider,
+            ::core::stringify!($name),
+            ::core::stringify!($($aname),+)
+        );
+        $crate::probe!($provider, $name $(, $arg)+)
+    }};
     ($provider:ident, $name:ident $(, $arg:expr)* $(,)?) => {
         if $crate::enabled!($provider, $name) {
             $crate::__usdt_fire!(

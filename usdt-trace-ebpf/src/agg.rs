@@ -10,7 +10,7 @@ use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_probe_read_kernel_buf, bpf_probe_read_kernel_str_bytes,
+        bpf_probe_read_kernel_buf, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
     },
     macros::map,
     maps::{Array, PerCpuArray, PerCpuHashMap},
@@ -20,14 +20,14 @@ use aya_ebpf::{
 use usdt_trace_common::{
     agg::{
         AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_COUNTERS, BY_ARG, BY_COMM,
-        BY_PID, BY_PROBE, BY_STR, BY_TID, CFG_AGG_ARGS, CFG_AGG_BY,
+        BY_PID, BY_PROBE, BY_STR, BY_STR_LEN, BY_TID, CFG_AGG_ARGS, CFG_AGG_BY,
     },
-    hist_bucket, Frame, Hist, CFG_FILTER, CFG_PID_FILTER, CFG_STOPPED, CNT_FILTERED, HIST_BUCKETS,
-    MAX_ARGS, STR_LEN,
+    hist_bucket, Frame, Hist, IdKey, CFG_FILTER, CFG_PID_FILTER, CFG_STOPPED, CNT_FILTERED,
+    HIST_BUCKETS, MAX_ARGS, STRS_CUT, STRS_OK, STR_NONE,
 };
 
 use crate::{
-    args::{copy_regs, read_arg, read_args, read_str, reg, ArgWords, IP_WORD},
+    args::{copy_regs, read_arg, read_args, reg, ArgWords, IP_WORD},
     filter::usdt_filter_rejects,
     maps::{count, CONFIG, PIDS, SCRATCH, SITES},
 };
@@ -88,15 +88,15 @@ pub static AGG_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(AGG_COUN
 static KEY_SCRATCH: PerCpuArray<ByKey> = PerCpuArray::with_max_entries(1, 0);
 /// Never written: zeroes to clear a key's string from.
 #[map]
-static ZERO_STR: PerCpuArray<StrBuf> = PerCpuArray::with_max_entries(1, 0);
+static ZERO_STR: PerCpuArray<KeyStr> = PerCpuArray::with_max_entries(1, 0);
 /// Never written: a zeroed histogram to insert new keys from (4 KB, not for the stack).
 #[map]
 static ZERO_HIST: PerCpuArray<Hist> = PerCpuArray::with_max_entries(1, 0);
 
-/// A frame's string, as a struct: a global function's pointer argument must point to one.
+/// A key's string bytes, as a map value.
 #[repr(C)]
-pub struct StrBuf {
-    pub b: [u8; STR_LEN],
+pub struct KeyStr {
+    pub b: [u8; BY_STR_LEN],
 }
 
 #[inline(always)]
@@ -134,7 +134,7 @@ fn fresh_key(id: u32) -> Option<&'static mut ByKey> {
     k.val = 0;
     // One helper call from a zeroed map value, not a 128-step loop the verifier must walk.
     let zero = ZERO_STR.get_ptr(0)?;
-    // SAFETY: both are STR_LEN-byte map values; the helper bounds the copy by `k.str`.
+    // SAFETY: both are BY_STR_LEN-byte map values; the helper bounds the copy by `k.str`.
     unsafe { bpf_probe_read_kernel_buf(zero as *const u8, &mut k.str) }.ok()?;
     Some(k)
 }
@@ -189,11 +189,18 @@ fn hit_arg(site: u32, n: usize) -> Option<u64> {
 }
 
 /// `--hist --by`: counts a closed span of duration `dur` under its key. `f` is its frame,
-/// `s` the frame's string (read only when the frame's `str_len` says it has one), `end_site` the cookie of the end that
-/// closed it. 1 when the span went to its name's "other" histogram.
+/// `kept`/`id_key` where its start strings are kept (as for `strs::usdt_emit_strs`),
+/// `end_site` the cookie of the end that closed it. 1 when the span went to its name's
+/// "other" histogram.
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn usdt_by_span(f: *const Frame, s: *const StrBuf, end_site: u32, dur: u64) -> u32 {
+pub extern "C" fn usdt_by_span(
+    f: *const Frame,
+    kept: u32,
+    id_key: *const IdKey,
+    end_site: u32,
+    dur: u64,
+) -> u32 {
     if f.is_null() {
         return 0;
     }
@@ -212,11 +219,16 @@ pub extern "C" fn usdt_by_span(f: *const Frame, s: *const StrBuf, end_site: u32,
         return 0;
     };
     let by = agg.by;
-    let start_str = f.str_len > 0 && !s.is_null();
+    // str0 is the start's first string when the start has strings, else the end's first.
+    let start_strs = if by == BY_STR {
+        crate::strs::kept_set(kept, id_key)
+    } else {
+        None
+    };
     let start_arg = if by == BY_ARG { by_arg(f.site) } else { None };
     // The end's arguments are read once, and only when the key comes from them: each inlined
     // read of all arguments costs the verifier thousands of instructions.
-    let end = if by == BY_STR && !start_str {
+    let end = if by == BY_STR && kept == 0 {
         hit_args(end_site)
     } else {
         None
@@ -227,22 +239,11 @@ pub extern "C" fn usdt_by_span(f: *const Frame, s: *const StrBuf, end_site: u32,
             (None, Some(n)) => k.val = hit_arg(end_site, n).unwrap_or(0),
             _ => {}
         },
-        BY_STR => {
-            if start_str {
-                // SAFETY: non-null, checked by the verifier to point to a StrBuf.
-                let src = unsafe { &(*s).b };
-                // Only up to the NUL: the slot may hold an older, longer string after it. A
-                // helper, not a byte loop the verifier would walk 128 times.
-                // SAFETY: the helper bounds the copy by `k.str` and stops at the NUL.
-                k.str_len =
-                    match unsafe { bpf_probe_read_kernel_str_bytes(src.as_ptr(), &mut k.str) } {
-                        Ok(b) => b.len() as u32 + 1,
-                        Err(_) => 0,
-                    };
-            } else if let (Some(spec), Some(a)) = (SITES.get(end_site), end) {
-                k.str_len = read_str(spec, a, &mut k.str);
-            }
-        }
+        BY_STR => match (start_strs, end) {
+            (Some(set), _) => key_from_set(k, set),
+            (None, Some(a)) => key_from_args(k, end_site, a),
+            _ => {}
+        },
         BY_PROBE => k.val = end_site as u64,
         by => task_key(k, by),
     }
@@ -259,6 +260,75 @@ pub extern "C" fn usdt_by_span(f: *const Frame, s: *const StrBuf, end_site: u32,
     // SAFETY: this CPU's value of a live entry (or its slot of BY_OTHER).
     hist_add(unsafe { &mut *h }, dur);
     other
+}
+
+/// The key's string from slot 0 of a span start's kept strings (nothing when it could not be
+/// read: the key is then the empty string).
+#[inline(always)]
+fn key_from_set(k: &mut ByKey, set: &usdt_trace_common::StrSet) {
+    let state = set.state[0];
+    if state != STRS_OK && state != STRS_CUT {
+        return;
+    }
+    let n = set.len[0] as usize;
+    let n = if n > BY_STR_LEN - 1 {
+        BY_STR_LEN - 1
+    } else {
+        n
+    };
+    let Some(dst) = k.str.get_mut(..n) else {
+        return;
+    };
+    if n == 0 {
+        k.str_len = 1;
+        return;
+    }
+    // SAFETY: a live map value's bytes; the helper bounds the copy by `dst`.
+    if unsafe { bpf_probe_read_kernel_buf(set.data[0].as_ptr(), dst) }.is_ok() {
+        k.str_len = n as u32 + 1;
+    }
+}
+
+/// The key's string from the first `--str` rule of `site`, read from the process with the
+/// site's arguments `a` (NUL-terminated, or as long as its length argument says).
+#[inline(always)]
+fn key_from_args(k: &mut ByKey, site: u32, a: &[u64; MAX_ARGS]) {
+    let Some(spec) = SITES.get(site) else {
+        return;
+    };
+    if spec.nstrs == 0 {
+        return;
+    }
+    let d = spec.strs[0];
+    let Some(&ptr) = a.get(d.arg as usize) else {
+        return;
+    };
+    if d.len_arg == STR_NONE {
+        // SAFETY: the helper checks the user address and bounds the copy by `k.str`.
+        if let Ok(s) = unsafe { bpf_probe_read_user_str_bytes(ptr as *const u8, &mut k.str) } {
+            k.str_len = s.len() as u32 + 1;
+        }
+        return;
+    }
+    let Some(&len) = a.get(d.len_arg as usize) else {
+        return;
+    };
+    let n = if len > (BY_STR_LEN - 1) as u64 {
+        BY_STR_LEN - 1
+    } else {
+        len as usize
+    };
+    let Some(dst) = k.str.get_mut(..n) else {
+        return;
+    };
+    if n == 0 {
+        k.str_len = 1;
+        return;
+    }
+    // SAFETY: the helper checks the user address; the copy is bounded by `dst`.
+    if unsafe { bpf_probe_read_user_buf(ptr as *const u8, dst) }.is_ok() {
+        k.str_len = n as u32 + 1;
+    }
 }
 
 /// The value under `k`, inserted zeroed when new; None when the map is full.
@@ -307,8 +377,8 @@ pub extern "C" fn usdt_count(site: u32) -> u32 {
             None => return 0,
         },
         BY_STR => {
-            if let (Some(spec), Some(a)) = (SITES.get(site), hit_args(site)) {
-                k.str_len = read_str(spec, a, &mut k.str);
+            if let Some(a) = hit_args(site) {
+                key_from_args(k, site, a);
             }
         }
         BY_PROBE => k.val = site as u64,

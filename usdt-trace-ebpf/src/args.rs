@@ -9,7 +9,8 @@ use aya_ebpf::{
 };
 use usdt_trace_common::regs;
 use usdt_trace_common::{
-    ArgDesc, ArgKind, SiteSpec, MAX_ARGS, REG_NONE, STR_LEN, STR_NONE, STR_SIZED,
+    ArgDesc, ArgKind, SiteSpec, StrSet, MAX_ARGS, MAX_STRS, REG_NONE, STRS_CUT, STRS_FAULT,
+    STRS_OK, STR_MAX_CAP, STR_NONE, STR_SLOT,
 };
 
 // The register tables live in the shared crate (`regs`), where user space numbers the words
@@ -124,7 +125,7 @@ pub fn read_arg(d: &ArgDesc, regs: &[u64; REGS_WORDS], ip: u64) -> u64 {
     extend(raw, d.size, d.signed)
 }
 
-/// The register copy as a struct, and the arguments and a string buffer likewise: a global
+/// The register copy as a struct, and the arguments likewise: a global
 /// function's pointer argument must point to one (the verifier sizes it from BTF).
 #[repr(C)]
 pub struct RegWords {
@@ -133,10 +134,6 @@ pub struct RegWords {
 #[repr(C)]
 pub struct ArgWords {
     pub args: [u64; MAX_ARGS],
-}
-#[repr(C)]
-pub struct StrBuf {
-    pub b: [u8; STR_LEN],
 }
 
 /// Reads the site's `nargs` arguments into `out`.
@@ -180,74 +177,77 @@ pub extern "C" fn usdt_read_args(
     0
 }
 
-/// A (pointer, length) string: the bytes at `args[i]`, `args[i + 1]` of them, cut to fit
-/// `buf` with its NUL. Never 0, which would make user space read it again as NUL-terminated:
-/// an unreadable one is empty.
-#[inline(always)]
-fn read_sized(args: &[u64; MAX_ARGS], i: usize, buf: &mut [u8; STR_LEN]) -> u32 {
-    let Some(&len) = args.get(i + 1) else {
-        return 0;
-    };
-    let n = if len > (STR_LEN - 1) as u64 {
-        STR_LEN - 1
-    } else {
-        len as usize
-    };
-    let Some(dst) = buf.get_mut(..n) else {
-        return 0;
-    };
-    // SAFETY: the helper checks the user address; the copy is bounded by `dst`.
-    let n = match unsafe { bpf_probe_read_user_buf(args[i] as *const u8, dst) } {
-        Ok(()) => n,
-        Err(_) => 0,
-    };
-    if let Some(b) = buf.get_mut(n) {
-        *b = 0;
-    }
-    n as u32 + 1
-}
+/// `read_one`'s length for a NUL-terminated string.
+const NUL_TERMINATED: u64 = u64::MAX;
 
-/// Reads the NUL-terminated user string that argument `spec.str_arg` points at into `buf`.
-/// Returns its length including the NUL, or 0 when the site captures none or it is unreadable.
-#[inline(always)]
-pub fn read_str(spec: &SiteSpec, args: &[u64; MAX_ARGS], buf: &mut [u8; STR_LEN]) -> u32 {
-    if spec.str_arg == STR_NONE {
-        return 0;
-    }
-    usdt_read_str(
-        spec,
-        args as *const _ as *const ArgWords,
-        buf as *mut _ as *mut StrBuf,
-    )
-}
-
-/// A global BPF function, for the same reason as [`usdt_read_args`].
-#[no_mangle]
+/// Reads one string into `dst` (a slot of `STR_SLOT` bytes): `ptr`'s bytes up to its NUL, or
+/// exactly `len` of them, keeping at most `max`. Returns the `STRS_*` state << 16 | bytes kept
+/// (one scalar: BPF functions take five arguments and return one register).
 #[inline(never)]
-pub extern "C" fn usdt_read_str(
-    spec: *const SiteSpec,
-    args: *const ArgWords,
-    buf: *mut StrBuf,
-) -> u32 {
-    if spec.is_null() || args.is_null() || buf.is_null() {
-        return 0;
+fn read_one(ptr: u64, len: u64, max: usize, dst: &mut [u8; STR_SLOT]) -> u32 {
+    let (state, n) = read_one_inner(ptr, len, max, dst);
+    (state as u32) << 16 | n as u32
+}
+
+#[inline(always)]
+fn read_one_inner(ptr: u64, len: u64, max: usize, dst: &mut [u8; STR_SLOT]) -> (u8, u16) {
+    let sized = len != NUL_TERMINATED;
+    // `max` comes from a map: the explicit bound keeps every slice below verifiable.
+    let max = if max > STR_MAX_CAP { STR_MAX_CAP } else { max };
+    if sized {
+        let (n, state) = if len > max as u64 {
+            (max, STRS_CUT)
+        } else {
+            (len as usize, STRS_OK)
+        };
+        let Some(d) = dst.get_mut(..n) else {
+            return (STRS_FAULT, 0);
+        };
+        if n == 0 {
+            return (STRS_OK, 0);
+        }
+        // SAFETY: the helper checks the user address; the copy is bounded by `d`.
+        return match unsafe { bpf_probe_read_user_buf(ptr as *const u8, d) } {
+            Ok(()) => (state, n as u16),
+            Err(_) => (STRS_FAULT, 0),
+        };
     }
-    // SAFETY: non-null, and the verifier checked at the call that each points to its type.
-    let (spec, args, buf) = unsafe { (&*spec, &(*args).args, &mut (*buf).b) };
-    if spec.str_arg == STR_NONE {
-        return 0;
+    // One byte more than kept, and the helper's NUL: a string that fills `max + 1` is cut.
+    let Some(d) = dst.get_mut(..max + 2) else {
+        return (STRS_FAULT, 0);
+    };
+    // SAFETY: the helper checks the user address and bounds the copy by `d`'s length.
+    match unsafe { bpf_probe_read_user_str_bytes(ptr as *const u8, d) } {
+        Ok(s) if s.len() > max => (STRS_CUT, max as u16),
+        Ok(s) => (STRS_OK, s.len() as u16),
+        Err(_) => (STRS_FAULT, 0),
     }
-    // The explicit bound also keeps the index verifiable.
-    let i = (spec.str_arg & !STR_SIZED) as usize;
-    if i >= MAX_ARGS {
-        return 0;
-    }
-    if spec.str_arg & STR_SIZED != 0 {
-        return read_sized(args, i, buf);
-    }
-    // SAFETY: the helper checks the user address and bounds the copy by `buf`'s length.
-    match unsafe { bpf_probe_read_user_str_bytes(args[i] as *const u8, buf) } {
-        Ok(s) => s.len() as u32 + 1,
-        Err(_) => 0,
+}
+
+/// Reads the site's `--str` strings (arguments already in `args`) into their slots of `set`;
+/// the other slots are left as they are. Inlined into the two global functions of `strs`,
+/// each verified once.
+#[inline(always)]
+pub fn read_strs(spec: &SiteSpec, args: &[u64; MAX_ARGS], max: u32, set: &mut StrSet) {
+    let mut j = 0;
+    while j < MAX_STRS {
+        if j >= spec.nstrs as usize {
+            break;
+        }
+        let d = spec.strs[j];
+        j += 1;
+        let (a, slot) = (d.arg as usize, d.slot as usize);
+        if a >= MAX_ARGS || slot >= MAX_STRS {
+            continue;
+        }
+        // A length that is not there reads as 0 bytes, never as "up to a NUL".
+        let len = match args.get(d.len_arg as usize) {
+            _ if d.len_arg == STR_NONE => NUL_TERMINATED,
+            Some(&l) if l != NUL_TERMINATED => l,
+            _ => 0,
+        };
+        let r = read_one(args[a], len, max as usize, &mut set.data[slot]);
+        set.state[slot] = (r >> 16) as u8;
+        set.len[slot] = r as u16;
     }
 }

@@ -18,8 +18,8 @@
 //! own. Six interrupt tracepoints ([`irq`]) tell a wakeup by an interrupt from one by the task
 //! it interrupted.
 //!
-//! Modules: [`maps`] (every map), [`args`] (argument and string reading), [`spans`], [`sched`],
-//! [`irq`]. The pure accounting and frame-search logic is in `usdt_trace_common`, unit-tested
+//! Modules: [`maps`] (every map), [`args`] (argument and string reading), [`spans`], [`strs`]
+//! (`--str` strings), [`sched`], [`irq`]. The pure accounting and frame-search logic is in `usdt_trace_common`, unit-tested
 //! on the host.
 // Built for bpfel-unknown-none by usdt-trace's build.rs; on the host (`cargo build
 // --workspace`) it compiles to an empty program so workspace-wide commands keep working.
@@ -41,6 +41,7 @@ mod maps;
 mod sched;
 mod spans;
 mod stack;
+mod strs;
 
 use aya_ebpf::{
     macros::{btf_tracepoint, uprobe},

@@ -10,7 +10,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use usdt_trace_common::{
-    Config, Hist, IdFrame, IdKey, SiteSpec, ThreadState, ThreadStrs, HIST_COMPONENTS, MAX_ARGS,
+    Config, Hist, IdFrame, IdKey, SiteSpec, StrSet, ThreadState, HIST_COMPONENTS, MAX_ARGS,
     MAX_PAIRS, NUM_COUNTERS,
 };
 
@@ -73,10 +73,15 @@ pub fn untrack() {
 /// Open spans paired by id. User space sizes it (`--max-open-ids`).
 #[map]
 pub static ID_SPANS: HashMap<IdKey, IdFrame> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
-/// The strings of per-thread frames, for threads that capture any; sized like THREADS.
+/// The `--str` strings of open spans that captured any at their start, under
+/// `str_key_thread(tid, depth)` or the span's id key. User space sizes it (`--max-open-strs`).
+/// A frame abandoned by an outer end leaves its entry behind until a span at the same depth
+/// replaces it; a full map only costs later spans their start strings.
 #[map]
-pub static THREAD_STRS: HashMap<u32, ThreadStrs> =
-    HashMap::with_max_entries(4096, BPF_F_NO_PREALLOC);
+pub static STRS: HashMap<IdKey, StrSet> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+/// Per CPU: a span start's strings are read here, then inserted into STRS.
+#[map]
+pub static STR_SCRATCH: PerCpuArray<StrSet> = PerCpuArray::with_max_entries(1, 0);
 /// Threads that had span starts dropped because THREADS was full, and how many of those
 /// starts are still waiting for their end: such an end is a drop, not an unmatched end.
 /// An LRU so it never refuses; an evicted entry only makes later ends count as unmatched.
@@ -88,9 +93,6 @@ pub static ID_DROPPED: LruHashMap<IdKey, u8> = LruHashMap::with_max_entries(1638
 /// Never written: a zeroed ThreadState to insert from (too big for the 512-byte BPF stack).
 #[map]
 pub static ZERO_THREAD: PerCpuArray<ThreadState> = PerCpuArray::with_max_entries(1, 0);
-/// Never written: zeroed strings to insert into THREAD_STRS from.
-#[map]
-pub static ZERO_STRS: PerCpuArray<ThreadStrs> = PerCpuArray::with_max_entries(1, 0);
 /// Scratch space for building an id-paired frame before inserting it: an IdFrame (~300 bytes)
 /// does not fit on the BPF stack next to everything else.
 #[map]
@@ -158,24 +160,6 @@ pub fn thread_state(tid: u32) -> Option<&'static mut ThreadState> {
         .ok()?;
     tracked_add(1);
     existing_thread(tid)
-}
-
-/// The string slots of thread `tid`, created when it has none (None when THREAD_STRS is full:
-/// the span then goes without its string).
-#[inline(always)]
-pub fn thread_strs(tid: u32) -> Option<&'static mut ThreadStrs> {
-    if let Some(p) = THREAD_STRS.get_ptr_mut(&tid) {
-        // SAFETY: as in `existing_thread`.
-        return Some(unsafe { &mut *p });
-    }
-    let zero = ZERO_STRS.get_ptr(0)?;
-    // SAFETY: a valid per-CPU map value that nothing writes.
-    THREAD_STRS
-        .insert(&tid, unsafe { &*zero }, BPF_NOEXIST as u64)
-        .ok()?;
-    let p = THREAD_STRS.get_ptr_mut(&tid)?;
-    // SAFETY: as in `existing_thread`.
-    Some(unsafe { &mut *p })
 }
 
 /// The state of thread `tid`, if it has one.

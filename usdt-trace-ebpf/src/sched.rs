@@ -13,13 +13,13 @@ use aya_ebpf::{
     },
     programs::BtfTracePointContext,
 };
-use usdt_trace_common::{ThreadState, CNT_UNMATCHED_START, TS_RUNNING, TS_RUNQ};
+use usdt_trace_common::{
+    str_key_thread, ThreadState, CNT_UNMATCHED_START, MAX_DEPTH, TS_RUNNING, TS_RUNQ,
+};
 
 use crate::{
     irq,
-    maps::{
-        any_tracked, count_n, existing_thread, untrack, CONFIG, NO_STATE_TIDS, THREADS, THREAD_STRS,
-    },
+    maps::{any_tracked, count_n, existing_thread, untrack, CONFIG, NO_STATE_TIDS, STRS, THREADS},
 };
 
 /// The thread id of a `struct task_struct *`, through the offset user space found in BTF.
@@ -171,11 +171,20 @@ pub fn on_exit() {
         if st.depth > 0 {
             count_n(CNT_UNMATCHED_START, st.depth as u64);
         }
+        // The strings of its open frames go with them (only a thread with state has any).
+        let mut d = 0;
+        while d < MAX_DEPTH {
+            if d >= st.depth as usize {
+                break;
+            }
+            if st.frames[d].has_strs != 0 {
+                let _ = STRS.remove(&str_key_thread(tid, d as u32));
+            }
+            d += 1;
+        }
         if THREADS.remove(&tid).is_ok() {
             untrack();
         }
-        // Only a thread with state can have strings: untraced exits skip this delete.
-        let _ = THREAD_STRS.remove(&tid);
     }
     // The thread id will be reused: its dropped starts must not swallow a later thread's ends.
     let _ = NO_STATE_TIDS.remove(&tid);

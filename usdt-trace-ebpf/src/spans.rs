@@ -12,24 +12,31 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     agg::{CFG_AGG_ARGS, CFG_AGG_BY},
-    hist_bucket, hist_slot, Acct, Config, EventRecord, Frame, IdFrame, IdKey, PollAcct,
-    RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
-    CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL,
-    CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
-    CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION, HIST_IDLE, HIST_IO,
-    HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS, STR_LEN, STR_NONE,
+    hist_bucket, hist_slot, str_key_thread, Acct, Config, EventRecord, Frame, IdFrame, IdKey,
+    PollAcct, RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST,
+    CFG_PID_FILTER, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS,
+    CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL,
+    CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION,
+    HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS,
 };
 
+use crate::args::ArgWords;
 use crate::{
-    agg::StrBuf,
-    args::{copy_regs, read_args, read_str, reg, IP_WORD, REGS_WORDS},
+    args::{copy_regs, read_args, reg, IP_WORD, REGS_WORDS},
     maps::{
         count, count_n, existing_thread, note_stateless_start, ringbuf_flags, take_stateless_start,
-        thread_state, thread_strs, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED,
-        ID_SPANS, PIDS, SCRATCH, SITES, THREAD_STRS,
+        thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED, ID_SPANS, PIDS,
+        SCRATCH, SITES,
     },
     sched,
+    strs::{usdt_drop_strs, usdt_emit_strs, usdt_keep_strs},
 };
+
+/// Arguments as a global function takes them.
+#[inline(always)]
+fn words(args: &[u64; MAX_ARGS]) -> *const ArgWords {
+    args as *const _ as *const ArgWords
+}
 
 /// One probe hit: what the site is and what the kernel told us about it.
 struct Hit<'a> {
@@ -162,6 +169,12 @@ fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
             return Ok(());
         }
     }
+    // Strings travel in a record of their own, just before the event's; the strings function
+    // reads the arguments itself (NULL), where the verifier checks that code once.
+    let mut has_strs = 0;
+    if hit.spec.nstrs > 0 {
+        has_strs = usdt_emit_strs(hit.cookie, hit.now, 0, core::ptr::null(), core::ptr::null());
+    }
     let Some(mut entry) = EVENTS.reserve::<EventRecord>(0) else {
         count(CNT_LOST);
         return Ok(());
@@ -171,21 +184,14 @@ fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     let rec = unsafe { &mut *entry.as_mut_ptr() };
     hit.fill_header(&mut rec.hdr, RecordKind::EVENT);
     hit.read_args(&mut rec.args);
-    rec.str_len = read_str(hit.spec, &rec.args, &mut rec.str);
+    rec.has_strs = has_strs;
     entry.submit(ringbuf_flags(hit.cfg));
     Ok(())
 }
 
-/// Fills a newly opened span's frame. `with_args`: capture the start arguments, and the string
-/// into `str` when there is a slot for it.
+/// Fills a newly opened span's frame. `with_args`: capture the start arguments.
 #[inline(always)]
-fn open_frame(
-    hit: &Hit,
-    f: &mut Frame,
-    str: Option<&mut [u8; STR_LEN]>,
-    acct_start: Acct,
-    with_args: bool,
-) {
+fn open_frame(hit: &Hit, f: &mut Frame, acct_start: Acct, with_args: bool) {
     f.site = hit.cookie;
     f.pair_id = hit.spec.pair_id;
     f.tid = hit.tid;
@@ -194,23 +200,21 @@ fn open_frame(
     f.longest_off_ns = 0;
     f.waker_pid = 0;
     f.waker_tid = 0;
-    f.str_len = 0;
+    f.has_strs = 0;
     if with_args {
         hit.read_args(&mut f.args);
-        if let Some(s) = str {
-            f.str_len = read_str(hit.spec, &f.args, s);
-        }
     }
 }
 
-/// Counts a closed span and reports it: into the histograms, or as a record. `str` is the
-/// frame's string slot; `acct` the span's time split when it has one; `end_args` the end
-/// arguments when already read (else they are read straight into the record).
+/// Counts a closed span and reports it: into the histograms, or as a record. `id_key` is the
+/// key of a span paired by id (its start strings are kept under it); `acct` the span's time
+/// split when it has one; `end_args` the end arguments when already read (else they are read
+/// straight into the record).
 #[inline(always)]
 fn close_span(
     hit: &Hit,
     f: &Frame,
-    str: Option<&[u8; STR_LEN]>,
+    id_key: Option<&IdKey>,
     acct: Option<Acct>,
     end_args: Option<&[u64; MAX_ARGS]>,
     poll: Option<&PollAcct>,
@@ -221,15 +225,16 @@ fn close_span(
         return;
     }
     if hit.hist() {
-        // Before hist_add, not after: keeping `str` and `f` live across it would split the
-        // verifier's states there (with and without a string) and cost it ~100K insns.
+        // Before hist_add, not after: keeping `f` live across it would split the verifier's
+        // states there and cost it ~100K insns.
         if hit.cfg.flags & CFG_AGG_BY != 0 {
-            // Never NULL: the verifier rejects a scalar for a global function's pointer.
-            // Without a string the frame stands in; its str_len of 0 keeps it unread.
-            let s = str.map_or(f as *const _ as *const StrBuf, |s| {
-                s as *const _ as *const StrBuf
-            });
-            let _ = crate::agg::usdt_by_span(f, s, hit.cookie, dur);
+            let _ = crate::agg::usdt_by_span(
+                f,
+                f.has_strs,
+                id_key.map_or(core::ptr::null(), |k| k as *const IdKey),
+                hit.cookie,
+                dur,
+            );
         }
         // A polled span's idle time counts only in the idle histogram: user space spreads it
         // over all split spans when it adds up the mean (thread-local spans' idle is 0).
@@ -248,12 +253,25 @@ fn close_span(
     if hit.cfg.flags & CFG_STACK != 0 {
         crate::stack::emit(hit.ctx, hit.cookie, hit.now);
     }
+    // Strings travel in a record of their own, just before the span's (`f.has_strs`: where the
+    // start's are kept).
+    let mut has_strs = 0;
+    if f.has_strs != 0 || hit.spec.nstrs > 0 {
+        // Without the end arguments (NULL), the strings function reads them itself.
+        has_strs = usdt_emit_strs(
+            hit.cookie,
+            hit.now,
+            f.has_strs,
+            id_key.map_or(core::ptr::null(), |k| k as *const IdKey),
+            end_args.map_or(core::ptr::null(), words),
+        );
+    }
     let Some(mut entry) = EVENTS.reserve::<SpanRecord>(0) else {
         count(CNT_LOST);
         return;
     };
     // SAFETY: the reservation is a SpanRecord-sized, aligned slot that only we write; every
-    // field user space reads is written below (`str` only up to `str_len`).
+    // field user space reads is written below.
     let rec = unsafe { &mut *entry.as_mut_ptr() };
     hit.fill_header(&mut rec.hdr, RecordKind::SPAN);
     rec.start_site = f.site;
@@ -278,22 +296,10 @@ fn close_span(
     copy_bytes(&mut rec.waker_comm, &f.waker_comm);
     rec.longest_off_ns = f.longest_off_ns;
     copy_words(&mut rec.args, &f.args);
-    rec.str_len = 0;
-    // User space reads `str` only up to `str_len`: skip the 128-byte copy when there is none.
-    if f.str_len > 0 {
-        if let Some(s) = str {
-            copy_bytes(&mut rec.str, s);
-            rec.str_len = f.str_len;
-        }
-    }
+    rec.has_strs = has_strs;
     match end_args {
         Some(a) => copy_words(&mut rec.end_args, a),
         None => hit.read_args(&mut rec.end_args),
-    }
-    // A span whose start has no string may take one at its end: a function's return value
-    // (user space rejects a string rule at both ends of one span).
-    if rec.str_len == 0 && hit.spec.str_arg != STR_NONE {
-        rec.str_len = read_str(hit.spec, &rec.end_args, &mut rec.str);
     }
     entry.submit(ringbuf_flags(hit.cfg));
 }
@@ -339,13 +345,15 @@ fn start_on_thread(hit: &Hit) -> Result<(), ()> {
         return Ok(());
     };
     let with_args = hit.keeps_args();
-    // Only spans with a string argument touch the string map.
-    let str = if with_args && hit.spec.str_arg != STR_NONE {
-        thread_strs(hit.tid).and_then(|t| t.strs.get_mut(depth))
-    } else {
-        None
-    };
-    open_frame(hit, f, str, acct, with_args);
+    open_frame(hit, f, acct, with_args);
+    // Only spans with a string argument touch the string map. `has_strs` keeps the depth + 1,
+    // to find them again at the end.
+    if with_args && hit.spec.nstrs > 0 {
+        let key = str_key_thread(hit.tid, depth as u32);
+        if usdt_keep_strs(hit.cookie, words(&f.args), &key) != 0 {
+            f.has_strs = depth as u32 + 1;
+        }
+    }
     Ok(())
 }
 
@@ -364,26 +372,33 @@ fn end_on_thread(hit: &Hit) -> Result<(), ()> {
         stateless_end(hit.tid);
         return Ok(());
     };
-    // Frames above the one closed never got their end.
-    let abandoned = (st.depth as usize).saturating_sub(found + 1);
-    if abandoned > 0 {
-        count_n(CNT_UNMATCHED_START, abandoned as u64);
-    }
+    // Frames above the one closed never got their end. Counted without a branch, and `found`
+    // read back from the map below: the frame search leaves one verifier state per iteration,
+    // each with its own exact `found`, and a branch on it (or a use of its exact value) would
+    // make the verifier walk everything after this once per possible depth.
+    count_n(
+        CNT_UNMATCHED_START,
+        (st.depth as u64).saturating_sub(found as u64 + 1),
+    );
     // Before the pop: the frame being closed takes part in the repair's waker bookkeeping.
     sched::catch_up(st, hit.now);
     st.depth = found as u32;
+    // SAFETY: a read of the live map value (volatile: not the value just stored).
+    let found = unsafe { core::ptr::read_volatile(&st.depth) } as usize;
     let acct_end = st.acct_at(hit.now);
     // `get` rather than indexing: no bounds-check panic path for the verifier to reject.
     let Some(f) = st.frames.get(found) else {
         return Ok(());
     };
-    let str = if f.str_len > 0 {
-        // SAFETY: a live map value, read before this program returns.
-        unsafe { THREAD_STRS.get(&hit.tid) }.and_then(|t| t.strs.get(found))
-    } else {
-        None
-    };
-    close_span(hit, f, str, Some(acct_end.since(&f.acct_start)), None, None);
+    close_span(
+        hit,
+        f,
+        None,
+        Some(acct_end.since(&f.acct_start)),
+        None,
+        None,
+    );
+    usdt_drop_strs(f.has_strs, core::ptr::null());
     Ok(())
 }
 
@@ -409,12 +424,16 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
         acct_start = st.acct_at(hit.now);
         st.id_open += 1;
     }
-    open_frame(hit, &mut f.frame, Some(&mut f.str), acct_start, true);
+    open_frame(hit, &mut f.frame, acct_start, true);
     // The scratch slot still holds the previous span's polls.
     f.poll = PollAcct::default();
     // Inserted from the scratch map by reference: a frame is too big to pass by value.
     let key = hit.id_key(&f.frame.args);
+    if hit.keeps_args() && hit.spec.nstrs > 0 {
+        f.frame.has_strs = usdt_keep_strs(hit.cookie, words(&f.frame.args), &key);
+    }
     if ID_SPANS.insert(&key, &*f, 0).is_err() {
+        usdt_drop_strs(f.frame.has_strs, &key);
         // The map is full: the span is dropped, and its id remembered so its end is too.
         count(CNT_ID_FULL);
         let _ = ID_DROPPED.insert(&key, &1, 0);
@@ -441,11 +460,7 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     // SAFETY: a live map value; it stays valid until we return even though we delete it below
     // (hash map values are freed after an RCU grace period). Only this span's own markers
     // write it, and they run one after another.
-    let IdFrame {
-        frame: f,
-        str,
-        poll,
-    } = unsafe { &mut *f };
+    let IdFrame { frame: f, poll } = unsafe { &mut *f };
     release_id_span(f.tid);
     // An end inside a poll (the future ended its span before returning Ready) closes the poll.
     if poll.enter_tid != 0 {
@@ -471,7 +486,8 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     } else {
         (None, None)
     };
-    close_span(hit, f, Some(str), acct, Some(end_args), poll);
+    close_span(hit, f, Some(&key), acct, Some(end_args), poll);
+    usdt_drop_strs(f.has_strs, &key);
     let _ = ID_SPANS.remove(&key);
     Ok(())
 }

@@ -185,7 +185,7 @@ impl KeyPlan {
                     });
                 }
             }
-            ByKind::Str if plan.sites.iter().all(|s| s.str_arg.is_none()) => {
+            ByKind::Str if plan.sites.iter().all(|s| s.strs.is_empty()) => {
                 return Err(AggError::NoStr);
             }
             _ => {}
@@ -676,9 +676,9 @@ pub fn top_text(plan: &Plan, top: &TopN, block: Block, t0: u64) -> String {
             end,
             rec,
             ..
-        }) = plan.resolve(crate::output::Record::Span(r))
+        }) = plan.resolve(crate::output::Record::Span(r, None))
         {
-            s.push_str(&crate::output::span_text(pair, start, end, rec, t0));
+            s.push_str(&crate::output::span_text(pair, start, end, rec, None, t0));
         }
     }
     s.push('\n');
@@ -695,7 +695,7 @@ pub fn top_json(out: &mut Vec<u8>, plan: &Plan, top: &TopN, block: Block) {
             end,
             rec,
             ..
-        }) = plan.resolve(crate::output::Record::Span(r))
+        }) = plan.resolve(crate::output::Record::Span(r, None))
         else {
             continue;
         };
@@ -703,7 +703,7 @@ pub fn top_json(out: &mut Vec<u8>, plan: &Plan, top: &TopN, block: Block) {
         block_json(out, block);
         out.extend_from_slice(b",\"span\":");
         let mut span = Vec::new();
-        crate::output::span_json(&mut span, pair, start, end, rec, None);
+        crate::output::span_json(&mut span, pair, start, end, rec, None, None);
         while span.last() == Some(&b'\n') {
             span.pop();
         }
@@ -769,19 +769,14 @@ impl std::fmt::Write for Vec8<'_> {
 mod tests {
     use super::*;
     use crate::output::{PairInfo, SiteInfo};
-    use usdt_trace_common::{
-        ArgDesc, RecordHeader, RecordKind, SiteSpec, ID_NONE, STR_LEN, STR_NONE,
-    };
+    use usdt_trace_common::{RecordHeader, RecordKind, SiteSpec};
 
     fn spec(pair: u32, role: SiteRole, nargs: u8) -> SiteSpec {
-        SiteSpec {
-            pair_id: pair,
-            role,
-            id_arg: ID_NONE,
-            nargs,
-            str_arg: STR_NONE,
-            args: [ArgDesc::default(); MAX_ARGS],
-        }
+        let mut s = crate::plan::site_spec(&[], 0, crate::spans::Role::Event, None, &[]);
+        s.pair_id = pair;
+        s.role = role;
+        s.nargs = nargs;
+        s
     }
 
     fn site(name: &str, nargs: usize, signed: bool, str_arg: Option<usize>) -> SiteInfo {
@@ -794,7 +789,15 @@ mod tests {
             provider: "ag".into(),
             name: name.into(),
             args: vec![f; nargs],
-            str_arg,
+            strs: str_arg
+                .map(|arg| crate::output::StrArg {
+                    arg,
+                    slot: 0,
+                    len_arg: None,
+                })
+                .into_iter()
+                .collect(),
+            names: Vec::new(),
             pair: Some(0),
         }
     }
@@ -890,7 +893,7 @@ mod tests {
             AggError::ProbeArg { n: 2, .. }
         ));
         let mut nostr = plan();
-        nostr.sites[0].str_arg = None;
+        nostr.sites[0].strs.clear();
         assert_eq!(
             KeyPlan::new(&nostr, &By::parse("str0").unwrap(), false).unwrap_err(),
             AggError::NoStr
@@ -1053,7 +1056,6 @@ mod tests {
         r.start_ns = 1_000;
         r.args[..3].copy_from_slice(&[3, 2, 0]);
         r.end_args[..2].copy_from_slice(&[3, 404]);
-        r.str = [0; STR_LEN];
         let mut top = TopN::new(2);
         top.offer(&r);
         let mut out = Vec::new();

@@ -145,11 +145,24 @@ pub struct WatchArgs {
     /// (like bpftrace's @start[argN]).
     #[arg(long, value_name = "N", requires = "spans")]
     pub key: Option<usize>,
-    /// Read argument N of PROBE as a NUL-terminated string (repeatable), e.g.
-    /// postgresql:query__start:0; for functions, fn:GLOB:N (argument N at entry) or
-    /// fn:GLOB:ret (the return value). Strings are cut at 127 bytes.
-    #[arg(long = "str", value_name = "PROBE:N")]
+    /// Read argument N of PROBE as a NUL-terminated string (repeatable: up to 4 strings per
+    /// record, a span's start and end strings together), e.g. postgresql:query__start:0;
+    /// PROBE:N:len=M reads exactly argument M bytes (strings that are not NUL-terminated, e.g.
+    /// hotspot:class__loaded:0:len=1); for functions, fn:GLOB:N (argument N at entry) or
+    /// fn:GLOB:ret (the return value). A string the kernel cannot read shows the pointer.
+    #[arg(long = "str", value_name = "PROBE:N[:len=M]")]
     pub strs: Vec<String>,
+    /// Keep at most N bytes of each --str string (1 to 1024, default 256); a cut string is
+    /// marked: `…` after it in text, its argument listed in "truncated" in JSON.
+    #[arg(long, value_name = "N", default_value_t = usdt_trace_common::STR_MAX_DEFAULT as u32)]
+    pub str_max: u32,
+    /// Name PROBE's arguments in the output (repeatable), e.g. request__start=id,parent,req:
+    /// text shows (id=1, parent=0, req=2), JSON an object {"id":1,...} instead of an array.
+    /// Arguments past the names keep their position (arg3); errors: a probe that matches
+    /// nothing, more names than the probe has arguments. Probes made with usdt-markers'
+    /// `probe!(p, n, name = value, ...)` carry their names in the binary: no rule needed.
+    #[arg(long = "args", value_name = "PROBE=NAME,...")]
+    pub arg_names: Vec<String>,
     /// Do not pair probes by name (X__start/X__end, X__entry/X__return, ...); only --span rules.
     #[arg(long)]
     pub no_auto_span: bool,
@@ -268,6 +281,8 @@ pub enum UsageError {
     Pattern(#[from] crate::pattern::PatternError),
     #[error(transparent)]
     Span(#[from] crate::spans::SpanError),
+    #[error(transparent)]
+    Plan(#[from] crate::plan::PlanError),
     #[error("--duration {0:?}: expected a positive duration: seconds (2.5) or with a unit (500ms, 10s, 1m, 1h)")]
     Duration(String),
     #[error("--interval {0:?}: expected a positive duration: seconds (2.5) or with a unit (500ms, 10s, 1m, 1h)")]
@@ -558,6 +573,19 @@ impl WatchArgs {
             .iter()
             .map(|s| StrRule::parse(s))
             .collect::<Result<Vec<_>, _>>()?;
+        let names = self
+            .arg_names
+            .iter()
+            .map(|s| crate::plan::ArgNames::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let str_max = self.str_max;
+        if !(1..=usdt_trace_common::STR_MAX_CAP as u32).contains(&str_max) {
+            return Err(UsageError::Limit {
+                flag: "str-max",
+                value: str_max,
+                max: usdt_trace_common::STR_MAX_CAP as u32,
+            });
+        }
         let duration = self
             .duration
             .as_deref()
@@ -674,6 +702,8 @@ impl WatchArgs {
             patterns,
             spans,
             strs,
+            str_max,
+            names,
             auto_span: !self.no_auto_span,
             hist: self.hist,
             interval,

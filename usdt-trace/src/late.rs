@@ -121,6 +121,7 @@ pub struct Rules<'a> {
     pub patterns: &'a [Pattern],
     pub spans: &'a [SpanRule],
     pub strs: &'a [StrRule],
+    pub names: &'a [crate::plan::ArgNames],
     pub auto_span: bool,
     pub optimize: bool,
     pub filter: Option<&'a Filter>,
@@ -141,10 +142,23 @@ fn plan_object(shown: &str, probes: &ObjectProbes, r: &Rules) -> Result<Option<P
         })
         .cloned()
         .collect();
+    // Likewise `--args` rules.
+    let names: Vec<crate::plan::ArgNames> = r
+        .names
+        .iter()
+        .filter(|n| {
+            probes
+                .sites
+                .iter()
+                .any(|site| n.probe.matches(&site.provider, &site.name))
+        })
+        .cloned()
+        .collect();
     let opts = PlanOptions {
         patterns: r.patterns,
         spans: r.spans,
         strs: &strs,
+        names: &names,
         auto_span: r.auto_span,
         optimize: r.optimize,
     };
@@ -434,13 +448,14 @@ mod tests {
             provider: "p".into(),
             name: name.into(),
             args: vec![],
-            str_arg: None,
+            strs: Vec::new(),
+            names: Vec::new(),
             pair,
         }
     }
 
     fn spec(role: SiteRole, pair_id: u32) -> SiteSpec {
-        let mut s = crate::plan::site_spec(&[], 0, crate::spans::Role::Event, None, None);
+        let mut s = crate::plan::site_spec(&[], 0, crate::spans::Role::Event, None, &[]);
         s.role = role;
         s.pair_id = pair_id;
         s

@@ -150,7 +150,13 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
             names.extend(sites.iter().map(|s| format!("{}:{}", s.provider, s.name)));
         } else if cfg.json {
             for s in &sites {
-                write_json(&mut json_buf, &t.shown, cfg.pid, s)?;
+                write_json(
+                    &mut json_buf,
+                    &t.shown,
+                    cfg.pid,
+                    s,
+                    declared_names(&probes, s),
+                )?;
                 out.write_all(&json_buf)?;
             }
         } else {
@@ -199,10 +205,28 @@ struct JsonSite<'a> {
     insn: SiteInsn,
     insn_bytes: &'a str,
     args_decoded: Vec<JsonArg<'a>>,
+    /// The argument names the probe's usdt-markers note declares.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    arg_names: &'a [String],
+}
+
+/// The argument names `probes` declares for `s` (usdt-markers' names note), if any.
+fn declared_names<'a>(probes: &'a ObjectProbes, s: &Site) -> &'a [String] {
+    probes
+        .arg_names
+        .iter()
+        .find(|(p, n, _)| *p == s.provider && *n == s.name)
+        .map_or(&[], |(_, _, names)| names.as_slice())
 }
 
 /// Replaces `buf` with one NDJSON line for `s`.
-fn write_json(buf: &mut Vec<u8>, path: &str, pid: Option<u32>, s: &Site) -> io::Result<()> {
+fn write_json(
+    buf: &mut Vec<u8>,
+    path: &str,
+    pid: Option<u32>,
+    s: &Site,
+    arg_names: &[String],
+) -> io::Result<()> {
     buf.clear();
     let rec = JsonSite {
         path,
@@ -231,6 +255,7 @@ fn write_json(buf: &mut Vec<u8>, path: &str, pid: Option<u32>, s: &Site) -> io::
                 struct_size: a.struct_size,
             })
             .collect(),
+        arg_names,
     };
     serde_json::to_writer(&mut *buf, &rec).map_err(io::Error::from)?;
     buf.push(b'\n');
@@ -335,10 +360,14 @@ fn write_text(
         .min(28);
     for ((s, r), raws) in sites.iter().zip(&rows).zip(&raws) {
         line(out, [&r[0], &r[1], &r[2], &r[3], &r[4]])?;
+        let names = declared_names(probes, s);
         for (i, (a, raw)) in s.args.iter().zip(raws).enumerate() {
             let mut l = format!("      arg{i:<2} ");
             pad_right(&mut l, raw, raw_w);
-            writeln!(out, "{l} -> {}", clean(&describe_arg(a)))?;
+            match names.get(i) {
+                Some(n) => writeln!(out, "{l} -> {}  ({})", clean(&describe_arg(a)), clean(n))?,
+                None => writeln!(out, "{l} -> {}", clean(&describe_arg(a)))?,
+            }
         }
     }
     Ok(())

@@ -14,12 +14,12 @@
 
 use crate::argspec::{ArgLoc, ArgSpec};
 use crate::elf::{ObjectProbes, SiteInsn, SiteKind};
-use crate::output::{ArgFmt, PairInfo, Record, SiteInfo, View};
+use crate::output::{ArgFmt, PairInfo, Record, SiteInfo, StrArg, View};
 use crate::pattern::Pattern;
 use crate::spans::{self, ProbeName, ProbeRef, Role, SpanError, SpanRule, StrRule};
 use std::collections::BTreeSet;
 use usdt_trace_common::{
-    ArgDesc, ArgKind, SiteRole, SiteSpec, ID_NONE, MAX_ARGS, REG_NONE, STR_NONE, STR_SIZED,
+    ArgDesc, ArgKind, SiteRole, SiteSpec, StrDesc, ID_NONE, MAX_ARGS, MAX_STRS, REG_NONE, STR_NONE,
 };
 
 /// Where one uprobe goes in one file.
@@ -50,6 +50,8 @@ pub struct PlanOptions<'a> {
     pub patterns: &'a [Pattern],
     pub spans: &'a [SpanRule],
     pub strs: &'a [StrRule],
+    /// `--args`: names for the arguments of the probes they match.
+    pub names: &'a [ArgNames],
     /// Pair probes by naming convention (`X__start`/`X__end`, ...).
     pub auto_span: bool,
     /// The running kernel turns a uprobe on a 5-byte nop into a call
@@ -63,8 +65,54 @@ pub enum PlanError {
     NoMatch { patterns: String, targets: String },
     #[error(transparent)]
     Span(#[from] SpanError),
-    #[error("--str: span {0} would capture a string at its start and at its end; a span carries one string")]
-    StrBothEnds(String),
+    #[error("--str: {what} would capture {n} strings; a record carries at most {max} (start and end strings of a span together)")]
+    StrTooMany { what: String, n: usize, max: usize },
+    #[error("--args '{0}': expected PROBE=NAME,NAME,..., e.g. request__start=id,parent,req (names are letters, digits and _)")]
+    BadArgs(String),
+    #[error("--args '{0}': no traced probe matches")]
+    ArgsMatchNothing(String),
+    #[error("--args '{spec}': {names} names for {probe}, which has {nargs} argument{}", if *nargs == 1 { "" } else { "s" })]
+    ArgsTooMany {
+        spec: String,
+        probe: String,
+        names: usize,
+        nargs: usize,
+    },
+}
+
+/// `--args PROBE=NAME,...`: what the arguments of the matching probes are called in the output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArgNames {
+    pub probe: Pattern,
+    pub names: Vec<String>,
+    /// The rule as given, for error messages.
+    pub spec: String,
+}
+
+impl ArgNames {
+    pub fn parse(s: &str) -> Result<ArgNames, PlanError> {
+        let bad = || PlanError::BadArgs(s.to_string());
+        let (probe, list) = s.split_once('=').ok_or_else(bad)?;
+        if probe.is_empty() {
+            return Err(bad());
+        }
+        let names: Vec<String> = list.split(',').map(|n| n.trim().to_string()).collect();
+        // Names become JSON keys and `jq` paths: keep them plain identifiers.
+        let ident = |n: &str| {
+            n.chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        if names.is_empty() || names.len() > MAX_ARGS || !names.iter().all(|n| ident(n)) {
+            return Err(bad());
+        }
+        Ok(ArgNames {
+            probe: Pattern::parse(probe).map_err(|_| bad())?,
+            names,
+            spec: s.to_string(),
+        })
+    }
 }
 
 /// Everything decided before attaching; indexed by cookie.
@@ -125,10 +173,29 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         });
     }
     let site = |(oi, si): (usize, usize)| &objects[oi].1.sites[si];
-    let str_args = string_args(
-        &chosen.iter().map(|&c| site(c)).collect::<Vec<_>>(),
-        opts.strs,
-    )?;
+    let chosen_sites = chosen.iter().map(|&c| site(c)).collect::<Vec<_>>();
+    let str_args = string_args(&chosen_sites, opts.strs)?;
+    let mut arg_names = arg_names(&chosen_sites, opts.names)?;
+    // Names the probe's own usdt-markers notes declare, where no --args rule named it.
+    for (names, &(oi, si)) in arg_names.iter_mut().zip(&chosen) {
+        let s = &objects[oi].1.sites[si];
+        let declared = objects[oi]
+            .1
+            .arg_names
+            .iter()
+            .find(|(p, n, _)| *p == s.provider && *n == s.name);
+        if let Some((_, _, d)) = declared {
+            if names.is_empty()
+                && d.len() <= s.args.len()
+                && !opts
+                    .names
+                    .iter()
+                    .any(|r| r.probe.matches(&s.provider, &s.name))
+            {
+                *names = d.clone();
+            }
+        }
+    }
 
     // Roles: which probes open and close spans.
     let names: Vec<ProbeName> = chosen
@@ -203,12 +270,15 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
                 .into());
             }
         }
-        let str_arg = str_args[cookie];
-        let (offset, pc) = attach_at(s, opts.optimize);
-        let mut spec = site_spec(&s.args, pc, role, key, str_arg);
-        if s.kind.is_go() && spec.str_arg != STR_NONE {
-            spec.str_arg |= STR_SIZED;
+        if str_args[cookie].len() > MAX_STRS {
+            return Err(PlanError::StrTooMany {
+                what: format!("{}:{}", s.provider, s.name),
+                n: str_args[cookie].len(),
+                max: MAX_STRS,
+            });
         }
+        let (offset, pc) = attach_at(s, opts.optimize);
+        let mut spec = site_spec(&s.args, pc, role, key, &str_args[cookie]);
         if role == Role::Event {
             if let Some(m) = poll_role(&roles, &poll_spans, &s.provider, &s.name, &s.args) {
                 (spec.role, spec.pair_id, spec.id_arg) = m;
@@ -219,7 +289,8 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             provider: s.provider.clone(),
             name: s.name.clone(),
             args: s.args.iter().map(arg_fmt).collect(),
-            str_arg,
+            strs: Vec::new(),
+            names: arg_names[cookie].clone(),
             pair,
         });
         let point = AttachPoint {
@@ -243,17 +314,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         .map(|(o, s)| (o, s.file_offset))
         .collect::<BTreeSet<_>>()
         .len();
-    // A span carries one string, read at its start or else at its end.
-    for (pid, p) in plan.pairs.iter().enumerate() {
-        let has = |start: bool| {
-            plan.sites.iter().any(|s| {
-                s.pair == Some(pid as u32) && s.str_arg.is_some() && (s.name == p.start) == start
-            })
-        };
-        if has(true) && has(false) {
-            return Err(PlanError::StrBothEnds(format!("{}:{}", p.provider, p.stem)));
-        }
-    }
+    assign_str_slots(&mut plan)?;
     Ok(plan)
 }
 
@@ -311,14 +372,24 @@ fn poll_role(
     Some((role, id as u32, 0))
 }
 
-/// Per chosen site, the argument read as a string. A rule must match some traced probe and
-/// name, at each probe it matches, an argument that is there and address-sized: anything else
-/// is an error rather than a rule quietly ignored (or a number quietly printed as null).
+/// One argument read as a string: which, and which argument holds its length (None:
+/// NUL-terminated).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StrCapture {
+    pub arg: usize,
+    pub len_arg: Option<usize>,
+}
+
+/// Per chosen site, the arguments read as strings, in rule order. A rule must match some
+/// traced probe and name, at each probe it matches, an argument that is there and
+/// address-sized (and a length argument that is there): anything else is an error rather
+/// than a rule quietly ignored (or a number quietly printed as null). A bad rule is an error
+/// even when another rule is good.
 fn string_args(
     sites: &[&crate::elf::Site],
     rules: &[StrRule],
-) -> Result<Vec<Option<usize>>, SpanError> {
-    let mut out = vec![None; sites.len()];
+) -> Result<Vec<Vec<StrCapture>>, SpanError> {
+    let mut out = vec![Vec::new(); sites.len()];
     for r in rules {
         let mut matched = false;
         for (i, s) in sites.iter().enumerate() {
@@ -368,15 +439,43 @@ fn string_args(
                     what,
                 });
             }
-            match out[i] {
-                Some(other) if other != r.index => {
+            let len_arg = match r.len_arg {
+                Some(m) => {
+                    match s.args.get(m) {
+                        Some(l) if l.readable() && m != r.index => {}
+                        other => {
+                            let what = match other {
+                                None => format!("missing ({} has {})", probe, s.args.len()),
+                                Some(_) if m == r.index => "the string's own pointer".into(),
+                                Some(_) => "unreadable".into(),
+                            };
+                            return Err(SpanError::StrLenArg {
+                                spec: r.spec.clone(),
+                                probe,
+                                len: m,
+                                what,
+                            });
+                        }
+                    }
+                    Some(m)
+                }
+                None if s.kind.is_go() => Some(r.index + 1),
+                None => None,
+            };
+            let cap = StrCapture {
+                arg: r.index,
+                len_arg,
+            };
+            match out[i].iter().find(|c: &&StrCapture| c.arg == r.index) {
+                Some(c) if *c != cap => {
                     return Err(SpanError::StrTwice {
                         spec: r.spec.clone(),
                         probe,
-                        other,
+                        index: r.index,
                     })
                 }
-                _ => out[i] = Some(r.index),
+                Some(_) => {}
+                None => out[i].push(cap),
             }
         }
         if !matched {
@@ -384,6 +483,93 @@ fn string_args(
         }
     }
     Ok(out)
+}
+
+/// Per chosen site, the names of its arguments (`--args`; a later rule wins). A rule must
+/// match some traced probe and name no more arguments than each probe it matches has.
+fn arg_names(
+    sites: &[&crate::elf::Site],
+    rules: &[ArgNames],
+) -> Result<Vec<Vec<String>>, PlanError> {
+    let mut out = vec![Vec::new(); sites.len()];
+    for r in rules {
+        let mut matched = false;
+        for (i, s) in sites.iter().enumerate() {
+            if !r.probe.matches(&s.provider, &s.name) {
+                continue;
+            }
+            matched = true;
+            if r.names.len() > s.args.len() {
+                return Err(PlanError::ArgsTooMany {
+                    spec: r.spec.clone(),
+                    probe: format!("{}:{}", s.provider, s.name),
+                    names: r.names.len(),
+                    nargs: s.args.len(),
+                });
+            }
+            out[i] = r.names.clone();
+        }
+        if !matched {
+            return Err(PlanError::ArgsMatchNothing(r.spec.clone()));
+        }
+    }
+    Ok(out)
+}
+
+/// Gives each string capture its slot in the record's strings: an event's and a span start's
+/// from 0, a span end's after the most any start of its span takes, so a span's start and end
+/// strings all reach its one record. More than `MAX_STRS` in one record is an error.
+fn assign_str_slots(plan: &mut Plan) -> Result<(), PlanError> {
+    let start_n = |plan: &Plan, pair: u32| {
+        plan.specs
+            .iter()
+            .zip(&plan.sites)
+            .filter(|(sp, si)| si.pair == Some(pair) && sp.role == SiteRole::START)
+            .map(|(sp, _)| sp.nstrs as usize)
+            .max()
+            .unwrap_or(0)
+    };
+    for cookie in 0..plan.specs.len() {
+        let spec = plan.specs[cookie];
+        let n = spec.nstrs as usize;
+        if n == 0 {
+            continue;
+        }
+        let site = &plan.sites[cookie];
+        let (base, what) = match (spec.role, site.pair) {
+            (SiteRole::END, Some(p)) => {
+                let pi = &plan.pairs[p as usize];
+                (
+                    start_n(plan, p),
+                    format!("span {}:{}", pi.provider, pi.stem),
+                )
+            }
+            (SiteRole::START, Some(p)) => {
+                let pi = &plan.pairs[p as usize];
+                (0, format!("span {}:{}", pi.provider, pi.stem))
+            }
+            _ => (0, format!("{}:{}", site.provider, site.name)),
+        };
+        if base + n > MAX_STRS {
+            return Err(PlanError::StrTooMany {
+                what,
+                n: base + n,
+                max: MAX_STRS,
+            });
+        }
+        let spec = &mut plan.specs[cookie];
+        let mut strs = Vec::with_capacity(n);
+        for (k, d) in spec.strs.iter_mut().take(n).enumerate() {
+            d.slot = (base + k) as u8;
+            strs.push(StrArg {
+                arg: d.arg as usize,
+                slot: base + k,
+                len_arg: (d.len_arg != STR_NONE).then_some(d.len_arg as usize),
+            });
+        }
+        plan.sites[cookie].strs = strs;
+    }
+    Ok(())
 }
 
 fn arg_fmt(a: &ArgSpec) -> ArgFmt {
@@ -421,11 +607,12 @@ impl Plan {
     /// malformed record, counted as lost by the caller).
     pub fn resolve<'a>(&'a self, rec: Record<'a>) -> Option<View<'a>> {
         match rec {
-            Record::Event(r) => Some(View::Event {
+            Record::Event(r, strs) => Some(View::Event {
                 site: self.sites.get(r.hdr.site as usize)?,
                 rec: r,
+                strs,
             }),
-            Record::Span(r) => {
+            Record::Span(r, strs) => {
                 let end = self.sites.get(r.hdr.site as usize)?;
                 let start = self.sites.get(r.start_site as usize)?;
                 let pair = self.pairs.get(end.pair? as usize)?;
@@ -434,11 +621,12 @@ impl Plan {
                     start,
                     end,
                     rec: r,
+                    strs,
                     stack: None,
                 })
             }
             // Paired with their span by the reader, never resolved alone.
-            Record::Stack(_) => None,
+            Record::Strs(_) | Record::Stack(_) => None,
         }
     }
 }
@@ -518,18 +706,19 @@ pub fn site_spec(
     pc: u64,
     role: Role,
     key: Option<u8>,
-    str_arg: Option<usize>,
+    strs: &[StrCapture],
 ) -> SiteSpec {
     let mut spec = SiteSpec {
         pair_id: 0,
         role: SiteRole::EVENT,
         id_arg: ID_NONE,
         nargs: args.len().min(MAX_ARGS) as u8,
-        str_arg: STR_NONE,
+        nstrs: 0,
         args: [ArgDesc {
             kind: ArgKind::NONE,
             ..Default::default()
         }; MAX_ARGS],
+        strs: [StrDesc::NONE; MAX_STRS],
     };
     match role {
         Role::Event => {}
@@ -547,9 +736,20 @@ pub fn site_spec(
             spec.id_arg = k;
         }
     }
-    if let Some(i) = str_arg.filter(|&i| i < args.len() && args[i].readable() && args[i].size == 8)
-    {
-        spec.str_arg = i as u8;
+    // Slots are given once every site's role is known (`assign_str_slots`); beyond
+    // MAX_STRS that step reports the error, so the extra ones are simply not kept here.
+    let ok = |i: usize| i < args.len() && args[i].readable();
+    let keep = strs
+        .iter()
+        .filter(|c| ok(c.arg) && args[c.arg].size == 8 && c.len_arg.is_none_or(ok));
+    for (d, c) in spec.strs.iter_mut().zip(keep) {
+        *d = StrDesc {
+            arg: c.arg as u8,
+            len_arg: c.len_arg.map_or(STR_NONE, |l| l as u8),
+            slot: 0,
+            _pad: 0,
+        };
+        spec.nstrs += 1;
     }
     for (d, a) in spec.args.iter_mut().zip(args) {
         *d = arg_desc(a, pc);
@@ -586,7 +786,20 @@ mod tests {
     use super::*;
     use crate::argspec::{parse_arg, Arch};
     use crate::elf::{Site, SiteInsn};
-    use usdt_trace_common::{Acct, EventRecord, RecordHeader, RecordKind, SpanRecord, STR_LEN};
+    use usdt_trace_common::{Acct, EventRecord, RecordHeader, RecordKind, SpanRecord};
+
+    /// A site's strings as (argument, slot), for the printers.
+    fn ustrs(s: &SiteInfo) -> Vec<(usize, usize)> {
+        s.strs.iter().map(|c| (c.arg, c.slot)).collect()
+    }
+
+    /// A spec's strings as (argument, length argument, slot), for the kernel.
+    fn kstrs(s: &SiteSpec) -> Vec<(u8, u8, u8)> {
+        s.strs[..s.nstrs as usize]
+            .iter()
+            .map(|d| (d.arg, d.len_arg, d.slot))
+            .collect()
+    }
 
     fn site(provider: &str, name: &str, off: u64, sema: Option<u64>, args: &[&str]) -> Site {
         Site {
@@ -637,6 +850,7 @@ mod tests {
             patterns,
             spans: &[],
             strs,
+            names: &[],
             auto_span: true,
             optimize: false,
         }
@@ -685,10 +899,10 @@ mod tests {
         assert_eq!(plan.sites[0].pair, Some(0));
         assert_eq!(plan.sites[2].pair, None);
         // The string rule reaches the kernel and the printer alike.
-        assert_eq!(plan.specs[0].str_arg, 0);
-        assert_eq!(plan.sites[0].str_arg, Some(0));
-        assert_eq!(plan.specs[1].str_arg, STR_NONE);
-        assert_eq!(plan.sites[1].str_arg, None);
+        assert_eq!(kstrs(&plan.specs[0]), [(0, STR_NONE, 0)]);
+        assert_eq!(ustrs(&plan.sites[0]), [(0, 0)]);
+        assert_eq!(kstrs(&plan.specs[1]), []);
+        assert_eq!(ustrs(&plan.sites[1]), []);
         assert_eq!(plan.sites[0].args, vec![ArgFmt::Unsigned, ArgFmt::Signed]);
         assert_eq!(plan.sites[2].args[1], ArgFmt::Unreadable);
         assert_eq!(plan.specs[2].args[1].kind, ArgKind::UNSUPPORTED);
@@ -763,7 +977,7 @@ mod tests {
             StrRule::parse("query__start:0").unwrap(),
         ];
         let plan = build(&[("a", &a)], &opts(&[], &strs)).unwrap();
-        assert_eq!(plan.sites[0].str_arg, Some(0));
+        assert_eq!(ustrs(&plan.sites[0]), [(0, 0)]);
     }
 
     #[test]
@@ -797,12 +1011,11 @@ mod tests {
         };
         let ev = EventRecord {
             hdr: hdr(RecordKind::EVENT, 2),
-            str_len: 0,
+            has_strs: 0,
             _pad: 0,
             args: [0; MAX_ARGS],
-            str: [0; STR_LEN],
         };
-        match plan.resolve(Record::Event(&ev)) {
+        match plan.resolve(Record::Event(&ev, None)) {
             Some(View::Event { site, .. }) => assert_eq!(site.name, "tick"),
             _ => panic!("event not resolved"),
         }
@@ -810,7 +1023,7 @@ mod tests {
             hdr: hdr(RecordKind::EVENT, 99),
             ..ev
         };
-        assert!(plan.resolve(Record::Event(&bad)).is_none());
+        assert!(plan.resolve(Record::Event(&bad, None)).is_none());
         let mut sp = SpanRecord {
             hdr: hdr(RecordKind::SPAN, 1),
             start_site: 0,
@@ -820,17 +1033,16 @@ mod tests {
             acct_valid: 0,
             waker_pid: 0,
             waker_tid: 0,
-            str_len: 0,
+            has_strs: 0,
             longest_off_ns: 0,
             waker_comm: [0; 16],
             args: [0; MAX_ARGS],
             end_args: [0; MAX_ARGS],
-            str: [0; STR_LEN],
             idle_ns: 0,
             polls: 0,
             threads: 0,
         };
-        match plan.resolve(Record::Span(&sp)) {
+        match plan.resolve(Record::Span(&sp, None)) {
             Some(View::Span {
                 pair, start, end, ..
             }) => {
@@ -844,7 +1056,7 @@ mod tests {
         }
         // A span record whose end site is an event site names no span.
         sp.hdr.site = 2;
-        assert!(plan.resolve(Record::Span(&sp)).is_none());
+        assert!(plan.resolve(Record::Span(&sp, None)).is_none());
     }
 
     #[test]
@@ -998,10 +1210,10 @@ mod tests {
             // The return value is the end's argument 0, and the string read there.
             assert_eq!(plan.specs[1].args[0].kind, ArgKind::REG);
             assert_eq!(
-                (plan.sites[0].str_arg, plan.sites[1].str_arg),
-                (None, Some(0))
+                (ustrs(&plan.sites[0]), ustrs(&plan.sites[1])),
+                (vec![], vec![(0, 0)])
             );
-            assert_eq!(plan.specs[1].str_arg, 0);
+            assert_eq!(kstrs(&plan.specs[1]), [(0, STR_NONE, 0)]);
             let pts = &plan.objects[0].points;
             assert_eq!(
                 pts.iter().map(|p| (p.offset, p.ret)).collect::<Vec<_>>(),
@@ -1025,8 +1237,8 @@ mod tests {
         let strs = [StrRule::parse("fn:readline:1").unwrap()];
         let plan = build(&[("bash", &o)], &opts(&[], &strs)).unwrap();
         assert_eq!(
-            (plan.sites[0].str_arg, plan.sites[1].str_arg),
-            (Some(1), None)
+            (ustrs(&plan.sites[0]), ustrs(&plan.sites[1])),
+            (vec![(1, 0)], vec![])
         );
         let strs = [StrRule::parse("app:readline:ret").unwrap()];
         let e = build(&[("bash", &o)], &opts(&[], &strs)).unwrap_err();
@@ -1042,8 +1254,8 @@ mod tests {
         go.sites[1].kind = SiteKind::FnRetInsn;
         let strs = [StrRule::parse("fn:main.f:0").unwrap()];
         let plan = build(&[("srv", &go)], &opts(&[], &strs)).unwrap();
-        assert_eq!(plan.specs[0].str_arg, STR_SIZED);
-        assert_eq!(plan.sites[0].str_arg, Some(0));
+        assert_eq!(kstrs(&plan.specs[0]), [(0, 1, 0)]);
+        assert_eq!(ustrs(&plan.sites[0]), [(0, 0)]);
         let strs = [StrRule::parse("fn:main.f:1").unwrap()];
         let e = build(&[("srv", &go)], &opts(&[], &strs)).unwrap_err();
         assert!(e.to_string().contains("the last Go register"), "{e}");
@@ -1053,15 +1265,92 @@ mod tests {
             (SiteRole::START, SiteRole::END)
         );
         assert!(!plan.objects[0].points[1].ret, "never a return probe in Go");
-        // One string per span.
-        let strs = [
+        // Strings at both ends of one span: the end's take the slots after the start's.
+        let rules = [
             StrRule::parse("fn:readline:0").unwrap(),
             StrRule::parse("fn:readline:ret").unwrap(),
         ];
-        let e = build(&[("bash", &o)], &opts(&[], &strs)).unwrap_err();
-        assert!(
-            matches!(e, PlanError::StrBothEnds(ref s) if s == "fn:readline"),
-            "{e}"
+        let plan = build(&[("bash", &o)], &opts(&[], &rules)).unwrap();
+        assert_eq!(
+            (ustrs(&plan.sites[0]), ustrs(&plan.sites[1])),
+            (vec![(0, 0)], vec![(0, 1)])
         );
+        assert_eq!(kstrs(&plan.specs[1]), [(0, STR_NONE, 1)]);
+    }
+
+    #[test]
+    fn several_strings_get_slots_start_first_and_too_many_are_an_error() {
+        let (a, _) = objects();
+        let rule = |r: &str| StrRule::parse(r).unwrap();
+        // The same rule twice is one capture; a different length for it is an error.
+        let strs = [rule("query__start:0"), rule("*start:0")];
+        let plan = build(&[("a", &a)], &opts(&[], &strs)).unwrap();
+        assert_eq!(ustrs(&plan.sites[0]), [(0, 0)]);
+        let strs = [rule("query__start:0"), rule("query__start:0:len=1")];
+        let e = build(&[("a", &a)], &opts(&[], &strs)).unwrap_err();
+        assert!(e.to_string().contains("different length"), "{e}");
+        // len= names the length's argument; it must be there.
+        let strs = [rule("query__start:0:len=1")];
+        let plan = build(&[("a", &a)], &opts(&[], &strs)).unwrap();
+        assert_eq!(kstrs(&plan.specs[0]), [(0, 1, 0)]);
+        assert_eq!(plan.sites[0].strs[0].len_arg, Some(1));
+        let strs = [rule("query__start:0:len=5")];
+        let e = build(&[("a", &a)], &opts(&[], &strs)).unwrap_err();
+        assert!(e.to_string().contains("length argument 5"), "{e}");
+    }
+
+    #[test]
+    fn more_than_four_strings_in_one_record_is_an_error() {
+        let mut o = ObjectProbes::default();
+        let p = ["8@%rdi", "8@%rsi", "8@%rdx", "8@%rcx", "8@%r8"];
+        o.sites.push(site("app", "req__start", 0x10, None, &p));
+        o.sites.push(site("app", "req__end", 0x20, None, &p));
+        let rule = |r: &str| StrRule::parse(r).unwrap();
+        let mut four: Vec<StrRule> = [0, 1, 2].map(|i| rule(&format!("req__start:{i}"))).to_vec();
+        four.push(rule("req__end:4"));
+        let plan = build(&[("a", &o)], &opts(&[], &four)).unwrap();
+        assert_eq!(ustrs(&plan.sites[0]), [(0, 0), (1, 1), (2, 2)]);
+        assert_eq!(
+            ustrs(&plan.sites[1]),
+            [(4, 3)],
+            "the end's after the start's"
+        );
+        assert_eq!(kstrs(&plan.specs[1]), [(4, STR_NONE, 3)]);
+        let mut five = four.clone();
+        five.push(rule("req__start:3"));
+        let e = build(&[("a", &o)], &opts(&[], &five)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--str: span app:req would capture 5 strings; a record carries at most 4 (start and end strings of a span together)"
+        );
+    }
+
+    #[test]
+    fn argument_names_reach_the_printers_and_bad_rules_are_errors() {
+        let (a, _) = objects();
+        let names = [ArgNames::parse("query__start=q,n").unwrap()];
+        let o = PlanOptions {
+            names: &names,
+            ..opts(&[], &[])
+        };
+        let plan = build(&[("a", &a)], &o).unwrap();
+        assert_eq!(plan.sites[0].names, ["q", "n"]);
+        assert!(plan.sites[1].names.is_empty());
+        let err = |r: &str| {
+            let names = [ArgNames::parse(r).unwrap()];
+            let o = PlanOptions {
+                names: &names,
+                ..opts(&[], &[])
+            };
+            build(&[("a", &a)], &o).unwrap_err().to_string()
+        };
+        assert_eq!(
+            err("query__done=a,b"),
+            "--args 'query__done=a,b': 2 names for app:query__done, which has 1 argument"
+        );
+        assert_eq!(err("nope=a"), "--args 'nope=a': no traced probe matches");
+        for bad in ["x", "=a", "x=", "x=a,,b", "x=1a", "x=a-b"] {
+            assert!(ArgNames::parse(bad).is_err(), "{bad}");
+        }
     }
 }

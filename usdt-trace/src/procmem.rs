@@ -60,6 +60,31 @@ pub fn read_process_string(pid: u32, addr: u64, max: usize) -> io::Result<Vec<u8
     Ok(out)
 }
 
+/// Exactly `n` bytes at `addr` in process `pid` (a length-delimited string), or fewer when the
+/// rest is unreadable; an error when not even the first byte is.
+pub fn read_process_bytes(pid: u32, addr: u64, n: usize) -> io::Result<Vec<u8>> {
+    let page = page_size();
+    let mut out = vec![0u8; n];
+    let mut done = 0;
+    while done < n {
+        let at = addr.wrapping_add(done as u64);
+        let want = usize::try_from(page - at % page)
+            .unwrap_or(usize::MAX)
+            .min(n - done);
+        match read_at(pid, at, &mut out[done..done + want]) {
+            Ok(got) if got == want => done += got,
+            Ok(got) => {
+                done += got;
+                break;
+            }
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    out.truncate(done);
+    Ok(out)
+}
+
 /// One `process_vm_readv` into `buf` (which never spans a page of the target).
 fn read_at(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
     let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
@@ -96,6 +121,11 @@ mod tests {
         assert_eq!(read_process_string(me(), a, 127).unwrap(), b"hello, world");
         assert_eq!(read_process_string(me(), a, 5).unwrap(), b"hello");
         assert_eq!(read_process_string(me(), a, 0).unwrap(), b"");
+        // Sized: NULs are bytes like any other.
+        assert_eq!(
+            read_process_bytes(me(), a, 14).unwrap(),
+            b"hello, world\0a"[..]
+        );
         let heap = b"on the heap\0".to_vec();
         assert_eq!(
             read_process_string(me(), heap.as_ptr() as u64, 64).unwrap(),

@@ -92,7 +92,7 @@ impl ProbeRef {
 pub enum SpanError {
     #[error("--span '{0}': expected START=END, e.g. query__start=query__done")]
     BadRule(String),
-    #[error("--str '{0}': expected PROBE:N, e.g. postgresql:query__start:0")]
+    #[error("--str '{0}': expected PROBE:N or PROBE:N:len=M, e.g. postgresql:query__start:0")]
     BadStr(String),
     #[error("--str '{0}': no traced probe matches")]
     StrMatchesNothing(String),
@@ -109,11 +109,18 @@ pub enum SpanError {
         index: usize,
         what: String,
     },
-    #[error("--str '{spec}': {probe} already captures argument {other} as a string; one string per probe for now")]
+    #[error("--str '{spec}': another --str rule already reads argument {index} of {probe} with a different length")]
     StrTwice {
         spec: String,
         probe: String,
-        other: usize,
+        index: usize,
+    },
+    #[error("--str '{spec}': the length argument {len} of {probe} is {what}")]
+    StrLenArg {
+        spec: String,
+        probe: String,
+        len: usize,
+        what: String,
     },
     #[error("--str '{spec}': argument index {index} is out of range (0..{max})")]
     StrIndex {
@@ -163,6 +170,8 @@ impl SpanRule {
 pub struct StrRule {
     pub probe: crate::pattern::Pattern,
     pub index: usize,
+    /// `:len=M`: the string is exactly argument M bytes long, not NUL-terminated.
+    pub len_arg: Option<usize>,
     /// `:ret`: the return value of a function probe (its return site's argument 0).
     pub ret: bool,
     /// The rule as given, for error messages.
@@ -172,7 +181,20 @@ pub struct StrRule {
 impl StrRule {
     pub fn parse(s: &str) -> Result<StrRule, SpanError> {
         let bad = || SpanError::BadStr(s.to_string());
-        let (probe, n) = s.rsplit_once(':').ok_or_else(bad)?;
+        let (mut probe, mut n) = s.rsplit_once(':').ok_or_else(bad)?;
+        let mut len_arg = None;
+        if let Some(m) = n.strip_prefix("len=") {
+            let m: usize = m.parse().map_err(|_| bad())?;
+            if m >= MAX_ARGS {
+                return Err(SpanError::StrIndex {
+                    spec: s.to_string(),
+                    index: m,
+                    max: MAX_ARGS,
+                });
+            }
+            len_arg = Some(m);
+            (probe, n) = probe.rsplit_once(':').ok_or_else(bad)?;
+        }
         let ret = n == "ret";
         let index: usize = if ret {
             0
@@ -192,6 +214,7 @@ impl StrRule {
         Ok(StrRule {
             probe: crate::pattern::Pattern::parse(probe).map_err(|_| bad())?,
             index,
+            len_arg,
             ret,
             spec: s.to_string(),
         })
@@ -483,6 +506,17 @@ mod tests {
             Err(SpanError::StrIndex { index: 12, .. })
         ));
         assert!(StrRule::parse("p:n:x").is_err());
+        let r = StrRule::parse("hotspot:class__loaded:0:len=1").unwrap();
+        assert_eq!((r.index, r.len_arg), (0, Some(1)));
+        assert!(r.probe.matches("hotspot", "class__loaded"));
+        assert_eq!(StrRule::parse("n:3").unwrap().len_arg, None);
+        assert!(StrRule::parse("n:0:len=x").is_err());
+        assert!(StrRule::parse("n:0:len=").is_err());
+        assert!(StrRule::parse("len=1").is_err());
+        assert!(matches!(
+            StrRule::parse("n:0:len=12"),
+            Err(SpanError::StrIndex { index: 12, .. })
+        ));
         assert!(StrRule::parse("n:3").unwrap().probe.matches("any", "n"));
     }
 

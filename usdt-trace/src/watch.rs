@@ -27,7 +27,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use usdt_trace_common::{Hist, HIST_COMPONENTS};
+use usdt_trace_common::{Hist, StrSet, HIST_COMPONENTS};
 
 /// Validated `watch` settings (built by `cli`).
 #[derive(Debug, Clone)]
@@ -41,6 +41,10 @@ pub struct WatchConfig {
     pub patterns: Vec<Pattern>,
     pub spans: Vec<SpanRule>,
     pub strs: Vec<StrRule>,
+    /// `--str-max`: bytes kept of each string.
+    pub str_max: u32,
+    /// `--args`: argument names.
+    pub names: Vec<plan::ArgNames>,
     pub auto_span: bool,
     pub hist: bool,
     pub interval: Option<Duration>,
@@ -108,6 +112,7 @@ impl WatchConfig {
             patterns: &self.patterns,
             spans: &self.spans,
             strs: &self.strs,
+            names: &self.names,
             auto_span: self.auto_span,
             optimize: crate::tracer::features::uprobe_optimize().is_yes(),
         }
@@ -504,6 +509,10 @@ struct Reader {
     /// Grows while tracing when probes are attached late ([`crate::late`]).
     plan: Plan,
     sinks: Fanout,
+    /// `--str-max`, for strings read late.
+    str_max: usize,
+    /// Strings records waiting for their event or span.
+    strs: output::decode::StrJoin,
     /// Records that did not decode or named no known site.
     bad_records: u64,
     /// With `--interval`: the cumulative histograms at the last block, and when it was.
@@ -620,25 +629,69 @@ struct Agg {
 const LATE_READS_PER_BATCH: usize = 256;
 
 /// The kernel reads strings without faulting pages in, so a string on a page the process never
-/// touched (a literal in `.rodata`) comes back empty. Read it from the live process instead, and
-/// mark it as read late. Returns the patched string buffer and length.
-fn read_late(
-    pid: u32,
-    site: &output::SiteInfo,
-    args: &[u64; usdt_trace_common::MAX_ARGS],
-    str_len: u32,
-) -> Option<([u8; usdt_trace_common::STR_LEN], u32)> {
-    let i = site.str_arg?;
-    let addr = *args.get(i)?;
-    if str_len != 0 || addr == 0 {
+/// touched (a literal in `.rodata`) comes back as a fault. Read such strings from the live
+/// process instead, into a copy of the record's strings marked as read late. None when no
+/// string needs it (or none could be read).
+fn read_late(v: &View, str_max: usize, budget: &mut usize) -> Option<Box<StrSet>> {
+    use usdt_trace_common::{STRS_FAULT, STRS_LATE, STRS_LATE_CUT, STR_MAX_CAP};
+    let (pid, strs, sides) = match *v {
+        View::Event {
+            site,
+            rec,
+            strs: Some(strs),
+        } => (rec.hdr.pid, strs, [(site, &rec.args), (site, &rec.args)]),
+        View::Span {
+            start,
+            end,
+            rec,
+            strs: Some(strs),
+            ..
+        } => (
+            rec.hdr.pid,
+            strs,
+            [(start, &rec.args), (end, &rec.end_args)],
+        ),
+        _ => return None,
+    };
+    if !strs.state.contains(&STRS_FAULT) {
         return None;
     }
-    let max = usdt_trace_common::STR_LEN - 1;
-    let bytes = crate::procmem::read_process_string(pid, addr, max).ok()?;
-    let mut buf = [0u8; usdt_trace_common::STR_LEN];
-    let n = bytes.len().min(max);
-    buf[..n].copy_from_slice(&bytes[..n]);
-    Some((buf, (n as u32 + 1) | output::decode::STR_READ_LATE))
+    let max = str_max.min(STR_MAX_CAP);
+    let mut copy: Option<Box<StrSet>> = None;
+    for (site, args) in sides {
+        for sa in &site.strs {
+            if strs.state.get(sa.slot) != Some(&STRS_FAULT) || *budget == 0 {
+                continue;
+            }
+            let addr = args.get(sa.arg).copied().unwrap_or(0);
+            if addr == 0 {
+                continue;
+            }
+            *budget -= 1;
+            // One byte more than kept tells a cut string from one exactly `max` long.
+            let read = match sa.len_arg {
+                Some(l) => {
+                    let len = args.get(l).copied().unwrap_or(0);
+                    let n = usize::try_from(len).unwrap_or(usize::MAX).min(max + 1);
+                    crate::procmem::read_process_bytes(pid, addr, n)
+                }
+                None => crate::procmem::read_process_string(pid, addr, max + 1),
+            };
+            let Ok(bytes) = read else {
+                continue;
+            };
+            let c = copy.get_or_insert_with(|| Box::new(*strs));
+            let n = bytes.len().min(max);
+            c.data[sa.slot][..n].copy_from_slice(&bytes[..n]);
+            c.len[sa.slot] = n as u16;
+            c.state[sa.slot] = if bytes.len() > max {
+                STRS_LATE_CUT
+            } else {
+                STRS_LATE
+            };
+        }
+    }
+    copy
 }
 
 impl Reader {
@@ -646,11 +699,30 @@ impl Reader {
         let mut res = Ok(());
         let mut late_budget = LATE_READS_PER_BATCH;
         let n = tracer.poll(timeout, |bytes| {
-            let rec = output::decode(bytes);
-            if let (Some(output::Record::Stack(st)), Some(stacks)) = (&rec, self.stacks.as_mut()) {
-                stacks.add(st);
-                return;
-            }
+            // An event's or span's strings (and a span's stack) come just before it: held until
+            // it comes.
+            let held;
+            let rec = match output::decode(bytes) {
+                Some(output::Record::Strs(r)) => {
+                    self.strs.hold(r);
+                    return;
+                }
+                Some(output::Record::Stack(st)) => {
+                    if let Some(stacks) = self.stacks.as_mut() {
+                        stacks.add(st);
+                    }
+                    return;
+                }
+                Some(output::Record::Event(r, _)) if r.has_strs != 0 => {
+                    held = self.strs.take(&r.hdr);
+                    Some(output::Record::Event(r, held.as_deref().map(|h| &h.strs)))
+                }
+                Some(output::Record::Span(r, _)) if r.has_strs != 0 => {
+                    held = self.strs.take(&r.hdr);
+                    Some(output::Record::Span(r, held.as_deref().map(|h| &h.strs)))
+                }
+                other => other,
+            };
             let view = rec.and_then(|r| self.plan.resolve(r));
             let Some(mut v) = view else {
                 self.bad_records += 1;
@@ -679,41 +751,32 @@ impl Reader {
                 }
                 return;
             }
-            // A string the kernel could not read: patch a copy of the record.
-            match v {
-                View::Event { site, rec } if late_budget > 0 => {
-                    if let Some((s, len)) = read_late(rec.hdr.pid, site, &rec.args, rec.str_len) {
-                        late_budget -= 1;
-                        let mut copy = *rec;
-                        copy.str = s;
-                        copy.str_len = len;
-                        res = self.sinks.record(&View::Event { site, rec: &copy });
-                        return;
-                    }
-                }
-                View::Span {
-                    pair,
-                    start,
-                    end,
-                    rec,
-                    stack,
-                } if late_budget > 0 => {
-                    if let Some((s, len)) = read_late(rec.hdr.pid, start, &rec.args, rec.str_len) {
-                        late_budget -= 1;
-                        let mut copy = *rec;
-                        copy.str = s;
-                        copy.str_len = len;
-                        res = self.sinks.record(&View::Span {
-                            pair,
-                            start,
-                            end,
-                            rec: &copy,
-                            stack,
-                        });
-                        return;
-                    }
-                }
-                _ => {}
+            // Strings the kernel could not read: patch a copy of the record's strings.
+            if let Some(late) = read_late(&v, self.str_max, &mut late_budget) {
+                let v = match v {
+                    View::Event { site, rec, .. } => View::Event {
+                        site,
+                        rec,
+                        strs: Some(&late),
+                    },
+                    View::Span {
+                        pair,
+                        start,
+                        end,
+                        rec,
+                        stack,
+                        ..
+                    } => View::Span {
+                        pair,
+                        start,
+                        end,
+                        rec,
+                        strs: Some(&late),
+                        stack,
+                    },
+                };
+                res = self.sinks.record(&v);
+                return;
             }
             res = self.sinks.record(&v);
         })?;
@@ -934,6 +997,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         attach: cfg.attach,
         max_threads: cfg.max_threads,
         max_open_ids: cfg.max_open_ids,
+        str_max: cfg.str_max,
         min_ns: cfg
             .min
             .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64),
@@ -996,6 +1060,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let mut reader = Reader {
         plan,
         sinks,
+        str_max: cfg.str_max as usize,
+        strs: Default::default(),
         bad_records: 0,
         last: None,
         t0,
@@ -1032,6 +1098,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         patterns: &cfg.patterns,
         spans: &cfg.spans,
         strs: &cfg.strs,
+        names: &cfg.names,
         auto_span: cfg.auto_span,
         optimize: cfg.plan_options().optimize,
         filter: cfg.filter.as_ref(),

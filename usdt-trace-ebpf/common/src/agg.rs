@@ -3,8 +3,6 @@
 //! Kept apart from the span types so the aggregation can grow (more keys, several strings)
 //! without touching the records every other path uses.
 
-use crate::STR_LEN;
-
 /// `Config::flags`: `--count`: every hit is counted per site (and per `--by` key); nothing is
 /// paired and no record is made. High bits, apart from the core `CFG_*` flags.
 pub const CFG_AGG_COUNT: u32 = 1 << 16;
@@ -38,6 +36,10 @@ pub struct AggConfig {
     pub _pad: u32,
 }
 
+/// Bytes of a `--by str0` key, its NUL included: longer strings are keyed by their first
+/// `BY_STR_LEN - 1` bytes (a key is hashed whole, so it is kept short).
+pub const BY_STR_LEN: usize = 128;
+
 /// One `--by` key: a span name (histograms) or a site (counts), and the key's value.
 /// Unused bytes are zero, so equal keys hash equal.
 #[repr(C)]
@@ -49,7 +51,7 @@ pub struct ByKey {
     pub str_len: u32,
     /// The number (BY_ARG, BY_PID, BY_TID, BY_PROBE).
     pub val: u64,
-    pub str: [u8; STR_LEN],
+    pub str: [u8; BY_STR_LEN],
 }
 
 impl Default for ByKey {
@@ -58,7 +60,7 @@ impl Default for ByKey {
             id: 0,
             str_len: 0,
             val: 0,
-            str: [0; STR_LEN],
+            str: [0; BY_STR_LEN],
         }
     }
 }

@@ -20,8 +20,16 @@ pub mod regs;
 
 /// At most this many arguments per probe (the SDT format allows 12).
 pub const MAX_ARGS: usize = 12;
-/// Bytes captured for a `--str` argument, including the terminating NUL.
-pub const STR_LEN: usize = 128;
+/// Strings one record carries (`--str`): a span's start and end strings together, or an
+/// event's. Each has a slot of its own in [`StrSet`].
+pub const MAX_STRS: usize = 4;
+/// The largest `--str-max`: bytes kept of one string.
+pub const STR_MAX_CAP: usize = 1024;
+/// `--str-max` when none is given.
+pub const STR_MAX_DEFAULT: usize = 256;
+/// Bytes of one string slot: `STR_MAX_CAP` kept, plus room to read one byte more (and the
+/// helper's NUL), which is how a cut string is told from one exactly `--str-max` long.
+pub const STR_SLOT: usize = STR_MAX_CAP + 8;
 /// Nesting depth of the per-thread span stack. Deeper starts are dropped and counted
 /// (`CNT_DEPTH_START`); the thread keeps counting how deep it is past the stack
 /// (`ThreadState::overflow`), so their ends are dropped too instead of closing an outer frame.
@@ -29,8 +37,8 @@ pub const STR_LEN: usize = 128;
 /// The frames live inline in the thread's state: a start and an end each cost one map lookup,
 /// whatever the depth. The price is memory: a `ThreadState` is ~12 KB (a 16 KB allocation),
 /// made when a thread opens its first span (THREADS is not preallocated) and freed when it
-/// exits. Strings are kept apart ([`ThreadStrs`]) so threads that capture none do not pay for
-/// them.
+/// exits. Strings are kept apart (`STRS`, one [`StrSet`] per open span that has any) so spans
+/// that capture none do not pay for them.
 pub const MAX_DEPTH: usize = 64;
 /// Log-linear histogram buckets: each power of two is split into this many equal sub-buckets,
 /// so a value is known to within 1/HIST_SUB of its octave (a bucket's midpoint is within 1/16
@@ -107,11 +115,20 @@ impl SiteRole {
 
 /// `SiteSpec::id_arg` when the span pairs on the thread's stack rather than by an id argument.
 pub const ID_NONE: u8 = 0xff;
-/// `SiteSpec::str_arg` when no argument is captured as a string.
+/// `StrDesc::arg` of an unused entry, `StrDesc::len_arg` of a NUL-terminated string.
 pub const STR_NONE: u8 = 0xff;
-/// Flag on `SiteSpec::str_arg`: the string is not NUL-terminated but sized, its length the
-/// next argument (Go strings: pointer, length).
-pub const STR_SIZED: u8 = 0x40;
+/// `StrSet::state`: the slot holds no string (none captured there).
+pub const STRS_NONE: u8 = 0;
+/// `StrSet::state`: the whole string is in the slot.
+pub const STRS_OK: u8 = 1;
+/// `StrSet::state`: the string was longer than `--str-max` and is cut.
+pub const STRS_CUT: u8 = 2;
+/// `StrSet::state`: the kernel could not read it (not paged in, or a bad pointer).
+pub const STRS_FAULT: u8 = 3;
+/// `StrSet::state`, set by user space only: read from the live process after a fault.
+pub const STRS_LATE: u8 = 4;
+/// `StrSet::state`, set by user space only: read late, and cut.
+pub const STRS_LATE_CUT: u8 = 5;
 
 /// `RecordHeader::kind`: which record follows the header in the ring buffer.
 #[repr(transparent)]
@@ -125,6 +142,8 @@ impl RecordKind {
     pub const SPAN: RecordKind = RecordKind(2);
     /// A [`StackRecord`]: the user stack at the end of the span record that follows it.
     pub const STACK: RecordKind = RecordKind(3);
+    /// A [`StrsRecord`]: the strings of the next event or span record of its thread.
+    pub const STRS: RecordKind = RecordKind(4);
 }
 
 /// Indices into the `COUNTERS` per-CPU array. Events seen.
@@ -220,9 +239,52 @@ pub struct SiteSpec {
     pub id_arg: u8,
     /// Number of arguments to read.
     pub nargs: u8,
-    /// Argument to capture as a NUL-terminated string (sized, with `STR_SIZED`), or `STR_NONE`.
-    pub str_arg: u8,
+    /// Entries of `strs` in use (the first ones): 0 for a site that captures no string.
+    pub nstrs: u8,
     pub args: [ArgDesc; MAX_ARGS],
+    pub strs: [StrDesc; MAX_STRS],
+}
+
+/// One `--str` capture at a site: which argument points at the string, where its length is
+/// (or `STR_NONE`: NUL-terminated), and which slot of the record's [`StrSet`] it goes to. A
+/// span's start and end captures use different slots, so both reach the one record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StrDesc {
+    pub arg: u8,
+    pub len_arg: u8,
+    pub slot: u8,
+    pub _pad: u8,
+}
+
+impl StrDesc {
+    pub const NONE: StrDesc = StrDesc {
+        arg: STR_NONE,
+        len_arg: STR_NONE,
+        slot: 0,
+        _pad: 0,
+    };
+}
+
+/// The strings of one record (or of an open span, in `STRS`): per slot its state (`STRS_*`),
+/// the bytes kept, and the bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StrSet {
+    pub state: [u8; MAX_STRS],
+    pub _pad: [u8; 4],
+    pub len: [u16; MAX_STRS],
+    pub data: [[u8; STR_SLOT]; MAX_STRS],
+}
+
+impl StrSet {
+    /// The bytes of `slot` (empty for one without a string).
+    pub fn bytes(&self, slot: usize) -> &[u8] {
+        match (self.data.get(slot), self.len.get(slot)) {
+            (Some(d), Some(&n)) => &d[..(n as usize).min(STR_MAX_CAP)],
+            _ => &[],
+        }
+    }
 }
 
 /// Global settings written once by user space before attaching.
@@ -242,7 +304,8 @@ pub struct Config {
     /// the hooks read them to account a switch-in that sched_switch never reported.
     pub task_exec_off: u32,
     pub task_delay_off: u32,
-    pub _pad: u32,
+    /// `--str-max`: bytes kept of each string (at most `STR_MAX_CAP`).
+    pub str_max: u32,
     /// `--min`: spans shorter than this many ns make no record (0: every span does).
     pub min_ns: u64,
 }
@@ -257,8 +320,7 @@ pub struct Acct {
     pub io: u64,
 }
 
-/// An open span. Its `--str` string, when it has one, is kept next to it: in [`IdFrame`] for
-/// spans paired by id, in the thread's [`ThreadStrs`] (same depth) for spans paired per thread.
+/// An open span. Its `--str` strings, when it has any, are in `STRS` under [`str_key`].
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Frame {
@@ -268,8 +330,8 @@ pub struct Frame {
     pub pair_id: u32,
     /// Thread that opened the span.
     pub tid: u32,
-    /// Length of `str` including the NUL, 0 when none was captured.
-    pub str_len: u32,
+    /// 1 when the start captured strings (kept in `STRS`).
+    pub has_strs: u32,
     /// bpf_ktime_get_ns() at the start.
     pub start_ns: u64,
     /// The thread's cumulative accounting at the start.
@@ -283,13 +345,26 @@ pub struct Frame {
     pub args: [u64; MAX_ARGS],
 }
 
-/// An open span paired by id, with its string.
+/// An open span paired by id.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct IdFrame {
     pub frame: Frame,
-    pub str: [u8; STR_LEN],
     pub poll: PollAcct,
+}
+
+/// `IdKey::pair_id` of a per-thread frame's key in `STRS` (no span name has this id).
+pub const STR_KEY_THREAD: u32 = u32::MAX;
+
+/// Where an open span's strings are kept in `STRS`: under its id key when paired by id, else
+/// under (thread, depth).
+#[inline(always)]
+pub fn str_key_thread(tid: u32, depth: u32) -> IdKey {
+    IdKey {
+        pair_id: STR_KEY_THREAD,
+        tgid: tid,
+        span_id: depth as u64,
+    }
 }
 
 /// Threads a span's [`PollAcct`] remembers by id; past this many, each further thread that is
@@ -373,14 +448,6 @@ impl PollAcct {
     pub fn idle_ns(&self, dur: u64) -> u64 {
         dur.saturating_sub(self.run_ns)
     }
-}
-
-/// The `--str` strings of a thread's open frames, indexed like `ThreadState::frames`. Only
-/// threads that open a span with a string argument get one.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ThreadStrs {
-    pub strs: [[u8; STR_LEN]; MAX_DEPTH],
 }
 
 /// Per-thread state: the span stack and the scheduler accounting.
@@ -685,10 +752,19 @@ pub struct RecordHeader {
 #[derive(Clone, Copy)]
 pub struct EventRecord {
     pub hdr: RecordHeader,
-    pub str_len: u32,
+    /// 1 when its strings went just before it, in a [`StrsRecord`].
+    pub has_strs: u32,
     pub _pad: u32,
     pub args: [u64; MAX_ARGS],
-    pub str: [u8; STR_LEN],
+}
+
+/// The `--str` strings of the event or span record that follows it from the same thread
+/// (same `hdr.tid` and `hdr.ts_ns`): records without strings stay small in the ring.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StrsRecord {
+    pub hdr: RecordHeader,
+    pub strs: StrSet,
 }
 
 /// A closed span: start and end arguments, and where its time went.
@@ -705,12 +781,12 @@ pub struct SpanRecord {
     pub acct_valid: u32,
     pub waker_pid: u32,
     pub waker_tid: u32,
-    pub str_len: u32,
+    /// 1 when its strings went just before it, in a [`StrsRecord`].
+    pub has_strs: u32,
     pub longest_off_ns: u64,
     pub waker_comm: [u8; 16],
     pub args: [u64; MAX_ARGS],
     pub end_args: [u64; MAX_ARGS],
-    pub str: [u8; STR_LEN],
     /// For a span with poll markers (`polls` > 0): its time between polls; then `acct` is the
     /// time of the polling threads while it was entered, and the two add up to the duration.
     pub idle_ns: u64,
@@ -966,7 +1042,7 @@ mod pod {
     unsafe impl aya::Pod for Frame {}
     unsafe impl aya::Pod for IdFrame {}
     unsafe impl aya::Pod for PollAcct {}
-    unsafe impl aya::Pod for ThreadStrs {}
+    unsafe impl aya::Pod for StrSet {}
     unsafe impl aya::Pod for ThreadState {}
 }
 
@@ -1287,7 +1363,8 @@ mod tests {
         // Under 12 KB: with the hash map's element header, one 16 KB (order-2) allocation.
         assert!(core::mem::size_of::<ThreadState>() + 64 <= 12 * 1024);
         assert_eq!(core::mem::size_of::<PollAcct>(), 112);
-        assert_eq!(core::mem::size_of::<IdFrame>(), 184 + STR_LEN + 112);
+        assert_eq!(core::mem::size_of::<IdFrame>(), 184 + 112);
+        assert_eq!(core::mem::size_of::<StrSet>(), 16 + STR_SLOT * MAX_STRS);
     }
 
     #[test]
@@ -1310,7 +1387,15 @@ mod tests {
             (SiteRole::EVENT.0, SiteRole::START.0, SiteRole::END.0),
             (0, 1, 2)
         );
-        assert_eq!((RecordKind::EVENT.0, RecordKind::SPAN.0), (1, 2));
+        assert_eq!(
+            (
+                RecordKind::EVENT.0,
+                RecordKind::SPAN.0,
+                RecordKind::STACK.0,
+                RecordKind::STRS.0
+            ),
+            (1, 2, 3, 4)
+        );
         assert_eq!(ArgKind::default(), ArgKind::NONE);
         assert_eq!(
             (ArgKind::CONST.0, ArgKind::RIP.0, ArgKind::UNSUPPORTED.0),
@@ -1325,13 +1410,21 @@ mod tests {
         // The ring buffer protocol relies on these sizes; a change here must be deliberate.
         assert_eq!(core::mem::size_of::<RecordHeader>(), 40);
         assert_eq!(core::mem::size_of::<ArgDesc>(), 16);
-        assert_eq!(core::mem::size_of::<SiteSpec>(), 8 + 16 * MAX_ARGS);
-        assert_eq!(core::mem::size_of::<SpanRecord>(), 448 + 16);
+        assert_eq!(
+            core::mem::size_of::<SiteSpec>(),
+            8 + 16 * MAX_ARGS + 4 * MAX_STRS
+        );
+        assert_eq!(core::mem::size_of::<SpanRecord>(), 336);
+        assert_eq!(core::mem::size_of::<EventRecord>(), 144);
+        assert_eq!(
+            core::mem::size_of::<StrsRecord>(),
+            40 + core::mem::size_of::<StrSet>()
+        );
         assert_eq!(
             core::mem::size_of::<StackRecord>(),
             40 + 8 + 8 * STACK_DEPTH
         );
-        assert_eq!(RecordKind::STACK.0, 3);
+        assert_eq!((RecordKind::STACK.0, RecordKind::STRS.0), (3, 4));
         assert_eq!((SiteRole::ENTER.0, SiteRole::EXIT.0), (3, 4));
     }
 

@@ -72,7 +72,8 @@ pub use warnings::{ElfWarning, NoteLabel, WARNINGS_PER_KIND};
 use crate::argspec::{parse_args, Arch, ArgSpec, ParsedArg};
 use notes::{
     decode_span, decode_stapsdt, notes_of, MARKERS_OWNER, MARKERS_SECTION, NT_STAPSDT,
-    NT_USDT_MARKERS, NT_USDT_POLL, STAPSDT_BASE_SECTION, STAPSDT_OWNER, STAPSDT_SECTION,
+    NT_USDT_MARKERS, NT_USDT_NAMES, NT_USDT_POLL, STAPSDT_BASE_SECTION, STAPSDT_OWNER,
+    STAPSDT_SECTION,
 };
 use object::elf;
 use object::read::elf::{FileHeader, SectionHeader};
@@ -142,6 +143,8 @@ pub struct ObjectProbes {
     /// Spans whose polls usdt-markers marks with `<stem>__enter`/`<stem>__exit` (note type 2):
     /// (provider, stem) pairs.
     pub poll_spans: Vec<(String, String)>,
+    /// Argument names that usdt-markers probes declare (note type 3): (provider, name, names).
+    pub arg_names: Vec<(String, String, Vec<String>)>,
     /// The lowest PT_LOAD address, page-aligned: the load bias of a process is the start of
     /// its lowest mapping of this object minus this.
     #[serde(skip)]
@@ -517,6 +520,18 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
             Some(pair) => {
                 if seen_polls.insert(pair.clone()) {
                     out.poll_spans.push(pair);
+                }
+            }
+            None => warnings.push(ElfWarning::MalformedSpanNote),
+        }
+    }
+
+    // And for argument names; the first note for a probe wins.
+    for note in notes_of(&markers, endian, (NT_USDT_NAMES, MARKERS_OWNER), |_| {}) {
+        match notes::decode_names(note.desc) {
+            Some(n) => {
+                if !out.arg_names.iter().any(|(p, m, _)| *p == n.0 && *m == n.1) {
+                    out.arg_names.push(n);
                 }
             }
             None => warnings.push(ElfWarning::MalformedSpanNote),

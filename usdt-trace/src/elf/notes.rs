@@ -30,6 +30,8 @@ pub(super) const MARKERS_OWNER: &[u8] = b"usdt-markers\0";
 pub(super) const NT_USDT_MARKERS: u32 = 1;
 /// Type 2, same descriptor: the span's polls are marked by `<stem>__enter`/`<stem>__exit`.
 pub(super) const NT_USDT_POLL: u32 = 2;
+/// Type 3: a probe's argument names, `"provider\0" "name\0" "a, b, c\0"`.
+pub(super) const NT_USDT_NAMES: u32 = 3;
 /// The section whose address tells how far prelink moved the object.
 pub(super) const STAPSDT_BASE_SECTION: &str = ".stapsdt.base";
 
@@ -245,6 +247,27 @@ pub(super) fn decode_span(desc: &[u8]) -> Option<(String, String)> {
     Some((text(provider), text(stem)))
 }
 
+/// An argument-names note: (provider, probe, names). None when malformed (a name that is not
+/// an identifier, none at all).
+pub(super) fn decode_names(desc: &[u8]) -> Option<(String, String, Vec<String>)> {
+    let (provider, rest) = cstr(desc)?;
+    let (name, rest) = cstr(rest)?;
+    let (list, _) = cstr(rest)?;
+    let list = std::str::from_utf8(list).ok()?;
+    let names: Vec<String> = list.split(',').map(|n| n.trim().to_string()).collect();
+    let ident = |n: &str| {
+        n.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    if name.is_empty() || !names.iter().all(|n| ident(n)) {
+        return None;
+    }
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    Some((text(provider), text(name), names))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -337,5 +360,21 @@ mod tests {
         );
         assert_eq!(decode_span(b"app\0\0"), None);
         assert_eq!(decode_span(b"app"), None);
+    }
+
+    #[test]
+    fn names_notes_are_split_and_checked() {
+        assert_eq!(
+            decode_names(b"app\0sent\0len, status\0"),
+            Some((
+                "app".into(),
+                "sent".into(),
+                vec!["len".into(), "status".into()]
+            ))
+        );
+        assert_eq!(decode_names(b"app\0sent\0len,\0"), None, "an empty name");
+        assert_eq!(decode_names(b"app\0sent\0a b\0"), None, "not an identifier");
+        assert_eq!(decode_names(b"app\0\0a\0"), None, "no probe name");
+        assert_eq!(decode_names(b"app\0sent"), None, "truncated");
     }
 }

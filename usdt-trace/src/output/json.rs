@@ -2,11 +2,13 @@
 //! records are worth at a million spans a second). Untrusted bytes (comm, captured strings) are
 //! escaped so that every line is valid JSON.
 
-use super::decode::{cstr, string_of, STR_READ_LATE};
-use super::{ArgFmt, PairInfo, RunInfo, SiteInfo, Summary, SCHEMA_VERSION};
+use super::decode::cstr;
+use super::{
+    arg_value, escape_invalid, ArgValue, PairInfo, RunInfo, SiteInfo, Summary, SCHEMA_VERSION,
+};
 use crate::symbolize::SpanStack;
 use std::io::Write;
-use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, MAX_ARGS};
+use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, StrSet, MAX_ARGS};
 
 /// Writes JSON string contents (without quotes), escaping anything JSON requires and
 /// replacing invalid UTF-8.
@@ -52,26 +54,79 @@ fn push_i64(out: &mut Vec<u8>, v: i64) {
     out.extend_from_slice(buf.format(v).as_bytes());
 }
 
-fn json_args(out: &mut Vec<u8>, site: &SiteInfo, args: &[u64; MAX_ARGS], s: Option<&[u8]>) {
-    out.push(b'[');
-    for (i, fmt) in site.args.iter().enumerate().take(MAX_ARGS) {
+/// What a record's strings need said beside its arguments: which were cut at `--str-max`,
+/// which had bytes that are not UTF-8 (escaped `\\xNN`), and whether any was read late.
+#[derive(Default)]
+struct StrNotes {
+    truncated: Vec<String>,
+    escaped: Vec<String>,
+    late: bool,
+}
+
+impl StrNotes {
+    fn write(&self, out: &mut Vec<u8>) {
+        for (key, list) in [("truncated", &self.truncated), ("escaped", &self.escaped)] {
+            if list.is_empty() {
+                continue;
+            }
+            out.extend_from_slice(b",\"");
+            out.extend_from_slice(key.as_bytes());
+            out.extend_from_slice(b"\":[");
+            for (i, l) in list.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json_str(out, l.as_bytes());
+            }
+            out.push(b']');
+        }
+        if self.late {
+            out.extend_from_slice(b",\"str_read_late\":true");
+        }
+    }
+}
+
+/// A probe's arguments: an array, or with names (`--args`) an object keyed by them (unnamed
+/// ones by position, `arg3`). `prefix` labels them in the notes: `arg` or `end_arg`.
+fn json_args(
+    out: &mut Vec<u8>,
+    site: &SiteInfo,
+    args: &[u64; MAX_ARGS],
+    strs: Option<&StrSet>,
+    prefix: &str,
+    notes: &mut StrNotes,
+) {
+    let named = !site.names.is_empty();
+    out.push(if named { b'{' } else { b'[' });
+    for i in 0..site.args.len().min(MAX_ARGS) {
         if i > 0 {
             out.push(b',');
         }
-        if site.str_arg == Some(i) {
-            match s {
-                Some(bytes) => json_str(out, bytes),
-                None => out.extend_from_slice(b"null"),
+        if named {
+            match site.arg_name(i) {
+                Some(n) => json_str(out, n.as_bytes()),
+                None => json_str(out, format!("arg{i}").as_bytes()),
             }
-            continue;
+            out.push(b':');
         }
-        match fmt {
-            ArgFmt::Unsigned => push_u64(out, args[i]),
-            ArgFmt::Signed => push_i64(out, args[i] as i64),
-            ArgFmt::Unreadable => out.extend_from_slice(b"null"),
+        match arg_value(site, i, args, strs) {
+            ArgValue::Unsigned(v) => push_u64(out, v),
+            ArgValue::Signed(v) => push_i64(out, v),
+            ArgValue::Unreadable => out.extend_from_slice(b"null"),
+            ArgValue::Str { bytes, cut, late } => {
+                let (s, escaped) = escape_invalid(bytes);
+                json_str(out, s.as_bytes());
+                if cut {
+                    notes.truncated.push(format!("{prefix}{i}"));
+                }
+                if escaped {
+                    notes.escaped.push(format!("{prefix}{i}"));
+                }
+                notes.late |= late;
+            }
         }
     }
-    out.push(b']');
+    out.push(if named { b'}' } else { b']' });
 }
 
 fn json_head(out: &mut Vec<u8>, kind: &str, provider: &str, name: &str, h: &RecordHeader) {
@@ -90,22 +145,15 @@ fn json_head(out: &mut Vec<u8>, kind: &str, provider: &str, name: &str, h: &Reco
 }
 
 /// `{"type":"event",...}` line.
-pub fn event_json(out: &mut Vec<u8>, site: &SiteInfo, r: &EventRecord) {
+pub fn event_json(out: &mut Vec<u8>, site: &SiteInfo, r: &EventRecord, strs: Option<&StrSet>) {
     json_head(out, "event", &site.provider, &site.name, &r.hdr);
     out.extend_from_slice(b",\"ts_ns\":");
     push_u64(out, r.hdr.ts_ns);
     out.extend_from_slice(b",\"args\":");
-    let s = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
-    json_args(out, site, &r.args, s);
-    late_mark(out, r.str_len);
+    let mut notes = StrNotes::default();
+    json_args(out, site, &r.args, strs, "arg", &mut notes);
+    notes.write(out);
     out.extend_from_slice(b"}\n");
-}
-
-/// `"str_read_late":true` when the string came from the live process, not the probe.
-fn late_mark(out: &mut Vec<u8>, str_len: u32) {
-    if str_len & STR_READ_LATE != 0 {
-        out.extend_from_slice(b",\"str_read_late\":true");
-    }
 }
 
 /// `{"type":"span",...}` line.
@@ -115,6 +163,7 @@ pub fn span_json(
     start: &SiteInfo,
     end: &SiteInfo,
     r: &SpanRecord,
+    strs: Option<&StrSet>,
     stack: Option<&SpanStack>,
 ) {
     json_head(out, "span", &pair.provider, &pair.stem, &r.hdr);
@@ -172,17 +221,11 @@ pub fn span_json(
         }
     }
     out.extend_from_slice(b",\"args\":");
-    let s = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
-    json_args(out, start, &r.args, s);
+    let mut notes = StrNotes::default();
+    json_args(out, start, &r.args, strs, "arg", &mut notes);
     out.extend_from_slice(b",\"end_args\":");
-    // The span's one string is the start's, else the end's (a function's return value).
-    json_args(
-        out,
-        end,
-        &r.end_args,
-        if start.str_arg.is_none() { s } else { None },
-    );
-    late_mark(out, r.str_len);
+    json_args(out, end, &r.end_args, strs, "end_arg", &mut notes);
+    notes.write(out);
     if let Some(st) = stack {
         stack_json(out, st);
     }
@@ -306,7 +349,10 @@ pub(crate) fn stack_json(out: &mut Vec<u8>, st: &SpanStack) {
 mod golden {
     use super::*;
     use crate::output::hist::render_json;
-    use usdt_trace_common::{Acct, Hist, RecordKind, HIST_COMPONENTS, STR_LEN};
+    use crate::output::{test_strs, ArgFmt, StrArg};
+    use usdt_trace_common::{
+        Acct, Hist, RecordKind, HIST_COMPONENTS, STRS_CUT, STRS_FAULT, STRS_OK,
+    };
 
     fn hdr(kind: RecordKind) -> RecordHeader {
         let mut comm = [0u8; 16];
@@ -321,12 +367,21 @@ mod golden {
         }
     }
 
-    fn info(name: &str, args: &[ArgFmt], str_arg: Option<usize>) -> SiteInfo {
+    /// `strs`: (argument, slot) pairs read as strings.
+    fn info(name: &str, args: &[ArgFmt], strs: &[(usize, usize)]) -> SiteInfo {
         SiteInfo {
             provider: "app".into(),
             name: name.into(),
             args: args.to_vec(),
-            str_arg,
+            strs: strs
+                .iter()
+                .map(|&(arg, slot)| StrArg {
+                    arg,
+                    slot,
+                    len_arg: None,
+                })
+                .collect(),
+            names: Vec::new(),
             pair: None,
         }
     }
@@ -355,12 +410,11 @@ mod golden {
             acct_valid,
             waker_pid: 7,
             waker_tid: 8,
-            str_len: 0,
+            has_strs: 0,
             longest_off_ns: 3_500,
             waker_comm: *b"timer\0\0\0\0\0\0\0\0\0\0\0",
             args: [42; MAX_ARGS],
             end_args: [200; MAX_ARGS],
-            str: [0; STR_LEN],
             idle_ns: 0,
             polls: 0,
             threads: 0,
@@ -377,15 +431,13 @@ mod golden {
     fn event_line() {
         let mut r = EventRecord {
             hdr: hdr(RecordKind::EVENT),
-            str_len: 0,
+            has_strs: 1,
             _pad: 0,
             args: [0; MAX_ARGS],
-            str: [0; STR_LEN],
         };
         r.args[0] = (-3i64) as u64;
         r.args[1] = 7;
-        r.str[..5].copy_from_slice(b"/idx\0");
-        r.str_len = 5;
+        let strs = test_strs(&[(0, b"/idx", STRS_OK)]);
         let site = info(
             "tick",
             &[
@@ -394,10 +446,10 @@ mod golden {
                 ArgFmt::Unreadable,
                 ArgFmt::Unsigned,
             ],
-            Some(3),
+            &[(3, 0)],
         );
         assert_eq!(
-            line(|o| event_json(o, &site, &r)),
+            line(|o| event_json(o, &site, &r, Some(&strs))),
             r#"{"type":"event","provider":"app","name":"tick","pid":100,"tid":101,"comm":"worker","ts_ns":9000,"args":[-3,7,null,"/idx"]}
 "#
         );
@@ -405,10 +457,10 @@ mod golden {
 
     #[test]
     fn span_line_with_time_split_and_waker() {
-        let start = info("request__start", &[ArgFmt::Unsigned], None);
-        let end = info("request__end", &[ArgFmt::Unsigned, ArgFmt::Signed], None);
+        let start = info("request__start", &[ArgFmt::Unsigned], &[]);
+        let end = info("request__end", &[ArgFmt::Unsigned, ArgFmt::Signed], &[]);
         assert_eq!(
-            line(|o| span_json(o, &pair(), &start, &end, &span(1, 101), None)),
+            line(|o| span_json(o, &pair(), &start, &end, &span(1, 101), None, None)),
             r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_ns":1000,"end_ns":9000,"duration_ns":8000,"oncpu_ns":3000,"offcpu_ns":5000,"runq_ns":1000,"sleep_ns":3500,"io_ns":500,"waker":{"pid":7,"tid":8,"comm":"timer","off_ns":3500},"args":[42],"end_args":[200,200]}
 "#
         );
@@ -416,10 +468,10 @@ mod golden {
 
     #[test]
     fn span_line_that_crossed_threads_has_start_tid_and_no_split() {
-        let start = info("request__start", &[ArgFmt::Unsigned], None);
-        let end = info("request__end", &[], None);
+        let start = info("request__start", &[ArgFmt::Unsigned], &[]);
+        let end = info("request__end", &[], &[]);
         assert_eq!(
-            line(|o| span_json(o, &pair(), &start, &end, &span(0, 99), None)),
+            line(|o| span_json(o, &pair(), &start, &end, &span(0, 99), None, None)),
             r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_tid":99,"start_ns":1000,"end_ns":9000,"duration_ns":8000,"args":[42],"end_args":[]}
 "#
         );
@@ -427,8 +479,8 @@ mod golden {
 
     #[test]
     fn a_polled_span_that_crossed_threads_has_its_split_and_idle_time() {
-        let start = info("request__start", &[ArgFmt::Unsigned], None);
-        let end = info("request__end", &[], None);
+        let start = info("request__start", &[ArgFmt::Unsigned], &[]);
+        let end = info("request__end", &[], &[]);
         let mut r = span(1, 99);
         r.acct = Acct {
             oncpu: 2_000,
@@ -438,7 +490,7 @@ mod golden {
         };
         r.longest_off_ns = 0;
         (r.idle_ns, r.polls, r.threads) = (5_000, 3, 2);
-        let got = line(|o| span_json(o, &pair(), &start, &end, &r, None));
+        let got = line(|o| span_json(o, &pair(), &start, &end, &r, None, None));
         assert!(
             got.contains(r#""start_tid":99,"start_ns":1000,"end_ns":9000,"duration_ns":8000,"oncpu_ns":2000,"offcpu_ns":1000,"runq_ns":500,"sleep_ns":0,"io_ns":500,"idle_ns":5000,"polls":3,"threads":2,"args""#),
             "{got}"
@@ -449,12 +501,43 @@ mod golden {
             .map(|k| v[k].as_u64().unwrap())
             .sum::<u64>();
         assert_eq!(sum, v["duration_ns"].as_u64().unwrap());
-        let text = crate::output::text::span_text(&pair(), &start, &end, &r, 0);
+        let text = crate::output::text::span_text(&pair(), &start, &end, &r, None, 0);
         assert!(
             text.contains("cpu 25% runq 6% sleep 0% io 6% idle 62% (3 polls on 2 threads)"),
             "{text}"
         );
         assert!(text.contains("(started on tid 99)"), "{text}");
+    }
+
+    #[test]
+    fn span_line_with_start_and_end_strings_names_and_notes() {
+        let u = ArgFmt::Unsigned;
+        // Start: three strings (slots 0..3); end: one more (slot 3) and a number.
+        let mut start = info("request__start", &[u, u, u, u], &[(0, 0), (1, 1), (2, 2)]);
+        start.names = vec!["file".into(), "func".into(), "line".into()];
+        let end = info("request__end", &[u, u], &[(1, 3)]);
+        let mut r = span(0, 101);
+        r.has_strs = 1;
+        r.args[2] = 0x7f00_0000_1000;
+        r.end_args[1] = 0x7f00_0000_2000;
+        // A cut string, one with bytes that are not UTF-8 (and a backslash), one the kernel
+        // could not read (the pointer shows, not null), and the end's.
+        let strs = test_strs(&[
+            (0, b"/very/long/pa", STRS_CUT),
+            (1, b"f\xff\\g", STRS_OK),
+            (2, b"", STRS_FAULT),
+            (3, b"done", STRS_OK),
+        ]);
+        assert_eq!(
+            line(|o| span_json(o, &pair(), &start, &end, &r, Some(&strs), None)),
+            r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_ns":1000,"end_ns":9000,"duration_ns":8000,"args":{"file":"/very/long/pa","func":"f\\xff\\\\g","line":139637976731648,"arg3":42},"end_args":[200,"done"],"truncated":["arg0"],"escaped":["arg1"]}
+"#
+        );
+        let text = crate::output::text::span_text(&pair(), &start, &end, &r, Some(&strs), 0);
+        assert!(
+            text.contains(r#"(file="/very/long/pa"…, func="f\xff\\g", line=139637976731648, arg3=42) -> (200, "done")"#),
+            "{text}"
+        );
     }
 
     #[test]

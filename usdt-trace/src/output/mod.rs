@@ -27,6 +27,7 @@ pub use decode::{decode, Record};
 pub use json::{event_json, json_escape, span_json, start_json, summary_json};
 pub use sink::{JsonSink, Sink, TextSink, View};
 pub use text::{event_text, span_text, summary_text, text_header};
+use usdt_trace_common::{StrSet, MAX_ARGS};
 
 /// What the formatter knows about one attached site.
 #[derive(Clone, Debug, Default)]
@@ -35,10 +36,138 @@ pub struct SiteInfo {
     pub name: String,
     /// Per argument: how to print it.
     pub args: Vec<ArgFmt>,
-    /// Index of the argument captured as a string.
-    pub str_arg: Option<usize>,
+    /// The arguments captured as strings (`--str`), each with its slot in the record's strings.
+    pub strs: Vec<StrArg>,
+    /// Names of the arguments (`--args`, or the probe's own from usdt-markers), in order;
+    /// arguments past the last name keep their position (`arg3`).
+    pub names: Vec<String>,
     /// Span name (pair id) this site starts or ends, None for an event.
     pub pair: Option<u32>,
+}
+
+/// An argument read as a string, and where its bytes are in the record's [`StrSet`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StrArg {
+    pub arg: usize,
+    pub slot: usize,
+    /// `:len=M`: the argument holding its length (None: NUL-terminated).
+    pub len_arg: Option<usize>,
+}
+
+impl SiteInfo {
+    /// The string slot of argument `i`, if it is captured as a string.
+    pub fn str_slot(&self, i: usize) -> Option<usize> {
+        self.strs.iter().find(|s| s.arg == i).map(|s| s.slot)
+    }
+
+    /// The name of argument `i`, if it has one.
+    pub fn arg_name(&self, i: usize) -> Option<&str> {
+        self.names.get(i).map(|s| s.as_str())
+    }
+}
+
+/// One argument as the outputs show it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgValue<'a> {
+    Unsigned(u64),
+    Signed(i64),
+    /// The tracer cannot read it (float, struct, unsupported operand).
+    Unreadable,
+    /// A `--str` string: its bytes, whether `--str-max` cut it, whether it was read from the
+    /// live process after the probe (the kernel could not).
+    Str {
+        bytes: &'a [u8],
+        cut: bool,
+        late: bool,
+    },
+}
+
+/// Argument `i` of `site`: its string when one was captured, else its number. A string rule
+/// whose string could not be read shows the pointer, never null: the value exists.
+pub fn arg_value<'a>(
+    site: &SiteInfo,
+    i: usize,
+    args: &[u64; MAX_ARGS],
+    strs: Option<&'a StrSet>,
+) -> ArgValue<'a> {
+    use usdt_trace_common::{STRS_CUT, STRS_LATE, STRS_LATE_CUT, STRS_OK};
+    if let (Some(slot), Some(set)) = (site.str_slot(i), strs) {
+        let state = set.state.get(slot).copied().unwrap_or(0);
+        if matches!(state, STRS_OK | STRS_CUT | STRS_LATE | STRS_LATE_CUT) {
+            return ArgValue::Str {
+                bytes: set.bytes(slot),
+                cut: matches!(state, STRS_CUT | STRS_LATE_CUT),
+                late: matches!(state, STRS_LATE | STRS_LATE_CUT),
+            };
+        }
+    }
+    match site.args.get(i) {
+        Some(ArgFmt::Signed) => ArgValue::Signed(args[i.min(MAX_ARGS - 1)] as i64),
+        Some(ArgFmt::Unreadable) => ArgValue::Unreadable,
+        _ if site.str_slot(i).is_some() => ArgValue::Unsigned(args[i.min(MAX_ARGS - 1)]),
+        Some(ArgFmt::Unsigned) => ArgValue::Unsigned(args[i.min(MAX_ARGS - 1)]),
+        None => ArgValue::Unreadable,
+    }
+}
+
+/// Strings for tests: per slot, its bytes and `STRS_*` state.
+#[cfg(test)]
+pub(crate) fn test_strs(slots: &[(usize, &[u8], u8)]) -> Box<StrSet> {
+    let mut s = Box::new(StrSet {
+        state: [0; usdt_trace_common::MAX_STRS],
+        _pad: [0; 4],
+        len: [0; usdt_trace_common::MAX_STRS],
+        data: [[0; usdt_trace_common::STR_SLOT]; usdt_trace_common::MAX_STRS],
+    });
+    for &(slot, b, state) in slots {
+        s.data[slot][..b.len()].copy_from_slice(b);
+        s.len[slot] = b.len() as u16;
+        s.state[slot] = state;
+    }
+    s
+}
+
+/// The attribute key of argument `i` in the OTLP and Perfetto outputs: `arg0`, or with a name
+/// `arg.id` (`prefix` is `arg` or `end_arg`).
+pub fn arg_key(site: &SiteInfo, prefix: &str, i: usize) -> String {
+    match site.arg_name(i) {
+        Some(n) => format!("{prefix}.{n}"),
+        None => format!("{prefix}{i}"),
+    }
+}
+
+/// A captured string as one UTF-8 value for outputs that have no room for notes: bytes that
+/// are not UTF-8 escaped ([`escape_invalid`]), and `…` appended when `--str-max` cut it.
+pub fn str_value(bytes: &[u8], cut: bool) -> String {
+    let mut s = escape_invalid(bytes).0.into_owned();
+    if cut {
+        s.push('…');
+    }
+    s
+}
+
+/// `bytes` as a string, with each byte that is not UTF-8 written `\xNN` (so nothing is lost
+/// to U+FFFD); when there is such a byte, backslashes are doubled too, so the escapes are never
+/// ambiguous. Returns the string and whether any byte was escaped.
+pub fn escape_invalid(bytes: &[u8]) -> (std::borrow::Cow<'_, str>, bool) {
+    if let Ok(s) = std::str::from_utf8(bytes) {
+        return (std::borrow::Cow::Borrowed(s), false);
+    }
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push_str("\\\\");
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            use std::fmt::Write as _;
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    (std::borrow::Cow::Owned(out), true)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,7 +301,8 @@ pub fn fmt_duration(ns: u64) -> String {
 mod tests {
     use super::*;
     use usdt_trace_common::{
-        Acct, EventRecord, RecordHeader, RecordKind, SpanRecord, MAX_ARGS, STR_LEN,
+        Acct, EventRecord, RecordHeader, RecordKind, SpanRecord, StrsRecord, MAX_ARGS, STRS_OK,
+        STR_MAX_CAP,
     };
 
     fn site(args: &[ArgFmt], str_arg: Option<usize>) -> SiteInfo {
@@ -180,7 +310,15 @@ mod tests {
             provider: "p".into(),
             name: "n".into(),
             args: args.to_vec(),
-            str_arg,
+            strs: str_arg
+                .map(|arg| StrArg {
+                    arg,
+                    slot: 0,
+                    len_arg: None,
+                })
+                .into_iter()
+                .collect(),
+            names: Vec::new(),
             pair: None,
         }
     }
@@ -188,10 +326,9 @@ mod tests {
     fn event() -> EventRecord {
         EventRecord {
             hdr: header(RecordKind::EVENT),
-            str_len: 0,
+            has_strs: 0,
             _pad: 0,
             args: [0; MAX_ARGS],
-            str: [0; STR_LEN],
         }
     }
 
@@ -218,7 +355,7 @@ mod tests {
             None,
         );
         let mut out = Vec::new();
-        event_json(&mut out, &s, &r);
+        event_json(&mut out, &s, &r, None);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["type"], "event");
         assert_eq!(v["comm"], "a\"b\u{1}c");
@@ -230,22 +367,52 @@ mod tests {
 
     #[test]
     fn untrusted_strings_stay_valid_json() {
-        let mut r = event();
+        let r = event();
         let evil = b"\xff\xfe\"\\\n\x7f\xc3(";
-        r.str[..evil.len()].copy_from_slice(evil);
-        r.str_len = evil.len() as u32 + 1;
         let s = site(&[ArgFmt::Unsigned], Some(0));
         let mut out = Vec::new();
-        event_json(&mut out, &s, &r);
+        event_json(&mut out, &s, &r, Some(&test_strs(&[(0, evil, STRS_OK)])));
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert!(v["args"][0].as_str().unwrap().contains("\"\\\n"));
-        // A string whose length field lies is cut at the buffer.
-        r.str = [b'x'; STR_LEN];
-        r.str_len = 9999;
+        // Nothing is lost: the bytes that are not UTF-8 are escaped, backslashes doubled.
+        assert_eq!(
+            v["args"][0].as_str().unwrap(),
+            "\\xff\\xfe\"\\\\\n\u{7f}\\xc3("
+        );
+        assert_eq!(v["escaped"], serde_json::json!(["arg0"]));
+        let line = event_text(&s, &r, Some(&test_strs(&[(0, evil, STRS_OK)])), 0);
+        assert!(line.contains(r#"("\xff\xfe\"\\\n\u{7f}\xc3(")"#), "{line}");
+        // A string whose length field lies is cut at the slot.
+        let mut strs = test_strs(&[(0, b"x", STRS_OK)]);
+        strs.len[0] = 9999;
         let mut out = Vec::new();
-        event_json(&mut out, &s, &r);
+        event_json(&mut out, &s, &r, Some(&strs));
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["args"][0].as_str().unwrap().len(), STR_LEN);
+        assert_eq!(v["args"][0].as_str().unwrap().len(), STR_MAX_CAP);
+    }
+
+    #[test]
+    fn strings_join_the_record_of_their_thread_and_time_only() {
+        let mut join = decode::StrJoin::default();
+        let mut strs = StrsRecord {
+            hdr: header(RecordKind::STRS),
+            strs: *test_strs(&[(1, b"hi", STRS_OK)]),
+        };
+        join.hold(&strs);
+        // Another thread's record, or this thread's at another time, does not take them.
+        let mut other = header(RecordKind::EVENT);
+        other.tid = 99;
+        assert!(join.take(&other).is_none());
+        let mut later = header(RecordKind::EVENT);
+        later.ts_ns += 1;
+        assert!(join.take(&later).is_none());
+        // Taking consumes them, whether or not they matched.
+        assert!(join.take(&header(RecordKind::EVENT)).is_none());
+        strs.hdr.ts_ns = 7;
+        join.hold(&strs);
+        let mut h = header(RecordKind::SPAN);
+        h.ts_ns = 7;
+        assert_eq!(join.take(&h).unwrap().strs.bytes(1), b"hi");
+        assert!(join.take(&h).is_none());
     }
 
     #[test]
@@ -264,12 +431,11 @@ mod tests {
             acct_valid: 1,
             waker_pid: 77,
             waker_tid: 78,
-            str_len: 0,
+            has_strs: 0,
             longest_off_ns: 1500,
             waker_comm: *b"holder\0\0\0\0\0\0\0\0\0\0",
             args: [7; MAX_ARGS],
             end_args: [200; MAX_ARGS],
-            str: [0; STR_LEN],
             idle_ns: 0,
             polls: 0,
             threads: 0,
@@ -287,6 +453,7 @@ mod tests {
             &site(&[ArgFmt::Unsigned], None),
             &site(&[ArgFmt::Unsigned, ArgFmt::Unsigned], None),
             &r,
+            None,
             None,
         );
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
@@ -311,6 +478,7 @@ mod tests {
             &site(&[ArgFmt::Unsigned], None),
             &site(&[], None),
             &r,
+            None,
             0,
         );
         assert!(line.contains("httpserver:request"), "{line}");

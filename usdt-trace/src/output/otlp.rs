@@ -14,9 +14,9 @@
 pub mod http;
 pub mod tree;
 
-use super::decode::{cstr, string_of};
+use super::decode::cstr;
 use super::sink::{Sink, View};
-use super::{ArgFmt, RunInfo, SiteInfo, Summary};
+use super::{arg_key, arg_value, str_value, ArgValue, RunInfo, SiteInfo, Summary};
 use http::{Endpoint, Posted};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tree::{Assembler, Item};
-use usdt_trace_common::{SpanRecord, MAX_ARGS};
+use usdt_trace_common::{SpanRecord, StrSet, MAX_ARGS};
 
 /// `--otlp` settings (built by `cli`).
 #[derive(Clone, Debug)]
@@ -183,12 +183,18 @@ impl OtlpSink {
         }
     }
 
-    fn span(&mut self, start: &SiteInfo, end: &SiteInfo, name: String, r: &SpanRecord) -> Item {
+    fn span(
+        &mut self,
+        start: &SiteInfo,
+        end: &SiteInfo,
+        name: String,
+        r: &SpanRecord,
+        strs: Option<&StrSet>,
+    ) -> Item {
         let h = &r.hdr;
         let mut attrs = Vec::with_capacity(16);
-        let s = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
-        args_attrs(&mut attrs, "arg", start, &r.args, s);
-        args_attrs(&mut attrs, "end_arg", end, &r.end_args, None);
+        args_attrs(&mut attrs, "arg", start, &r.args, strs);
+        args_attrs(&mut attrs, "end_arg", end, &r.end_args, strs);
         attrs.push(kv_int("thread.id", h.tid as i64));
         attrs.push(kv_str(
             "thread.name",
@@ -289,23 +295,18 @@ fn args_attrs(
     prefix: &str,
     site: &SiteInfo,
     args: &[u64; MAX_ARGS],
-    s: Option<&[u8]>,
+    strs: Option<&StrSet>,
 ) {
-    for (i, fmt) in site.args.iter().enumerate().take(MAX_ARGS) {
-        let key = format!("{prefix}{i}");
-        if site.str_arg == Some(i) {
-            if let Some(b) = s {
-                out.push(kv_str(&key, String::from_utf8_lossy(b).into_owned()));
-            }
-            continue;
-        }
-        match fmt {
-            ArgFmt::Unsigned => match i64::try_from(args[i]) {
+    for i in 0..site.args.len().min(MAX_ARGS) {
+        let key = arg_key(site, prefix, i);
+        match arg_value(site, i, args, strs) {
+            ArgValue::Str { bytes, cut, .. } => out.push(kv_str(&key, str_value(bytes, cut))),
+            ArgValue::Unsigned(v) => match i64::try_from(v) {
                 Ok(v) => out.push(kv_int(&key, v)),
-                Err(_) => out.push(kv_str(&key, args[i].to_string())),
+                Err(_) => out.push(kv_str(&key, v.to_string())),
             },
-            ArgFmt::Signed => out.push(kv_int(&key, args[i] as i64)),
-            ArgFmt::Unreadable => {}
+            ArgValue::Signed(v) => out.push(kv_int(&key, v)),
+            ArgValue::Unreadable => {}
         }
     }
 }
@@ -318,15 +319,16 @@ impl Sink for OtlpSink {
     }
 
     fn record(&mut self, v: &View) -> io::Result<()> {
-        let (pair, start, end, rec) = match *v {
+        let (pair, start, end, rec, strs) = match *v {
             View::Span {
                 pair,
                 start,
                 end,
                 rec,
+                strs,
                 ..
-            } => (pair, start, end, rec),
-            View::Event { site, rec } => {
+            } => (pair, start, end, rec, strs),
+            View::Event { site, rec, .. } => {
                 // `trace__context(span_id, trace_id_hi, trace_id_lo, parent_span_id)`, fired
                 // by usdt-markers' `trace_context!` (or the C header's USDT_TRACE_CONTEXT)
                 // while the span is open: remembered until the span ends.
@@ -368,7 +370,7 @@ impl Sink for OtlpSink {
             self.known.insert(pid);
         }
         let name = format!("{}:{}", pair.provider, pair.stem);
-        let mut item = self.span(start, end, name, rec);
+        let mut item = self.span(start, end, name, rec, strs);
         if let Some((id, _)) = item.marker {
             item.context = self
                 .contexts

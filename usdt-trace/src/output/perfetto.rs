@@ -20,12 +20,12 @@
 //! (protos/perfetto/trace/...); the e2e test decodes the file with Perfetto's own generated
 //! Python classes.
 
-use super::decode::{cstr, string_of};
+use super::decode::cstr;
 use super::sink::{Sink, View};
-use super::{ArgFmt, RunInfo, SiteInfo, Summary};
+use super::{arg_key, arg_value, str_value, ArgValue, RunInfo, SiteInfo, Summary};
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
-use usdt_trace_common::{SpanRecord, MAX_ARGS};
+use usdt_trace_common::{SpanRecord, StrSet, MAX_ARGS};
 
 /// Protobuf wire encoding: just what the trace needs.
 pub mod pb {
@@ -318,28 +318,31 @@ fn args_annotations(
     prefix: &str,
     site: &SiteInfo,
     args: &[u64; MAX_ARGS],
-    s: Option<&[u8]>,
+    strs: Option<&StrSet>,
 ) {
-    for (i, fmt) in site.args.iter().enumerate().take(MAX_ARGS) {
-        let name = format!("{prefix}{i}");
-        if site.str_arg == Some(i) {
-            if let Some(b) = s {
-                annotation(out, &name, |a| pb::string(a, annot::STRING, b));
+    for i in 0..site.args.len().min(MAX_ARGS) {
+        let name = arg_key(site, prefix, i);
+        match arg_value(site, i, args, strs) {
+            ArgValue::Str { bytes, cut, .. } => {
+                let v = str_value(bytes, cut);
+                annotation(out, &name, |a| pb::string(a, annot::STRING, v.as_bytes()))
             }
-            continue;
-        }
-        match fmt {
-            ArgFmt::Unsigned => annotation(out, &name, |a| pb::uint(a, annot::UINT, args[i])),
-            ArgFmt::Signed => annotation(out, &name, |a| pb::int(a, annot::INT, args[i] as i64)),
-            ArgFmt::Unreadable => {}
+            ArgValue::Unsigned(v) => annotation(out, &name, |a| pb::uint(a, annot::UINT, v)),
+            ArgValue::Signed(v) => annotation(out, &name, |a| pb::int(a, annot::INT, v)),
+            ArgValue::Unreadable => {}
         }
     }
 }
 
-fn span_annotations(out: &mut Vec<u8>, start: &SiteInfo, end: &SiteInfo, r: &SpanRecord) {
-    let s = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
-    args_annotations(out, "arg", start, &r.args, s);
-    args_annotations(out, "end_arg", end, &r.end_args, None);
+fn span_annotations(
+    out: &mut Vec<u8>,
+    start: &SiteInfo,
+    end: &SiteInfo,
+    r: &SpanRecord,
+    strs: Option<&StrSet>,
+) {
+    args_annotations(out, "arg", start, &r.args, strs);
+    args_annotations(out, "end_arg", end, &r.end_args, strs);
     annotation(out, "end", |a| {
         pb::string(a, annot::STRING, end.name.as_bytes())
     });
@@ -429,12 +432,11 @@ impl<W: Write> Sink for PerfettoSink<W> {
 
     fn record(&mut self, v: &View) -> io::Result<()> {
         match *v {
-            View::Event { site, rec } => {
+            View::Event { site, rec, strs } => {
                 let h = &rec.hdr;
                 self.tracks_for(h.pid, h.tid, cstr(&h.comm));
                 let mut ann = Vec::new();
-                let s = (rec.str_len > 0).then(|| string_of(rec.str_len, &rec.str));
-                args_annotations(&mut ann, "arg", site, &rec.args, s);
+                args_annotations(&mut ann, "arg", site, &rec.args, strs);
                 self.track_event(
                     h.ts_ns,
                     event::INSTANT,
@@ -448,6 +450,7 @@ impl<W: Write> Sink for PerfettoSink<W> {
                 start,
                 end,
                 rec,
+                strs,
                 ..
             } => {
                 let h = &rec.hdr;
@@ -460,7 +463,7 @@ impl<W: Write> Sink for PerfettoSink<W> {
                     self.lane(h.pid, &name, t0, t1)
                 };
                 let mut ann = Vec::new();
-                span_annotations(&mut ann, start, end, rec);
+                span_annotations(&mut ann, start, end, rec, strs);
                 let name = Some((pair.provider.as_str(), pair.stem.as_str()));
                 self.track_event(t0, event::SLICE_BEGIN, uuid, name, &ann);
                 self.track_event(t1, event::SLICE_END, uuid, None, &[]);

@@ -5,7 +5,7 @@
 
 use super::{hist, json, text, PairInfo, RunInfo, SiteInfo, Summary};
 use std::io::{self, Write};
-use usdt_trace_common::{EventRecord, Hist, SpanRecord, HIST_COMPONENTS};
+use usdt_trace_common::{EventRecord, Hist, SpanRecord, StrSet, HIST_COMPONENTS};
 
 /// A record with the sites it refers to already looked up.
 #[derive(Clone, Copy)]
@@ -13,12 +13,15 @@ pub enum View<'a> {
     Event {
         site: &'a SiteInfo,
         rec: &'a EventRecord,
+        /// The record's `--str` strings, when it carries any.
+        strs: Option<&'a StrSet>,
     },
     Span {
         pair: &'a PairInfo,
         start: &'a SiteInfo,
         end: &'a SiteInfo,
         rec: &'a SpanRecord,
+        strs: Option<&'a StrSet>,
         /// `--stack`: the user stack where it ended (None without `--stack`).
         stack: Option<&'a crate::symbolize::SpanStack>,
     },
@@ -113,15 +116,16 @@ impl<W: Write> Sink for TextSink<W> {
 
     fn record(&mut self, v: &View) -> io::Result<()> {
         let line = match *v {
-            View::Event { site, rec } => text::event_text(site, rec, self.t0),
+            View::Event { site, rec, strs } => text::event_text(site, rec, strs, self.t0),
             View::Span {
                 pair,
                 start,
                 end,
                 rec,
+                strs,
                 stack,
             } => {
-                let mut line = text::span_text(pair, start, end, rec, self.t0);
+                let mut line = text::span_text(pair, start, end, rec, strs, self.t0);
                 if let Some(st) = stack {
                     text::stack_text(&mut line, st);
                 }
@@ -194,14 +198,15 @@ impl<W: Write> Sink for JsonSink<W> {
 
     fn record(&mut self, v: &View) -> io::Result<()> {
         match *v {
-            View::Event { site, rec } => json::event_json(&mut self.buf, site, rec),
+            View::Event { site, rec, strs } => json::event_json(&mut self.buf, site, rec, strs),
             View::Span {
                 pair,
                 start,
                 end,
                 rec,
+                strs,
                 stack,
-            } => json::span_json(&mut self.buf, pair, start, end, rec, stack),
+            } => json::span_json(&mut self.buf, pair, start, end, rec, strs, stack),
         }
         Ok(())
     }

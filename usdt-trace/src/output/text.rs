@@ -5,33 +5,69 @@
 //! the span around it. Names and strings come from other people's files and processes, so
 //! control characters are shown escaped, never sent to the terminal (see [`clean`]).
 
-use super::decode::{cstr, string_of};
-use super::{fmt_duration, ArgFmt, PairInfo, SiteInfo, Summary};
-use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, MAX_ARGS};
+use super::decode::cstr;
+use super::{arg_value, fmt_duration, ArgValue, PairInfo, SiteInfo, Summary};
+use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, StrSet, MAX_ARGS};
 
-fn text_args(out: &mut String, site: &SiteInfo, args: &[u64; MAX_ARGS], s: Option<&[u8]>) {
+/// A probe's arguments: `(1, "GET", 3)`, or with names `(id=1, method="GET", arg2=3)`.
+fn text_args(out: &mut String, site: &SiteInfo, args: &[u64; MAX_ARGS], strs: Option<&StrSet>) {
     use std::fmt::Write as _;
+    let named = !site.names.is_empty();
     out.push('(');
-    for (i, fmt) in site.args.iter().enumerate().take(MAX_ARGS) {
+    for i in 0..site.args.len().min(MAX_ARGS) {
         if i > 0 {
             out.push_str(", ");
         }
-        if site.str_arg == Some(i) {
-            match s {
-                Some(b) => {
-                    let _ = write!(out, "{:?}", String::from_utf8_lossy(b));
+        if named {
+            match site.arg_name(i) {
+                Some(n) => out.push_str(&clean(n)),
+                None => {
+                    let _ = write!(out, "arg{i}");
                 }
-                None => out.push_str("null"),
             }
-            continue;
+            out.push('=');
         }
-        let _ = match fmt {
-            ArgFmt::Unsigned => write!(out, "{}", args[i]),
-            ArgFmt::Signed => write!(out, "{}", args[i] as i64),
-            ArgFmt::Unreadable => write!(out, "?"),
+        let _ = match arg_value(site, i, args, strs) {
+            ArgValue::Unsigned(v) => write!(out, "{v}"),
+            ArgValue::Signed(v) => write!(out, "{v}"),
+            ArgValue::Unreadable => write!(out, "?"),
+            ArgValue::Str { bytes, cut, .. } => {
+                quoted(out, bytes);
+                // Outside the quotes, so it cannot be mistaken for the string's own bytes.
+                if cut {
+                    out.push('…');
+                }
+                Ok(())
+            }
         };
     }
     out.push(')');
+}
+
+/// `bytes` in double quotes, every byte recoverable: `"` and `\` escaped, characters unsafe
+/// for a terminal as `\u{..}` (`\n`, `\t`, `\r` for those), bytes that are not UTF-8 as `\xNN`.
+pub fn quoted(out: &mut String, bytes: &[u8]) {
+    use std::fmt::Write as _;
+    out.push('"');
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if is_unsafe_for_terminal(c) => {
+                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out.push('"');
 }
 
 /// True for characters that must not reach a terminal raw: C0 and C1 controls (escape
@@ -87,7 +123,7 @@ fn text_prefix(h: &RecordHeader, t0: u64, ts: u64, probe: &str, dur: &str) -> St
 }
 
 /// One text line for an event; `t0` is the monotonic time `watch` started.
-pub fn event_text(site: &SiteInfo, r: &EventRecord, t0: u64) -> String {
+pub fn event_text(site: &SiteInfo, r: &EventRecord, strs: Option<&StrSet>, t0: u64) -> String {
     let mut s = text_prefix(
         &r.hdr,
         t0,
@@ -95,8 +131,7 @@ pub fn event_text(site: &SiteInfo, r: &EventRecord, t0: u64) -> String {
         &format!("{}:{}", site.provider, site.name),
         "-",
     );
-    let st = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
-    text_args(&mut s, site, &r.args, st);
+    text_args(&mut s, site, &r.args, strs);
     s.push('\n');
     s
 }
@@ -107,6 +142,7 @@ pub fn span_text(
     start: &SiteInfo,
     end: &SiteInfo,
     r: &SpanRecord,
+    strs: Option<&StrSet>,
     t0: u64,
 ) -> String {
     use std::fmt::Write as _;
@@ -118,18 +154,15 @@ pub fn span_text(
         &format!("{}:{}", pair.provider, pair.stem),
         &fmt_duration(dur),
     );
-    let st = (r.str_len > 0).then(|| string_of(r.str_len, &r.str));
-    text_args(&mut s, start, &r.args, st);
-    // The span's one string is the start's, else the end's (a function's return value).
-    let end_str = if start.str_arg.is_none() { st } else { None };
+    text_args(&mut s, start, &r.args, strs);
     // A span with several possible ends says which one closed it.
     if pair.ends.len() > 1 {
         s.push_str(" -> ");
         s.push_str(&clean(&end.name));
-        text_args(&mut s, end, &r.end_args, end_str);
+        text_args(&mut s, end, &r.end_args, strs);
     } else if !end.args.is_empty() {
         s.push_str(" -> ");
-        text_args(&mut s, end, &r.end_args, end_str);
+        text_args(&mut s, end, &r.end_args, strs);
     }
     if r.acct_valid != 0 && dur > 0 {
         let a = &r.acct;

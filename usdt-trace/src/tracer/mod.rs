@@ -149,8 +149,9 @@ pub struct Counters {
 }
 
 /// Default of `--max-threads`: threads that may hold per-thread span state at once. Each one
-/// that opens a span takes a ~12 KB `ThreadState` (a 16 KB allocation) until it exits, and
-/// 16 KB more if it captures `--str` strings: 64 MB at this many (128 MB with strings).
+/// that opens a span takes a ~12 KB `ThreadState` (a 16 KB allocation) until it exits: 64 MB
+/// at this many. `--str` strings of open spans are apart (`STRS`, ~4 KB per open span with
+/// strings, at most 16384 open at once).
 pub const DEFAULT_MAX_THREADS: u32 = 4096;
 /// Default of `--max-open-ids`: id-paired spans open at once (~0.5 KB each while open).
 pub const DEFAULT_MAX_OPEN_IDS: u32 = 65536;
@@ -181,6 +182,8 @@ pub struct LoadOptions<'a> {
     pub max_open_ids: u32,
     /// `--min`: spans shorter than this (ns) make no record; histograms count every span.
     pub min_ns: u64,
+    /// `--str-max`: bytes kept of each `--str` string (1..=`STR_MAX_CAP`).
+    pub str_max: u32,
     /// `--filter`/`--tid`: the compiled program, and per site (cookie) which terms name it.
     pub filter: Option<(FilterProg, &'a [u32])>,
     /// `--stack`: a user stack record before each span record.
@@ -305,7 +308,6 @@ impl Tracer {
             .map_max_entries("HISTS", hist_slots)
             .map_max_entries("EVENTS", opts.ring_bytes)
             .map_max_entries("THREADS", opts.max_threads.max(1))
-            .map_max_entries("THREAD_STRS", opts.max_threads.max(1))
             .map_max_entries("ID_SPANS", opts.max_open_ids.max(1))
             .load(EBPF_OBJECT)
             .map_err(|e| {
@@ -348,7 +350,7 @@ impl Tracer {
                     .unwrap_or(0),
                 task_delay_off: nested("task_struct", "sched_info", "sched_info", "run_delay")
                     .unwrap_or(0),
-                _pad: 0,
+                str_max: opts.str_max,
                 min_ns: opts.min_ns,
             };
             cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
@@ -898,6 +900,7 @@ mod tests {
             max_threads: DEFAULT_MAX_THREADS,
             max_open_ids: DEFAULT_MAX_OPEN_IDS,
             min_ns: 0,
+            str_max: usdt_trace_common::STR_MAX_DEFAULT as u32,
             filter: None,
             stack: false,
             agg: AggLoad::default(),

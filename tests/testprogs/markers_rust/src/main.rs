@@ -39,7 +39,8 @@ fn fire_all(round: u64) {
         round
     );
     let text = "hello";
-    probe!(markers_test, text, text, text.len(), true);
+    // Named arguments: their names go into a note (type 3) that tracers show.
+    probe!(markers_test, text, s = text, len = text.len(), ok = true);
     let outer = span!(markers_test, op, round; end(i32));
     {
         let _inner = span!(markers_test, inner, round);

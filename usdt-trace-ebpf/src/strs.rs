@@ -1,0 +1,143 @@
+//! `--str` strings: a span start's kept in `STRS` until its end, and every record's strings
+//! sent as a record of their own just before it.
+//!
+//! Both entry points are global BPF functions (exported, not inlined): the verifier checks
+//! each once, on its own, instead of once per path that reaches a start or a record point, and
+//! the uprobe program is close to its budget. Their pointer arguments point to structs of
+//! scalars only (the verifier sizes them from BTF and treats what they hold as numbers), so
+//! the site's spec is looked up here by cookie rather than passed.
+
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_buf};
+use usdt_trace_common::{
+    str_key_thread, IdKey, RecordKind, StrSet, StrsRecord, MAX_ARGS, MAX_STRS, STRS_NONE,
+};
+
+use crate::{
+    args::{read_args, read_strs, reg, ArgWords, IP_WORD},
+    maps::{count, CONFIG, EVENTS, SCRATCH, SITES, STRS, STR_SCRATCH},
+};
+
+/// Reads the strings of the span start at site `cookie` (arguments `args`) and keeps them in
+/// `STRS` under `key` until its end. 1 when kept (a full map costs the span its start strings,
+/// nothing else).
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn usdt_keep_strs(cookie: u32, args: *const ArgWords, key: *const IdKey) -> u32 {
+    // A global function's pointers may be NULL as far as the verifier knows.
+    if args.is_null() || key.is_null() {
+        return 0;
+    }
+    let (Some(spec), Some(cfg), Some(p)) =
+        (SITES.get(cookie), CONFIG.get(0), STR_SCRATCH.get_ptr_mut(0))
+    else {
+        return 0;
+    };
+    // SAFETY: this CPU's slot, which nothing else uses while this program runs; `args` and
+    // `key` are non-null and checked by the verifier at the call.
+    let (set, args, key) = unsafe { (&mut *p, &(*args).args, &*key) };
+    set.state = [STRS_NONE; MAX_STRS];
+    read_strs(spec, args, cfg.str_max, set);
+    // Inserted from the scratch map by reference: 4 KB does not go through the stack.
+    STRS.insert(key, &*set, 0).is_ok() as u32
+}
+
+/// Where a closed span's start strings are kept: `kept` is its frame's `has_strs` (0: none;
+/// for a span paired per thread, its depth + 1), `id_key` its id key (NULL: paired per thread).
+#[inline(always)]
+fn kept_key(kept: u32, id_key: *const IdKey) -> Option<IdKey> {
+    if kept == 0 {
+        return None;
+    }
+    if id_key.is_null() {
+        return Some(str_key_thread(
+            bpf_get_current_pid_tgid() as u32,
+            kept.wrapping_sub(1),
+        ));
+    }
+    // SAFETY: non-null, and checked by the verifier at the call.
+    Some(unsafe { *id_key })
+}
+
+/// A closed span's kept start strings (`kept`, `id_key`: as for [`usdt_emit_strs`]), if any.
+#[inline(always)]
+pub fn kept_set(kept: u32, id_key: *const IdKey) -> Option<&'static StrSet> {
+    let key = kept_key(kept, id_key)?;
+    // SAFETY: a live map value, read before this program returns.
+    unsafe { STRS.get(&key) }
+}
+
+/// Forgets a closed span's kept start strings (`kept`, `id_key`: as for [`usdt_emit_strs`]).
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn usdt_drop_strs(kept: u32, id_key: *const IdKey) -> u32 {
+    if let Some(key) = kept_key(kept, id_key) {
+        let _ = STRS.remove(&key);
+    }
+    0
+}
+
+/// Sends the strings of the event or span at site `cookie` at `ts` as a record of their own,
+/// just before its own record (user space joins the two by thread and time): a span's start
+/// strings when `kept` (its frame's `has_strs`: 0 none, else for a span paired per thread its
+/// depth + 1; `id_key` the key of one paired by id, NULL for one paired per thread), then the
+/// site's own, read from `args`, or when `args` is NULL from the arguments read here (from the
+/// register copy in `SCRATCH`: read here, verified once, rather than at every end). 1 when sent.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn usdt_emit_strs(
+    cookie: u32,
+    ts: u64,
+    kept: u32,
+    id_key: *const IdKey,
+    args: *const ArgWords,
+) -> u32 {
+    let (Some(spec), Some(cfg), Some(scratch)) =
+        (SITES.get(cookie), CONFIG.get(0), SCRATCH.get_ptr(0))
+    else {
+        return 0;
+    };
+    let mut own = [0u64; MAX_ARGS];
+    let args = if args.is_null() {
+        // SAFETY: this CPU's scratch slot, holding this hit's register copy.
+        let regs = unsafe { &(*scratch).regs };
+        read_args(spec, regs, reg(regs, IP_WORD), &mut own);
+        &own
+    } else {
+        // SAFETY: non-null and checked by the verifier at the call.
+        unsafe { &(*args).args }
+    };
+    let Some(mut entry) = EVENTS.reserve::<StrsRecord>(0) else {
+        count(usdt_trace_common::CNT_LOST);
+        return 0;
+    };
+    // SAFETY: a StrsRecord-sized, aligned slot that only we write; `strs.state` says which
+    // slots user space reads, and is written.
+    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    rec.hdr.kind = RecordKind::STRS;
+    rec.hdr.site = cookie;
+    rec.hdr.pid = (pid_tgid >> 32) as u32;
+    rec.hdr.tid = pid_tgid as u32;
+    rec.hdr.ts_ns = ts;
+    rec.hdr.comm = [0; 16];
+    // SAFETY: a live map value, read before this program returns.
+    let start = kept_key(kept, id_key).and_then(|k| unsafe { STRS.get(&k) });
+    match start {
+        // One helper call, where a struct copy would unroll into a thousand instructions.
+        // SAFETY: both are StrSet-sized; the helper checks the source.
+        Some(s) => unsafe {
+            let _ = bpf_probe_read_kernel_buf(
+                s as *const StrSet as *const u8,
+                core::slice::from_raw_parts_mut(
+                    &mut rec.strs as *mut StrSet as *mut u8,
+                    core::mem::size_of::<StrSet>(),
+                ),
+            );
+        },
+        None => rec.strs.state = [STRS_NONE; MAX_STRS],
+    }
+    read_strs(spec, args, cfg.str_max, &mut rec.strs);
+    // No wakeup: the event or span record right behind it decides that.
+    entry.submit(aya_ebpf::bindings::BPF_RB_NO_WAKEUP as u64);
+    1
+}
