@@ -26,7 +26,12 @@ int main(int argc, char **argv)
     uint64_t w0 = ns(CLOCK_MONOTONIC), c0 = ns(CLOCK_PROCESS_CPUTIME_ID);
     for (long i = 0; i < n; i++) {
         uint64_t id = (uint64_t)i + 1;
+#ifdef BENCH_STR
+        /* bench/handler.py's strings mode: argument 2 points at a string (--str op__start:2). */
+        USDT_SPAN_START(bench, op, id, (uint64_t)0, (uint64_t)(uintptr_t) "GET /index.html");
+#else
         USDT_SPAN_START(bench, op, id, (uint64_t)0, (uint64_t)i);
+#endif
         USDT_SPAN_END(bench, op, id, (uint64_t)i);
     }
     uint64_t w1 = ns(CLOCK_MONOTONIC), c1 = ns(CLOCK_PROCESS_CPUTIME_ID);

@@ -283,6 +283,21 @@ fn copy_words(dst: &mut [u64; MAX_ARGS], src: &[u64; MAX_ARGS]) {
     }
 }
 
+/// `*v = zeroed` as unrolled word stores: `= Default::default()` on a 112-byte struct became a
+/// call to a byte-loop `memset` subprogram, run on every id-paired span start.
+#[inline(always)]
+fn zero_words(v: &mut PollAcct) {
+    const WORDS: usize = core::mem::size_of::<PollAcct>() / 8;
+    const _: () = assert!(core::mem::size_of::<PollAcct>() % 8 == 0);
+    const _: () = assert!(core::mem::align_of::<PollAcct>() >= 8);
+    let p = v as *mut PollAcct as *mut u64;
+    for i in 0..WORDS {
+        // SAFETY: within the struct (size and alignment checked above); all-zero is a valid
+        // PollAcct (plain integers).
+        unsafe { core::ptr::write_volatile(p.add(i), 0) };
+    }
+}
+
 /// `*dst = *src` for byte arrays (no alignment to copy by words): one helper call instead of
 /// the byte-loop `memcpy` (see [`copy_words`]).
 #[inline(always)]
@@ -385,7 +400,7 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
     }
     open_frame(hit, &mut f.frame, Some(&mut f.str), acct_start, true);
     // The scratch slot still holds the previous span's polls.
-    f.poll = PollAcct::default();
+    zero_words(&mut f.poll);
     // Inserted from the scratch map by reference: a frame is too big to pass by value.
     let key = hit.id_key(&f.frame.args);
     if ID_SPANS.insert(&key, &*f, 0).is_err() {

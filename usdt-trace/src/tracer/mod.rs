@@ -90,6 +90,17 @@ pub enum TraceError {
 
 use features::VMLINUX_BTF;
 
+/// The uprobe program to attach: `usdt_site`, or for benchmarks with
+/// `USDT_TRACE_BENCH_NULL_PROGRAM=1` in the environment `usdt_null`, which only returns (the
+/// floor any handler pays: `bench/handler.py`). Not a user option: nothing is traced then.
+fn uprobe_program() -> &'static str {
+    if std::env::var_os("USDT_TRACE_BENCH_NULL_PROGRAM").is_some_and(|v| v == "1") {
+        "usdt_null"
+    } else {
+        "usdt_site"
+    }
+}
+
 /// The fd of array map `name` (borrowed from `ebpf`).
 fn array_fd(ebpf: &Ebpf, name: &'static str) -> Result<std::os::fd::RawFd, TraceError> {
     match ebpf.map(name) {
@@ -349,7 +360,7 @@ impl Tracer {
         }
         let multi_prog = match path {
             AttachPath::Multi => Some(
-                multi::load_program(EBPF_OBJECT, "usdt_site", ebpf.maps())
+                multi::load_program(EBPF_OBJECT, uprobe_program(), ebpf.maps())
                     .map_err(|e| TraceError::Load(format!("usdt_site for uprobe_multi: {e}")))?,
             ),
             AttachPath::Perf => None,
@@ -415,7 +426,7 @@ impl Tracer {
         }
         let prog: &mut UProbe = self
             .ebpf
-            .program_mut("usdt_site")
+            .program_mut(uprobe_program())
             .ok_or(TraceError::MissingProgram("usdt_site"))?
             .try_into()
             .map_err(|e: ProgramError| TraceError::Load(e.to_string()))?;
