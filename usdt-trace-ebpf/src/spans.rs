@@ -288,7 +288,7 @@ fn copy_words(dst: &mut [u64; MAX_ARGS], src: &[u64; MAX_ARGS]) {
 #[inline(always)]
 fn zero_words(v: &mut PollAcct) {
     const WORDS: usize = core::mem::size_of::<PollAcct>() / 8;
-    const _: () = assert!(core::mem::size_of::<PollAcct>() % 8 == 0);
+    const _: () = assert!(core::mem::size_of::<PollAcct>().is_multiple_of(8));
     const _: () = assert!(core::mem::align_of::<PollAcct>() >= 8);
     let p = v as *mut PollAcct as *mut u64;
     for i in 0..WORDS {
