@@ -11,9 +11,9 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     hist_bucket, hist_slot, Acct, Config, EventRecord, Frame, IdFrame, IdKey, PollAcct,
-    RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
-    CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL,
-    CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
+    RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, ThreadState, CFG_FILTER, CFG_HIST,
+    CFG_PID_FILTER, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_FILTERED,
+    CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
     CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_COMPONENTS, HIST_DURATION,
     HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS, STR_LEN,
     STR_NONE,
@@ -438,24 +438,27 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
         str,
         poll,
     } = unsafe { &mut *f };
-    release_id_span(f.tid);
+    // This thread's state, looked up once: in the common case the span started here too, and
+    // the release, the poll's close and the time split below are all about it.
+    let mut mine = existing_thread(hit.tid);
+    release_on(f.tid, hit.tid, &mut mine);
     // An end inside a poll (the future ended its span before returning Ready) closes the poll.
     if poll.enter_tid != 0 {
         let tid = poll.enter_tid;
         if tid == hit.tid {
-            if let Some(st) = existing_thread(tid) {
+            if let Some(st) = mine.as_deref_mut() {
                 sched::catch_up(st, hit.now);
                 poll.exit(tid, hit.now, st.acct_at(hit.now));
             }
         }
-        release_id_span(tid);
+        release_on(tid, hit.tid, &mut mine);
     }
     let (acct, poll) = if poll.polls > 0 {
         // Polled: the polling threads' time while entered, the rest idle.
         (Some(poll.acct), Some(&*poll))
     } else if f.tid == hit.tid {
         // Not polled: a split only means something when one thread ran it from start to end.
-        let acct = existing_thread(hit.tid).map(|st| {
+        let acct = mine.map(|st| {
             sched::catch_up(st, hit.now);
             st.acct_at(hit.now).since(&f.acct_start)
         });
@@ -518,6 +521,21 @@ fn poll_exit(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
         st.id_open -= 1;
     }
     Ok(())
+}
+
+/// [`release_id_span`] for `tid`, through `mine` (the state of `my_tid`, already looked up)
+/// when it is that thread.
+#[inline(always)]
+fn release_on(tid: u32, my_tid: u32, mine: &mut Option<&'static mut ThreadState>) {
+    if tid == my_tid {
+        if let Some(st) = mine.as_deref_mut() {
+            if st.id_open > 0 {
+                st.id_open -= 1;
+            }
+        }
+    } else {
+        release_id_span(tid);
+    }
 }
 
 /// An id-paired span that `tid` opened has ended (or was never stored).
