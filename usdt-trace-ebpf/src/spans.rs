@@ -22,9 +22,9 @@ use usdt_trace_common::{
 use crate::{
     args::{copy_regs, read_args, read_str, reg, IP_WORD, REGS_WORDS},
     maps::{
-        count, count_n, existing_thread, note_stateless_start, ringbuf_flags, take_stateless_start,
-        thread_state, thread_strs, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED,
-        ID_SPANS, PIDS, SCRATCH, SITES, THREAD_STRS,
+        count, count_n, existing_thread, note_stateless_start, ringbuf_flags, set_current_active,
+        take_stateless_start, thread_state, thread_strs, Scratch, CONFIG, EVENTS, FRAME_SCRATCH,
+        HISTS, ID_DROPPED, ID_SPANS, PIDS, SCRATCH, SITES, THREAD_STRS,
     },
     sched,
 };
@@ -318,6 +318,7 @@ fn start_on_thread(hit: &Hit) -> Result<(), ()> {
         return Ok(());
     };
     st.resume_accounting(hit.now);
+    set_current_active(true);
     sched::catch_up(st, hit.now);
     // A full stack drops the start (and, through the thread's overflow count, its end).
     let Some(depth) = st.push() else {
@@ -397,6 +398,7 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
     let mut acct_start = Acct::default();
     if let Some(st) = thread_state(hit.tid) {
         st.resume_accounting(hit.now);
+        set_current_active(true);
         sched::catch_up(st, hit.now);
         acct_start = st.acct_at(hit.now);
         st.id_open += 1;
@@ -499,6 +501,7 @@ fn poll_enter(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
         p.enter_tid = 0;
     }
     st.resume_accounting(hit.now);
+    set_current_active(true);
     sched::catch_up(st, hit.now);
     p.enter(hit.tid, hit.now, st.acct_at(hit.now));
     // The entered span keeps this thread's accounting running, like an open frame does.
