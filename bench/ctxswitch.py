@@ -5,6 +5,8 @@ trip), CPU time per switch:
   - untraced;
   - `usdt-trace watch` attached to the ping-pong binary, no span ever opened (the hooks' fast
     path: no thread tracked anywhere);
+  - the same after one span before the loop (the thread is tracked, no span open: sched_switch
+    looks up `next` only);
   - the same with a span around each round trip (per-thread accounting active), and with
     --no-sched (no hooks);
   - bpftrace with an empty-count sched_switch probe (`tracepoint:sched:sched_switch { @c =
@@ -60,6 +62,7 @@ def main():
     cases = {
         "untraced": ("0", None),
         "watch, no span open": ("0", ([usdt, "watch", "--json", binp], "stderr", r"^Attached")),
+        "watch, tracked thread, no span open": ("2", ([usdt, "watch", "--json", binp], "stderr", r"^Attached")),
         "untraced (span loop)": ("1", None),
         "watch --no-sched, span per round trip": ("1", ([usdt, "watch", "--json", "--no-sched", binp], "stderr", r"^Attached")),
         "watch, span per round trip": ("1", ([usdt, "watch", "--json", binp], "stderr", r"^Attached")),

@@ -3,6 +3,7 @@
  *
  *   bench_pingpong N SPANS [CPU] [RESULT_FILE]
  *
+ * SPANS=2 opens and closes one span before the loop only (tracked thread, no span open).
  * SPANS=1 wraps each round trip in the parent in DTRACE_PROBE1(pp, rt__start/rt__end), so a
  * tracer's per-thread time attribution is active during the switches; SPANS=0 never reaches a
  * probe. Prints "ns_per_rt_wall=X ns_per_rt_cpu=Y rts=N", CPU being both processes' user +
@@ -55,6 +56,13 @@ int main(int argc, char **argv) {
                 _exit(1);
         }
         _exit(0);
+    }
+    if (spans == 2) {
+        /* SPANS=2: one span before the loop, none in it: the tracer keeps this thread's state
+         * (it is tracked) but no span is open during the switches measured. */
+        DTRACE_PROBE1(pp, rt__start, -1L);
+        DTRACE_PROBE1(pp, rt__end, -1L);
+        spans = 0;
     }
     uint64_t w0 = ns(CLOCK_MONOTONIC), c0 = cpu_ns(RUSAGE_SELF);
     for (long i = 0; i < n; i++) {

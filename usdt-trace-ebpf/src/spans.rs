@@ -13,20 +13,21 @@ use aya_ebpf::{
 use usdt_trace_common::{
     agg::{CFG_AGG_ARGS, CFG_AGG_BY},
     hist_bucket, hist_slot, str_key_thread, Acct, Config, EventRecord, Frame, IdFrame, IdKey,
-    PollAcct, RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, CFG_FILTER, CFG_HIST,
-    CFG_PID_FILTER, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS,
+    PollAcct, RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, ThreadState, CFG_FILTER,
+    CFG_HIST, CFG_PID_FILTER, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS,
     CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL,
-    CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_DURATION,
-    HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS,
+    CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_COMPONENTS,
+    HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS,
+    MAX_PAIRS,
 };
 
 use crate::args::ArgWords;
 use crate::{
     args::{copy_regs, read_args, reg, IP_WORD, REGS_WORDS},
     maps::{
-        count, count_n, existing_thread, note_stateless_start, ringbuf_flags, take_stateless_start,
-        thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED, ID_SPANS, PIDS,
-        SCRATCH, SITES,
+        count, count_n, existing_thread, note_stateless_start, ringbuf_flags, set_current_active,
+        take_stateless_start, thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS,
+        ID_DROPPED, ID_SPANS, PIDS, SCRATCH, SITES,
     },
     sched,
     strs::{usdt_drop_strs, usdt_emit_strs, usdt_keep_strs},
@@ -221,7 +222,9 @@ fn close_span(
 ) {
     count(CNT_SPANS);
     let dur = hit.now.saturating_sub(f.start_ns);
-    if crate::filter::rejects(f.site, &f.args) {
+    // The flag first: without --filter, no call into the filter function (and its map
+    // lookups) per span.
+    if hit.cfg.flags & CFG_FILTER != 0 && crate::filter::rejects(f.site, &f.args) {
         return;
     }
     if hit.hist() {
@@ -315,6 +318,21 @@ fn copy_words(dst: &mut [u64; MAX_ARGS], src: &[u64; MAX_ARGS]) {
     }
 }
 
+/// `*v = zeroed` as unrolled word stores: `= Default::default()` on a 112-byte struct became a
+/// call to a byte-loop `memset` subprogram, run on every id-paired span start.
+#[inline(always)]
+fn zero_words(v: &mut PollAcct) {
+    const WORDS: usize = core::mem::size_of::<PollAcct>() / 8;
+    const _: () = assert!(core::mem::size_of::<PollAcct>().is_multiple_of(8));
+    const _: () = assert!(core::mem::align_of::<PollAcct>() >= 8);
+    let p = v as *mut PollAcct as *mut u64;
+    for i in 0..WORDS {
+        // SAFETY: within the struct (size and alignment checked above); all-zero is a valid
+        // PollAcct (plain integers).
+        unsafe { core::ptr::write_volatile(p.add(i), 0) };
+    }
+}
+
 /// `*dst = *src` for byte arrays (no alignment to copy by words): one helper call instead of
 /// the byte-loop `memcpy` (see [`copy_words`]).
 #[inline(always)]
@@ -332,6 +350,7 @@ fn start_on_thread(hit: &Hit) -> Result<(), ()> {
         return Ok(());
     };
     st.resume_accounting(hit.now);
+    set_current_active(true);
     sched::catch_up(st, hit.now);
     // A full stack drops the start (and, through the thread's overflow count, its end).
     let Some(depth) = st.push() else {
@@ -420,13 +439,14 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
     let mut acct_start = Acct::default();
     if let Some(st) = thread_state(hit.tid) {
         st.resume_accounting(hit.now);
+        set_current_active(true);
         sched::catch_up(st, hit.now);
         acct_start = st.acct_at(hit.now);
         st.id_open += 1;
     }
     open_frame(hit, &mut f.frame, acct_start, true);
     // The scratch slot still holds the previous span's polls.
-    f.poll = PollAcct::default();
+    zero_words(&mut f.poll);
     // Inserted from the scratch map by reference: a frame is too big to pass by value.
     let key = hit.id_key(&f.frame.args);
     if hit.keeps_args() && hit.spec.nstrs > 0 {
@@ -461,24 +481,27 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     // (hash map values are freed after an RCU grace period). Only this span's own markers
     // write it, and they run one after another.
     let IdFrame { frame: f, poll } = unsafe { &mut *f };
-    release_id_span(f.tid);
+    // This thread's state, looked up once: in the common case the span started here too, and
+    // the release, the poll's close and the time split below are all about it.
+    let mut mine = existing_thread(hit.tid);
+    release_on(f.tid, hit.tid, &mut mine);
     // An end inside a poll (the future ended its span before returning Ready) closes the poll.
     if poll.enter_tid != 0 {
         let tid = poll.enter_tid;
         if tid == hit.tid {
-            if let Some(st) = existing_thread(tid) {
+            if let Some(st) = mine.as_deref_mut() {
                 sched::catch_up(st, hit.now);
                 poll.exit(tid, hit.now, st.acct_at(hit.now));
             }
         }
-        release_id_span(tid);
+        release_on(tid, hit.tid, &mut mine);
     }
     let (acct, poll) = if poll.polls > 0 {
         // Polled: the polling threads' time while entered, the rest idle.
         (Some(poll.acct), Some(&*poll))
     } else if f.tid == hit.tid {
         // Not polled: a split only means something when one thread ran it from start to end.
-        let acct = existing_thread(hit.tid).map(|st| {
+        let acct = mine.map(|st| {
             sched::catch_up(st, hit.now);
             st.acct_at(hit.now).since(&f.acct_start)
         });
@@ -520,6 +543,7 @@ fn poll_enter(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
         p.enter_tid = 0;
     }
     st.resume_accounting(hit.now);
+    set_current_active(true);
     sched::catch_up(st, hit.now);
     p.enter(hit.tid, hit.now, st.acct_at(hit.now));
     // The entered span keeps this thread's accounting running, like an open frame does.
@@ -544,6 +568,21 @@ fn poll_exit(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     Ok(())
 }
 
+/// [`release_id_span`] for `tid`, through `mine` (the state of `my_tid`, already looked up)
+/// when it is that thread.
+#[inline(always)]
+fn release_on(tid: u32, my_tid: u32, mine: &mut Option<&'static mut ThreadState>) {
+    if tid == my_tid {
+        if let Some(st) = mine.as_deref_mut() {
+            if st.id_open > 0 {
+                st.id_open -= 1;
+            }
+        }
+    } else {
+        release_id_span(tid);
+    }
+}
+
 /// An id-paired span that `tid` opened has ended (or was never stored).
 #[inline(always)]
 fn release_id_span(tid: u32) {
@@ -556,6 +595,20 @@ fn release_id_span(tid: u32) {
 
 #[inline(always)]
 fn hist_one(pair_id: u32, component: usize, v: u64) {
+    usdt_hist_one(pair_id, component as u32, v);
+}
+
+/// A global BPF function (scalar arguments only): the bucket arithmetic is verified once
+/// instead of at each of the five components on every path that closes a span, a fifth of the
+/// uprobe program's verification and of `watch`'s attach time.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn usdt_hist_one(pair_id: u32, component: u32, v: u64) -> u32 {
+    let component = component as usize;
+    // Checked again here: a global function is verified for any arguments.
+    if component >= HIST_COMPONENTS || pair_id >= MAX_PAIRS {
+        return 0;
+    }
     if let Some(h) = HISTS.get_ptr_mut(hist_slot(pair_id, component)) {
         // SAFETY: this CPU's slot, which nothing else writes while this program runs.
         let h = unsafe { &mut *h };
@@ -574,6 +627,7 @@ fn hist_one(pair_id: u32, component: usize, v: u64) {
             h.max = v;
         }
     }
+    0
 }
 
 #[inline(always)]

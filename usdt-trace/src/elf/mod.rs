@@ -56,6 +56,7 @@ mod functions;
 mod gofunc;
 mod notes;
 mod sites;
+mod sparse;
 mod symbols;
 #[cfg(test)]
 mod tests;
@@ -222,11 +223,19 @@ pub fn parse_file(path: &Path) -> Result<ObjectProbes, ElfError> {
             path: path.to_path_buf(),
         });
     }
-    let bytes = read_all(&file, meta.len()).map_err(io)?;
-    parse(&bytes).map_err(|e| ElfError::InFile {
+    let in_file = |e| ElfError::InFile {
         path: path.to_path_buf(),
         source: Box::new(e),
-    })
+    };
+    if meta.len() < sparse::SPARSE_MIN {
+        let bytes = read_all(&file, meta.len()).map_err(io)?;
+        return parse(&bytes).map_err(in_file);
+    }
+    // Large objects: only the parts the parser reads (see `sparse`).
+    let bytes = sparse::read(&file, meta.len()).map_err(io)?;
+    let mut out = parse_inner(&bytes, false).map_err(in_file)?;
+    sparse::fill_sites(&file, &bytes, &mut out).map_err(io)?;
+    Ok(out)
 }
 
 /// The whole file, sized by `len` (its size at stat time) but read to its current end: a file
@@ -278,10 +287,16 @@ fn check_ident(data: &[u8]) -> Result<(), ElfError> {
 
 /// Parses an ELF object held in memory.
 pub fn parse(data: &[u8]) -> Result<ObjectProbes, ElfError> {
+    parse_inner(data, true)
+}
+
+/// [`parse`]; `classify`: read the bytes at each site (a [`sparse`] buffer has none there
+/// yet: `sparse::fill_sites` classifies them, without touching a page of it per site).
+fn parse_inner(data: &[u8], classify: bool) -> Result<ObjectProbes, ElfError> {
     check_ident(data)?;
     match data[4] {
-        elf::ELFCLASS32 => parse_class::<elf::FileHeader32<Endianness>>(data),
-        elf::ELFCLASS64 => parse_class::<elf::FileHeader64<Endianness>>(data),
+        elf::ELFCLASS32 => parse_class::<elf::FileHeader32<Endianness>>(data, classify),
+        elf::ELFCLASS64 => parse_class::<elf::FileHeader64<Endianness>>(data, classify),
         class => Err(ElfError::BadClass { class }),
     }
 }
@@ -320,6 +335,7 @@ pub(super) fn linked_header<Elf: FileHeader<Endian = Endianness>>(
 
 fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     data: &[u8],
+    classify: bool,
 ) -> Result<ObjectProbes, ElfError> {
     let header_len = std::mem::size_of::<Elf>();
     if data.len() < header_len {
@@ -470,7 +486,11 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
         };
         let semaphore_shared_page = semaphore_offset
             .is_some_and(|off| sites::semaphore_page_shared(&loads, &relro, semaphore, off));
-        let (insn, insn_bytes) = sites::classify_site(data, seg, file_offset, pc, arch);
+        let (insn, insn_bytes) = if classify {
+            sites::classify_site(data, seg, file_offset, pc, arch)
+        } else {
+            (SiteInsn::Unknown, String::new())
+        };
         pending.push(PendingSite {
             site: Site {
                 provider: raw.provider.into_owned(),

@@ -1022,3 +1022,56 @@ fn semaphore_on_a_page_mapped_twice_is_flagged() {
     let p = parsed(&packed);
     assert!(p.sites[0].semaphore_shared_page);
 }
+
+/// Files of a megabyte or more are read sparsely (headers, notes, symbol tables when an
+/// argument names a symbol, a window at each site): the result must be exactly what the whole
+/// file gives, instruction classes and resolved symbols included.
+#[test]
+fn large_files_read_sparsely_parse_as_read_whole() {
+    let mut s = Synth::x64();
+    s.image[0x1100..0x1105].copy_from_slice(&[0x0f, 0x1f, 0x44, 0x00, 0x00]);
+    s.image[0x1200..0x1204].copy_from_slice(&[0xf3, 0x0f, 0x1e, 0xfa]);
+    s.image[0x1300] = 0x90;
+    s.image[0x1301..0x1306].copy_from_slice(&[0x0f, 0x1f, 0x44, 0x00, 0x00]);
+    let notes = [
+        s.note(TEXT + 0x100, 0, "p", "nop5", "-4@%edi"),
+        s.note(TEXT + 0x200, 0, "p", "endbr", "8@$5"),
+        s.note(
+            TEXT + 0x300,
+            0,
+            "p",
+            "nopnop5",
+            "8@mp_+24(%rip) 8@missing(%rip)",
+        ),
+    ];
+    let s = s
+        .notes(&notes)
+        .with_symbols(elf::SHT_SYMTAB, &[("mp_", DATA, 3)]);
+    let mut bytes = s.build();
+    let whole = parse(&bytes).expect("parses");
+    // Zeros after the last section: nothing refers to them, but the file is now large.
+    bytes.resize((sparse::SPARSE_MIN as usize) + 4096, 0);
+    let f = std::env::temp_dir().join(format!("usdt-trace-sparse-{}", std::process::id()));
+    std::fs::write(&f, &bytes).unwrap();
+    let sparse = parse_file(&f);
+    let _ = std::fs::remove_file(&f);
+    let sparse = sparse.expect("parses sparsely");
+    assert_eq!(format!("{:?}", sparse.sites), format!("{:?}", whole.sites));
+    assert_eq!(
+        joined(&sparse.warnings),
+        joined(&whole.warnings),
+        "the same warnings"
+    );
+    let insns: Vec<SiteInsn> = sparse.sites.iter().map(|s| s.insn).collect();
+    assert_eq!(
+        insns,
+        [SiteInsn::Nop5, SiteInsn::SingleStep, SiteInsn::NopNop5]
+    );
+    assert!(matches!(
+        sparse.sites[2].args[0].loc,
+        ArgLoc::RipRel {
+            address: Some(_),
+            ..
+        }
+    ));
+}

@@ -80,6 +80,11 @@ pub fn is_unsafe_for_terminal(c: char) -> bool {
 /// `s` with every character unsafe for a terminal written as a `\u{..}` escape (a
 /// backslash is doubled, so the escaped form is never ambiguous).
 pub fn clean(s: &str) -> std::borrow::Cow<'_, str> {
+    // Printable ASCII without a backslash, by far the common case, is decided byte by byte:
+    // decoding chars made this a seventh of `list`'s time on 50,000 sites.
+    if s.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'\\') {
+        return std::borrow::Cow::Borrowed(s);
+    }
     if !s.chars().any(|c| is_unsafe_for_terminal(c) || c == '\\') {
         return std::borrow::Cow::Borrowed(s);
     }

@@ -89,9 +89,29 @@ pub enum TraceError {
          --attach multi (uprobe_multi links, Linux 6.6+) or fewer patterns"
     )]
     TooManyPerfSites { sites: usize, max: usize },
+    #[error(
+        "{sites} probe sites need {needed} open files with --attach perf (two per site), but \
+         the limit is {limit} (ulimit -Hn); raise it, or use --attach multi"
+    )]
+    PerfFds {
+        sites: usize,
+        needed: u64,
+        limit: u64,
+    },
 }
 
 use features::VMLINUX_BTF;
+
+/// The uprobe program to attach: `usdt_site`, or for benchmarks with
+/// `USDT_TRACE_BENCH_NULL_PROGRAM=1` in the environment `usdt_null`, which only returns (the
+/// floor any handler pays: `bench/handler.py`). Not a user option: nothing is traced then.
+fn uprobe_program() -> &'static str {
+    if std::env::var_os("USDT_TRACE_BENCH_NULL_PROGRAM").is_some_and(|v| v == "1") {
+        "usdt_null"
+    } else {
+        "usdt_site"
+    }
+}
 
 /// The fd of array map `name` (borrowed from `ebpf`).
 fn array_fd(ebpf: &Ebpf, name: &'static str) -> Result<std::os::fd::RawFd, TraceError> {
@@ -283,6 +303,7 @@ impl Tracer {
         }
         if path == AttachPath::Perf {
             check_perf_sites(opts.specs.len())?;
+            check_perf_fds(opts.specs.len(), sys::raise_nofile_limit())?;
         }
         let nsites = (opts.specs.len() as u32 + opts.spare_sites).max(1);
         // A log-linear histogram is ~4 KB per CPU: HISTS holds one per span name and component
@@ -380,7 +401,7 @@ impl Tracer {
         let site_prog = if opts.agg.count {
             "usdt_count_site"
         } else {
-            "usdt_site"
+            uprobe_program()
         };
         let multi_prog = match path {
             AttachPath::Multi => Some(
@@ -843,6 +864,25 @@ fn check_perf_sites(sites: usize) -> Result<(), TraceError> {
     Ok(())
 }
 
+/// Descriptors `watch` holds besides the perf path's two per site (maps, programs, links of
+/// the scheduler hooks, the ring buffer, stdio, the objects being read).
+const FD_RESERVE: u64 = 256;
+
+/// The perf path holds a perf event and a link per site: refuse up front, with the numbers,
+/// when the open-file limit cannot hold them, instead of failing with EMFILE half-way through
+/// attaching.
+fn check_perf_fds(sites: usize, nofile: u64) -> Result<(), TraceError> {
+    let needed = 2 * sites as u64 + FD_RESERVE;
+    if needed > nofile {
+        return Err(TraceError::PerfFds {
+            sites,
+            needed,
+            limit: nofile,
+        });
+    }
+    Ok(())
+}
+
 /// Why a uprobe_multi link failed. The kernel does not say which site, so hint at the mode
 /// that does.
 fn multi_error(e: &std::io::Error, points: &[AttachPoint]) -> String {
@@ -934,6 +974,13 @@ mod tests {
     #[test]
     fn perf_path_is_bounded() {
         assert!(check_perf_sites(PERF_MAX_SITES).is_ok());
+        assert!(check_perf_fds(1000, 2 * 1000 + FD_RESERVE).is_ok());
+        let e = check_perf_fds(1000, 1024).unwrap_err().to_string();
+        assert!(
+            e.contains("1000 probe sites need 2256 open files") && e.contains("limit is 1024"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
         let e = check_perf_sites(PERF_MAX_SITES + 1).unwrap_err();
         let m = e.to_string();
         assert!(

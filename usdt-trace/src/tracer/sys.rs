@@ -259,6 +259,31 @@ pub fn link_perf_event(prog_fd: i32, perf_fd: i32, cookie: u64) -> io::Result<Ow
     Ok(link)
 }
 
+/// Raises the soft limit on open files to the hard limit (the perf path holds two descriptors
+/// per site, past the usual soft limit of 1024 from ~500 sites) and returns it.
+pub fn raise_nofile_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain getrlimit/setrlimit on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
 pub fn raise_memlock_limit() {
     let lim = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,

@@ -1,0 +1,263 @@
+//! Reading a large object file for [`super::parse`] without reading all of it.
+//!
+//! The parser needs a few small parts of a file: its headers, the note sections, the symbol
+//! tables when an argument names a symbol, and a few bytes at each site. `libjvm.so` is 24 MB
+//! for 53 KB of notes: reading it whole made `list` cost ten times `readelf -n` (the copy and
+//! its page faults). The buffer handed to the parser has the file's length but is allocated
+//! zeroed, which the allocator gets from fresh (untouched) pages, and only those parts are
+//! read into it with `pread`. The file is never mapped: a file truncated while it is read
+//! comes back short (zeros), never as a SIGBUS.
+
+use super::sites::{self, Load};
+use super::{notes, ObjectProbes};
+use object::elf;
+use object::read::elf::{FileHeader, SectionHeader};
+use object::Endianness;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+/// Files smaller than this are read whole: a few page-cache copies cost less than the
+/// bookkeeping.
+pub(super) const SPARSE_MIN: u64 = 1 << 20;
+
+/// Bytes read at each site: the parser looks at most 6 (`nop; nop5`).
+const SITE_WINDOW: u64 = 8;
+/// Site windows closer than this are read with one `pread`.
+const MERGE_GAP: u64 = 4096;
+
+/// Reads `buf[off..off + n]` from `file` at `off`, as much as the file still holds (a short
+/// read leaves zeros: the file shrank, and the parser sees what a truncated file holds).
+fn fill(file: &File, buf: &mut [u8], off: u64, n: u64) -> io::Result<()> {
+    let Ok(start) = usize::try_from(off) else {
+        return Ok(());
+    };
+    if start >= buf.len() {
+        return Ok(());
+    }
+    let end = usize::try_from(off.saturating_add(n))
+        .unwrap_or(usize::MAX)
+        .min(buf.len());
+    let mut at = start;
+    while at < end {
+        match file.read_at(&mut buf[at..end], at as u64) {
+            Ok(0) => break,
+            Ok(k) => at += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A buffer of `len` bytes holding what [`super::parse`] reads of `file`, except the bytes
+/// at the sites ([`fill_sites`] adds those once the sites are known).
+pub(super) fn read(file: &File, len: u64) -> io::Result<Vec<u8>> {
+    let size = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    let mut buf = vec![0u8; size];
+    fill(file, &mut buf, 0, 4096)?;
+    if buf.len() < 6 || &buf[..4] != b"\x7fELF" {
+        // Not ELF: the parser reports it from the header alone.
+        return Ok(buf);
+    }
+    match buf[4] {
+        elf::ELFCLASS32 => read_class::<elf::FileHeader32<Endianness>>(file, &mut buf)?,
+        elf::ELFCLASS64 => read_class::<elf::FileHeader64<Endianness>>(file, &mut buf)?,
+        _ => {}
+    }
+    Ok(buf)
+}
+
+fn read_class<Elf: FileHeader<Endian = Endianness>>(file: &File, buf: &mut [u8]) -> io::Result<()> {
+    // Anything the header does not describe well is left to the parser to report.
+    let (phoff, phsize, shoff, shentsize, shnum) = {
+        let Ok(h) = Elf::parse(&buf[..]) else {
+            return Ok(());
+        };
+        let Ok(e) = h.endian() else {
+            return Ok(());
+        };
+        (
+            h.e_phoff(e).into(),
+            u64::from(h.e_phnum(e)) * u64::from(h.e_phentsize(e)),
+            h.e_shoff(e).into(),
+            u64::from(h.e_shentsize(e)),
+            u64::from(h.e_shnum(e)),
+        )
+    };
+    fill(file, buf, phoff, phsize)?;
+    // e_shnum 0 with a table: the count is in section 0's sh_size (read it first).
+    fill(file, buf, shoff, shentsize.max(1))?;
+    let count = {
+        let h = Elf::parse(&buf[..]).map_err(|_| io::ErrorKind::InvalidData)?;
+        let e = h.endian().map_err(|_| io::ErrorKind::InvalidData)?;
+        h.shnum(e, &buf[..]).map(|n| n as u64).unwrap_or(shnum)
+    };
+    fill(file, buf, shoff, shentsize.saturating_mul(count))?;
+    // The section names, then the sections the parser reads.
+    let mut wanted: Vec<(u64, u64)> = Vec::new();
+    {
+        let Ok(h) = Elf::parse(&buf[..]) else {
+            return Ok(());
+        };
+        let Ok(e) = h.endian() else {
+            return Ok(());
+        };
+        let Ok(shdrs) = h.section_headers(e, &buf[..]) else {
+            return Ok(());
+        };
+        if let Ok(i) = h.shstrndx(e, &buf[..]) {
+            if let Some(s) = shdrs.get(i as usize) {
+                wanted.push((s.sh_offset(e).into(), s.sh_size(e).into()));
+            }
+        }
+        for &(off, n) in &wanted {
+            fill(file, buf, off, n)?;
+        }
+        wanted.clear();
+    }
+    let Ok(h) = Elf::parse(&buf[..]) else {
+        return Ok(());
+    };
+    let Ok(e) = h.endian() else {
+        return Ok(());
+    };
+    let Ok(sections) = h.sections(e, &buf[..]) else {
+        return Ok(());
+    };
+    let mut notes = Vec::new();
+    for s in sections.iter() {
+        let name = sections.section_name(e, s).unwrap_or(&[]);
+        if s.sh_type(e) != elf::SHT_NOBITS
+            && (name == notes::STAPSDT_SECTION.as_bytes()
+                || name == notes::MARKERS_SECTION.as_bytes())
+        {
+            notes.push((s.sh_offset(e).into(), s.sh_size(e).into()));
+        }
+    }
+    let symtabs: Vec<(u64, u64)> = sections
+        .iter()
+        .filter(|s| matches!(s.sh_type(e), elf::SHT_SYMTAB | elf::SHT_DYNSYM))
+        .flat_map(|s| {
+            let strtab = sections
+                .section(object::SectionIndex(s.sh_link(e) as usize))
+                .ok();
+            [(s.sh_offset(e).into(), s.sh_size(e).into())]
+                .into_iter()
+                .chain(strtab.map(|t| (t.sh_offset(e).into(), t.sh_size(e).into())))
+        })
+        .collect();
+    for &(off, n) in &notes {
+        fill(file, buf, off, n)?;
+    }
+    // Symbol tables (4 MB in libjvm.so) only when an argument may name a symbol.
+    let names_symbol = notes.iter().any(|&(off, n)| {
+        let start = usize::try_from(off).unwrap_or(usize::MAX).min(buf.len());
+        let end = usize::try_from(off.saturating_add(n))
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        may_name_symbol(&buf[start..end])
+    });
+    if names_symbol {
+        for &(off, n) in &symtabs {
+            fill(file, buf, off, n)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether note bytes may hold an argument that names a symbol (`8@foo(%rip)`, `-4@foo`): a
+/// size digit, `@`, then a letter, `_` or `.` (registers start with `%`, constants with `$`,
+/// memory operands with a number, `-` or `(`). Scanned as raw bytes, addresses included:
+/// a false positive only costs reading the symbol tables, and a missed symbol is impossible.
+fn may_name_symbol(notes: &[u8]) -> bool {
+    notes.windows(3).any(|w| {
+        w[1] == b'@'
+            && w[0].is_ascii_digit()
+            && (w[2].is_ascii_alphabetic() || matches!(w[2], b'_' | b'.'))
+    })
+}
+
+/// Reads the bytes at every site of `out` and classifies the sites again (the parser saw
+/// zeros there). Nearby sites share one `pread` into a small reused buffer: writing them into
+/// `buf` would touch a fresh page per site.
+pub(super) fn fill_sites(file: &File, buf: &[u8], out: &mut ObjectProbes) -> io::Result<()> {
+    let Some(arch) = out.arch else {
+        return Ok(());
+    };
+    let loads = match buf.get(4) {
+        Some(&elf::ELFCLASS32) => loads_of::<elf::FileHeader32<Endianness>>(buf),
+        Some(&elf::ELFCLASS64) => loads_of::<elf::FileHeader64<Endianness>>(buf),
+        _ => return Ok(()),
+    };
+    let mut order: Vec<usize> = (0..out.sites.len()).collect();
+    order.sort_unstable_by_key(|&i| out.sites[i].file_offset);
+    let mut window = Vec::new();
+    let mut i = 0;
+    while i < order.len() {
+        let start = out.sites[order[i]].file_offset;
+        let mut end = start.saturating_add(SITE_WINDOW);
+        let mut j = i + 1;
+        while j < order.len() && out.sites[order[j]].file_offset <= end.saturating_add(MERGE_GAP) {
+            end = out.sites[order[j]].file_offset.saturating_add(SITE_WINDOW);
+            j += 1;
+        }
+        window.clear();
+        window.resize(usize::try_from(end - start).unwrap_or(0), 0);
+        let got = read_upto(file, &mut window, start)?;
+        window.truncate(got);
+        for &k in &order[i..j] {
+            let s = &mut out.sites[k];
+            let Ok((seg, _)) = sites::probe_offset(&loads, s.pc) else {
+                continue;
+            };
+            // The window stands in for the file from `start`: the site's bytes are at its
+            // offset into it (what the file no longer holds is simply missing).
+            let at = s.file_offset - start;
+            (s.insn, s.insn_bytes) = sites::classify_site(&window, seg, at, s.pc, arch);
+        }
+        i = j;
+    }
+    Ok(())
+}
+
+/// Reads `buf.len()` bytes of `file` at `off`, fewer at its end; returns how many.
+fn read_upto(file: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    let mut at = 0;
+    while at < buf.len() {
+        match file.read_at(&mut buf[at..], off + at as u64) {
+            Ok(0) => break,
+            Ok(k) => at += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(at)
+}
+
+fn loads_of<Elf: FileHeader<Endian = Endianness>>(buf: &[u8]) -> Vec<Load> {
+    let Ok(h) = Elf::parse(buf) else {
+        return Vec::new();
+    };
+    let Ok(e) = h.endian() else {
+        return Vec::new();
+    };
+    h.program_headers(e, buf)
+        .map(|p| sites::loads(p, e))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symbol_names_are_told_from_registers_and_constants() {
+        assert!(!may_name_symbol(
+            b"-4@%edi 8@$5 -8@-16(%rbp) 8@8(%rax) 4@(%rdx)"
+        ));
+        assert!(may_name_symbol(b"8@counter(%rip)"));
+        assert!(may_name_symbol(b"-4@my_global"));
+        assert!(may_name_symbol(b"8@_start+8"));
+    }
+}
