@@ -476,6 +476,14 @@ mod tests {
     }
 
     #[test]
+    fn runtime_objects_are_memfds() {
+        use std::path::Path;
+        assert!(is_runtime_object(Path::new("/memfd:usdt:pyhttp")));
+        assert!(!is_runtime_object(Path::new("/usr/lib/libfoo.so")));
+        assert!(!is_runtime_object(Path::new("/tmp/memfd:x")));
+    }
+
+    #[test]
     fn merged_sites_follow_and_share_span_names() {
         let mut plan = one("a");
         // The same span again (a reloaded provider): same pair id, cookies 3..6.
