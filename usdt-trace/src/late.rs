@@ -13,7 +13,7 @@
 //! [`SLOW_POLL`]: probes defined later are then seen within that time.
 
 use crate::elf::ObjectProbes;
-use crate::filter::Filter;
+use crate::filter::{Filter, FilterError};
 use crate::output::text::clean;
 use crate::pattern::Pattern;
 use crate::plan::{self, AttachPoint, Plan, PlanError, PlanOptions};
@@ -101,7 +101,7 @@ pub fn merge(
 
 /// The `--filter` masks of the sites from cookie `first` on (as `plan::filter_masks` gives
 /// them, without requiring every term to name one of them).
-pub fn masks_from(plan: &Plan, first: usize, f: &Filter) -> Vec<u32> {
+fn masks_from(plan: &Plan, first: usize, f: &Filter) -> Vec<u32> {
     plan.sites[first..]
         .iter()
         .zip(&plan.specs[first..])
@@ -167,6 +167,63 @@ pub enum Scope {
     /// TARGET without `-p`: every process that maps one of the named files (device, inode),
     /// now or later, and the objects they define at run time only.
     Running(Vec<((u32, u32), u64)>),
+}
+
+impl Scope {
+    /// What `watch` follows: the `-c` child, else the `-p` processes, else the processes
+    /// running the named `objects`.
+    pub fn of_run(child: Option<u32>, pids: &[u32], objects: &[Object]) -> Scope {
+        match child {
+            Some(pid) => Scope::Child(pid),
+            None if !pids.is_empty() => Scope::Pids(pids.to_vec()),
+            None => Scope::Running(objects.iter().map(key_of).collect()),
+        }
+    }
+}
+
+/// With `--wait-for-probes` (`waiting`): a plan that matches nothing yet is an empty plan,
+/// and a warning says what is waited for. `pids` name the processes when no object had probes.
+pub fn plan_or_wait(
+    built: Result<Plan, PlanError>,
+    waiting: bool,
+    no_patterns: bool,
+    pids: &[u32],
+) -> Result<Plan, PlanError> {
+    match built {
+        Err(PlanError::NoMatch { targets, patterns }) if waiting => {
+            let what = if !no_patterns {
+                format!("no probe matches {patterns} in {targets}")
+            } else if targets.is_empty() {
+                let p: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+                format!("no USDT probes in process {}", p.join(", "))
+            } else {
+                format!("no USDT probes in {targets}")
+            };
+            eprintln!(
+                "warning: {}: waiting for probes defined or loaded later",
+                clean(&what)
+            );
+            Ok(Plan::default())
+        }
+        r => r,
+    }
+}
+
+/// With `--wait-for-probes`: a `--filter` term naming a probe no object has yet is a warning
+/// (the process may define it later), and the masks are computed without that check.
+pub fn masks_or_wait(
+    checked: Result<Vec<u32>, FilterError>,
+    waiting: bool,
+    plan: &Plan,
+    f: &Filter,
+) -> Result<Vec<u32>, FilterError> {
+    match checked {
+        Err(e @ FilterError::NoProbe { .. }) if waiting => {
+            eprintln!("warning: {} (yet)", clean(&e.to_string()));
+            Ok(masks_from(plan, 0, f))
+        }
+        r => r,
+    }
 }
 
 /// An object defined at run time: a memfd, which `/proc/PID/maps` shows as `/memfd:NAME`.
