@@ -334,15 +334,18 @@ impl Late {
                         self.queue(p, RETRIES);
                     }
                 }
+                // A process that starts running a named file (its exec, a dlopen) maps it:
+                // the record names the file, so other processes cost nothing.
+                if let Scope::Running(files) = &self.scope {
+                    for (p, dev, ino) in &m.files {
+                        if files.contains(&(*dev, *ino)) && !self.pids.contains(p) {
+                            self.pids.push(*p);
+                        }
+                    }
+                }
                 for p in m.pids {
                     if self.pids.contains(&p) {
                         self.queue(p, RETRIES);
-                    } else if let Scope::Running(files) = &self.scope {
-                        // A process that started running a named file (its exec maps it).
-                        if maps_one_of(p, files) {
-                            self.pids.push(p);
-                            self.queue(p, RETRIES);
-                        }
                     }
                 }
             }
