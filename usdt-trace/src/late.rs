@@ -1,8 +1,9 @@
 //! Probes that traced processes define or load after `watch` started: a memfd object made by
 //! `usdt-markers-dyn` (libstapsdt's kind), or a library `dlopen`ed later.
 //!
-//! With `-p` or `-c`, `watch` keeps a [`Late`] beside its loop. When the kernel reports that a
-//! traced process mapped code ([`MmapWatch`]), that process's maps are read again; each object
+//! With `-p`, `-c` or a TARGET alone ([`Scope`]), `watch` keeps a [`Late`] beside its loop.
+//! When the kernel reports that a followed process mapped code ([`MmapWatch`]), that
+//! process's maps are read again; each object
 //! not seen before is opened (a memfd through `/proc/PID/map_files`), planned alone with the
 //! user's patterns and rules, merged into the running plan ([`merge`]: new cookies after the
 //! last, span names shared by name), its specs written into the room the tracer reserved at
@@ -444,9 +445,10 @@ impl Late {
         tracer
             .attach_object(&path.to_string_lossy(), &points, Some(pid))
             .map_err(|e| format!("{what}: {e}"))?;
-        // Only once attached: a record names a cookie the plan then knows.
+        // Records of the new sites are read after this returns, by then with their cookies.
         *plan = merged;
-        let spans: BTreeNames = plan.sites[first..].iter().filter_map(|s| s.pair).collect();
+        let spans: std::collections::BTreeSet<u32> =
+            plan.sites[first..].iter().filter_map(|s| s.pair).collect();
         let s = |k: usize| if k == 1 { "" } else { "s" };
         eprintln!(
             "Attached {nsites} new probe site{} in {}{}",
@@ -470,8 +472,6 @@ enum Scan {
     /// The process is gone.
     Gone,
 }
-
-type BTreeNames = std::collections::BTreeSet<u32>;
 
 #[cfg(test)]
 mod tests {
