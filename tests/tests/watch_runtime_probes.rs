@@ -52,8 +52,15 @@ struct Server {
 
 impl Server {
     fn spawn(py: &PathBuf, lazy: bool) -> Server {
+        Self::spawn_as(py, lazy, "pyhttp")
+    }
+
+    /// With its own provider name: a test tracing every interpreter by name must not attach
+    /// to the other tests' servers (nor they to its).
+    fn spawn_as(py: &PathBuf, lazy: bool, provider: &str) -> Server {
         let mut cmd = Command::new(py);
-        cmd.arg(script()).args(["--port", "0"]);
+        cmd.arg(script())
+            .args(["--port", "0", "--provider", provider]);
         if lazy {
             cmd.arg("--lazy");
         }
@@ -135,7 +142,13 @@ impl Drop for Server {
 fn request_spans(out: &watch::Output, pid: u32) -> Vec<(String, i64)> {
     out.spans()
         .into_iter()
-        .filter(|s| s["pid"] == pid as u64 && s["provider"] == "pyhttp" && s["name"] == "request")
+        .filter(|s| {
+            s["pid"] == pid as u64
+                && s["provider"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("pyhttp"))
+                && s["name"] == "request"
+        })
         .map(|s| {
             (
                 s["args"][0].as_str().unwrap_or("?").to_string(),
@@ -283,7 +296,7 @@ fn python_probes_of_a_process_started_after_watch_by_interpreter_name_are_attach
     let mut w = Watch::start(&[
         "--wait-for-probes",
         exe.to_str().expect("utf-8 path"),
-        "pyhttp:*",
+        "pyhttp_byname:*",
         "--str",
         "request__start:0",
     ]);
@@ -292,15 +305,20 @@ fn python_probes_of_a_process_started_after_watch_by_interpreter_name_are_attach
         "{}",
         w.attached_line
     );
-    let srv = Server::spawn(&py, true);
+    let srv = Server::spawn_as(&py, true, "pyhttp_byname");
     let (status, body) = srv.get("/load");
     assert_eq!(status, 200);
     let sema = u64::from_str_radix(body.trim_start_matches("0x"), 16).expect("address");
-    let mine = format!("(pid {})", srv.pid);
-    w.wait_stderr(TIMEOUT, |l| {
-        l.starts_with("Attached 2 new probe sites") && l.contains(&mine)
-    })
-    .expect("a line saying this process's late probes were attached");
+    let line = w
+        .wait_stderr(TIMEOUT, |l| l.starts_with("Attached 2 new probe sites"))
+        .expect("a line saying the late probes were attached");
+    assert!(
+        line.contains(&format!(
+            "/memfd:usdt:pyhttp_byname (deleted) (pid {})",
+            srv.pid
+        )),
+        "{line}"
+    );
     assert_eq!(srv.sema(sema), 1);
     for i in 0..8 {
         assert_eq!(srv.get(&format!("/n/{i}")).0, 200);

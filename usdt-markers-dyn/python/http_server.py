@@ -2,7 +2,7 @@
 """A tiny HTTP server with probes defined at run time: pyhttp:request__start(path) and
 pyhttp:request__end(status) around every request, through usdt_dyn (ctypes only).
 
-    python3 http_server.py [--port N] [--lazy]
+    python3 http_server.py [--port N] [--lazy] [--provider NAME]
 
 It prints "listening on PORT pid PID" when ready. With --lazy the probes are defined only when
 GET /load arrives (to show a tracer picking up probes a process defines after it started);
@@ -22,13 +22,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import usdt_dyn  # noqa: E402
 
 provider = None
+PROVIDER = "pyhttp"
 START = END = None
 
 
 def define_probes():
     global provider, START, END
     if provider is None:
-        provider = usdt_dyn.Provider("pyhttp")
+        provider = usdt_dyn.Provider(PROVIDER)
         START = provider.add_probe("request__start", usdt_dyn.STRING)
         END = provider.add_probe("request__end", usdt_dyn.INT32)
     provider.load()
@@ -73,7 +74,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--lazy", action="store_true", help="define the probes on GET /load")
+    ap.add_argument("--provider", default="pyhttp", help="the provider name (default pyhttp)")
     a = ap.parse_args()
+    global PROVIDER
+    PROVIDER = a.provider
     if not a.lazy:
         define_probes()
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)

@@ -112,7 +112,8 @@ pub struct WatchArgs {
     /// One JSON object per line: spans, events, histograms and a final summary.
     #[arg(long)]
     pub json: bool,
-    /// Trace only this process (repeatable). Without a TARGET, trace every object it maps.
+    /// Trace only this process (repeatable). Without a TARGET, trace every object it maps,
+    /// including those it maps later (libraries it loads, probes it defines at run time).
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
     /// Run this command once the probes are live, trace it, and stop when it exits; exit with
@@ -123,8 +124,8 @@ pub struct WatchArgs {
     /// With -c: when tracing stops before the command exits, leave it running.
     #[arg(long, requires = "command")]
     pub leave_running: bool,
-    /// With -p (no TARGET), -c, or a TARGET alone: probes matching nothing (or no probes at
-    /// all) yet is not an error; wait for the processes to define or load them (probes made at
+    /// With -p (no TARGET), -c, or a TARGET alone: no probe matching yet (or no probes at
+    /// all) is not an error; wait for the processes to define or load them (probes made at
     /// run time with usdt-markers-dyn, libraries loaded later). Such probes are attached as
     /// they appear in any case; this flag only allows starting with none.
     #[arg(long)]

@@ -1,8 +1,9 @@
 //! Probes that traced processes define or load after `watch` started: a memfd object made by
 //! `usdt-markers-dyn` (libstapsdt's kind), or a library `dlopen`ed later.
 //!
-//! With `-p` or `-c`, `watch` keeps a [`Late`] beside its loop. When the kernel reports that a
-//! traced process mapped code ([`MmapWatch`]), that process's maps are read again; each object
+//! With `-p`, `-c` or a TARGET alone ([`Scope`]), `watch` keeps a [`Late`] beside its loop.
+//! When the kernel reports that a followed process mapped code ([`MmapWatch`]), that
+//! process's maps are read again; each object
 //! not seen before is opened (a memfd through `/proc/PID/map_files`), planned alone with the
 //! user's patterns and rules, merged into the running plan ([`merge`]: new cookies after the
 //! last, span names shared by name), its specs written into the room the tracer reserved at
@@ -13,7 +14,7 @@
 //! [`SLOW_POLL`]: probes defined later are then seen within that time.
 
 use crate::elf::ObjectProbes;
-use crate::filter::Filter;
+use crate::filter::{Filter, FilterError};
 use crate::output::text::clean;
 use crate::pattern::Pattern;
 use crate::plan::{self, AttachPoint, Plan, PlanError, PlanOptions};
@@ -101,7 +102,7 @@ pub fn merge(
 
 /// The `--filter` masks of the sites from cookie `first` on (as `plan::filter_masks` gives
 /// them, without requiring every term to name one of them).
-pub fn masks_from(plan: &Plan, first: usize, f: &Filter) -> Vec<u32> {
+fn masks_from(plan: &Plan, first: usize, f: &Filter) -> Vec<u32> {
     plan.sites[first..]
         .iter()
         .zip(&plan.specs[first..])
@@ -181,6 +182,63 @@ pub enum Scope {
     /// TARGET without `-p`: every process that maps one of the named files (device, inode),
     /// now or later, and the objects they define at run time only.
     Running(Vec<((u32, u32), u64)>),
+}
+
+impl Scope {
+    /// What `watch` follows: the `-c` child, else the `-p` processes, else the processes
+    /// running the named `objects`.
+    pub fn of_run(child: Option<u32>, pids: &[u32], objects: &[Object]) -> Scope {
+        match child {
+            Some(pid) => Scope::Child(pid),
+            None if !pids.is_empty() => Scope::Pids(pids.to_vec()),
+            None => Scope::Running(objects.iter().map(key_of).collect()),
+        }
+    }
+}
+
+/// With `--wait-for-probes` (`waiting`): a plan that matches nothing yet is an empty plan,
+/// and a warning says what is waited for. `pids` name the processes when no object had probes.
+pub fn plan_or_wait(
+    built: Result<Plan, PlanError>,
+    waiting: bool,
+    no_patterns: bool,
+    pids: &[u32],
+) -> Result<Plan, PlanError> {
+    match built {
+        Err(PlanError::NoMatch { targets, patterns }) if waiting => {
+            let what = if !no_patterns {
+                format!("no probe matches {patterns} in {targets}")
+            } else if targets.is_empty() {
+                let p: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+                format!("no USDT probes in process {}", p.join(", "))
+            } else {
+                format!("no USDT probes in {targets}")
+            };
+            eprintln!(
+                "warning: {}: waiting for probes defined or loaded later",
+                clean(&what)
+            );
+            Ok(Plan::default())
+        }
+        r => r,
+    }
+}
+
+/// With `--wait-for-probes`: a `--filter` term naming a probe no object has yet is a warning
+/// (the process may define it later), and the masks are computed without that check.
+pub fn masks_or_wait(
+    checked: Result<Vec<u32>, FilterError>,
+    waiting: bool,
+    plan: &Plan,
+    f: &Filter,
+) -> Result<Vec<u32>, FilterError> {
+    match checked {
+        Err(e @ FilterError::NoProbe { .. }) if waiting => {
+            eprintln!("warning: {} (yet)", clean(&e.to_string()));
+            Ok(masks_from(plan, 0, f))
+        }
+        r => r,
+    }
 }
 
 /// An object defined at run time: a memfd, which `/proc/PID/maps` shows as `/memfd:NAME`.
@@ -291,15 +349,18 @@ impl Late {
                         self.queue(p, RETRIES);
                     }
                 }
+                // A process that starts running a named file (its exec, a dlopen) maps it:
+                // the record names the file, so other processes cost nothing.
+                if let Scope::Running(files) = &self.scope {
+                    for (p, dev, ino) in &m.files {
+                        if files.contains(&(*dev, *ino)) && !self.pids.contains(p) {
+                            self.pids.push(*p);
+                        }
+                    }
+                }
                 for p in m.pids {
                     if self.pids.contains(&p) {
                         self.queue(p, RETRIES);
-                    } else if let Scope::Running(files) = &self.scope {
-                        // A process that started running a named file (its exec maps it).
-                        if maps_one_of(p, files) {
-                            self.pids.push(p);
-                            self.queue(p, RETRIES);
-                        }
                     }
                 }
             }
@@ -398,9 +459,10 @@ impl Late {
         tracer
             .attach_object(&path.to_string_lossy(), &points, Some(pid))
             .map_err(|e| format!("{what}: {e}"))?;
-        // Only once attached: a record names a cookie the plan then knows.
+        // Records of the new sites are read after this returns, by then with their cookies.
         *plan = merged;
-        let spans: BTreeNames = plan.sites[first..].iter().filter_map(|s| s.pair).collect();
+        let spans: std::collections::BTreeSet<u32> =
+            plan.sites[first..].iter().filter_map(|s| s.pair).collect();
         let s = |k: usize| if k == 1 { "" } else { "s" };
         eprintln!(
             "Attached {nsites} new probe site{} in {}{}",
@@ -424,8 +486,6 @@ enum Scan {
     /// The process is gone.
     Gone,
 }
-
-type BTreeNames = std::collections::BTreeSet<u32>;
 
 #[cfg(test)]
 mod tests {
@@ -488,6 +548,14 @@ mod tests {
             }],
             single_step: 0,
         }
+    }
+
+    #[test]
+    fn runtime_objects_are_memfds() {
+        use std::path::Path;
+        assert!(is_runtime_object(Path::new("/memfd:usdt:pyhttp")));
+        assert!(!is_runtime_object(Path::new("/usr/lib/libfoo.so")));
+        assert!(!is_runtime_object(Path::new("/tmp/memfd:x")));
     }
 
     #[test]

@@ -92,19 +92,9 @@ impl WatchConfig {
         self.pids.is_empty() || self.targets.is_empty()
     }
 
-    /// Which processes [`crate::late`] follows, once the `-c` child (if any) exists.
-    fn late_scope(&self, child: Option<u32>, objects: &[Object]) -> crate::late::Scope {
-        use crate::late::Scope;
-        match child {
-            Some(pid) => Scope::Child(pid),
-            None if !self.pids.is_empty() => Scope::Pids(self.pids.clone()),
-            None => Scope::Running(
-                objects
-                    .iter()
-                    .map(|o| ((libc::major(o.dev), libc::minor(o.dev)), o.inode))
-                    .collect(),
-            ),
-        }
+    /// `--wait-for-probes` where it applies: no match at start is a warning, not an error.
+    fn waits(&self) -> bool {
+        self.late() && self.wait_for_probes
     }
 
     fn plan_options(&self) -> PlanOptions<'_> {
@@ -362,10 +352,9 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
         }
     }
     // With `fn:` patterns, the plan names the pattern that matched no function.
-    // Probes the process defines later are waited for instead.
     if objects.iter().all(|o| o.probes.sites.is_empty())
         && (fn_pats.is_empty() || objects.is_empty())
-        && !(cfg.late() && cfg.wait_for_probes)
+        && !cfg.waits()
     {
         let what = if cfg.targets.is_empty() {
             format!("process {}", join_pids(&cfg.pids))
@@ -928,30 +917,12 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .iter()
         .map(|o| (o.shown.as_str(), &o.probes))
         .collect();
-    let plan = match plan::build(&named, &cfg.plan_options()) {
-        // Nothing chosen yet, but the process may define or load it later.
-        Err(e @ PlanError::NoMatch { .. })
-            if cfg.late()
-                && cfg.wait_for_probes
-                && crate::functions::fn_patterns(&cfg.patterns).is_empty() =>
-        {
-            let what = match (&e, cfg.patterns.is_empty()) {
-                (PlanError::NoMatch { targets, .. }, true) if targets.is_empty() => {
-                    format!("no USDT probes in process {}", join_pids(&cfg.pids))
-                }
-                (PlanError::NoMatch { targets, .. }, true) => {
-                    format!("no USDT probes in {targets}")
-                }
-                _ => e.to_string(),
-            };
-            eprintln!(
-                "warning: {}: waiting for probes defined or loaded later",
-                clean(&what)
-            );
-            Plan::default()
-        }
-        r => r?,
-    };
+    let plan = crate::late::plan_or_wait(
+        plan::build(&named, &cfg.plan_options()),
+        cfg.waits() && crate::functions::fn_patterns(&cfg.patterns).is_empty(),
+        cfg.patterns.is_empty(),
+        &cfg.pids,
+    )?;
     if cfg.patterns.is_empty() && !cfg.agg.count {
         if let Some(w) = crate::agg::high_rate_warning(&crate::agg::high_rate_probes(&plan)) {
             eprintln!("{}", clean(&w));
@@ -969,16 +940,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let filter_masks = cfg
         .filter
         .as_ref()
-        .map(|f| match plan::filter_masks(&plan, f) {
-            // A term may name a probe the process has yet to define.
-            Err(e @ crate::filter::FilterError::NoProbe { .. })
-                if cfg.late() && cfg.wait_for_probes =>
-            {
-                eprintln!("warning: {} (yet)", clean(&e.to_string()));
-                Ok(crate::late::masks_from(&plan, 0, f))
-            }
-            r => r,
-        })
+        .map(|f| crate::late::masks_or_wait(plan::filter_masks(&plan, f), cfg.waits(), &plan, f))
         .transpose()?;
     // Before anything is attached: a bad -o path fails first.
     let (sinks, output) = cfg.sinks(&plan)?;
@@ -1017,16 +979,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
                 .unwrap_or_default(),
             max_keys: cfg.agg.max_keys,
         },
-        spare_sites: if cfg.late() {
-            crate::late::SPARE_SITES
-        } else {
-            0
-        },
-        spare_pairs: if cfg.late() {
-            crate::late::SPARE_PAIRS
-        } else {
-            0
-        },
+        spare_sites: crate::late::SPARE_SITES * cfg.late() as u32,
+        spare_pairs: crate::late::SPARE_PAIRS * cfg.late() as u32,
     })?;
     // Before attach: processes already mapping the objects get their semaphores from the
     // kernel; only those started later need raising by hand.
@@ -1042,7 +996,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     // Watching for new code starts before the command runs; the first poll reads every
     // process again, for what was mapped since the targets were opened.
     let mut late = cfg.late().then(|| {
-        let scope = cfg.late_scope(child.as_ref().map(|c| c.pid as u32), &objects);
+        let child = child.as_ref().map(|c| c.pid as u32);
+        let scope = crate::late::Scope::of_run(child, &cfg.pids, &objects);
         let (l, warning) = crate::late::Late::new(scope, &objects);
         if let Some(w) = warning {
             eprintln!("{}", clean(&w));

@@ -1,9 +1,10 @@
-//! Which processes mapped new code: the kernel's `PERF_RECORD_MMAP` records.
+//! Which processes mapped new code: the kernel's `PERF_RECORD_MMAP2` records.
 //!
 //! A probe a process defines after `watch` started (a memfd object it `dlopen`s, a library it
 //! loads) arrives as an executable mapping. One perf "dummy" software event per CPU, opened
-//! for every process with `mmap` set (`mmap_data` clear), makes the kernel write a record for
-//! each executable mapping made anywhere, with the PID and the file name, into a small ring
+//! for every process with `mmap` and `mmap2` set (`mmap_data` clear), makes the kernel write
+//! a record for each executable mapping made anywhere, with the PID, the file's device and
+//! inode and its name, into a small ring
 //! per CPU. The reader looks at the rings' heads (a memory read, no system call) from the loop
 //! it already runs, and re-reads `/proc/PID/maps` only for a traced process that mapped code.
 //!
@@ -23,7 +24,11 @@ const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_DUMMY: u64 = 9;
 /// `perf_event_attr.mmap`: a record for each executable mapping.
 const ATTR_MMAP: u64 = 1 << 8;
-const PERF_RECORD_MMAP: u32 = 1;
+/// `perf_event_attr.mmap2`: the records carry the file's device and inode.
+const ATTR_MMAP2: u64 = 1 << 23;
+const PERF_RECORD_MMAP2: u32 = 10;
+/// `misc` flag of an MMAP2 record carrying a build id instead of device and inode.
+const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 const PERF_RECORD_LOST: u32 = 2;
 /// Data pages per CPU (a power of two): a record is ~64 bytes plus the path, and the loop
 /// reads them every 50 ms; a full ring only costs a rescan of every traced process.
@@ -37,6 +42,9 @@ const DATA_TAIL: usize = 1032;
 pub struct Mapped {
     /// Processes that mapped code (each once, in order of first record).
     pub pids: Vec<u32>,
+    /// (pid, (major, minor), inode) of each file mapped (each once): what a process that
+    /// starts running a named file maps.
+    pub files: Vec<(u32, (u32, u32), u64)>,
     /// Records were lost: any process may have mapped code.
     pub lost: bool,
 }
@@ -95,7 +103,7 @@ impl MmapWatch {
                 type_: PERF_TYPE_SOFTWARE,
                 size: std::mem::size_of::<PerfEventAttr>() as u32,
                 config: PERF_COUNT_SW_DUMMY,
-                flags: ATTR_MMAP,
+                flags: ATTR_MMAP | ATTR_MMAP2,
                 // Readable (poll) after every record: a new mapping wakes the reader at once.
                 wakeup_events: 1,
                 ..Default::default()
@@ -178,8 +186,8 @@ impl MmapWatch {
     }
 }
 
-/// Reads `PERF_RECORD_MMAP` (pid) and `PERF_RECORD_LOST` records; others are skipped, a
-/// truncated one ends the buffer.
+/// Reads `PERF_RECORD_MMAP2` (pid, device, inode) and `PERF_RECORD_LOST` records; others
+/// are skipped, a truncated one ends the buffer.
 pub fn parse_records(buf: &[u8], out: &mut Mapped) {
     let mut at = 0;
     while at + 8 <= buf.len() {
@@ -189,9 +197,25 @@ pub fn parse_records(buf: &[u8], out: &mut Mapped) {
             return;
         }
         match ty {
-            PERF_RECORD_MMAP if size >= 16 => {
-                let pid =
-                    u32::from_ne_bytes([buf[at + 8], buf[at + 9], buf[at + 10], buf[at + 11]]);
+            PERF_RECORD_MMAP2 if size >= 56 => {
+                let u32_at = |o: usize| {
+                    u32::from_ne_bytes([
+                        buf[at + o],
+                        buf[at + o + 1],
+                        buf[at + o + 2],
+                        buf[at + o + 3],
+                    ])
+                };
+                let pid = u32_at(8);
+                let misc = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
+                // pid, tid, addr, len, pgoff, then maj, min, ino (or a build id).
+                if misc & MISC_MMAP_BUILD_ID == 0 {
+                    let ino = u64::from(u32_at(48)) | u64::from(u32_at(52)) << 32;
+                    let f = (pid, (u32_at(40), u32_at(44)), ino);
+                    if !out.files.contains(&f) {
+                        out.files.push(f);
+                    }
+                }
                 if !out.pids.contains(&pid) {
                     out.pids.push(pid);
                 }
@@ -219,8 +243,12 @@ mod tests {
         let mut body = pid.to_ne_bytes().to_vec();
         body.extend_from_slice(&pid.to_ne_bytes()); // tid
         body.extend_from_slice(&[0; 24]); // addr, len, pgoff
+        body.extend_from_slice(&0xfdu32.to_ne_bytes()); // maj
+        body.extend_from_slice(&1u32.to_ne_bytes()); // min
+        body.extend_from_slice(&(1000 + pid as u64).to_ne_bytes()); // ino
+        body.extend_from_slice(&[0; 16]); // ino_generation, prot, flags
         body.extend_from_slice(b"/memfd:usdt:x (deleted)\0");
-        rec(PERF_RECORD_MMAP, &body)
+        rec(PERF_RECORD_MMAP2, &body)
     }
 
     #[test]
@@ -232,6 +260,7 @@ mod tests {
         let mut out = Mapped::default();
         parse_records(&buf, &mut out);
         assert_eq!(out.pids, [42, 7]);
+        assert_eq!(out.files, [(42, (0xfd, 1), 1042), (7, (0xfd, 1), 1007)]);
         assert!(!out.lost);
         // A truncated record ends the buffer without a panic; LOST is noticed.
         let mut buf = rec(PERF_RECORD_LOST, &[0; 16]);
@@ -242,6 +271,7 @@ mod tests {
             out,
             Mapped {
                 pids: vec![],
+                files: vec![],
                 lost: true
             }
         );
