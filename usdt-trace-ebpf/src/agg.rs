@@ -281,11 +281,21 @@ pub extern "C" fn usdt_by_span(f: *const Frame, s: *const StrBuf, end_site: u32,
 /// EEXIST: the insert lost a race with another CPU inserting the same key.
 const EEXIST: i64 = 17;
 
+/// Whether this CPU already found BY_HISTS full: keys are never removed while tracing, so a
+/// new key would fail again, and its insert attempt (a locked bucket walk) is skipped.
+#[inline(always)]
+fn seen_full(idx: u32) -> bool {
+    AGG_COUNTS.get(idx).is_some_and(|n| *n > 0)
+}
+
 /// The value under `k`, inserted zeroed when new; None when the map is full.
 #[inline(always)]
 fn keyed<K>(map: &PerCpuHashMap<K, Hist>, k: &K) -> Option<*mut Hist> {
     if let Some(h) = map.get_ptr_mut(k) {
         return Some(h);
+    }
+    if seen_full(AGG_CNT_BY_OTHER) {
+        return None;
     }
     let zero = ZERO_HIST.get_ptr(0)?;
     // SAFETY: a valid per-CPU map value that nothing writes. BPF_NOEXIST: another CPU may
@@ -304,6 +314,9 @@ fn count_keyed<K>(map: &PerCpuHashMap<K, u64>, k: &K) -> bool {
         // SAFETY: this CPU's value of a live entry.
         unsafe { *c += 1 };
         return true;
+    }
+    if seen_full(AGG_CNT_COUNT_OTHER) {
+        return false;
     }
     match map.insert(k, &1, BPF_NOEXIST as u64) {
         Ok(()) => true,
