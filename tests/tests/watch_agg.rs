@@ -4,6 +4,7 @@
 //! 5 of 1 ms kind 2 "gamma" status 404).
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::time::Duration;
 use usdt_trace_tests::markers::{self as util, demo_servers, free_port, start_server};
 use usdt_trace_tests::watch;
 use usdt_trace_tests::watch_util::{build_c, single_error_line};
@@ -366,4 +367,163 @@ fn bad_by_keys_are_one_line_errors() {
         let line = single_error_line(&out);
         assert!(line.contains(want), "{args:?}: {line}");
     }
+}
+
+/// A PostgreSQL cluster of its own (initdb, pg_ctl) on a unix socket, stopped on drop.
+struct Postgres {
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+impl Postgres {
+    fn start() -> Option<Postgres> {
+        if !std::path::Path::new(&format!("{PG_BIN}/postgres")).exists() {
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("usdt_agg_pg_{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let status = std::process::Command::new("chown")
+            .args(["postgres:", dir.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let port = free_port();
+        let pg = Postgres { dir, port };
+        let data = pg.dir.join("data");
+        let ok = pg
+            .as_postgres(&[
+                &format!("{PG_BIN}/initdb"),
+                "-D",
+                data.to_str().unwrap(),
+                "-A",
+                "trust",
+                "--no-sync",
+            ])
+            .status
+            .success();
+        assert!(ok, "initdb failed");
+        let opts = format!("-p {port} -k {} -c listen_addresses=''", pg.dir.display());
+        let out = pg.as_postgres(&[
+            &format!("{PG_BIN}/pg_ctl"),
+            "-D",
+            data.to_str().unwrap(),
+            "-o",
+            &opts,
+            "-l",
+            pg.dir.join("log").to_str().unwrap(),
+            "-w",
+            "start",
+        ]);
+        assert!(out.status.success(), "pg_ctl start: {out:?}");
+        Some(pg)
+    }
+
+    fn as_postgres(&self, argv: &[&str]) -> std::process::Output {
+        let mut cmd = std::process::Command::new("runuser");
+        cmd.args(["-u", "postgres", "--"]).args(argv);
+        usdt_trace_tests::proc::output_within(&mut cmd, Duration::from_secs(60))
+    }
+
+    /// Runs each query on one connection with psql.
+    fn queries(&self, qs: &[&str]) {
+        let port = self.port.to_string();
+        let mut argv = vec![
+            "/usr/bin/psql",
+            "-X",
+            "-q",
+            "-h",
+            self.dir.to_str().unwrap(),
+            "-p",
+            &port,
+            "-d",
+            "postgres",
+        ];
+        for q in qs {
+            argv.extend(["-c", q]);
+        }
+        let out = self.as_postgres(&argv);
+        assert!(out.status.success(), "psql: {out:?}");
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        let _ = self.as_postgres(&[
+            &format!("{PG_BIN}/pg_ctl"),
+            "-D",
+            data.to_str().unwrap(),
+            "-m",
+            "immediate",
+            "stop",
+        ]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn postgres_queries_counted_and_histogrammed_by_query_text() {
+    let Some(pg) = Postgres::start() else {
+        eprintln!("skipped: PostgreSQL 15 not installed");
+        return;
+    };
+    let bin = format!("{PG_BIN}/postgres");
+    // Counts of query__start, keyed by the query text, in the kernel.
+    let w = watch::Watch::start(&[
+        "--count",
+        "--str",
+        "query__start:0",
+        "--by",
+        "str0",
+        &bin,
+        "postgresql:query__start",
+    ]);
+    pg.queries(&["SELECT 42 AS agg_a;"; 5]);
+    pg.queries(&["SELECT 'agg_b';"; 3]);
+    let out = w.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let by: BTreeMap<String, u64> = out
+        .of_type("count")
+        .filter(|r| r.get("key").is_some())
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap_or("").to_string(),
+                r["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(by.get("SELECT 42 AS agg_a;"), Some(&5), "{by:?}");
+    assert_eq!(by.get("SELECT 'agg_b';"), Some(&3), "{by:?}");
+    // Latency histograms per query text: query__start -> query__done.
+    let w = watch::Watch::start(&[
+        "--hist",
+        "--str",
+        "query__start:0",
+        "--by",
+        "str0",
+        &bin,
+        "postgresql:query__start",
+        "postgresql:query__done",
+    ]);
+    pg.queries(&["SELECT pg_sleep(0.02) AS agg_c;"; 4]);
+    let out = w.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let rows: Vec<_> = out
+        .of_type("hist_by")
+        .filter(|r| r["key"] == "SELECT pg_sleep(0.02) AS agg_c;")
+        .collect();
+    assert_eq!(rows.len(), 1, "{:?}", out.records);
+    assert_eq!(rows[0]["count"], 4, "{}", rows[0]);
+    let p50 = rows[0]["p50_ns"].as_u64().unwrap();
+    // pg_sleep(0.02) lasts at least 20 ms; a bucket midpoint is within 6.25% below.
+    assert!((18_750_000..40_000_000).contains(&p50), "{}", rows[0]);
+    assert!(
+        rows[0]["max_ns"].as_u64().unwrap() >= 20_000_000,
+        "{}",
+        rows[0]
+    );
 }

@@ -19,8 +19,8 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     agg::{
-        AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_COUNTERS, BY_ARG, BY_COMM,
-        BY_PID, BY_PROBE, BY_STR, BY_STR_LEN, BY_TID, CFG_AGG_ARGS, CFG_AGG_BY,
+        AggConfig, ByKey, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_COUNTERS, BY_ARG,
+        BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_STR_LEN, BY_TID, CFG_AGG_ARGS, CFG_AGG_BY,
     },
     hist_bucket, Frame, Hist, IdKey, CFG_FILTER, CFG_PID_FILTER, CFG_STOPPED, CNT_FILTERED,
     HIST_BUCKETS, MAX_ARGS, STRS_CUT, STRS_OK, STR_NONE,
@@ -63,10 +63,14 @@ pub static AGG: Array<AggConfig> = Array::with_max_entries(1, 0);
 /// space sizes it like SITES.
 #[map]
 pub static BY_SITES: Array<u8> = Array::with_max_entries(1, 0);
-/// `--hist --by`: one duration histogram per (span name, key). User space sizes it
-/// (`--max-keys`); allocated as keys appear.
+/// `--hist --by`: one duration histogram per (span name, key), for keys without a string, and
+/// for string keys (`str0`). User space sizes the one in use (`--max-keys`); allocated as
+/// keys appear.
 #[map]
-pub static BY_HISTS: PerCpuHashMap<ByKey, Hist> =
+pub static BY_HISTS: PerCpuHashMap<NumKey, Hist> =
+    PerCpuHashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
+#[map]
+pub static BY_HISTS_STR: PerCpuHashMap<ByKey, Hist> =
     PerCpuHashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
 /// Per span name: the spans whose key found no room in BY_HISTS. Sized like the span names.
 #[map]
@@ -74,9 +78,12 @@ pub static BY_OTHER: PerCpuArray<Hist> = PerCpuArray::with_max_entries(1, 0);
 /// `--count`: hits per site (cookie). Sized like SITES.
 #[map]
 pub static SITE_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
-/// `--count --by`: hits per (site, key). Sized by `--max-keys`.
+/// `--count --by`: hits per (site, key), numeric and string keys. Sized by `--max-keys`.
 #[map]
-pub static BY_COUNTS: PerCpuHashMap<ByKey, u64> =
+pub static BY_COUNTS: PerCpuHashMap<NumKey, u64> =
+    PerCpuHashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
+#[map]
+pub static BY_COUNTS_STR: PerCpuHashMap<ByKey, u64> =
     PerCpuHashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
 /// Per site: hits whose key found no room in BY_COUNTS. Sized like SITES.
 #[map]
@@ -86,6 +93,8 @@ pub static AGG_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(AGG_COUN
 /// Where a key is built: a ByKey (~150 bytes) does not fit the BPF stack beside the caller's.
 #[map]
 static KEY_SCRATCH: PerCpuArray<ByKey> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static NUM_SCRATCH: PerCpuArray<NumKey> = PerCpuArray::with_max_entries(1, 0);
 /// Never written: zeroes to clear a key's string from.
 #[map]
 static ZERO_STR: PerCpuArray<KeyStr> = PerCpuArray::with_max_entries(1, 0);
@@ -139,19 +148,31 @@ fn fresh_key(id: u32) -> Option<&'static mut ByKey> {
     Some(k)
 }
 
+/// The per-CPU numeric key scratch, zeroed.
+#[inline(always)]
+fn fresh_num(id: u32) -> Option<&'static mut NumKey> {
+    let k = NUM_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: this CPU's slot, used only while this program runs.
+    let k = unsafe { &mut *k };
+    k.id = id;
+    k._pad = 0;
+    k.val = [0, 0];
+    Some(k)
+}
+
 /// Keys that come from the task rather than from the probe's arguments.
 #[inline(always)]
-fn task_key(k: &mut ByKey, by: u32) {
+fn task_key(k: &mut NumKey, by: u32) {
     let pid_tgid = bpf_get_current_pid_tgid();
     match by {
-        BY_PID => k.val = pid_tgid >> 32,
-        BY_TID => k.val = pid_tgid as u32 as u64,
+        BY_PID => k.val[0] = pid_tgid >> 32,
+        BY_TID => k.val[0] = pid_tgid as u32 as u64,
         BY_COMM => {
-            let comm = bpf_get_current_comm().unwrap_or_default();
-            for (d, c) in k.str.iter_mut().zip(comm.iter()) {
-                *d = *c;
-            }
-            k.str_len = comm.len() as u32;
+            let c = bpf_get_current_comm().unwrap_or_default();
+            k.val = [
+                u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
+                u64::from_ne_bytes([c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15]]),
+            ];
         }
         _ => {}
     }
@@ -215,39 +236,38 @@ pub extern "C" fn usdt_by_span(
     let Some(agg) = AGG.get(0) else {
         return 0;
     };
-    let Some(k) = fresh_key(f.pair_id) else {
-        return 0;
-    };
     let by = agg.by;
-    // str0 is the start's first string when the start has strings, else the end's first.
-    let start_strs = if by == BY_STR {
-        crate::strs::kept_set(kept, id_key)
+    let h = if by == BY_STR {
+        let Some(k) = fresh_key(f.pair_id) else {
+            return 0;
+        };
+        // str0 is the start's first string when the start has strings, else the end's first.
+        match crate::strs::kept_set(kept, id_key) {
+            Some(set) => key_from_set(k, set),
+            None if kept == 0 => {
+                if let Some(a) = hit_args(end_site) {
+                    key_from_args(k, end_site, a);
+                }
+            }
+            None => {}
+        }
+        keyed(&BY_HISTS_STR, k)
     } else {
-        None
+        let Some(k) = fresh_num(f.pair_id) else {
+            return 0;
+        };
+        match by {
+            BY_ARG => match (by_arg(f.site), by_arg(end_site)) {
+                (Some(n), _) => k.val[0] = f.args[n],
+                (None, Some(n)) => k.val[0] = hit_arg(end_site, n).unwrap_or(0),
+                _ => {}
+            },
+            BY_PROBE => k.val[0] = end_site as u64,
+            by => task_key(k, by),
+        }
+        keyed(&BY_HISTS, k)
     };
-    let start_arg = if by == BY_ARG { by_arg(f.site) } else { None };
-    // The end's arguments are read once, and only when the key comes from them: each inlined
-    // read of all arguments costs the verifier thousands of instructions.
-    let end = if by == BY_STR && kept == 0 {
-        hit_args(end_site)
-    } else {
-        None
-    };
-    match by {
-        BY_ARG => match (start_arg, by_arg(end_site)) {
-            (Some(n), _) => k.val = f.args[n],
-            (None, Some(n)) => k.val = hit_arg(end_site, n).unwrap_or(0),
-            _ => {}
-        },
-        BY_STR => match (start_strs, end) {
-            (Some(set), _) => key_from_set(k, set),
-            (None, Some(a)) => key_from_args(k, end_site, a),
-            _ => {}
-        },
-        BY_PROBE => k.val = end_site as u64,
-        by => task_key(k, by),
-    }
-    let (h, other) = match keyed(&BY_HISTS, k) {
+    let (h, other) = match h {
         Some(h) => (h, 0),
         None => {
             bump(&AGG_COUNTS, AGG_CNT_BY_OTHER);
@@ -331,17 +351,58 @@ fn key_from_args(k: &mut ByKey, site: u32, a: &[u64; MAX_ARGS]) {
     }
 }
 
+/// EEXIST: the insert lost a race with another CPU inserting the same key.
+const EEXIST: i64 = 17;
+
+/// Whether this CPU already found BY_HISTS full: keys are never removed while tracing, so a
+/// new key would fail again, and its insert attempt (a locked bucket walk) is skipped.
+#[inline(always)]
+fn seen_full(idx: u32) -> bool {
+    AGG_COUNTS.get(idx).is_some_and(|n| *n > 0)
+}
+
 /// The value under `k`, inserted zeroed when new; None when the map is full.
 #[inline(always)]
-fn keyed(map: &PerCpuHashMap<ByKey, Hist>, k: &ByKey) -> Option<*mut Hist> {
+fn keyed<K>(map: &PerCpuHashMap<K, Hist>, k: &K) -> Option<*mut Hist> {
     if let Some(h) = map.get_ptr_mut(k) {
         return Some(h);
     }
+    if seen_full(AGG_CNT_BY_OTHER) {
+        return None;
+    }
     let zero = ZERO_HIST.get_ptr(0)?;
     // SAFETY: a valid per-CPU map value that nothing writes. BPF_NOEXIST: another CPU may
-    // have inserted the key since the lookup; then the lookup below finds it.
-    let _ = map.insert(k, unsafe { &*zero }, BPF_NOEXIST as u64);
-    map.get_ptr_mut(k)
+    // have inserted the key since the lookup; then the lookup below finds it. Any other
+    // failure is a full map: no second lookup, the span goes to "other".
+    match map.insert(k, unsafe { &*zero }, BPF_NOEXIST as u64) {
+        Err(e) if e as i64 != -EEXIST => None,
+        _ => map.get_ptr_mut(k),
+    }
+}
+
+/// Adds one to the count under `k` (inserted when new); false when the map is full.
+#[inline(always)]
+fn count_keyed<K>(map: &PerCpuHashMap<K, u64>, k: &K) -> bool {
+    if let Some(c) = map.get_ptr_mut(k) {
+        // SAFETY: this CPU's value of a live entry.
+        unsafe { *c += 1 };
+        return true;
+    }
+    if seen_full(AGG_CNT_COUNT_OTHER) {
+        return false;
+    }
+    match map.insert(k, &1, BPF_NOEXIST as u64) {
+        Ok(()) => true,
+        Err(e) if e as i64 == -EEXIST => match map.get_ptr_mut(k) {
+            // SAFETY: as above.
+            Some(c) => {
+                unsafe { *c += 1 };
+                true
+            }
+            None => false,
+        },
+        Err(_) => false,
+    }
 }
 
 /// `--count`: one hit at `site`, counted (and under its `--by` key). The caller copied the
@@ -367,36 +428,32 @@ pub extern "C" fn usdt_count(site: u32) -> u32 {
     let Some(agg) = AGG.get(0) else {
         return 0;
     };
-    let Some(k) = fresh_key(site) else {
-        return 0;
+    let ok = if agg.by == BY_STR {
+        let Some(k) = fresh_key(site) else {
+            return 0;
+        };
+        if let Some(a) = hit_args(site) {
+            key_from_args(k, site, a);
+        }
+        count_keyed(&BY_COUNTS_STR, k)
+    } else {
+        let Some(k) = fresh_num(site) else {
+            return 0;
+        };
+        match agg.by {
+            BY_ARG => match by_arg(site).and_then(|n| hit_arg(site, n)) {
+                Some(v) => k.val[0] = v,
+                // A probe without the argument has only its total.
+                None => return 0,
+            },
+            BY_PROBE => k.val[0] = site as u64,
+            by => task_key(k, by),
+        }
+        count_keyed(&BY_COUNTS, k)
     };
-    match agg.by {
-        BY_ARG => match by_arg(site).and_then(|n| hit_arg(site, n)) {
-            Some(v) => k.val = v,
-            // A probe without the argument has only its total.
-            None => return 0,
-        },
-        BY_STR => {
-            if let Some(a) = hit_args(site) {
-                key_from_args(k, site, a);
-            }
-        }
-        BY_PROBE => k.val = site as u64,
-        by => task_key(k, by),
-    }
-    if let Some(c) = BY_COUNTS.get_ptr_mut(&*k) {
-        // SAFETY: this CPU's value of a live entry.
-        unsafe { *c += 1 };
-        return 0;
-    }
-    let _ = BY_COUNTS.insert(&*k, &0, BPF_NOEXIST as u64);
-    match BY_COUNTS.get_ptr_mut(&*k) {
-        // SAFETY: as above.
-        Some(c) => unsafe { *c += 1 },
-        None => {
-            bump(&AGG_COUNTS, AGG_CNT_COUNT_OTHER);
-            bump(&BY_COUNT_OTHER, site);
-        }
+    if !ok {
+        bump(&AGG_COUNTS, AGG_CNT_COUNT_OTHER);
+        bump(&BY_COUNT_OTHER, site);
     }
     0
 }

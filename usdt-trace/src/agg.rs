@@ -330,8 +330,15 @@ pub fn by_tables(plan: &Plan, kp: &KeyPlan, h: &ByHists) -> Vec<KeyTable<Hist>> 
             hist_merge(m.entry(kp.value(plan, k)).or_default(), hist);
         }
     }
+    // With str0, span names that capture no string would only show one "" key: left out.
+    let has_str = |pair: usize| {
+        plan.sites
+            .iter()
+            .any(|s| s.pair == Some(pair as u32) && !s.strs.is_empty())
+    };
     per.into_iter()
         .enumerate()
+        .filter(|(pair, _)| kp.by.kind != ByKind::Str || has_str(*pair))
         .filter_map(|(pair, m)| {
             let other = h.other.get(pair).copied().unwrap_or_default();
             if m.is_empty() && other.count == 0 {
@@ -938,6 +945,22 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("other (beyond --max-keys 4)"), "{text}");
+    }
+
+    #[test]
+    fn str0_tables_leave_out_span_names_without_a_string() {
+        let mut p = plan();
+        p.pairs.push(PairInfo {
+            provider: "ag".into(),
+            stem: "other".into(),
+            ..Default::default()
+        });
+        let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), false).unwrap();
+        let mut h = ByHists::default();
+        h.keys.insert(key(0, 0), hist(&[1]));
+        h.keys.insert(key(1, 0), hist(&[1]));
+        let t = by_tables(&p, &kp, &h);
+        assert_eq!(t.iter().map(|t| t.pair).collect::<Vec<_>>(), [0]);
     }
 
     #[test]

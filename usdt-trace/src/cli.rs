@@ -206,7 +206,10 @@ pub struct WatchArgs {
     #[arg(long, value_name = "N", default_value_t = usdt_trace_common::agg::DEFAULT_MAX_KEYS)]
     pub max_keys: u32,
     /// Count hits per probe in the kernel (nothing is paired or sent per hit) and print the
-    /// counts at exit (and per --interval): to find which probes fire before choosing.
+    /// counts at exit (and per --interval): to find which probes fire before choosing. (When
+    /// no PATTERN is given and the probes include high-rate ones, such as line,
+    /// function__entry/return, method__entry/return, object__alloc, watch warns and points
+    /// here.)
     #[arg(long, conflicts_with_all = ["hist", "top", "perfetto", "otlp", "min"])]
     pub count: bool,
     /// Print only the N slowest spans, with their arguments and time split, at exit (and

@@ -955,7 +955,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         ring_bytes: cfg.ring_bytes,
         pids: &pids,
         hist: cfg.hist,
-        sched: cfg.sched,
+        // --count pairs nothing: no span for the scheduler hooks to split.
+        sched: cfg.sched && !cfg.agg.count,
         attach: cfg.attach,
         max_threads: cfg.max_threads,
         max_open_ids: cfg.max_open_ids,

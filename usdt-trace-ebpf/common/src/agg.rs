@@ -65,6 +65,37 @@ impl Default for ByKey {
     }
 }
 
+/// A `--by` key without a string: an argument, pid, tid, probe, or comm's 16 bytes. Hashed in
+/// 24 bytes rather than ByKey's 144, so the common keys cost less per span; string keys
+/// (`str0`) use [`ByKey`] in maps of their own.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NumKey {
+    /// As `ByKey::id`.
+    pub id: u32,
+    pub _pad: u32,
+    /// The number in `val[0]`; comm's bytes in both, in memory order.
+    pub val: [u64; 2],
+}
+
+impl NumKey {
+    /// The same key as a [`ByKey`] (comm's bytes as its string), for user space to print.
+    pub fn to_by_key(&self, by: u32) -> ByKey {
+        let mut k = ByKey {
+            id: self.id,
+            val: self.val[0],
+            ..ByKey::default()
+        };
+        if by == BY_COMM {
+            k.str[..8].copy_from_slice(&self.val[0].to_ne_bytes());
+            k.str[8..16].copy_from_slice(&self.val[1].to_ne_bytes());
+            k.str_len = 16;
+            k.val = 0;
+        }
+        k
+    }
+}
+
 /// `AGG_COUNTERS` indices.
 /// Spans counted in a span name's "other" histogram because `BY_HISTS` was full.
 pub const AGG_CNT_BY_OTHER: u32 = 0;

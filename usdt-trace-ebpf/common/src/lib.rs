@@ -1037,6 +1037,7 @@ mod pod {
     unsafe impl aya::Pod for Hist {}
     unsafe impl aya::Pod for crate::agg::AggConfig {}
     unsafe impl aya::Pod for crate::agg::ByKey {}
+    unsafe impl aya::Pod for crate::agg::NumKey {}
     unsafe impl aya::Pod for Acct {}
     unsafe impl aya::Pod for StackRecord {}
     unsafe impl aya::Pod for Frame {}

@@ -6,8 +6,8 @@ use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap};
 use aya::EbpfLoader;
 use std::collections::HashMap;
 use usdt_trace_common::agg::{
-    AggConfig, ByKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, CFG_AGG_ARGS, CFG_AGG_BY,
-    CFG_AGG_COUNT,
+    AggConfig, ByKey, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, BY_STR, CFG_AGG_ARGS,
+    CFG_AGG_BY, CFG_AGG_COUNT,
 };
 use usdt_trace_common::{Config, Hist};
 
@@ -49,11 +49,22 @@ impl AggLoad {
         } else {
             1
         };
+        let str_keys = self.by == BY_STR;
+        // Only the keyed map this run uses gets --max-keys entries.
+        let size = |count: bool, strs: bool| {
+            if count == self.count && strs == str_keys {
+                keys
+            } else {
+                1
+            }
+        };
         l.map_max_entries("BY_SITES", nsites)
-            .map_max_entries("BY_HISTS", if self.count { 1 } else { keys })
+            .map_max_entries("BY_HISTS", size(false, false))
+            .map_max_entries("BY_HISTS_STR", size(false, true))
             .map_max_entries("BY_OTHER", hist_pairs.max(1))
             .map_max_entries("SITE_COUNTS", if self.count { nsites } else { 1 })
-            .map_max_entries("BY_COUNTS", if self.count { keys } else { 1 })
+            .map_max_entries("BY_COUNTS", size(true, false))
+            .map_max_entries("BY_COUNTS_STR", size(true, true))
             .map_max_entries("BY_COUNT_OTHER", if self.count { nsites } else { 1 });
     }
 }
@@ -144,8 +155,19 @@ impl Tracer {
         let sites = self.per_cpu_array_u64("SITE_COUNTS", nsites)?;
         let other = self.per_cpu_array_u64("BY_COUNT_OTHER", nsites)?;
         let mut keys = HashMap::new();
-        if self.agg_by != 0 {
+        if self.agg_by == BY_STR {
             let map: PerCpuHashMap<&MapData, ByKey, u64> = PerCpuHashMap::try_from(
+                self.ebpf
+                    .map("BY_COUNTS_STR")
+                    .ok_or(TraceError::MissingMap("BY_COUNTS_STR"))?,
+            )
+            .map_err(map_err("BY_COUNTS_STR"))?;
+            for item in map.iter() {
+                let (k, v) = item.map_err(map_err("BY_COUNTS_STR"))?;
+                *keys.entry(k).or_insert(0) += v.iter().sum::<u64>();
+            }
+        } else if self.agg_by != 0 {
+            let map: PerCpuHashMap<&MapData, NumKey, u64> = PerCpuHashMap::try_from(
                 self.ebpf
                     .map("BY_COUNTS")
                     .ok_or(TraceError::MissingMap("BY_COUNTS"))?,
@@ -153,7 +175,7 @@ impl Tracer {
             .map_err(map_err("BY_COUNTS"))?;
             for item in map.iter() {
                 let (k, v) = item.map_err(map_err("BY_COUNTS"))?;
-                *keys.entry(k).or_insert(0) += v.iter().sum::<u64>();
+                *keys.entry(k.to_by_key(self.agg_by)).or_insert(0) += v.iter().sum::<u64>();
             }
         }
         Ok(crate::agg::Counts { sites, keys, other })
@@ -161,18 +183,34 @@ impl Tracer {
 
     /// `--hist --by`: the histogram per key, and per span name the "other" one.
     pub fn by_hists(&self, npairs: usize) -> Result<crate::agg::ByHists, TraceError> {
-        let map: PerCpuHashMap<&MapData, ByKey, Hist> = PerCpuHashMap::try_from(
-            self.ebpf
-                .map("BY_HISTS")
-                .ok_or(TraceError::MissingMap("BY_HISTS"))?,
-        )
-        .map_err(map_err("BY_HISTS"))?;
         let mut keys: HashMap<ByKey, Hist> = HashMap::new();
-        for item in map.iter() {
-            let (k, v) = item.map_err(map_err("BY_HISTS"))?;
-            let slot = keys.entry(k).or_default();
-            for h in v.iter() {
-                sum_hist(slot, h);
+        if self.agg_by == BY_STR {
+            let map: PerCpuHashMap<&MapData, ByKey, Hist> = PerCpuHashMap::try_from(
+                self.ebpf
+                    .map("BY_HISTS_STR")
+                    .ok_or(TraceError::MissingMap("BY_HISTS_STR"))?,
+            )
+            .map_err(map_err("BY_HISTS_STR"))?;
+            for item in map.iter() {
+                let (k, v) = item.map_err(map_err("BY_HISTS_STR"))?;
+                let slot = keys.entry(k).or_default();
+                for h in v.iter() {
+                    sum_hist(slot, h);
+                }
+            }
+        } else if self.agg_by != 0 {
+            let map: PerCpuHashMap<&MapData, NumKey, Hist> = PerCpuHashMap::try_from(
+                self.ebpf
+                    .map("BY_HISTS")
+                    .ok_or(TraceError::MissingMap("BY_HISTS"))?,
+            )
+            .map_err(map_err("BY_HISTS"))?;
+            for item in map.iter() {
+                let (k, v) = item.map_err(map_err("BY_HISTS"))?;
+                let slot = keys.entry(k.to_by_key(self.agg_by)).or_default();
+                for h in v.iter() {
+                    sum_hist(slot, h);
+                }
             }
         }
         let other_map: PerCpuArray<&MapData, Hist> = PerCpuArray::try_from(
