@@ -116,22 +116,6 @@ fn bump(map: &PerCpuArray<u64>, idx: u32) {
     }
 }
 
-#[inline(always)]
-fn hist_add(h: &mut Hist, v: u64) {
-    let b = hist_bucket(v);
-    // As in spans::hist_one: hide the range from LLVM so the check the verifier needs stays.
-    // SAFETY: a read of a local.
-    let b = unsafe { core::ptr::read_volatile(&b) };
-    if b < HIST_BUCKETS {
-        h.buckets[b] += 1;
-    }
-    h.count += 1;
-    h.sum += v;
-    if v > h.max {
-        h.max = v;
-    }
-}
-
 /// The per-CPU key scratch, zeroed: keys hash every byte, so unused ones must be 0.
 #[inline(always)]
 fn fresh_key(id: u32) -> Option<&'static mut ByKey> {
@@ -278,7 +262,7 @@ pub extern "C" fn usdt_by_span(
         }
     };
     // SAFETY: this CPU's value of a live entry (or its slot of BY_OTHER).
-    hist_add(unsafe { &mut *h }, dur);
+    crate::spans::hist_record(unsafe { &mut *h }, dur);
     other
 }
 

@@ -268,23 +268,7 @@ fn hist_merge(into: &mut Hist, h: &Hist) {
     into.max = into.max.max(h.max);
 }
 
-/// What `now` counts beyond `before` (see `output::hist::delta`).
-pub fn hist_delta(now: &Hist, before: &Hist) -> Hist {
-    let mut d = *now;
-    for (c, b) in d.buckets.iter_mut().zip(before.buckets.iter()) {
-        *c = c.saturating_sub(*b);
-    }
-    d.count = d.count.saturating_sub(before.count);
-    d.sum = d.sum.saturating_sub(before.sum);
-    if d.max <= before.max {
-        d.max = d
-            .buckets
-            .iter()
-            .rposition(|&c| c > 0)
-            .map_or(0, |k| hist_bucket_range(k).1 - 1);
-    }
-    d
-}
+use crate::output::hist::delta_one as hist_delta;
 
 /// The kernel's `--by` histograms at one moment, cumulative: per key, and per span name the
 /// "other" histogram of spans whose key found no room.

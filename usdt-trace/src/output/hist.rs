@@ -47,22 +47,25 @@ pub fn delta(
     now: &[Hist; HIST_COMPONENTS],
     before: &[Hist; HIST_COMPONENTS],
 ) -> [Hist; HIST_COMPONENTS] {
+    std::array::from_fn(|i| delta_one(&now[i], &before[i]))
+}
+
+/// One histogram's [`delta`].
+pub fn delta_one(now: &Hist, before: &Hist) -> Hist {
     let mut d = *now;
-    for (x, b) in d.iter_mut().zip(before.iter()) {
-        for (c, bc) in x.buckets.iter_mut().zip(b.buckets.iter()) {
-            *c = c.saturating_sub(*bc);
-        }
-        x.count = x.count.saturating_sub(b.count);
-        x.sum = x.sum.saturating_sub(b.sum);
-        // A new maximum happened in this interval; otherwise the interval's largest value is
-        // only known to its bucket (the last non-empty one's upper end).
-        if x.max <= b.max {
-            x.max = x
-                .buckets
-                .iter()
-                .rposition(|&c| c > 0)
-                .map_or(0, |k| hist_bucket_range(k).1 - 1);
-        }
+    for (c, b) in d.buckets.iter_mut().zip(before.buckets.iter()) {
+        *c = c.saturating_sub(*b);
+    }
+    d.count = d.count.saturating_sub(before.count);
+    d.sum = d.sum.saturating_sub(before.sum);
+    // A new maximum happened in this interval; otherwise the interval's largest value is only
+    // known to its bucket (the last non-empty one's upper end).
+    if d.max <= before.max {
+        d.max = d
+            .buckets
+            .iter()
+            .rposition(|&c| c > 0)
+            .map_or(0, |k| hist_bucket_range(k).1 - 1);
     }
     d
 }
