@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use usdt_trace_common::agg::{
     ByKey, BY_ARG, BY_ARG_NONE, BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_TID,
 };
-use usdt_trace_common::{hist_bucket_range, Hist, SiteRole, SpanRecord, MAX_ARGS};
+use usdt_trace_common::{Hist, SiteRole, SpanRecord, MAX_ARGS};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AggError {
