@@ -50,6 +50,10 @@ measure() {
         until grep -q '^Attaching' "$work/out" 2>/dev/null; do sleep 0.05; done
         sleep 1 # bpftrace prints "Attaching" before it has attached
     elif [ "$mode" != untraced ]; then
+        # Removed first: the redirection below truncates the file in the background job, so
+        # the wait could otherwise read the previous run's "Attached" and start wrk before this
+        # tracer is attached (requests missed, and the verifier's CPU counted as tracing).
+        rm -f "$work/err"
         # shellcheck disable=SC2086
         "$tracer" watch $mode "$server" >"$work/out" 2>"$work/err" &
         wpid=$!
