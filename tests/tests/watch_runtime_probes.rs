@@ -282,17 +282,10 @@ fn python_probes_of_a_process_started_after_watch_by_interpreter_name_are_attach
         eprintln!("skipped: python3 not installed");
         return;
     };
-    // A copy of the interpreter of its own (another inode): tracing by name follows every
-    // process running TARGET, and the other tests of this binary run python servers whose
-    // semaphores they check; they must not see this watch, nor it them.
-    let dir = std::env::temp_dir().join(format!("usdt-trace-rtprobes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let _cleanup = RemoveOnDrop(dir.clone());
-    let exe = dir.join("python3");
-    std::fs::copy(std::fs::canonicalize(&py).expect("interpreter path"), &exe)
-        .expect("copy the interpreter");
-    let py = exe.clone();
-    // Traced by name: every process running the interpreter, none of which exists yet.
+    let exe = std::fs::canonicalize(&py).expect("interpreter path");
+    // Traced by name: every process running the interpreter, none of which exists yet. The
+    // other tests of this binary run python servers too, with provider `pyhttp`: a provider of
+    // its own keeps this watch off their probes (and their semaphores, which they check).
     let mut w = Watch::start(&[
         "--wait-for-probes",
         exe.to_str().expect("utf-8 path"),
@@ -336,13 +329,4 @@ fn waiting_for_probes_with_both_pid_and_target_is_a_usage_error() {
     let out = watch::run(&["watch", "--wait-for-probes", "-p", "1", "/bin/true"]);
     let err = usdt_trace_tests::watch_util::single_error_line(&out);
     assert!(err.contains("--wait-for-probes"), "{err}");
-}
-
-/// Removes a test's scratch directory when the test ends, however it ends.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
