@@ -776,21 +776,10 @@ mod tests {
         } else {
             ArgFmt::Unsigned
         };
-        SiteInfo {
-            provider: "ag".into(),
-            name: name.into(),
-            args: vec![f; nargs],
-            strs: str_arg
-                .map(|arg| crate::output::StrArg {
-                    arg,
-                    slot: 0,
-                    len_arg: None,
-                })
-                .into_iter()
-                .collect(),
-            names: Vec::new(),
-            pair: Some(0),
-        }
+        let strs: Vec<(usize, usize)> = str_arg.map(|a| (a, 0)).into_iter().collect();
+        let mut s = SiteInfo::for_test("ag", name, &vec![f; nargs], &strs);
+        s.pair = Some(0);
+        s
     }
 
     /// ag:req__start(i, kind, name) -> ag:req__end(i, status: signed), and the event ag:tick(k).

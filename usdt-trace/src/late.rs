@@ -504,14 +504,9 @@ mod tests {
     }
 
     fn site(name: &str, pair: Option<u32>) -> SiteInfo {
-        SiteInfo {
-            provider: "p".into(),
-            name: name.into(),
-            args: vec![],
-            strs: Vec::new(),
-            names: Vec::new(),
-            pair,
-        }
+        let mut s = SiteInfo::for_test("p", name, &[], &[]);
+        s.pair = pair;
+        s
     }
 
     fn spec(role: SiteRole, pair_id: u32) -> SiteSpec {

@@ -349,7 +349,7 @@ pub(crate) fn stack_json(out: &mut Vec<u8>, st: &SpanStack) {
 mod golden {
     use super::*;
     use crate::output::hist::render_json;
-    use crate::output::{test_strs, ArgFmt, StrArg};
+    use crate::output::{test_strs, ArgFmt};
     use usdt_trace_common::{
         Acct, Hist, RecordKind, HIST_COMPONENTS, STRS_CUT, STRS_FAULT, STRS_OK,
     };
@@ -369,21 +369,7 @@ mod golden {
 
     /// `strs`: (argument, slot) pairs read as strings.
     fn info(name: &str, args: &[ArgFmt], strs: &[(usize, usize)]) -> SiteInfo {
-        SiteInfo {
-            provider: "app".into(),
-            name: name.into(),
-            args: args.to_vec(),
-            strs: strs
-                .iter()
-                .map(|&(arg, slot)| StrArg {
-                    arg,
-                    slot,
-                    len_arg: None,
-                })
-                .collect(),
-            names: Vec::new(),
-            pair: None,
-        }
+        SiteInfo::for_test("app", name, args, strs)
     }
 
     fn pair() -> PairInfo {

@@ -54,6 +54,34 @@ pub struct StrArg {
     pub len_arg: Option<usize>,
 }
 
+/// Sites for unit tests: NUL-terminated strings at the given (argument, slot) pairs, no names,
+/// no span.
+#[cfg(test)]
+impl SiteInfo {
+    pub(crate) fn for_test(
+        provider: &str,
+        name: &str,
+        args: &[ArgFmt],
+        strs: &[(usize, usize)],
+    ) -> SiteInfo {
+        SiteInfo {
+            provider: provider.into(),
+            name: name.into(),
+            args: args.to_vec(),
+            strs: strs
+                .iter()
+                .map(|&(arg, slot)| StrArg {
+                    arg,
+                    slot,
+                    len_arg: None,
+                })
+                .collect(),
+            names: Vec::new(),
+            pair: None,
+        }
+    }
+}
+
 impl SiteInfo {
     /// The string slot of argument `i`, if it is captured as a string.
     pub fn str_slot(&self, i: usize) -> Option<usize> {
@@ -306,21 +334,8 @@ mod tests {
     };
 
     fn site(args: &[ArgFmt], str_arg: Option<usize>) -> SiteInfo {
-        SiteInfo {
-            provider: "p".into(),
-            name: "n".into(),
-            args: args.to_vec(),
-            strs: str_arg
-                .map(|arg| StrArg {
-                    arg,
-                    slot: 0,
-                    len_arg: None,
-                })
-                .into_iter()
-                .collect(),
-            names: Vec::new(),
-            pair: None,
-        }
+        let strs: Vec<(usize, usize)> = str_arg.map(|a| (a, 0)).into_iter().collect();
+        SiteInfo::for_test("p", "n", args, &strs)
     }
 
     fn event() -> EventRecord {
