@@ -228,6 +228,13 @@ pub fn hint(libs: &[ProbeLib]) -> Option<String> {
     ))
 }
 
+/// For an executable without probes: what the error says (see [`hint`]) and the library with
+/// the most matching sites, or None when no library it loads has any.
+pub fn for_executable(exe: &Path, patterns: &[Pattern]) -> Option<(String, PathBuf)> {
+    let libs = probe_libraries(exe, patterns);
+    Some((hint(&libs)?, libs.into_iter().next()?.path))
+}
+
 /// The command to run instead: the same `watch`, with the richest library as the TARGET.
 /// `command` is the `-c` argv (None without -c).
 pub fn suggestion(lib: &Path, command: Option<&[String]>, patterns: &[Pattern]) -> String {

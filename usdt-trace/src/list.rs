@@ -127,14 +127,13 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
         }
         // An executable whose probes live in the libraries it loads (java: libjvm.so).
         if let (Some(path), true) = (&t.path, probes.sites.is_empty()) {
-            let libs = crate::libhint::probe_libraries(path, &cfg.patterns);
-            if let (Some(hint), Some(lib)) = (crate::libhint::hint(&libs), libs.first()) {
+            if let Some((hint, lib)) = crate::libhint::for_executable(path, &cfg.patterns) {
                 writeln!(
                     err,
                     "hint: {}: no USDT probes, but {}; list them with: usdt-trace list {}",
                     clean(&t.shown),
                     clean(&hint),
-                    clean(&lib.path.display().to_string())
+                    clean(&lib.display().to_string())
                 )?;
             }
         }

@@ -364,22 +364,18 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
         };
         // Only a file named (or run with -c) gets the hint: a process's mappings were all
         // looked at already.
-        let libs = if cfg.targets.len() == 1 && cfg.pids.is_empty() {
-            crate::libhint::probe_libraries(&cfg.targets[0], &cfg.patterns)
+        let found = if cfg.targets.len() == 1 && cfg.pids.is_empty() {
+            crate::libhint::for_executable(&cfg.targets[0], &cfg.patterns)
         } else {
-            Vec::new()
+            None
         };
-        return Err(match (crate::libhint::hint(&libs), libs.first()) {
-            (Some(hint), Some(lib)) => WatchError::NoProbesHint {
+        return Err(match found {
+            Some((hint, lib)) => WatchError::NoProbesHint {
                 what,
                 hint,
-                suggestion: crate::libhint::suggestion(
-                    &lib.path,
-                    cfg.command.as_deref(),
-                    &cfg.patterns,
-                ),
+                suggestion: crate::libhint::suggestion(&lib, cfg.command.as_deref(), &cfg.patterns),
             },
-            _ => WatchError::NoProbes(what),
+            None => WatchError::NoProbes(what),
         });
     }
     Ok(objects)
