@@ -262,7 +262,7 @@ pub extern "C" fn usdt_by_span(
         }
     };
     // SAFETY: this CPU's value of a live entry (or its slot of BY_OTHER).
-    crate::spans::hist_record(unsafe { &mut *h }, dur);
+    unsafe { &mut *h }.add(dur);
     other
 }
 

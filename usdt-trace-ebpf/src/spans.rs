@@ -12,13 +12,12 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     agg::{CFG_AGG_ARGS, CFG_AGG_BY},
-    hist_bucket, hist_slot, str_key_thread, Acct, Config, EventRecord, Frame, Hist, IdFrame, IdKey,
-    PollAcct, RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, ThreadState, CFG_FILTER,
-    CFG_HIST, CFG_PID_FILTER, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS,
+    hist_slot, str_key_thread, Acct, Config, EventRecord, Frame, IdFrame, IdKey, PollAcct,
+    RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, ThreadState, CFG_FILTER, CFG_HIST,
+    CFG_PID_FILTER, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS,
     CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL,
-    CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_BUCKETS, HIST_COMPONENTS,
-    HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS,
-    MAX_PAIRS,
+    CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_COMPONENTS, HIST_DURATION,
+    HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS,
 };
 
 use crate::args::ArgWords;
@@ -611,28 +610,9 @@ pub extern "C" fn usdt_hist_one(pair_id: u32, component: u32, v: u64) -> u32 {
     }
     if let Some(h) = HISTS.get_ptr_mut(hist_slot(pair_id, component)) {
         // SAFETY: this CPU's slot, which nothing else writes while this program runs.
-        hist_record(unsafe { &mut *h }, v);
+        unsafe { &mut *h }.add(v);
     }
     0
-}
-
-/// Counts `v` in `h` (this CPU's histogram; the caller holds the only reference).
-#[inline(always)]
-pub fn hist_record(h: &mut Hist, v: u64) {
-    let b = hist_bucket(v);
-    // hist_bucket is always in range, and LLVM knows it and would drop the check; the
-    // verifier does not (leading_zeros is a bit-twiddling sequence in BPF). The volatile read
-    // hides the range from LLVM so the check the verifier needs stays.
-    // SAFETY: a read of a local.
-    let b = unsafe { core::ptr::read_volatile(&b) };
-    if b < HIST_BUCKETS {
-        h.buckets[b] += 1;
-    }
-    h.count += 1;
-    h.sum += v;
-    if v > h.max {
-        h.max = v;
-    }
 }
 
 #[inline(always)]

@@ -13,6 +13,7 @@
 //! | [`procmaps`] | `/proc/PID/maps` text → mapped objects | yes |
 //! | [`symbolize`] | `--stack` addresses → object, function and offset | lookups yes |
 //! | [`pattern`] | `provider:name` globs | yes |
+//! | [`terminal`] | escaping untrusted text for a terminal | yes |
 //! | [`spans`] | start/end pairing rules → roles and span names | yes |
 //! | [`plan`] | chosen sites and roles → kernel specs, printer info and attach points per cookie | yes |
 //! | [`output`] | text and NDJSON records, histograms | yes |
@@ -43,5 +44,6 @@ pub mod semaphores;
 pub mod spans;
 pub mod symbolize;
 pub mod target;
+pub mod terminal;
 pub mod tracer;
 pub mod watch;

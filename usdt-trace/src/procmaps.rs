@@ -72,7 +72,7 @@ pub struct MappedObject {
 
 impl MappedObject {
     /// The path for people: not UTF-8 bytes replaced. Control characters (a newline) are kept
-    /// here; text output escapes them with `output::text::clean`.
+    /// here; text output escapes them with `terminal::clean`.
     pub fn shown(&self) -> String {
         self.path.to_string_lossy().into_owned()
     }
@@ -241,7 +241,7 @@ fn kernel_thread(pid: u32) -> Option<String> {
         return None;
     }
     let comm = stat.split_once('(')?.1.rsplit_once(')')?.0;
-    Some(crate::output::text::clean(comm).into_owned())
+    Some(crate::terminal::clean(comm).into_owned())
 }
 
 /// Every distinct file a live process has mapped.

@@ -23,7 +23,7 @@ pub fn json_escape(out: &mut Vec<u8>, bytes: &[u8]) {
                 '\t' => out.extend_from_slice(b"\\t"),
                 // C0/C1 controls and bidi overrides: JSON allows most of them raw, but a
                 // line piped to a terminal (`jq -r`) must not carry them.
-                c if super::text::is_unsafe_for_terminal(c) => {
+                c if crate::terminal::is_unsafe_for_terminal(c) => {
                     let _ = write!(out, "\\u{:04x}", c as u32);
                 }
                 c => {
