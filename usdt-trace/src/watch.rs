@@ -108,6 +108,48 @@ impl WatchConfig {
         }
     }
 
+    /// What the tracer is loaded with, from the validated flags and the plan: `pids` the
+    /// processes traced (with the `-c` child), `filter_masks` the `--filter` terms per site,
+    /// `key_plan` the `--by` key.
+    fn load_options<'a>(
+        &'a self,
+        plan: &'a Plan,
+        pids: &'a [u32],
+        filter_masks: Option<&'a [u32]>,
+        key_plan: Option<&crate::agg::KeyPlan>,
+    ) -> LoadOptions<'a> {
+        LoadOptions {
+            specs: &plan.specs,
+            ring_bytes: self.ring_bytes,
+            pids,
+            hist: self.hist,
+            // --count pairs nothing: no span for the scheduler hooks to split.
+            sched: self.sched && !self.agg.count,
+            attach: self.attach,
+            max_threads: self.max_threads,
+            max_open_ids: self.max_open_ids,
+            str_max: self.str_max,
+            min_ns: self
+                .min
+                .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64),
+            filter: self
+                .filter
+                .as_ref()
+                .zip(filter_masks)
+                .map(|(f, m)| (f.compile(), m)),
+            stack: self.stack,
+            agg: crate::tracer::AggLoad {
+                count: self.agg.count,
+                by: key_plan.map_or(0, |k| k.by.code()),
+                by_args: key_plan.is_some_and(|k| k.by.reads_args()),
+                by_sites: key_plan.map(|k| k.by_sites.clone()).unwrap_or_default(),
+                max_keys: self.agg.max_keys,
+            },
+            spare_sites: crate::late::SPARE_SITES * self.late() as u32,
+            spare_pairs: crate::late::SPARE_PAIRS * self.late() as u32,
+        }
+    }
+
     /// Per site: a start whose spans pair by a usdt-markers span id (argument 0), so that
     /// argument 1 is the parent's id. An explicit `--key` rule on it means the user's own key,
     /// not a markers id.
@@ -609,6 +651,29 @@ struct Agg {
     hits: u64,
 }
 
+impl Agg {
+    /// Nothing seen yet: `t0` is when tracing started, the first interval's start.
+    fn new(cfg: &WatchConfig, key: Option<crate::agg::KeyPlan>, t0: u64) -> Agg {
+        Agg {
+            hist: cfg.hist,
+            count: cfg.agg.count,
+            key,
+            max_keys: cfg.agg.max_keys,
+            top: cfg.agg.top.map(crate::agg::TopN::new),
+            top_interval: cfg
+                .agg
+                .top
+                .filter(|_| cfg.interval.is_some())
+                .map(crate::agg::TopN::new),
+            top_min: 0,
+            last_by: Default::default(),
+            last_counts: Default::default(),
+            last_t: t0,
+            hits: 0,
+        }
+    }
+}
+
 /// Late string reads allowed per batch: each costs a system call or two, and a flood of
 /// failed reads must not slow the loop that keeps the ring buffer drained.
 const LATE_READS_PER_BATCH: usize = 256;
@@ -905,6 +970,77 @@ impl Reader {
     }
 }
 
+/// The `-c` command's own status when it ended by itself; ended by us (or no command), 0.
+/// One that is still running is left so with `--leave-running`, else terminated.
+fn command_status(child: Option<Child>, leave_running: bool) -> i32 {
+    match child {
+        Some(mut c) => match c.exit() {
+            Some(e) => e.shell_code(),
+            None if leave_running => {
+                c.leave_running();
+                0
+            }
+            None => {
+                c.terminate(GRACE);
+                0
+            }
+        },
+        None => 0,
+    }
+}
+
+/// What the summary line alone does not say, on stderr once tracing has ended: limits that
+/// dropped spans, keys counted as "other", lost and unwritten records, a detach still going on.
+fn end_warnings(
+    cfg: &WatchConfig,
+    summary: &Summary,
+    ac: &crate::tracer::AggCounters,
+    out_lost: u64,
+    unwritten: u64,
+    detach: &crate::tracer::Detach,
+) {
+    for w in summary.dropped.warnings(cfg.max_threads, cfg.max_open_ids) {
+        eprintln!("{w}");
+    }
+    for (n, what) in [(ac.by_other, "spans"), (ac.count_other, "hits")] {
+        if n > 0 {
+            eprintln!(
+                "warning: --by: {n} {what} had keys beyond --max-keys {} and were counted as \"other\"; try a larger --max-keys",
+                cfg.agg.max_keys
+            );
+        }
+    }
+    if summary.lost > 0 {
+        let ring = summary.lost - out_lost;
+        let mut why = Vec::new();
+        if ring > 0 {
+            why.push(format!(
+                "{ring} with the ring buffer full: try a larger --ring-kib"
+            ));
+        }
+        if out_lost > 0 {
+            why.push(format!(
+                "{out_lost} because the output's reader did not keep up"
+            ));
+        }
+        eprintln!(
+            "warning: {} records were lost ({})",
+            summary.lost,
+            why.join("; ")
+        );
+    }
+    if unwritten > 0 {
+        eprintln!(
+            "warning: {unwritten} more records, the summary among them, could not be written to stdout (its reader stopped reading)"
+        );
+    }
+    if let crate::tracer::Detach::Background { sites, pid } = *detach {
+        eprintln!(
+            "Detaching {sites} probe sites in the background (helper PID {pid}): the kernel takes about 0.1 s per site"
+        );
+    }
+}
+
 /// Traces until told to stop; returns the exit code: the `-c` command's own when it ended by
 /// itself, else 0.
 pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
@@ -946,39 +1082,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let mut child = cfg.command.as_deref().map(Child::spawn).transpose()?;
     let mut pids: Vec<u32> = cfg.pids.clone();
     pids.extend(child.as_ref().map(|c| c.pid as u32));
-    let mut tracer = Tracer::load(&LoadOptions {
-        specs: &plan.specs,
-        ring_bytes: cfg.ring_bytes,
-        pids: &pids,
-        hist: cfg.hist,
-        // --count pairs nothing: no span for the scheduler hooks to split.
-        sched: cfg.sched && !cfg.agg.count,
-        attach: cfg.attach,
-        max_threads: cfg.max_threads,
-        max_open_ids: cfg.max_open_ids,
-        str_max: cfg.str_max,
-        min_ns: cfg
-            .min
-            .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64),
-        filter: cfg
-            .filter
-            .as_ref()
-            .zip(filter_masks.as_deref())
-            .map(|(f, m)| (f.compile(), m)),
-        stack: cfg.stack,
-        agg: crate::tracer::AggLoad {
-            count: cfg.agg.count,
-            by: key_plan.as_ref().map_or(0, |k| k.by.code()),
-            by_args: key_plan.as_ref().is_some_and(|k| k.by.reads_args()),
-            by_sites: key_plan
-                .as_ref()
-                .map(|k| k.by_sites.clone())
-                .unwrap_or_default(),
-            max_keys: cfg.agg.max_keys,
-        },
-        spare_sites: crate::late::SPARE_SITES * cfg.late() as u32,
-        spare_pairs: crate::late::SPARE_PAIRS * cfg.late() as u32,
-    })?;
+    let mut tracer =
+        Tracer::load(&cfg.load_options(&plan, &pids, filter_masks.as_deref(), key_plan.as_ref()))?;
     // Before attach: processes already mapping the objects get their semaphores from the
     // kernel; only those started later need raising by hand.
     let mut raiser =
@@ -1018,23 +1123,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         last: None,
         t0,
         stacks,
-        agg: Agg {
-            hist: cfg.hist,
-            count: cfg.agg.count,
-            key: key_plan,
-            max_keys: cfg.agg.max_keys,
-            top: cfg.agg.top.map(crate::agg::TopN::new),
-            top_interval: cfg
-                .agg
-                .top
-                .filter(|_| cfg.interval.is_some())
-                .map(crate::agg::TopN::new),
-            top_min: 0,
-            last_by: Default::default(),
-            last_counts: Default::default(),
-            last_t: t0,
-            hits: 0,
-        },
+        agg: Agg::new(cfg, key_plan, t0),
     };
     reader.sinks.begin(&RunInfo {
         version: env!("CARGO_PKG_VERSION"),
@@ -1109,60 +1198,6 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let unwritten = output
         .finish(Duration::from_millis(300))
         .saturating_sub(out_lost);
-    for w in summary.dropped.warnings(cfg.max_threads, cfg.max_open_ids) {
-        eprintln!("{w}");
-    }
-    for (n, what) in [(ac.by_other, "spans"), (ac.count_other, "hits")] {
-        if n > 0 {
-            eprintln!(
-                "warning: --by: {n} {what} had keys beyond --max-keys {} and were counted as \"other\"; try a larger --max-keys",
-                cfg.agg.max_keys
-            );
-        }
-    }
-    if summary.lost > 0 {
-        let ring = summary.lost - out_lost;
-        let mut why = Vec::new();
-        if ring > 0 {
-            why.push(format!(
-                "{ring} with the ring buffer full: try a larger --ring-kib"
-            ));
-        }
-        if out_lost > 0 {
-            why.push(format!(
-                "{out_lost} because the output's reader did not keep up"
-            ));
-        }
-        eprintln!(
-            "warning: {} records were lost ({})",
-            summary.lost,
-            why.join("; ")
-        );
-    }
-    if unwritten > 0 {
-        eprintln!(
-            "warning: {unwritten} more records, the summary among them, could not be written to stdout (its reader stopped reading)"
-        );
-    }
-    if let crate::tracer::Detach::Background { sites, pid } = detach {
-        eprintln!(
-            "Detaching {sites} probe sites in the background (helper PID {pid}): the kernel takes about 0.1 s per site"
-        );
-    }
-    // The command's own status when it ended by itself; ended by us, 0.
-    let code = match child {
-        Some(mut c) => match c.exit() {
-            Some(e) => e.shell_code(),
-            None if cfg.leave_running => {
-                c.leave_running();
-                0
-            }
-            None => {
-                c.terminate(GRACE);
-                0
-            }
-        },
-        None => 0,
-    };
-    Ok(code)
+    end_warnings(cfg, &summary, &ac, out_lost, unwritten, &detach);
+    Ok(command_status(child, cfg.leave_running))
 }
