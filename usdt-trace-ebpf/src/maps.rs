@@ -36,33 +36,6 @@ pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(4096, 
 #[map]
 pub static TRACKED: Array<u64> = Array::with_max_entries(1, 0);
 
-/// Per CPU: 0 when the task running on it is known to have no open span (it had none when
-/// it was switched in, and no probe of it opened one since). sched_switch then skips the
-/// lookup of `prev`, so a switch between untraced or idle threads costs at most the one
-/// lookup of `next`. Set at each switch-in from that lookup, and by every probe that may make
-/// the current task active; a 1 that is stale only costs the lookup.
-#[map]
-pub static CUR_ACTIVE: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
-
-/// The task on this CPU may have an open span (see CUR_ACTIVE).
-#[inline(always)]
-pub fn current_may_be_active() -> bool {
-    match CUR_ACTIVE.get(0) {
-        Some(v) => *v != 0,
-        None => true,
-    }
-}
-
-/// Records whether the task now on this CPU may have an open span (see CUR_ACTIVE).
-#[inline(always)]
-pub fn set_current_active(active: bool) {
-    if let Some(p) = CUR_ACTIVE.get_ptr_mut(0) {
-        // SAFETY: this CPU's slot; the programs that write it do not nest on one CPU (the
-        // kernel's recursion guard) and a torn write of a u32 is impossible.
-        unsafe { *p = active as u32 };
-    }
-}
-
 /// Whether any thread has per-thread state (see TRACKED).
 #[inline(always)]
 pub fn any_tracked() -> bool {

@@ -24,9 +24,9 @@ use crate::args::ArgWords;
 use crate::{
     args::{copy_regs, read_args, reg, IP_WORD, REGS_WORDS},
     maps::{
-        count, count_n, existing_thread, note_stateless_start, ringbuf_flags, set_current_active,
-        take_stateless_start, thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS,
-        ID_DROPPED, ID_SPANS, PIDS, SCRATCH, SITES,
+        count, count_n, existing_thread, note_stateless_start, ringbuf_flags, take_stateless_start,
+        thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED, ID_SPANS, PIDS,
+        SCRATCH, SITES,
     },
     sched,
     strs::{usdt_drop_strs, usdt_emit_strs, usdt_keep_strs},
@@ -349,7 +349,6 @@ fn start_on_thread(hit: &Hit) -> Result<(), ()> {
         return Ok(());
     };
     st.resume_accounting(hit.now);
-    set_current_active(true);
     sched::catch_up(st, hit.now);
     // A full stack drops the start (and, through the thread's overflow count, its end).
     let Some(depth) = st.push() else {
@@ -438,7 +437,6 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
     let mut acct_start = Acct::default();
     if let Some(st) = thread_state(hit.tid) {
         st.resume_accounting(hit.now);
-        set_current_active(true);
         sched::catch_up(st, hit.now);
         acct_start = st.acct_at(hit.now);
         st.id_open += 1;
@@ -542,7 +540,6 @@ fn poll_enter(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
         p.enter_tid = 0;
     }
     st.resume_accounting(hit.now);
-    set_current_active(true);
     sched::catch_up(st, hit.now);
     p.enter(hit.tid, hit.now, st.acct_at(hit.now));
     // The entered span keeps this thread's accounting running, like an open frame does.
