@@ -177,6 +177,26 @@ pub extern "C" fn usdt_read_args(
     0
 }
 
+/// One argument, from a global function like [`usdt_read_args`]: inlined, its every
+/// kind-and-size branch leaves a value of its own shape, and the verifier walked the span
+/// code after it once per shape (past its 1M-instruction budget with one inlined read of the
+/// span id). Returned from a global function, the value is just a number.
+#[inline(always)]
+pub fn read_one_arg(d: &ArgDesc, regs: &[u64; REGS_WORDS], ip: u64) -> u64 {
+    usdt_read_arg(d, regs as *const _ as *const RegWords, ip)
+}
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn usdt_read_arg(d: *const ArgDesc, regs: *const RegWords, ip: u64) -> u64 {
+    if d.is_null() || regs.is_null() {
+        return 0;
+    }
+    // SAFETY: non-null, and the verifier checked at the call that each points to its type.
+    let (d, regs) = unsafe { (&*d, &(*regs).w) };
+    read_arg(d, regs, ip)
+}
+
 /// `read_one`'s length for a NUL-terminated string.
 const NUL_TERMINATED: u64 = u64::MAX;
 

@@ -9,8 +9,10 @@
 //! ([`spans`]):
 //! - by thread: each thread has a stack of open frames; an end closes the innermost open frame
 //!   of the same span name, which makes nested and recursive spans pair correctly;
-//! - by id: probes that carry a span id (usdt-markers spans) pair through `ID_SPANS`, so a span
-//!   may start on one thread and end on another (async runtimes).
+//! - by id: probes that carry a span id (usdt-markers spans) pair through `ID_SLOTS`, a
+//!   direct-mapped table of slots taken and freed with atomic exchanges, or `ID_SPANS`, a hash
+//!   for the starts whose slot is taken; so a span may start on one thread and end on another
+//!   (async runtimes).
 //!
 //! Three scheduler tracepoints ([`sched`]) keep, for threads with an open span only, how long
 //! the thread was on CPU, runnable, asleep or in uninterruptible (I/O) sleep. A span's split is

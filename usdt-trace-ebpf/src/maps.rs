@@ -10,7 +10,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use usdt_trace_common::{
-    Config, Hist, IdFrame, IdKey, SiteSpec, StrSet, ThreadState, HIST_COMPONENTS, MAX_ARGS,
+    Config, Hist, IdFrame, IdKey, IdSlot, SiteSpec, StrSet, ThreadState, HIST_COMPONENTS, MAX_ARGS,
     MAX_PAIRS, NUM_COUNTERS,
 };
 
@@ -70,7 +70,47 @@ pub fn untrack() {
     tracked_add(-1);
 }
 
-/// Open spans paired by id. User space sizes it (`--max-open-ids`).
+/// Open spans paired by id, first choice: one slot per key hash (`IdKey::slot`), taken and
+/// freed with atomic exchanges (see `usdt_trace_common::ID_SLOTS`).
+#[map]
+pub static ID_SLOTS: Array<IdSlot> = Array::with_max_entries(usdt_trace_common::ID_SLOTS, 0);
+
+/// Compare-and-exchange of a map-held word shared by all CPUs (BPF_CMPXCHG, 64-bit: the BPF
+/// target has no 32-bit form without ALU32). True when `*p` was `old` and is now `new`.
+#[inline(always)]
+pub fn cas(p: *mut u64, old: u64, new: u64) -> bool {
+    // SAFETY: an aligned u64 in a map value; the instruction is atomic on every CPU.
+    #[cfg(target_arch = "bpf")]
+    unsafe {
+        core::intrinsics::atomic_cxchg::<
+            u64,
+            { core::intrinsics::AtomicOrdering::SeqCst },
+            { core::intrinsics::AtomicOrdering::SeqCst },
+        >(p, old, new)
+        .1
+    }
+    #[cfg(not(target_arch = "bpf"))]
+    {
+        let _ = (p, old, new);
+        false
+    }
+}
+
+/// An atomic store that orders every access before it (BPF_XCHG is a full barrier): what
+/// hands a slot over, after its contents are written or read.
+#[inline(always)]
+pub fn publish(p: *mut u64, v: u64) {
+    // SAFETY: as for `cas`.
+    #[cfg(target_arch = "bpf")]
+    unsafe {
+        core::intrinsics::atomic_xchg::<u64, { core::intrinsics::AtomicOrdering::SeqCst }>(p, v);
+    }
+    #[cfg(not(target_arch = "bpf"))]
+    let _ = (p, v);
+}
+
+/// Open spans paired by id whose slot in ID_SLOTS was taken. User space sizes it
+/// (`--max-open-ids`).
 #[map]
 pub static ID_SPANS: HashMap<IdKey, IdFrame> = HashMap::with_max_entries(65536, BPF_F_NO_PREALLOC);
 /// The `--str` strings of open spans that captured any at their start, under

@@ -12,21 +12,22 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     agg::{CFG_AGG_ARGS, CFG_AGG_BY},
-    hist_slot, str_key_thread, Acct, Config, EventRecord, Frame, IdFrame, IdKey, PollAcct,
+    hist_slot, str_key_thread, Acct, Config, EventRecord, Frame, IdFrame, IdKey, IdSlot, PollAcct,
     RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, ThreadState, CFG_FILTER, CFG_HIST,
     CFG_PID_FILTER, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS,
     CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL,
     CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_COMPONENTS, HIST_DURATION,
-    HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, MAX_ARGS, MAX_PAIRS,
+    HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, ID_SLOT_FILLING, ID_SLOT_FREE,
+    ID_SLOT_OPEN, MAX_ARGS, MAX_PAIRS,
 };
 
 use crate::args::ArgWords;
 use crate::{
-    args::{copy_regs, read_args, reg, IP_WORD, REGS_WORDS},
+    args::{copy_regs, read_args, read_one_arg, reg, IP_WORD, REGS_WORDS},
     maps::{
-        count, count_n, existing_thread, note_stateless_start, ringbuf_flags, take_stateless_start,
-        thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED, ID_SPANS, PIDS,
-        SCRATCH, SITES,
+        cas, count, count_n, existing_thread, note_stateless_start, publish, ringbuf_flags,
+        take_stateless_start, thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS,
+        ID_DROPPED, ID_SLOTS, ID_SPANS, PIDS, SCRATCH, SITES,
     },
     sched,
     strs::{usdt_drop_strs, usdt_emit_strs, usdt_keep_strs},
@@ -81,6 +82,21 @@ impl Hit<'_> {
             pair_id: self.spec.pair_id,
             tgid: self.tgid,
             span_id: if idx < MAX_ARGS { args[idx] } else { 0 },
+        }
+    }
+
+    /// The span id key of this hit, reading only the id argument (histogram mode needs no
+    /// other).
+    #[inline(always)]
+    fn read_id_key(&self) -> IdKey {
+        let span_id = match self.spec.args.get(self.spec.id_arg as usize) {
+            Some(d) => read_one_arg(d, self.regs, self.ip),
+            None => 0,
+        };
+        IdKey {
+            pair_id: self.spec.pair_id,
+            tgid: self.tgid,
+            span_id,
         }
     }
 
@@ -152,8 +168,8 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
         SiteRole::START => start_on_thread(&hit),
         SiteRole::END if spec.id_arg != ID_NONE => end_by_id(&hit, end_args),
         SiteRole::END => end_on_thread(&hit),
-        SiteRole::ENTER => poll_enter(&hit, end_args),
-        SiteRole::EXIT => poll_exit(&hit, end_args),
+        SiteRole::ENTER => poll_enter(&hit),
+        SiteRole::EXIT => poll_exit(&hit),
         _ => emit_event(&hit, end_args),
     }
 }
@@ -429,10 +445,66 @@ fn stateless_end(tid: u32) {
     }
 }
 
-/// A span start that carries an id: store the frame under (pair, process, id).
+/// An open id-paired span, found: where its frame is, and the `ID_SLOTS` slot holding it
+/// (null when it is in `ID_SPANS`).
+struct IdSpan {
+    span: *mut IdFrame,
+    slot: *mut IdSlot,
+}
+
+impl IdSpan {
+    /// The span is over: its slot is free again (after every read of it: the exchange is a
+    /// barrier), or its hash entry is deleted.
+    #[inline(always)]
+    fn release(&self, key: &IdKey) {
+        if self.slot.is_null() {
+            let _ = ID_SPANS.remove(key);
+        } else {
+            // SAFETY: a live ID_SLOTS value that this span owns.
+            publish(unsafe { &mut (*self.slot).state }, ID_SLOT_FREE);
+        }
+    }
+}
+
+/// The open span under `key`: in its slot when it holds the slot, else in `ID_SPANS`.
+#[inline(always)]
+fn find_id_span(key: &IdKey) -> Option<IdSpan> {
+    if let Some(slot) = ID_SLOTS.get_ptr_mut(key.slot()) {
+        // SAFETY: a live array value. A slot in state OPEN is only written by the span that
+        // holds it, whose markers run one after another; the key then is the owner's.
+        let sl = unsafe { &mut *slot };
+        if unsafe { core::ptr::read_volatile(&sl.state) } == ID_SLOT_OPEN && sl.key == *key {
+            return Some(IdSpan {
+                span: &mut sl.span,
+                slot,
+            });
+        }
+    }
+    ID_SPANS.get_ptr_mut(key).map(|span| IdSpan {
+        span,
+        slot: core::ptr::null_mut(),
+    })
+}
+
+/// The slot for a span starting under `key`, taken: free, or already held by the same key (a
+/// span id started again while open replaces the open one, as the hash insert did). None when
+/// another open span holds it.
+#[inline(always)]
+fn claim_slot(key: &IdKey) -> Option<*mut IdSlot> {
+    let slot = ID_SLOTS.get_ptr_mut(key.slot())?;
+    // SAFETY: a live array value; `state` is only changed atomically.
+    let sl = unsafe { &mut *slot };
+    if cas(&mut sl.state, ID_SLOT_FREE, ID_SLOT_FILLING) {
+        sl.key = *key;
+        return Some(slot);
+    }
+    (unsafe { core::ptr::read_volatile(&sl.state) } == ID_SLOT_OPEN && sl.key == *key)
+        .then_some(slot)
+}
+
+/// A span start that carries an id: store the frame under (pair, process, id), in its slot
+/// of `ID_SLOTS` or, when another span holds that, in `ID_SPANS`.
 fn start_by_id(hit: &Hit) -> Result<(), ()> {
-    // SAFETY: this CPU's slot, which nothing else uses while this program runs.
-    let f = unsafe { &mut *FRAME_SCRATCH.get_ptr_mut(0).ok_or(())? };
     // Keep this thread's accounting running so a span that also ends here gets a time split.
     let mut acct_start = Acct::default();
     if let Some(st) = thread_state(hit.tid) {
@@ -441,13 +513,28 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
         acct_start = st.acct_at(hit.now);
         st.id_open += 1;
     }
-    open_frame(hit, &mut f.frame, acct_start, true);
-    // The scratch slot still holds the previous span's polls.
+    let key = hit.read_id_key();
+    let slot = claim_slot(&key).unwrap_or(core::ptr::null_mut());
+    let f = if slot.is_null() {
+        // Built in per-CPU scratch, then inserted by reference: a frame is too big for the
+        // BPF stack.
+        // SAFETY: this CPU's slot, which nothing else uses while this program runs.
+        unsafe { &mut *FRAME_SCRATCH.get_ptr_mut(0).ok_or(())? }
+    } else {
+        // SAFETY: the slot is ours (FILLING, or OPEN under our key): nothing else writes it.
+        unsafe { &mut (*slot).span }
+    };
+    let with_args = hit.keeps_args();
+    open_frame(hit, &mut f.frame, acct_start, with_args);
+    // The frame's previous tenant's polls are still there.
     zero_words(&mut f.poll);
-    // Inserted from the scratch map by reference: a frame is too big to pass by value.
-    let key = hit.id_key(&f.frame.args);
-    if hit.keeps_args() && hit.spec.nstrs > 0 {
+    if with_args && hit.spec.nstrs > 0 {
         f.frame.has_strs = usdt_keep_strs(hit.cookie, words(&f.frame.args), &key);
+    }
+    if !slot.is_null() {
+        // SAFETY: as above; from here its end (on any CPU) may find it.
+        publish(unsafe { &mut (*slot).state }, ID_SLOT_OPEN);
+        return Ok(());
     }
     if ID_SPANS.insert(&key, &*f, 0).is_err() {
         usdt_drop_strs(f.frame.has_strs, &key);
@@ -461,10 +548,15 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
 
 /// A span end that carries an id: close the frame stored under the same id.
 fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
-    // The end arguments carry the id, so they are read before the lookup, into scratch.
-    hit.read_args(end_args);
-    let key = hit.id_key(end_args);
-    let Some(f) = ID_SPANS.get_ptr_mut(&key) else {
+    // Records carry the end arguments, so they are read once, into scratch; histograms need
+    // only the id.
+    let (key, end_args) = if hit.hist() {
+        (hit.read_id_key(), None)
+    } else {
+        hit.read_args(end_args);
+        (hit.id_key(end_args), Some(&*end_args))
+    };
+    let Some(found) = find_id_span(&key) else {
         // SAFETY: only the entry's presence is tested.
         if unsafe { ID_DROPPED.get(&key) }.is_some() {
             let _ = ID_DROPPED.remove(&key);
@@ -474,10 +566,10 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
         }
         return Ok(());
     };
-    // SAFETY: a live map value; it stays valid until we return even though we delete it below
-    // (hash map values are freed after an RCU grace period). Only this span's own markers
-    // write it, and they run one after another.
-    let IdFrame { frame: f, poll } = unsafe { &mut *f };
+    // SAFETY: a live map value, written only by this span's own markers, which run one after
+    // another. A hash entry stays valid until we return even though we delete it below (hash
+    // map values are freed after an RCU grace period); a slot is handed back only at the end.
+    let IdFrame { frame: f, poll } = unsafe { &mut *found.span };
     // This thread's state, looked up once: in the common case the span started here too, and
     // the release, the poll's close and the time split below are all about it.
     let mut mine = existing_thread(hit.tid);
@@ -506,9 +598,9 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     } else {
         (None, None)
     };
-    close_span(hit, f, Some(&key), acct, Some(end_args), poll);
+    close_span(hit, f, Some(&key), acct, end_args, poll);
     usdt_drop_strs(f.has_strs, &key);
-    let _ = ID_SPANS.remove(&key);
+    found.release(&key);
     Ok(())
 }
 
@@ -516,17 +608,15 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
 /// of a span that is not open (started before tracing, or dropped) is ignored: it has no
 /// duration to split.
 #[inline(always)]
-fn polled_span(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Option<&'static mut PollAcct> {
-    hit.read_args(args);
-    let key = hit.id_key(args);
-    let f = ID_SPANS.get_ptr_mut(&key)?;
+fn polled_span(hit: &Hit) -> Option<&'static mut PollAcct> {
+    let found = find_id_span(&hit.read_id_key())?;
     // SAFETY: a live map value (see end_by_id); only this span's markers write it, in order.
-    Some(unsafe { &mut (*f).poll })
+    Some(unsafe { &mut (*found.span).poll })
 }
 
 /// `<name>__enter(span_id)`: the span runs on this thread until its exit marker.
-fn poll_enter(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
-    let Some(p) = polled_span(hit, args) else {
+fn poll_enter(hit: &Hit) -> Result<(), ()> {
+    let Some(p) = polled_span(hit) else {
         return Ok(());
     };
     let Some(st) = thread_state(hit.tid) else {
@@ -550,8 +640,8 @@ fn poll_enter(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
 }
 
 /// `<name>__exit(span_id)`: the poll on this thread is over.
-fn poll_exit(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
-    let Some(p) = polled_span(hit, args) else {
+fn poll_exit(hit: &Hit) -> Result<(), ()> {
+    let Some(p) = polled_span(hit) else {
         return Ok(());
     };
     let Some(st) = existing_thread(hit.tid) else {

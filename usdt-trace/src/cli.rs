@@ -230,8 +230,10 @@ pub struct WatchArgs {
     /// are dropped and reported in the summary's `dropped.threads_full`.
     #[arg(long, value_name = "N", default_value_t = crate::tracer::DEFAULT_MAX_THREADS)]
     pub max_threads: u32,
-    /// Spans paired by id (--key, usdt-markers spans) that may be open at once (~0.5 KB
-    /// each while open). Further starts are dropped and reported in `dropped.id_spans_full`.
+    /// Spans paired by id (--key, usdt-markers spans) that may be open at once beyond a fixed
+    /// 4096-slot table every start tries first (~0.5 KB each while open). A start whose slot
+    /// is taken uses one of these N entries; past them it is dropped and reported in
+    /// `dropped.id_spans_full`. So at least N, and up to N + 4096, can be open at once.
     #[arg(long, value_name = "N", default_value_t = crate::tracer::DEFAULT_MAX_OPEN_IDS)]
     pub max_open_ids: u32,
     /// How to attach uprobes (`usdt-trace doctor` shows what this kernel supports).

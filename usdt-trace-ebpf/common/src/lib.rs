@@ -353,6 +353,41 @@ pub struct IdFrame {
     pub poll: PollAcct,
 }
 
+/// Slots of the direct-mapped table of open id-paired spans (`ID_SLOTS`), a power of two.
+///
+/// A span start takes the slot its key hashes to when the slot is free, and its end frees it:
+/// an array lookup and two atomic exchanges, where an insert into and a delete from the
+/// `ID_SPANS` hash cost a quarter of a traced span (bucket locks, an allocation, a 300-byte
+/// value copy). A start whose slot is taken by another open span goes to `ID_SPANS`.
+pub const ID_SLOTS: u32 = 4096;
+/// `IdSlot::state`: free, taken by a start still filling it, or holding an open span.
+pub const ID_SLOT_FREE: u64 = 0;
+pub const ID_SLOT_FILLING: u64 = 1;
+pub const ID_SLOT_OPEN: u64 = 2;
+
+/// One slot of `ID_SLOTS`. Ownership moves by atomic compare-and-exchange on `state` (starts
+/// on any CPU may race for a slot); `key` and `span` are only written by the owner, and only
+/// read while `state` is `ID_SLOT_OPEN`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IdSlot {
+    pub state: u64,
+    pub key: IdKey,
+    pub span: IdFrame,
+}
+
+impl IdKey {
+    /// The `ID_SLOTS` slot this key hashes to. Span ids are often counters, so the bits are
+    /// mixed (a multiplicative hash) rather than taken as they are, and the process and the
+    /// span name take part so that equal ids in two processes rarely share a slot.
+    #[inline(always)]
+    pub fn slot(&self) -> u32 {
+        let x = self.span_id ^ ((self.tgid as u64) << 32 | self.pair_id as u64).rotate_left(17);
+        (x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - ID_SLOTS.trailing_zeros())) as u32
+            & (ID_SLOTS - 1)
+    }
+}
+
 /// `IdKey::pair_id` of a per-thread frame's key in `STRS` (no span name has this id).
 pub const STR_KEY_THREAD: u32 = u32::MAX;
 
@@ -1052,6 +1087,7 @@ mod pod {
     unsafe impl aya::Pod for StackRecord {}
     unsafe impl aya::Pod for Frame {}
     unsafe impl aya::Pod for IdFrame {}
+    unsafe impl aya::Pod for IdSlot {}
     unsafe impl aya::Pod for PollAcct {}
     unsafe impl aya::Pod for StrSet {}
     unsafe impl aya::Pod for ThreadState {}
@@ -1375,7 +1411,40 @@ mod tests {
         assert!(core::mem::size_of::<ThreadState>() + 64 <= 12 * 1024);
         assert_eq!(core::mem::size_of::<PollAcct>(), 112);
         assert_eq!(core::mem::size_of::<IdFrame>(), 184 + 112);
+        assert_eq!(core::mem::size_of::<IdSlot>(), 8 + 16 + 184 + 112);
         assert_eq!(core::mem::size_of::<StrSet>(), 16 + STR_SLOT * MAX_STRS);
+    }
+
+    #[test]
+    fn id_slots_spread_counter_ids_of_concurrent_spans() {
+        assert!(ID_SLOTS.is_power_of_two());
+        // A server's in-flight requests: consecutive ids, in one process and in several.
+        for tgids in [1u32, 4] {
+            let mut used = [false; ID_SLOTS as usize];
+            for t in 0..tgids {
+                for id in 0..256u64 {
+                    let k = IdKey {
+                        pair_id: 2,
+                        tgid: 1000 + t,
+                        span_id: 5_000_000 + id,
+                    };
+                    assert!(k.slot() < ID_SLOTS);
+                    used[k.slot() as usize] = true;
+                }
+            }
+            let n = 256 * tgids as usize;
+            // Few collisions: most starts take a slot, not the hash map.
+            let taken = used.iter().filter(|u| **u).count();
+            assert!(taken * 100 >= n * 95, "{taken} slots for {n} spans");
+        }
+        // The span name and the process take part in the slot.
+        let a = IdKey {
+            pair_id: 0,
+            tgid: 7,
+            span_id: 1,
+        };
+        assert_ne!(a.slot(), IdKey { pair_id: 1, ..a }.slot());
+        assert_ne!(a.slot(), IdKey { tgid: 8, ..a }.slot());
     }
 
     #[test]

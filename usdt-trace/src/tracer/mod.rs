@@ -801,7 +801,16 @@ impl Tracer {
                 .ok_or(TraceError::MissingMap("ID_SPANS"))?,
         )
         .map_err(map_err("ID_SPANS"))?;
-        let by_id = ids.keys().filter(|k| k.is_ok()).count() as u64;
+        let mut by_id = ids.keys().filter(|k| k.is_ok()).count() as u64;
+        let slots: aya::maps::Array<_, usdt_trace_common::IdSlot> = aya::maps::Array::try_from(
+            self.ebpf
+                .map("ID_SLOTS")
+                .ok_or(TraceError::MissingMap("ID_SLOTS"))?,
+        )
+        .map_err(map_err("ID_SLOTS"))?;
+        for slot in slots.iter().flatten() {
+            by_id += (slot.state == usdt_trace_common::ID_SLOT_OPEN) as u64;
+        }
         let threads: BpfHashMap<_, u32, usdt_trace_common::ThreadState> = BpfHashMap::try_from(
             self.ebpf
                 .map("THREADS")
