@@ -9,7 +9,7 @@
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid,
         bpf_probe_read_kernel_buf, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
     },
     macros::map,
@@ -29,7 +29,8 @@ use usdt_trace_common::{
 use crate::{
     args::{copy_regs, read_arg, read_args, reg, ArgWords, IP_WORD},
     filter::usdt_filter_rejects,
-    maps::{count, CONFIG, PIDS, SCRATCH, SITES},
+    maps::{count, current_comm_into, CONFIG, PIDS, SCRATCH, SITES},
+    spans::zero,
 };
 
 /// `--count`'s own uprobe program (attached instead of `usdt_site`): a hit is only counted,
@@ -139,8 +140,10 @@ fn fresh_num(id: u32) -> Option<&'static mut NumKey> {
     // SAFETY: this CPU's slot, used only while this program runs.
     let k = unsafe { &mut *k };
     k.id = id;
-    k._pad = 0;
-    k.val = [0, 0];
+    // Not `k.val = [0, 0]`: see `spans::zero`.
+    zero(&mut k._pad);
+    zero(&mut k.val[0]);
+    zero(&mut k.val[1]);
     Some(k)
 }
 
@@ -152,11 +155,9 @@ fn task_key(k: &mut NumKey, by: u32) {
         BY_PID => k.val[0] = pid_tgid >> 32,
         BY_TID => k.val[0] = pid_tgid as u32 as u64,
         BY_COMM => {
-            let c = bpf_get_current_comm().unwrap_or_default();
-            k.val = [
-                u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
-                u64::from_ne_bytes([c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15]]),
-            ];
+            // The name's 16 bytes are the key's two words, in memory order.
+            // SAFETY: `val` is 16 bytes of plain integers; any bytes are valid.
+            current_comm_into(unsafe { &mut *(k.val.as_mut_ptr() as *mut [u8; 16]) });
         }
         _ => {}
     }

@@ -6,7 +6,7 @@
 //! a call, the caller only branches on a fresh 0/1.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::bpf_get_current_pid_tgid,
     macros::map,
     maps::Array,
 };
@@ -15,7 +15,7 @@ use usdt_trace_common::{
 };
 
 use crate::args::ArgWords;
-use crate::maps::{count, CONFIG};
+use crate::maps::{count, current_comm_into, CONFIG};
 
 /// The compiled `--filter` (`usdt_trace::filter`), at index 0.
 #[map]
@@ -64,11 +64,18 @@ pub extern "C" fn usdt_filter_rejects(site: u32, args: *const ArgWords) -> u32 {
         return 0;
     };
     let pid_tgid = bpf_get_current_pid_tgid();
-    let comm = bpf_get_current_comm().unwrap_or_default();
+    // Left uninitialised for the helper to fill (it pads the name, and zeroes the buffer on
+    // failure): zeroing it first was a call of a byte-loop `memset` subprogram per span.
+    let mut comm = core::mem::MaybeUninit::<[u8; 16]>::uninit();
+    // SAFETY: the helper writes all 16 bytes, whatever happens.
+    let comm = unsafe {
+        current_comm_into(&mut *comm.as_mut_ptr());
+        comm.assume_init_ref()
+    };
     let input = FilterInput {
         pid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
-        comm: &comm,
+        comm,
         args,
         end_args: None,
         start_mask: FILTER_SITES.get(site).copied().unwrap_or(0),

@@ -16,6 +16,21 @@ use usdt_trace_common::{
 
 use crate::args::REGS_WORDS;
 
+/// The current task's name, straight into `dst` (the helper NUL-pads it, and zeroes it on
+/// failure). aya's `bpf_get_current_comm()` returns it by value from a zeroed stack buffer,
+/// and that zeroing is a call of a byte-loop `memset` subprogram: 1.4% of a traced loop's CPU
+/// with `--by comm`.
+#[inline(always)]
+pub fn current_comm_into(dst: &mut [u8; 16]) {
+    // SAFETY: `dst` is a 16-byte buffer we own, and its length is passed.
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_get_current_comm(
+            dst.as_mut_ptr() as *mut aya_ebpf::cty::c_void,
+            dst.len() as u32,
+        )
+    };
+}
+
 /// The spec of every probe site, indexed by the site's BPF cookie. User space sizes it.
 #[map]
 pub static SITES: Array<SiteSpec> = Array::with_max_entries(1, 0);

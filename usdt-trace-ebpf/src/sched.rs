@@ -8,7 +8,7 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
     },
     programs::BtfTracePointContext,
@@ -19,7 +19,10 @@ use usdt_trace_common::{
 
 use crate::{
     irq,
-    maps::{any_tracked, count_n, existing_thread, untrack, CONFIG, NO_STATE_TIDS, STRS, THREADS},
+    maps::{
+        any_tracked, count_n, current_comm_into, existing_thread, untrack, CONFIG, NO_STATE_TIDS,
+        STRS, THREADS,
+    },
 };
 
 /// The thread id of a `struct task_struct *`, through the offset user space found in BTF.
@@ -162,7 +165,7 @@ pub fn on_waking(ctx: &BtfTracePointContext) {
         let pid_tgid = bpf_get_current_pid_tgid();
         st.last_waker_pid = (pid_tgid >> 32) as u32;
         st.last_waker_tid = pid_tgid as u32;
-        st.last_waker_comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        current_comm_into(&mut st.last_waker_comm);
     }
 }
 

@@ -32,7 +32,7 @@ pub fn emit(ctx: *mut c_void, site: u32, now: u64) {
     rec.hdr.pid = (pid_tgid >> 32) as u32;
     rec.hdr.tid = pid_tgid as u32;
     rec.hdr.ts_ns = now;
-    rec.hdr.comm = [0; 16];
+    usdt_trace_common::zero_comm(&mut rec.hdr.comm);
     // SAFETY: `ctx` is the probe's context, passed down unchanged; the buffer is the record's
     // own `ips`, and its size is passed.
     rec.len = unsafe {

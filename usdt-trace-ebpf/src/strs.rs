@@ -96,12 +96,21 @@ pub extern "C" fn usdt_emit_strs(
     else {
         return 0;
     };
-    let mut own = [0u64; MAX_ARGS];
+    // Zeroed by word stores, not by `[0; MAX_ARGS]`'s call of a byte-loop `memset` subprogram.
+    let mut own = core::mem::MaybeUninit::<[u64; MAX_ARGS]>::uninit();
+    // SAFETY: every word is written before the array is used.
+    let own = unsafe {
+        let p = own.as_mut_ptr() as *mut u64;
+        for i in 0..MAX_ARGS {
+            core::ptr::write_volatile(p.add(i), 0);
+        }
+        own.assume_init_mut()
+    };
     let args = if args.is_null() {
         // SAFETY: this CPU's scratch slot, holding this hit's register copy.
         let regs = unsafe { &(*scratch).regs };
-        read_args(spec, regs, reg(regs, IP_WORD), &mut own);
-        &own
+        read_args(spec, regs, reg(regs, IP_WORD), own);
+        &*own
     } else {
         // SAFETY: non-null and checked by the verifier at the call.
         unsafe { &(*args).args }
@@ -119,7 +128,7 @@ pub extern "C" fn usdt_emit_strs(
     rec.hdr.pid = (pid_tgid >> 32) as u32;
     rec.hdr.tid = pid_tgid as u32;
     rec.hdr.ts_ns = ts;
-    rec.hdr.comm = [0; 16];
+    usdt_trace_common::zero_comm(&mut rec.hdr.comm);
     // SAFETY: a live map value, read before this program returns.
     let start = kept_key(kept, id_key).and_then(|k| unsafe { STRS.get(&k) });
     match start {

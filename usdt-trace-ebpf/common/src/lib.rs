@@ -310,6 +310,18 @@ pub struct Config {
     pub min_ns: u64,
 }
 
+/// `*c = [0; 16]` as byte stores. The assignment compiles, for BPF, to a call of a byte-loop
+/// `memset` subprogram (LLVM cannot prove the field 8-byte aligned), which ran on every
+/// context switch of a traced thread.
+#[inline(always)]
+pub fn zero_comm(c: &mut [u8; 16]) {
+    for b in c.iter_mut() {
+        // SAFETY: a byte we hold a unique reference to. Volatile only so that LLVM keeps the
+        // stores instead of forming the memset call again.
+        unsafe { core::ptr::write_volatile(b, 0) };
+    }
+}
+
 /// Cumulative per-thread time, in ns, by scheduling state. Only advanced while a span is open.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -597,7 +609,7 @@ impl ThreadState {
         self.set_state(now, off_cpu_state(preempt, prev_state));
         self.off_start_ns = now;
         self.last_waker_pid = 0;
-        self.last_waker_comm = [0; 16];
+        zero_comm(&mut self.last_waker_comm);
     }
 
     /// The thread gets the CPU back (sched_switch, as `next`). Each open frame remembers the
