@@ -113,6 +113,16 @@ fn keys_beyond_max_keys_are_counted_as_other_never_dropped() {
     assert_eq!(keyed, 4);
     assert_eq!(other[0].1["count"], 31, "{rows:?}");
     assert_eq!(other[0].1["key"], Value::Null);
+    // The span name's own histogram is the sum of its keys' and "other" (the kernel updates
+    // only those under --by): every span, with the slowest one's duration as its max.
+    let name = out.of_type("hist").next().expect("hist record");
+    assert_eq!(name["duration"]["count"], 35, "{name}");
+    let max_of_rows = rows
+        .iter()
+        .map(|(_, r)| r["max_ns"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(name["duration"]["max_ns"], max_of_rows, "{name}");
     assert!(
         out.stderr.contains("31 spans had keys beyond --max-keys 4"),
         "{}",

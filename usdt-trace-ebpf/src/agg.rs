@@ -9,8 +9,8 @@
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_pid_tgid,
-        bpf_probe_read_kernel_buf, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_kernel_buf,
+        bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
     },
     macros::map,
     maps::{Array, PerCpuArray, PerCpuHashMap},
@@ -222,35 +222,37 @@ pub extern "C" fn usdt_by_span(
         return 0;
     };
     let by = agg.by;
+    // Every span lands in a key's histogram or in its name's "other": user space sums them
+    // into the name's duration histogram, which the kernel does not update under --by. So a
+    // key that cannot be built (its scratch missing: never seen) goes to "other" too.
     let h = if by == BY_STR {
-        let Some(k) = fresh_key(f.pair_id) else {
-            return 0;
-        };
-        // str0 is the start's first string when the start has strings, else the end's first.
-        match crate::strs::kept_set(kept, id_key) {
-            Some(set) => key_from_set(k, set),
-            None if kept == 0 => {
-                if let Some(a) = hit_args(end_site) {
-                    key_from_args(k, end_site, a);
+        fresh_key(f.pair_id).and_then(|k| {
+            // str0 is the start's first string when the start has strings, else the end's
+            // first.
+            match crate::strs::kept_set(kept, id_key) {
+                Some(set) => key_from_set(k, set),
+                None if kept == 0 => {
+                    if let Some(a) = hit_args(end_site) {
+                        key_from_args(k, end_site, a);
+                    }
                 }
+                None => {}
             }
-            None => {}
-        }
-        keyed(&BY_HISTS_STR, k)
+            keyed(&BY_HISTS_STR, k)
+        })
     } else {
-        let Some(k) = fresh_num(f.pair_id) else {
-            return 0;
-        };
-        match by {
-            BY_ARG => match (by_arg(f.site), by_arg(end_site)) {
-                (Some(n), _) => k.val[0] = f.args[n],
-                (None, Some(n)) => k.val[0] = hit_arg(end_site, n).unwrap_or(0),
-                _ => {}
-            },
-            BY_PROBE => k.val[0] = end_site as u64,
-            by => task_key(k, by),
-        }
-        keyed(&BY_HISTS, k)
+        fresh_num(f.pair_id).and_then(|k| {
+            match by {
+                BY_ARG => match (by_arg(f.site), by_arg(end_site)) {
+                    (Some(n), _) => k.val[0] = f.args[n],
+                    (None, Some(n)) => k.val[0] = hit_arg(end_site, n).unwrap_or(0),
+                    _ => {}
+                },
+                BY_PROBE => k.val[0] = end_site as u64,
+                by => task_key(k, by),
+            }
+            keyed(&BY_HISTS, k)
+        })
     };
     let (h, other) = match h {
         Some(h) => (h, 0),

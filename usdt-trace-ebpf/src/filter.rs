@@ -5,11 +5,7 @@
 //! the ranges the verifier tracks on every path there, so it explores many more states. Behind
 //! a call, the caller only branches on a fresh 0/1.
 
-use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid,
-    macros::map,
-    maps::Array,
-};
+use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::map, maps::Array};
 use usdt_trace_common::{
     Config, FilterInput, FilterProg, CFG_FILTER, CNT_BELOW_MIN, CNT_FILTER_REJECT, MAX_ARGS,
 };

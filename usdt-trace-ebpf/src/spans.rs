@@ -25,9 +25,9 @@ use crate::args::ArgWords;
 use crate::{
     args::{copy_regs, read_args, read_one_arg, reg, IP_WORD, REGS_WORDS},
     maps::{
-        cas, count, count_n, current_comm_into, existing_thread, note_stateless_start, publish, ringbuf_flags,
-        take_stateless_start, thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH, HISTS,
-        ID_DROPPED, ID_SLOTS, ID_SPANS, PIDS, SCRATCH, SITES,
+        cas, count, count_n, current_comm_into, existing_thread, note_stateless_start, publish,
+        ringbuf_flags, take_stateless_start, thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH,
+        HISTS, ID_DROPPED, ID_SLOTS, ID_SPANS, PIDS, SCRATCH, SITES,
     },
     sched,
     strs::{usdt_drop_strs, usdt_emit_strs, usdt_keep_strs},
@@ -254,7 +254,9 @@ fn close_span(
         // over all split spans when it adds up the mean (thread-local spans' idle is 0).
         hist_add(
             hit.spec.pair_id,
-            dur,
+            // With --by, the span's duration went into its key's histogram (or its name's
+            // "other"), whose sum is the name's: user space adds them up.
+            (hit.cfg.flags & CFG_AGG_BY == 0).then_some(dur),
             acct.as_ref(),
             poll.map(|p| p.idle_ns(dur)),
         );
@@ -708,12 +710,14 @@ pub extern "C" fn usdt_hist_one(pair_id: u32, component: u32, v: u64) -> u32 {
 }
 
 #[inline(always)]
-fn hist_add(pair_id: u32, dur: u64, acct: Option<&Acct>, idle: Option<u64>) {
+fn hist_add(pair_id: u32, dur: Option<u64>, acct: Option<&Acct>, idle: Option<u64>) {
     // Beyond MAX_PAIRS a pair's slots would run into the end of HISTS (or wrap): no histogram.
     if pair_id >= MAX_PAIRS {
         return;
     }
-    hist_one(pair_id, HIST_DURATION, dur);
+    if let Some(d) = dur {
+        hist_one(pair_id, HIST_DURATION, d);
+    }
     if let Some(a) = acct {
         hist_one(pair_id, HIST_ONCPU, a.oncpu);
         hist_one(pair_id, HIST_RUNQ, a.runq);

@@ -78,7 +78,7 @@ pub struct AggCounters {
     pub count_other: u64,
 }
 
-fn sum_hist(into: &mut Hist, h: &Hist) {
+pub(super) fn sum_hist(into: &mut Hist, h: &Hist) {
     for (a, b) in into.buckets.iter_mut().zip(h.buckets.iter()) {
         *a += b;
     }

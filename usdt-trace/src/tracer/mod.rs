@@ -36,7 +36,7 @@ use std::{
 use thiserror::Error;
 use usdt_trace_common::{
     Config, FilterProg, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
-    CFG_STACK, CFG_STOPPED, HIST_COMPONENTS, MAX_PAIRS,
+    CFG_STACK, CFG_STOPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
 };
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
@@ -843,15 +843,24 @@ impl Tracer {
             for (c, slot) in comps.iter_mut().enumerate() {
                 let idx = (pair * HIST_COMPONENTS + c) as u32;
                 for h in map.get(&idx, 0).map_err(map_err("HISTS"))?.iter() {
-                    for (a, b) in slot.buckets.iter_mut().zip(h.buckets.iter()) {
-                        *a += b;
-                    }
-                    slot.count += h.count;
-                    slot.sum += h.sum;
-                    slot.max = slot.max.max(h.max);
+                    agg::sum_hist(slot, h);
                 }
             }
             out.push(comps);
+        }
+        // Under --by the kernel counts a span's duration once, in its key's histogram or its
+        // name's "other", not again in the name's own: the name's is their sum (exact: both
+        // are read here, and every span goes to one of them).
+        if self.agg_by != 0 {
+            let by = self.by_hists(npairs)?;
+            for (k, h) in &by.keys {
+                if let Some(comps) = out.get_mut(k.id as usize) {
+                    agg::sum_hist(&mut comps[HIST_DURATION], h);
+                }
+            }
+            for (comps, h) in out.iter_mut().zip(&by.other) {
+                agg::sum_hist(&mut comps[HIST_DURATION], h);
+            }
         }
         Ok(out)
     }
