@@ -10,9 +10,9 @@ use aya_ebpf::{
 use usdt_trace_common::{
     agg::{CFG_AGG_ARGS, CFG_AGG_BY},
     hist_slot, str_key_thread, Acct, Config, EventRecord, Frame, IdFrame, IdKey, IdSlot, PollAcct,
-    RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, ThreadState, CFG_FILTER, CFG_HIST,
-    CFG_PID_FILTER, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS,
-    CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL,
+    RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, StackRecord, StrsRecord, ThreadState,
+    CFG_FILTER, CFG_HIST, CFG_PID_FILTER, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START,
+    CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL,
     CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_COMPONENTS, HIST_DURATION,
     HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, ID_SLOT_FILLING, ID_SLOT_FREE,
     ID_SLOT_OPEN, MAX_ARGS, MAX_PAIRS,
@@ -192,7 +192,10 @@ fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     hit.fill_header(&mut rec.hdr, RecordKind::EVENT);
     hit.read_args(&mut rec.args);
     rec.has_strs = has_strs;
-    entry.submit(ringbuf_flags(hit.cfg));
+    entry.submit(ringbuf_flags(
+        hit.cfg,
+        record_bytes::<EventRecord>() + (has_strs != 0) as usize * record_bytes::<StrsRecord>(),
+    ));
     Ok(())
 }
 
@@ -315,7 +318,21 @@ fn close_span(
         Some(a) => copy_words(&mut rec.end_args, a),
         None => hit.read_args(&mut rec.end_args),
     }
-    entry.submit(ringbuf_flags(hit.cfg));
+    // This span's records: the wakeup check counts them all (the strings and the stack are
+    // submitted without one).
+    let mut bytes =
+        record_bytes::<SpanRecord>() + (has_strs != 0) as usize * record_bytes::<StrsRecord>();
+    if hit.cfg.flags & CFG_STACK != 0 {
+        bytes += record_bytes::<StackRecord>();
+    }
+    entry.submit(ringbuf_flags(hit.cfg, bytes));
+}
+
+/// Ring buffer bytes a record of type `T` takes: its 8-byte header, and the size rounded up to
+/// 8.
+#[inline(always)]
+const fn record_bytes<T>() -> usize {
+    8 + core::mem::size_of::<T>().next_multiple_of(8)
 }
 
 /// `*v = 0` as a store of its own: LLVM merges neighbouring zero stores into a call of a
