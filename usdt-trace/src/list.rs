@@ -10,7 +10,7 @@
 //! them through [`clean`], so an escape sequence in a probe name is shown, not obeyed. JSON
 //! carries them exactly (its writer escapes control characters).
 
-use crate::argspec::{ArgLoc, ArgSpec};
+use crate::argspec::{ArgLoc, ArgSpec, Reg};
 use crate::elf::{ElfError, ObjectProbes, Site, SiteInsn};
 use crate::output::text::clean;
 use crate::pattern::Pattern;
@@ -207,10 +207,28 @@ struct JsonSite<'a> {
     args: &'a str,
     insn: SiteInsn,
     insn_bytes: &'a str,
-    args_decoded: Vec<JsonArg<'a>>,
+    args_decoded: JsonArgs<'a>,
     /// The argument names the probe's usdt-markers note declares.
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     arg_names: &'a [String],
+}
+
+/// A site's arguments as [`JsonArg`]s, serialized one by one rather than collected first (a
+/// vector per site).
+struct JsonArgs<'a>(&'a [ArgSpec]);
+
+impl Serialize for JsonArgs<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|a| JsonArg {
+            raw: &a.raw,
+            size: a.size,
+            signed: a.signed,
+            float: a.float,
+            loc: &a.loc,
+            readable: a.readable(),
+            struct_size: a.struct_size,
+        }))
+    }
 }
 
 /// The argument names `probes` declares for `s` (usdt-markers' names note), if any.
@@ -245,19 +263,7 @@ fn write_json(
         args: &s.args_raw,
         insn: s.insn,
         insn_bytes: &s.insn_bytes,
-        args_decoded: s
-            .args
-            .iter()
-            .map(|a| JsonArg {
-                raw: &a.raw,
-                size: a.size,
-                signed: a.signed,
-                float: a.float,
-                loc: &a.loc,
-                readable: a.readable(),
-                struct_size: a.struct_size,
-            })
-            .collect(),
+        args_decoded: JsonArgs(&s.args),
         arg_names,
     };
     serde_json::to_writer(&mut *buf, &rec).map_err(io::Error::from)?;
@@ -310,130 +316,237 @@ fn write_text(
         .iter()
         .any(|s| crate::elf::optimizable_offset(s.insn, s.file_offset).is_some())
         && crate::tracer::features::uprobe_optimize().is_yes();
-    let rows: Vec<[String; 5]> = sites
-        .iter()
-        .map(|s| {
-            let sema = match (s.semaphore, s.semaphore_offset) {
-                (0, _) => "-".to_string(),
-                (a, Some(_)) if s.semaphore_shared_page => format!("{a:#x}(relro-shared)"),
-                (a, Some(_)) => format!("{a:#x}"),
-                (a, None) => format!("{a:#x}(unusable)"),
-            };
-            [
-                format!("{}:{}", clean(&s.provider), clean(&s.name)),
-                format!("{:#x}", s.pc),
-                sema,
-                format!("{:#x}", s.file_offset),
-                insn_label(s.insn, s.file_offset, optimize).to_string(),
-            ]
-        })
-        .collect();
+    // Two passes over the sites, the first measuring the columns, the second writing: cells
+    // are not kept as strings in between (five allocations per site on 50,000 sites).
     let header = ["PROBE", "PC", "SEMAPHORE", "OFFSET", "SITE"];
     // Columns are as wide as their widest cell, but a freak name (a file can hold a 100k-char
     // probe name) only overflows its own row instead of padding every other one.
-    let mut w = header.map(str::len);
-    for r in &rows {
-        for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.chars().count().min(MAX_COLUMN));
+    let mut w = [0; 4];
+    for (i, h) in header[..4].iter().enumerate() {
+        w[i] = h.len();
+    }
+    let mut raw_w = 0;
+    for s in sites {
+        let probe = width(&clean(&s.provider)) + 1 + width(&clean(&s.name));
+        w[0] = w[0].max(probe.min(MAX_COLUMN));
+        w[1] = w[1].max(hex_len(s.pc));
+        w[2] = w[2].max(semaphore_len(s));
+        w[3] = w[3].max(hex_len(s.file_offset));
+        for a in &s.args {
+            raw_w = raw_w.max(width(&clean(&a.raw)));
         }
     }
-    let line = |out: &mut dyn Write, r: [&str; 5]| {
-        let mut l = String::with_capacity(128);
+    let raw_w = raw_w.min(28);
+    // Lines are gathered in one buffer and handed on in large writes.
+    let mut l = String::with_capacity(FLUSH_AT + 4096);
+    l.push_str("  ");
+    pad_right(&mut l, header[0], w[0]);
+    for i in 1..4 {
         l.push_str("  ");
-        pad_right(&mut l, r[0], w[0]);
-        for i in 1..4 {
-            l.push_str("  ");
-            pad_left(&mut l, r[i], w[i]);
-        }
+        pad_left(&mut l, header[i], w[i]);
+    }
+    l.push_str("  ");
+    l.push_str(header[4]);
+    l.push('\n');
+    let mut desc = String::with_capacity(64);
+    for s in sites {
         l.push_str("  ");
-        l.push_str(r[4]);
-        writeln!(out, "{l}")
-    };
-    line(out, header)?;
-    let raws: Vec<Vec<std::borrow::Cow<'_, str>>> = sites
-        .iter()
-        .map(|s| s.args.iter().map(|a| clean(&a.raw)).collect())
-        .collect();
-    let raw_w = raws
-        .iter()
-        .flatten()
-        .map(|r| r.chars().count())
-        .max()
-        .unwrap_or(0)
-        .min(28);
-    for ((s, r), raws) in sites.iter().zip(&rows).zip(&raws) {
-        line(out, [&r[0], &r[1], &r[2], &r[3], &r[4]])?;
+        let (provider, name) = (clean(&s.provider), clean(&s.name));
+        let probe = width(&provider) + 1 + width(&name);
+        l.push_str(&provider);
+        l.push(':');
+        l.push_str(&name);
+        push_spaces(&mut l, w[0].saturating_sub(probe));
+        l.push_str("  ");
+        push_spaces(&mut l, w[1].saturating_sub(hex_len(s.pc)));
+        push_hex(&mut l, s.pc);
+        l.push_str("  ");
+        push_spaces(&mut l, w[2].saturating_sub(semaphore_len(s)));
+        push_semaphore(&mut l, s);
+        l.push_str("  ");
+        push_spaces(&mut l, w[3].saturating_sub(hex_len(s.file_offset)));
+        push_hex(&mut l, s.file_offset);
+        l.push_str("  ");
+        l.push_str(insn_label(s.insn, s.file_offset, optimize));
+        l.push('\n');
         let names = declared_names(probes, s);
-        for (i, (a, raw)) in s.args.iter().zip(raws).enumerate() {
-            let mut l = format!("      arg{i:<2} ");
-            pad_right(&mut l, raw, raw_w);
-            match names.get(i) {
-                Some(n) => writeln!(out, "{l} -> {}  ({})", clean(&describe_arg(a)), clean(n))?,
-                None => writeln!(out, "{l} -> {}", clean(&describe_arg(a)))?,
+        for (i, a) in s.args.iter().enumerate() {
+            l.push_str("      arg");
+            push_decimal(&mut l, i as u64);
+            l.push_str(if i < 10 { "  " } else { " " });
+            pad_right(&mut l, &clean(&a.raw), raw_w);
+            l.push_str(" -> ");
+            desc.clear();
+            describe_arg_into(&mut desc, a);
+            l.push_str(&clean(&desc));
+            if let Some(n) = names.get(i) {
+                l.push_str("  (");
+                l.push_str(&clean(n));
+                l.push(')');
             }
+            l.push('\n');
+        }
+        if l.len() >= FLUSH_AT {
+            out.write_all(l.as_bytes())?;
+            l.clear();
         }
     }
-    // As in `run`: the process ends soon, no point freeing each cell.
-    std::mem::forget(rows);
-    Ok(())
+    out.write_all(l.as_bytes())
 }
+
+/// Text gathered before it is written on.
+const FLUSH_AT: usize = 60 * 1024;
 
 /// Widest a text column grows for alignment; longer cells overflow.
 const MAX_COLUMN: usize = 96;
 
+/// Characters `s` takes on a terminal, as the columns count them.
+fn width(s: &str) -> usize {
+    // Cleaned names are almost always ASCII, where bytes are characters.
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    }
+}
+
+/// Length of `{:#x}` of `v`.
+fn hex_len(v: u64) -> usize {
+    2 + (64 - (v | 1).leading_zeros() as usize).div_ceil(4)
+}
+
+/// `{:#x}` of `v`, without the formatting machinery (four numbers on each of every site's
+/// lines).
+fn push_hex(out: &mut String, v: u64) {
+    let mut digits = [0u8; 16];
+    let n = hex_len(v) - 2;
+    for (i, d) in digits[..n].iter_mut().enumerate() {
+        *d = b"0123456789abcdef"[((v >> (4 * (n - 1 - i))) & 0xf) as usize];
+    }
+    out.push_str("0x");
+    // Hex digits are ASCII.
+    out.push_str(std::str::from_utf8(&digits[..n]).unwrap_or_default());
+}
+
+fn push_decimal(out: &mut String, v: u64) {
+    out.push_str(itoa::Buffer::new().format(v));
+}
+
+/// The SEMAPHORE cell: `-`, its address, and why it is special if it is.
+fn push_semaphore(out: &mut String, s: &Site) {
+    match (s.semaphore, s.semaphore_offset) {
+        (0, _) => out.push('-'),
+        (a, off) => {
+            push_hex(out, a);
+            out.push_str(semaphore_suffix(s, off));
+        }
+    }
+}
+
+fn semaphore_suffix(s: &Site, offset: Option<u64>) -> &'static str {
+    match offset {
+        Some(_) if s.semaphore_shared_page => "(relro-shared)",
+        Some(_) => "",
+        None => "(unusable)",
+    }
+}
+
+fn semaphore_len(s: &Site) -> usize {
+    match s.semaphore {
+        0 => 1,
+        a => hex_len(a) + semaphore_suffix(s, s.semaphore_offset).len(),
+    }
+}
+
+fn push_spaces(out: &mut String, n: usize) {
+    out.extend(std::iter::repeat_n(' ', n));
+}
+
 /// Appends `s` then spaces up to `width` characters. Done by hand: `format!`'s width must fit
 /// in a u16 and panics beyond (a 65,536-character probe name did).
-fn pad_right(out: &mut String, s: &str, width: usize) {
+fn pad_right(out: &mut String, s: &str, w: usize) {
     out.push_str(s);
-    let n = s.chars().count();
-    out.extend(std::iter::repeat_n(' ', width.saturating_sub(n)));
+    push_spaces(out, w.saturating_sub(width(s)));
 }
 
 /// Appends spaces up to `width` characters, then `s`.
-fn pad_left(out: &mut String, s: &str, width: usize) {
-    let n = s.chars().count();
-    out.extend(std::iter::repeat_n(' ', width.saturating_sub(n)));
+fn pad_left(out: &mut String, s: &str, w: usize) {
+    push_spaces(out, w.saturating_sub(width(s)));
     out.push_str(s);
 }
 
 /// A compact reading of one argument: its C type and where the tracer reads it.
 pub fn describe_arg(a: &ArgSpec) -> String {
-    let d = describe_loc(a);
-    match a.struct_size {
-        Some(n) if a.readable() => format!("{d} (low 8 bytes of a {n}-byte struct)"),
-        _ => d,
+    let mut d = String::with_capacity(48);
+    describe_arg_into(&mut d, a);
+    d
+}
+
+/// [`describe_arg`] appended to `out`: `list` describes every argument of every site
+/// (thousands in libjvm.so, 100,000 in a generated binary) into one reused buffer.
+pub fn describe_arg_into(out: &mut String, a: &ArgSpec) {
+    describe_loc(out, a);
+    if let (Some(n), true) = (a.struct_size, a.readable()) {
+        out.push_str(" (low 8 bytes of a ");
+        push_decimal(out, u64::from(n));
+        out.push_str("-byte struct)");
     }
 }
 
 /// `SYMBOL` or `SYMBOL+OFFSET` / `SYMBOL-OFFSET`, as an assembler writes a symbolic address.
-fn symbol_plus(symbol: &str, offset: i64) -> String {
-    if offset == 0 {
-        symbol.to_string()
-    } else {
-        format!("{symbol}{offset:+}")
+fn push_symbol_plus(out: &mut String, symbol: &str, offset: i64) {
+    use std::fmt::Write as _;
+    out.push_str(symbol);
+    if offset != 0 {
+        let _ = write!(out, "{offset:+}");
     }
 }
 
-fn describe_loc(a: &ArgSpec) -> String {
-    use std::fmt::Write as _;
-    // Pushed piece by piece rather than through format!: `list` describes every argument of
-    // every site (thousands in libjvm.so, 100,000 in a generated binary).
-    let mut ty = String::with_capacity(48);
-    ty.push(if a.float {
+/// The argument's type: `s32`, `u64`, `f64`...
+fn push_type(out: &mut String, a: &ArgSpec) {
+    out.push(if a.float {
         'f'
     } else if a.signed {
         's'
     } else {
         'u'
     });
-    let _ = write!(ty, "{}", u32::from(a.size) * 8);
+    push_decimal(out, u64::from(a.size) * 8);
+}
+
+/// `base+index*scale` of a symbol operand, `+` between those present.
+fn push_sym_regs(out: &mut String, base: Option<&Reg>, index: Option<&Reg>, scale: u8) {
+    if let Some(b) = base {
+        out.push_str(&b.canonical);
+    }
+    if let Some(ix) = index {
+        if base.is_some() {
+            out.push('+');
+        }
+        out.push_str(&ix.canonical);
+        if scale != 1 {
+            out.push('*');
+            push_decimal(out, u64::from(scale));
+        }
+    }
+}
+
+fn describe_loc(d: &mut String, a: &ArgSpec) {
+    use std::fmt::Write as _;
     match &a.loc {
-        ArgLoc::Unsupported { reason } => format!("unreadable: {reason}"),
-        ArgLoc::Const { value } => format!("{ty} = {}", const_value(*value, a.size, a.signed)),
+        ArgLoc::Unsupported { reason } => {
+            d.push_str("unreadable: ");
+            d.push_str(reason);
+        }
+        ArgLoc::Const { value } => {
+            push_type(d, a);
+            d.push_str(" = ");
+            push_const_value(d, *value, a.size, a.signed);
+        }
         ArgLoc::Reg { reg } => {
-            ty.push_str(" in ");
-            ty.push_str(&reg.canonical);
-            ty
+            push_type(d, a);
+            d.push_str(" in ");
+            d.push_str(&reg.canonical);
         }
         ArgLoc::Mem {
             base,
@@ -441,33 +554,45 @@ fn describe_loc(a: &ArgSpec) -> String {
             scale,
             disp,
         } => {
-            let mut d = ty;
+            push_type(d, a);
             d.push_str(" at [");
             d.push_str(&base.canonical);
             if let Some(ix) = index {
                 d.push('+');
                 d.push_str(&ix.canonical);
                 if *scale > 1 {
-                    let _ = write!(d, "*{scale}");
+                    d.push('*');
+                    push_decimal(d, u64::from(*scale));
                 }
             }
             if *disp != 0 {
                 let _ = write!(d, "{disp:+}");
             }
             d.push(']');
-            d
         }
         ArgLoc::RipRel {
             symbol,
             offset,
             address,
-        } => {
-            let sym = symbol_plus(symbol, *offset);
-            match address {
-                Some(addr) => format!("{ty} at [{sym} = {addr:#x}]"),
-                None => format!("unreadable: symbol {symbol} not found ({ty} at [{sym}])"),
+        } => match address {
+            Some(addr) => {
+                push_type(d, a);
+                d.push_str(" at [");
+                push_symbol_plus(d, symbol, *offset);
+                d.push_str(" = ");
+                push_hex(d, *addr);
+                d.push(']');
             }
-        }
+            None => {
+                d.push_str("unreadable: symbol ");
+                d.push_str(symbol);
+                d.push_str(" not found (");
+                push_type(d, a);
+                d.push_str(" at [");
+                push_symbol_plus(d, symbol, *offset);
+                d.push_str("])");
+            }
+        },
         ArgLoc::SymMem {
             symbol,
             offset,
@@ -476,29 +601,36 @@ fn describe_loc(a: &ArgSpec) -> String {
             scale,
             address,
         } => {
-            let sym = symbol_plus(symbol, *offset);
-            let regs: Vec<String> = base
-                .iter()
-                .map(|b| b.canonical.clone())
-                .chain(index.iter().map(|ix| match scale {
-                    1 => ix.canonical.clone(),
-                    s => format!("{}*{s}", ix.canonical),
-                }))
-                .collect();
-            let regs = regs.join("+");
             match address {
-                Some(addr) => format!("{ty} at [{sym} = {addr:#x} + {regs}]"),
-                None => format!(
-                    "unreadable: no absolute address for {symbol} (not found, or not an \
-                     ET_EXEC) ({ty} at [{sym} + {regs}])"
-                ),
+                Some(addr) => {
+                    push_type(d, a);
+                    d.push_str(" at [");
+                    push_symbol_plus(d, symbol, *offset);
+                    d.push_str(" = ");
+                    push_hex(d, *addr);
+                    d.push_str(" + ");
+                }
+                None => {
+                    d.push_str("unreadable: no absolute address for ");
+                    d.push_str(symbol);
+                    d.push_str(" (not found, or not an ET_EXEC) (");
+                    push_type(d, a);
+                    d.push_str(" at [");
+                    push_symbol_plus(d, symbol, *offset);
+                    d.push_str(" + ");
+                }
+            }
+            push_sym_regs(d, base.as_ref(), index.as_ref(), *scale);
+            d.push(']');
+            if address.is_none() {
+                d.push(')');
             }
         }
     }
 }
 
 /// An immediate as the program sees it: truncated to its size, then sign-extended if signed.
-fn const_value(v: u64, size: u8, signed: bool) -> String {
+fn push_const_value(out: &mut String, v: u64, size: u8, signed: bool) {
     let bits = u32::from(size.clamp(1, 8)) * 8;
     let v = if bits == 64 {
         v
@@ -507,9 +639,9 @@ fn const_value(v: u64, size: u8, signed: bool) -> String {
     };
     if signed {
         let shift = 64 - bits;
-        (((v << shift) as i64) >> shift).to_string()
+        out.push_str(itoa::Buffer::new().format(((v << shift) as i64) >> shift));
     } else {
-        v.to_string()
+        push_decimal(out, v);
     }
 }
 

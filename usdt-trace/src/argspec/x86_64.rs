@@ -2,6 +2,7 @@
 //! `mp_+24(%rip)`, and gcc -no-pie's symbol displacements `arr(,%rax,8)`.
 
 use super::{parse_int, ArgLoc, Operand, Parsed, Reg};
+use std::borrow::Cow;
 use usdt_trace_common::regs::x86_64 as word;
 
 /// The 64-bit general-purpose registers and their `pt_regs` words.
@@ -36,50 +37,50 @@ const LEGACY: &[(&str, [&str; 3])] = &[
     ("rsp", ["esp", "sp", "spl"]),
 ];
 
+/// r8..r15's narrower spellings: (32, 16, 8 bit, and GAS's `l` alias for the low byte).
+const NUMBERED: &[(&str, [&str; 4])] = &[
+    ("r8", ["r8d", "r8w", "r8b", "r8l"]),
+    ("r9", ["r9d", "r9w", "r9b", "r9l"]),
+    ("r10", ["r10d", "r10w", "r10b", "r10l"]),
+    ("r11", ["r11d", "r11w", "r11b", "r11l"]),
+    ("r12", ["r12d", "r12w", "r12b", "r12l"]),
+    ("r13", ["r13d", "r13w", "r13b", "r13l"]),
+    ("r14", ["r14d", "r14w", "r14b", "r14l"]),
+    ("r15", ["r15d", "r15w", "r15b", "r15l"]),
+];
+
 /// `%rip` reads as the `ip` word: at a uprobe it is the probe's address.
 const RIP_WORD: u8 = word::IP;
 
 /// Resolves a register name (without `%`) to its full-width register and the width the
 /// name denotes.
 fn reg(name: &str) -> Result<(Reg, u8), String> {
-    let mk = |canonical: &str, word: u8, width: u8| {
+    let mk = |name: &'static str, canonical: &'static str, word: u8, width: u8| {
         Ok((
             Reg {
-                name: name.to_string(),
-                canonical: canonical.to_string(),
+                name: Cow::Borrowed(name),
+                canonical: Cow::Borrowed(canonical),
                 pt_regs_word: word,
             },
             width,
         ))
     };
     if name == "rip" {
-        return mk("rip", RIP_WORD, 8);
+        return mk("rip", "rip", RIP_WORD, 8);
     }
     if let Some(&(canon, word)) = GPRS.iter().find(|(n, _)| *n == name) {
-        return mk(canon, word, 8);
+        return mk(canon, canon, word, 8);
     }
     for (canon, narrow) in LEGACY {
         if let Some(i) = narrow.iter().position(|n| *n == name) {
             let word = GPRS.iter().find(|(n, _)| n == canon).map_or(0, |g| g.1);
-            return mk(canon, word, [4, 2, 1][i]);
+            return mk(narrow[i], canon, word, [4, 2, 1][i]);
         }
     }
-    // r8d r8w r8b (and GAS's r8l alias for the low byte).
-    let digits_end = name
-        .char_indices()
-        .skip(1)
-        .find(|(_, c)| !c.is_ascii_digit())
-        .map_or(name.len(), |(i, _)| i);
-    let (full, suffix) = name.split_at(digits_end);
-    let width = match suffix {
-        "d" => Some(4),
-        "w" => Some(2),
-        "b" | "l" => Some(1),
-        _ => None,
-    };
-    if let (Some(w), Some(&(canon, word))) = (width, GPRS.iter().find(|(n, _)| *n == full)) {
-        if canon.len() > 1 && canon.as_bytes()[1].is_ascii_digit() {
-            return mk(canon, word, w);
+    for (canon, narrow) in NUMBERED {
+        if let Some(i) = narrow.iter().position(|n| *n == name) {
+            let word = GPRS.iter().find(|(n, _)| n == canon).map_or(0, |g| g.1);
+            return mk(narrow[i], canon, word, [4, 2, 1, 1][i]);
         }
     }
     Err(match name {
@@ -376,7 +377,7 @@ mod tests {
                 scale,
                 disp,
             } => {
-                assert_eq!((base.canonical.as_str(), base.pt_regs_word), ("rbp", 4));
+                assert_eq!((base.canonical.as_ref(), base.pt_regs_word), ("rbp", 4));
                 assert_eq!((index, scale, disp), (None, 1, -1204));
             }
             other => panic!("{other:?}"),
@@ -406,7 +407,7 @@ mod tests {
                 disp: -96,
             } => {
                 assert_eq!(base.canonical, "rbp");
-                assert_eq!((ix.canonical.as_str(), ix.pt_regs_word), ("rax", 10));
+                assert_eq!((ix.canonical.as_ref(), ix.pt_regs_word), ("rax", 10));
             }
             other => panic!("{other:?}"),
         }
@@ -510,12 +511,12 @@ mod tests {
                 } => {
                     assert_eq!((symbol.as_str(), *offset), (sym, off), "{s}");
                     assert_eq!(
-                        base.as_ref().map(|r| r.canonical.as_str()),
+                        base.as_ref().map(|r| r.canonical.as_ref()),
                         want_base,
                         "{s}"
                     );
                     assert_eq!(
-                        index.as_ref().map(|r| r.canonical.as_str()),
+                        index.as_ref().map(|r| r.canonical.as_ref()),
                         want_index,
                         "{s}"
                     );
@@ -567,7 +568,7 @@ mod tests {
         match x86("16@-16(%rsp)").loc {
             ArgLoc::Mem {
                 base, index, disp, ..
-            } => assert_eq!((base.canonical.as_str(), index, disp), ("rsp", None, -16)),
+            } => assert_eq!((base.canonical.as_ref(), index, disp), ("rsp", None, -16)),
             other => panic!("{other:?}"),
         }
         match x86("16@%rax").loc {
