@@ -259,41 +259,53 @@ impl ParsedArg {
 /// argument keeps its index even when it cannot be parsed, so `argN` always means the N-th
 /// argument of the probe macro.
 pub fn parse_args(raw: &str, arch: Arch) -> Result<Vec<ParsedArg>, ArgsError> {
-    let pieces = split_args(raw);
-    if pieces.len() == 1 && pieces[0] == ":" {
-        return Ok(Vec::new());
+    let (count, args) = parse_args_iter(raw, arch)?;
+    let mut out = Vec::with_capacity(count);
+    out.extend(args);
+    Ok(out)
+}
+
+/// [`parse_args`] without collecting: how many arguments there are, and each one parsed as
+/// it is taken. The string is checked (count, `:`) before anything is parsed.
+pub fn parse_args_iter(
+    raw: &str,
+    arch: Arch,
+) -> Result<(usize, impl Iterator<Item = ParsedArg> + '_), ArgsError> {
+    let mut count = split_args(raw).count();
+    if count == 1 && split_args(raw).next() == Some(":") {
+        count = 0;
     }
-    if pieces.len() > MAX_ARGS {
-        return Err(ArgsError::TooMany {
-            count: pieces.len(),
-        });
+    if count > MAX_ARGS {
+        return Err(ArgsError::TooMany { count });
     }
-    Ok(pieces.into_iter().map(|p| parse_arg(p, arch)).collect())
+    Ok((
+        count,
+        split_args(raw).take(count).map(move |p| parse_arg(p, arch)),
+    ))
 }
 
 /// Splits on whitespace outside brackets: aarch64 writes memory operands as `8@[sp, 112]`.
-fn split_args(raw: &str) -> Vec<&str> {
-    let mut out = Vec::new();
+fn split_args(raw: &str) -> impl Iterator<Item = &str> + '_ {
     let mut depth = 0usize;
-    let mut start: Option<usize> = None;
-    for (i, c) in raw.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        if c.is_whitespace() && depth == 0 {
-            if let Some(s) = start.take() {
-                out.push(&raw[s..i]);
+    let mut rest = raw.char_indices();
+    std::iter::from_fn(move || {
+        let mut start: Option<usize> = None;
+        for (i, c) in rest.by_ref() {
+            match c {
+                '[' => depth += 1,
+                ']' => depth = depth.saturating_sub(1),
+                _ => {}
             }
-        } else if start.is_none() {
-            start = Some(i);
+            if c.is_whitespace() && depth == 0 {
+                if let Some(s) = start {
+                    return Some(&raw[s..i]);
+                }
+            } else if start.is_none() {
+                start = Some(i);
+            }
         }
-    }
-    if let Some(s) = start {
-        out.push(&raw[s..]);
-    }
-    out
+        start.map(|s| &raw[s..])
+    })
 }
 
 /// Parses one argument (`-4@%edi`, `8@-16(%rbp)`, `-4@[x29, -12]`...). Never fails: anything

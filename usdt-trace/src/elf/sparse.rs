@@ -25,6 +25,9 @@ pub(super) const SPARSE_MIN: u64 = 1 << 20;
 const SITE_WINDOW: u64 = 8;
 /// Site windows closer than this are read with one `pread`.
 const MERGE_GAP: u64 = 4096;
+/// ... but one `pread` reads at most this much: 50,000 sites a few bytes apart made one
+/// window of the whole text, all of it copied into fresh pages.
+const MAX_READ: u64 = 64 * 1024;
 
 /// Reads `buf[off..off + n]` from `file` at `off`, as much as the file still holds (a short
 /// read leaves zeros: the file shrank, and the parser sees what a truncated file holds).
@@ -198,14 +201,23 @@ pub(super) fn fill_sites(file: &File, buf: &[u8], out: &mut ObjectProbes) -> io:
         let start = out.sites[order[i]].file_offset;
         let mut end = start.saturating_add(SITE_WINDOW);
         let mut j = i + 1;
-        while j < order.len() && out.sites[order[j]].file_offset <= end.saturating_add(MERGE_GAP) {
-            end = out.sites[order[j]].file_offset.saturating_add(SITE_WINDOW);
+        while j < order.len() {
+            let next = out.sites[order[j]].file_offset;
+            if next > end.saturating_add(MERGE_GAP)
+                || next.saturating_add(SITE_WINDOW) - start > MAX_READ
+            {
+                break;
+            }
+            end = next.saturating_add(SITE_WINDOW);
             j += 1;
         }
-        window.clear();
-        window.resize(usize::try_from(end - start).unwrap_or(0), 0);
-        let got = read_upto(file, &mut window, start)?;
-        window.truncate(got);
+        // The buffer only grows: what a short read leaves in it is cut off below.
+        let n = usize::try_from(end - start).unwrap_or(0);
+        if window.len() < n {
+            window.resize(n, 0);
+        }
+        let got = read_upto(file, &mut window[..n], start)?;
+        let window = &window[..got];
         for &k in &order[i..j] {
             let s = &mut out.sites[k];
             let Ok((seg, _)) = sites::probe_offset(&loads, s.pc) else {
@@ -214,7 +226,7 @@ pub(super) fn fill_sites(file: &File, buf: &[u8], out: &mut ObjectProbes) -> io:
             // The window stands in for the file from `start`: the site's bytes are at its
             // offset into it (what the file no longer holds is simply missing).
             let at = s.file_offset - start;
-            (s.insn, s.insn_bytes) = sites::classify_site(&window, seg, at, s.pc, arch);
+            (s.insn, s.insn_bytes) = sites::classify_site(window, seg, at, s.pc, arch);
         }
         i = j;
     }
