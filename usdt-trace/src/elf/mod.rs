@@ -84,6 +84,44 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use warnings::Warnings;
 
+/// Section names, looked up by hand: `object`'s lookup finds the NUL with the memchr crate,
+/// whose first call runs `cpuid` to choose an implementation, and `cpuid` traps to the
+/// hypervisor in a VM (about 25 µs, 2% of `list` on libjvm.so, where section names are the
+/// only strings looked up). Same rules as `object`: the table is the `e_shstrndx` section's
+/// bytes in the file, and a name runs from `sh_name` to the next NUL inside it.
+pub(super) struct SectionNames<'d> {
+    table: &'d [u8],
+    endian: Endianness,
+}
+
+impl<'d> SectionNames<'d> {
+    pub(super) fn new<Elf: FileHeader<Endian = Endianness>>(
+        header: &Elf,
+        endian: Endianness,
+        data: &'d [u8],
+        shdrs: &[Elf::SectionHeader],
+    ) -> Self {
+        let table = header
+            .shstrndx(endian, data)
+            .ok()
+            .and_then(|i| shdrs.get(i as usize))
+            .filter(|s| s.sh_type(endian) != elf::SHT_NOBITS)
+            .and_then(|s| {
+                let start = usize::try_from(s.sh_offset(endian).into()).ok()?;
+                let end = start.checked_add(usize::try_from(s.sh_size(endian).into()).ok()?)?;
+                data.get(start..end)
+            })
+            .unwrap_or(&[]);
+        SectionNames { table, endian }
+    }
+
+    /// The name of `shdr`, None when it does not lie in the table.
+    pub(super) fn get<S: SectionHeader<Endian = Endianness>>(&self, shdr: &S) -> Option<&'d [u8]> {
+        let rest = self.table.get(shdr.sh_name(self.endian) as usize..)?;
+        rest.get(..rest.iter().position(|&b| b == 0)?)
+    }
+}
+
 /// What the instruction at the probe site costs the kernel to step over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -388,8 +426,9 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     let mut stapsdt: Vec<&[u8]> = Vec::new();
     let mut markers: Vec<&[u8]> = Vec::new();
     let mut stapsdt_base: Option<u64> = None;
+    let names = SectionNames::new(header, endian, data, sections.iter().as_slice());
     for shdr in sections.iter() {
-        let Ok(name) = sections.section_name(endian, shdr) else {
+        let Some(name) = names.get(shdr) else {
             continue;
         };
         let list = match name {

@@ -128,9 +128,10 @@ fn read_class<Elf: FileHeader<Endian = Endianness>>(file: &File, buf: &mut [u8])
     let Ok(sections) = h.sections(e, &buf[..]) else {
         return Ok(());
     };
+    let names = super::SectionNames::new(h, e, &buf[..], sections.iter().as_slice());
     let mut notes = Vec::new();
     for s in sections.iter() {
-        let name = sections.section_name(e, s).unwrap_or(&[]);
+        let name = names.get(s).unwrap_or(&[]);
         if s.sh_type(e) != elf::SHT_NOBITS
             && (name == notes::STAPSDT_SECTION.as_bytes()
                 || name == notes::MARKERS_SECTION.as_bytes())
