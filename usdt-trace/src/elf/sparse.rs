@@ -175,11 +175,10 @@ fn read_class<Elf: FileHeader<Endian = Endianness>>(file: &File, buf: &mut [u8])
 /// memory operands with a number, `-` or `(`). Scanned as raw bytes, addresses included:
 /// a false positive only costs reading the symbol tables, and a missed symbol is impossible.
 fn may_name_symbol(notes: &[u8]) -> bool {
-    notes.windows(3).any(|w| {
-        w[1] == b'@'
-            && w[0].is_ascii_digit()
-            && (w[2].is_ascii_alphabetic() || matches!(w[2], b'_' | b'.'))
-    })
+    // A plain loop over the bytes: `windows(3).any(..)` was 3% of `list` on libjvm.so.
+    let symbol_start = |b: u8| b.is_ascii_alphabetic() || matches!(b, b'_' | b'.');
+    (1..notes.len().saturating_sub(1))
+        .any(|i| notes[i] == b'@' && notes[i - 1].is_ascii_digit() && symbol_start(notes[i + 1]))
 }
 
 /// Reads the bytes at every site of `out` and classifies the sites again (the parser saw
@@ -272,5 +271,9 @@ mod tests {
         assert!(may_name_symbol(b"8@counter(%rip)"));
         assert!(may_name_symbol(b"-4@my_global"));
         assert!(may_name_symbol(b"8@_start+8"));
+        assert!(may_name_symbol(b"8@.Lc"));
+        assert!(!may_name_symbol(b"8@"));
+        assert!(!may_name_symbol(b"@x"));
+        assert!(!may_name_symbol(b""));
     }
 }
