@@ -83,7 +83,9 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
     if targets.is_empty() {
         return Err(ListError::NoTargets);
     }
-    let mut out = io::BufWriter::with_capacity(64 * 1024, out);
+    // Sites are formatted into buffers of FLUSH_AT bytes, which pass through this one
+    // without a copy (it copies only writes smaller than itself): it gathers the rest.
+    let mut out = io::BufWriter::with_capacity(8 * 1024, out);
     // Lines are gathered in a Vec and written on in large pieces: through `dyn Write` each
     // small write is a call, which made JSON output cost more than parsing.
     let mut json_buf = Vec::with_capacity(FLUSH_AT + 4096);
@@ -423,8 +425,8 @@ fn write_text(
     out.write_all(l.as_bytes())
 }
 
-/// Text gathered before it is written on.
-const FLUSH_AT: usize = 60 * 1024;
+/// Text gathered before it is written on: a few pages, reused.
+const FLUSH_AT: usize = 32 * 1024;
 
 /// Widest a text column grows for alignment; longer cells overflow.
 const MAX_COLUMN: usize = 96;

@@ -29,7 +29,7 @@ fn reg(name: &str) -> Result<(Reg, u8), String> {
         Ok((
             Reg {
                 name,
-                canonical: Cow::Borrowed(canonical),
+                canonical,
                 pt_regs_word: word,
             },
             width,

@@ -57,15 +57,16 @@ pub enum Arch {
 
 /// A register operand, normalised to the full-width register.
 ///
-/// The names borrow from static tables (an odd spelling such as aarch64's `x07` is owned):
-/// `list` parses every argument of every site, and two small allocations per register were a
-/// good part of its time and memory on 50,000 sites.
+/// The names are static strings (an odd spelling such as aarch64's `x07` is owned): `list`
+/// parses every argument of every site, and two small allocations per register were a good
+/// part of its time and memory on 50,000 sites.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Reg {
     /// The name as written in the spec, without `%` (e.g. `"r8d"`, `"x29"`, `"sp"`).
     pub name: Cow<'static, str>,
-    /// The canonical full-width name (e.g. `"r8"`, `"x29"`, `"sp"`).
-    pub canonical: Cow<'static, str>,
+    /// The canonical full-width name (e.g. `"r8"`, `"x29"`, `"sp"`): always one of a fixed
+    /// set.
+    pub canonical: &'static str,
     /// Index of the register as a u64 word in the kernel's `struct pt_regs` for this arch
     /// ([`usdt_trace_common::regs`]).
     pub pt_regs_word: u8,
@@ -546,7 +547,7 @@ mod testutil {
     }
     pub(super) fn reg_of(spec: &ArgSpec) -> (&str, u8) {
         match &spec.loc {
-            ArgLoc::Reg { reg } => (&*reg.canonical, reg.pt_regs_word),
+            ArgLoc::Reg { reg } => (reg.canonical, reg.pt_regs_word),
             other => panic!("{}: expected a register, got {other:?}", spec.raw),
         }
     }

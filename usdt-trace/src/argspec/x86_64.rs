@@ -62,7 +62,7 @@ fn reg(name: &str) -> Result<(Reg, u8), String> {
     if name == "rip" {
         let reg = Reg {
             name: Cow::Borrowed("rip"),
-            canonical: Cow::Borrowed("rip"),
+            canonical: "rip",
             pt_regs_word: RIP_WORD,
         };
         return Ok((reg, 8));
@@ -71,7 +71,7 @@ fn reg(name: &str) -> Result<(Reg, u8), String> {
         let (canonical, word) = GPRS[i];
         let reg = Reg {
             name: Cow::Borrowed(spelled),
-            canonical: Cow::Borrowed(canonical),
+            canonical,
             pt_regs_word: word,
         };
         return Ok((reg, width));
@@ -379,7 +379,7 @@ mod tests {
                 scale,
                 disp,
             } => {
-                assert_eq!((base.canonical.as_ref(), base.pt_regs_word), ("rbp", 4));
+                assert_eq!((base.canonical, base.pt_regs_word), ("rbp", 4));
                 assert_eq!((index, scale, disp), (None, 1, -1204));
             }
             other => panic!("{other:?}"),
@@ -409,7 +409,7 @@ mod tests {
                 disp: -96,
             } => {
                 assert_eq!(base.canonical, "rbp");
-                assert_eq!((ix.canonical.as_ref(), ix.pt_regs_word), ("rax", 10));
+                assert_eq!((ix.canonical, ix.pt_regs_word), ("rax", 10));
             }
             other => panic!("{other:?}"),
         }
@@ -512,16 +512,8 @@ mod tests {
                     address: None,
                 } => {
                     assert_eq!((symbol.as_str(), *offset), (sym, off), "{s}");
-                    assert_eq!(
-                        base.as_ref().map(|r| r.canonical.as_ref()),
-                        want_base,
-                        "{s}"
-                    );
-                    assert_eq!(
-                        index.as_ref().map(|r| r.canonical.as_ref()),
-                        want_index,
-                        "{s}"
-                    );
+                    assert_eq!(base.as_ref().map(|r| r.canonical), want_base, "{s}");
+                    assert_eq!(index.as_ref().map(|r| r.canonical), want_index, "{s}");
                     assert_eq!(*scale, want_scale, "{s}");
                 }
                 other => panic!("{s}: {other:?}"),
@@ -570,7 +562,7 @@ mod tests {
         match x86("16@-16(%rsp)").loc {
             ArgLoc::Mem {
                 base, index, disp, ..
-            } => assert_eq!((base.canonical.as_ref(), index, disp), ("rsp", None, -16)),
+            } => assert_eq!((base.canonical, index, disp), ("rsp", None, -16)),
             other => panic!("{other:?}"),
         }
         match x86("16@%rax").loc {
