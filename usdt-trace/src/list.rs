@@ -548,13 +548,13 @@ fn push_type(out: &mut String, a: &ArgSpec) {
 /// `base+index*scale` of a symbol operand, `+` between those present.
 fn push_sym_regs(out: &mut String, base: Option<&Reg>, index: Option<&Reg>, scale: u8) {
     if let Some(b) = base {
-        out.push_str(&b.canonical);
+        out.push_str(b.canonical);
     }
     if let Some(ix) = index {
         if base.is_some() {
             out.push('+');
         }
-        out.push_str(&ix.canonical);
+        out.push_str(ix.canonical);
         if scale != 1 {
             out.push('*');
             push_decimal(out, u64::from(scale));
@@ -577,7 +577,7 @@ fn describe_loc(d: &mut String, a: &ArgSpec) {
         ArgLoc::Reg { reg } => {
             push_type(d, a);
             d.push_str(" in ");
-            d.push_str(&reg.canonical);
+            d.push_str(reg.canonical);
         }
         ArgLoc::Mem {
             base,
@@ -587,10 +587,10 @@ fn describe_loc(d: &mut String, a: &ArgSpec) {
         } => {
             push_type(d, a);
             d.push_str(" at [");
-            d.push_str(&base.canonical);
+            d.push_str(base.canonical);
             if let Some(ix) = index {
                 d.push('+');
-                d.push_str(&ix.canonical);
+                d.push_str(ix.canonical);
                 if *scale > 1 {
                     d.push('*');
                     push_decimal(d, u64::from(*scale));
