@@ -882,7 +882,7 @@ mod tests {
         let mut odd = site("p\"\\", "n\u{0}\u{7f}\u{202e}é\n\t");
         odd.args_raw = String::new();
         sites.push(odd);
-        let names = vec!["a".to_string(), "b\"c".to_string()];
+        let names = ["a".to_string(), "b\"c".to_string()];
         for s in &sites {
             for (path, pid, names) in [
                 ("/bin/x", None, &[][..]),
