@@ -272,41 +272,56 @@ pub fn parse_args_iter(
     raw: &str,
     arch: Arch,
 ) -> Result<(usize, impl Iterator<Item = ParsedArg> + '_), ArgsError> {
-    let mut count = split_args(raw).count();
-    if count == 1 && split_args(raw).next() == Some(":") {
+    // One pass keeps the pieces and counts them all (the error says how many).
+    let mut pieces = [""; MAX_ARGS];
+    let mut count = 0;
+    let mut keep = |p| {
+        if let Some(slot) = pieces.get_mut(count) {
+            *slot = p;
+        }
+        count += 1;
+    };
+    if raw.is_ascii() {
+        // Bytes are characters: no UTF-8 decoding (which was a third of the splitting).
+        split_args(raw, raw.bytes().map(char::from).enumerate(), &mut keep);
+    } else {
+        split_args(raw, raw.char_indices(), &mut keep);
+    }
+    if count == 1 && pieces[0] == ":" {
         count = 0;
     }
     if count > MAX_ARGS {
         return Err(ArgsError::TooMany { count });
     }
-    Ok((
-        count,
-        split_args(raw).take(count).map(move |p| parse_arg(p, arch)),
-    ))
+    Ok((count, (0..count).map(move |i| parse_arg(pieces[i], arch))))
 }
 
 /// Splits on whitespace outside brackets: aarch64 writes memory operands as `8@[sp, 112]`.
-fn split_args(raw: &str) -> impl Iterator<Item = &str> + '_ {
+/// `chars` are `raw`'s characters and their byte offsets; each piece goes to `piece`.
+fn split_args<'a>(
+    raw: &'a str,
+    chars: impl Iterator<Item = (usize, char)>,
+    piece: &mut impl FnMut(&'a str),
+) {
     let mut depth = 0usize;
-    let mut rest = raw.char_indices();
-    std::iter::from_fn(move || {
-        let mut start: Option<usize> = None;
-        for (i, c) in rest.by_ref() {
-            match c {
-                '[' => depth += 1,
-                ']' => depth = depth.saturating_sub(1),
-                _ => {}
-            }
-            if c.is_whitespace() && depth == 0 {
-                if let Some(s) = start {
-                    return Some(&raw[s..i]);
-                }
-            } else if start.is_none() {
-                start = Some(i);
-            }
+    let mut start: Option<usize> = None;
+    for (i, c) in chars {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            _ => {}
         }
-        start.map(|s| &raw[s..])
-    })
+        if c.is_whitespace() && depth == 0 {
+            if let Some(s) = start.take() {
+                piece(&raw[s..i]);
+            }
+        } else if start.is_none() {
+            start = Some(i);
+        }
+    }
+    if let Some(s) = start {
+        piece(&raw[s..]);
+    }
 }
 
 /// Parses one argument (`-4@%edi`, `8@-16(%rbp)`, `-4@[x29, -12]`...). Never fails: anything
@@ -443,6 +458,26 @@ mod tests {
         assert_eq!(
             parse_args(&thirteen, Arch::X86_64),
             Err(ArgsError::TooMany { count: 13 })
+        );
+    }
+
+    #[test]
+    fn split_on_any_whitespace_outside_brackets() {
+        let raws = |s: &str| -> Vec<String> {
+            parse_args(s, Arch::Aarch64)
+                .unwrap()
+                .iter()
+                .map(|a| a.raw().to_string())
+                .collect()
+        };
+        // ASCII (split byte by byte) and not (split char by char) alike.
+        assert_eq!(
+            raws("8@x0\x0b-4@[sp, 12]\t4@5"),
+            ["8@x0", "-4@[sp, 12]", "4@5"]
+        );
+        assert_eq!(
+            raws("8@x0\u{a0}-4@[sp,\u{3000}12] é"),
+            ["8@x0", "-4@[sp,\u{3000}12]", "é"]
         );
     }
 

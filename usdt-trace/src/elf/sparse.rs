@@ -175,10 +175,26 @@ fn read_class<Elf: FileHeader<Endian = Endianness>>(file: &File, buf: &mut [u8])
 /// memory operands with a number, `-` or `(`). Scanned as raw bytes, addresses included:
 /// a false positive only costs reading the symbol tables, and a missed symbol is impossible.
 fn may_name_symbol(notes: &[u8]) -> bool {
-    // A plain loop over the bytes: `windows(3).any(..)` was 3% of `list` on libjvm.so.
     let symbol_start = |b: u8| b.is_ascii_alphabetic() || matches!(b, b'_' | b'.');
-    (1..notes.len().saturating_sub(1))
-        .any(|i| notes[i] == b'@' && notes[i - 1].is_ascii_digit() && symbol_start(notes[i + 1]))
+    let at = |i: usize| {
+        i >= 1 && i + 1 < notes.len() && notes[i - 1].is_ascii_digit() && symbol_start(notes[i + 1])
+    };
+    // Eight bytes at a time, looking closer only at words holding an '@' (one byte in a few
+    // dozen): testing every byte was 5% of `list`'s instructions on libjvm.so.
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut words = notes.chunks_exact(8);
+    for (w, chunk) in words.by_ref().enumerate() {
+        let x = u64::from_le_bytes(chunk.try_into().unwrap_or_default()) ^ (ONES * u64::from(b'@'));
+        // A zero byte in x is an '@' in the chunk (exact: no false negatives).
+        if x.wrapping_sub(ONES) & !x & HIGHS != 0
+            && (0..8).any(|k| chunk[k] == b'@' && at(w * 8 + k))
+        {
+            return true;
+        }
+    }
+    let tail = notes.len() - words.remainder().len();
+    (tail..notes.len()).any(|i| notes[i] == b'@' && at(i))
 }
 
 /// Reads the bytes at every site of `out` and classifies the sites again (the parser saw
@@ -275,5 +291,14 @@ mod tests {
         assert!(!may_name_symbol(b"8@"));
         assert!(!may_name_symbol(b"@x"));
         assert!(!may_name_symbol(b""));
+        // Across the eight-byte words the scan reads, and in the tail after them.
+        for pad in 0..17 {
+            let mut b = vec![b' '; pad];
+            b.extend_from_slice(b"8@sym");
+            assert!(may_name_symbol(&b), "{pad}");
+            b.truncate(pad);
+            b.extend_from_slice(b"8@%rax 4@$1 @@ 9@");
+            assert!(!may_name_symbol(&b), "{pad}");
+        }
     }
 }
