@@ -460,7 +460,7 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     let estimate = stapsdt.iter().map(|s| s.len() / 64).sum::<usize>();
     out.sites.reserve(estimate);
     let mut symbol_args: Vec<SymbolArg> = Vec::new();
-    let mut dedupe = sites::Dedupe::with_capacity(estimate);
+    let mut dedupe = sites::Dedupe::new();
     let mut bad_semaphores: HashSet<u64> = HashSet::new();
     let found = notes_of(&stapsdt, endian, (NT_STAPSDT, STAPSDT_OWNER), |error| {
         warnings.push(ElfWarning::DamagedNotes {
@@ -505,12 +505,11 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
             }
         };
         let key = (pc, semaphore, &*raw.provider, &*raw.name, &*raw.args);
-        let hash = dedupe.hash(&key);
         let kept = |i: usize| {
             let s: &Site = &out.sites[i];
             (s.pc, s.semaphore, &*s.provider, &*s.name, &*s.args_raw)
         };
-        if dedupe.contains(&key, hash, kept) {
+        if dedupe.contains(&key, kept) {
             continue;
         }
         let (count, parsed) = match parse_args_iter(&raw.args, arch) {
@@ -523,7 +522,7 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
                 continue;
             }
         };
-        dedupe.insert(hash);
+        dedupe.insert(&key);
         let semaphore_offset = if semaphore == 0 {
             None
         } else {
