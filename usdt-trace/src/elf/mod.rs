@@ -46,8 +46,9 @@
 //! | `symbols` | addresses of the symbols that argument operands name |
 //! | `warnings` | [`ElfWarning`] and the per-kind cap |
 //!
-//! Arguments are parsed per note ([`crate::argspec::parse_args`]) and finished once all notes
-//! are in, because the symbol tables are read only if some argument names a symbol.
+//! Arguments are parsed per note ([`crate::argspec::parse_args_iter`]); those that name a
+//! symbol are finished once all notes are in, because the symbol tables are read only if some
+//! argument names one.
 //!
 //! Pure except for [`parse_file`]. INTERFACE OWNED BY THE LEAD — the types below are what the
 //! tracer consumes; keep their names and meanings, add fields if needed.
