@@ -43,7 +43,7 @@ pub enum Command {
     /// Show the probe sites of ELF files or of a running process.
     List(ListArgs),
     /// Attach to probe sites and print spans and events as they happen.
-    Watch(WatchArgs),
+    Watch(Deferred<WatchArgs>),
     /// Show what this kernel supports for tracing and what `watch` will use (no root needed).
     Doctor(DoctorArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
@@ -53,6 +53,47 @@ pub enum Command {
     },
     /// Print the man page (roff) to stdout: `usdt-trace man | man -l -`.
     Man,
+}
+
+/// Arguments clap defines only when their subcommand is the one used (`Command::defer`):
+/// `watch`'s dozens of flags took a sixth of the instructions of `list` on libjvm.so, and
+/// every other command paid for them too. Help, completions and the man page still see them
+/// (clap builds the whole tree for those).
+#[derive(Debug)]
+pub struct Deferred<T>(pub T);
+
+impl<T> std::ops::Deref for Deferred<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: Args> Args for Deferred<T> {
+    fn group_id() -> Option<clap::Id> {
+        T::group_id()
+    }
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.defer(T::augment_args)
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        cmd.defer(T::augment_args_for_update)
+    }
+}
+
+impl<T: clap::FromArgMatches> clap::FromArgMatches for Deferred<T> {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches(m).map(Deferred)
+    }
+    fn from_arg_matches_mut(m: &mut clap::ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches_mut(m).map(Deferred)
+    }
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches(m)
+    }
+    fn update_from_arg_matches_mut(&mut self, m: &mut clap::ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches_mut(m)
+    }
 }
 
 #[derive(Args, Debug)]

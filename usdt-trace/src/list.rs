@@ -10,12 +10,11 @@
 //! them through [`clean`], so an escape sequence in a probe name is shown, not obeyed. JSON
 //! carries them exactly (its writer escapes control characters).
 
-use crate::argspec::{ArgLoc, ArgSpec};
+use crate::argspec::{ArgLoc, ArgSpec, Reg};
 use crate::elf::{ElfError, ObjectProbes, Site, SiteInsn};
 use crate::output::text::clean;
 use crate::pattern::Pattern;
 use crate::target::{self, Object, TargetError};
-use serde::Serialize;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -84,10 +83,12 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
     if targets.is_empty() {
         return Err(ListError::NoTargets);
     }
-    let mut out = io::BufWriter::with_capacity(64 * 1024, out);
-    // serde_json makes many tiny writes: into a Vec they are inlined, through `dyn Write` each
-    // one is a call, which made JSON output cost more than parsing.
-    let mut json_buf = Vec::with_capacity(1024);
+    // Sites are formatted into buffers of FLUSH_AT bytes, which pass through this one
+    // without a copy (it copies only writes smaller than itself): it gathers the rest.
+    let mut out = io::BufWriter::with_capacity(8 * 1024, out);
+    // Lines are gathered in a Vec and written on in large pieces: through `dyn Write` each
+    // small write is a call, which made JSON output cost more than parsing.
+    let mut json_buf = Vec::with_capacity(FLUSH_AT + 4096);
     let mut printed = 0;
     let mut names = std::collections::BTreeSet::new();
     for (t, object) in targets {
@@ -156,8 +157,13 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
                     s,
                     declared_names(&probes, s),
                 )?;
-                out.write_all(&json_buf)?;
+                if json_buf.len() >= FLUSH_AT {
+                    out.write_all(&json_buf)?;
+                    json_buf.clear();
+                }
             }
+            out.write_all(&json_buf)?;
+            json_buf.clear();
         } else {
             write_text(&mut out, &t, cfg, &probes, &sites)?;
         }
@@ -174,45 +180,6 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
     Ok(printed)
 }
 
-/// ArgSpec plus `readable`, spelled out: serde's flatten buffers every field and is slow.
-#[derive(Serialize)]
-struct JsonArg<'a> {
-    raw: &'a str,
-    size: u8,
-    signed: bool,
-    float: bool,
-    loc: &'a ArgLoc,
-    readable: bool,
-    /// The declared size of a struct passed by value, of which `size` bytes are read.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    struct_size: Option<u8>,
-}
-
-#[derive(Serialize)]
-struct JsonSite<'a> {
-    path: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pid: Option<u32>,
-    provider: &'a str,
-    name: &'a str,
-    pc: u64,
-    base: u64,
-    semaphore: u64,
-    semaphore_offset: Option<u64>,
-    /// lld's packed layout: the kernel alone cannot raise this semaphore in processes started
-    /// after attach (`watch` raises it itself).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    semaphore_relro_shared: bool,
-    file_offset: u64,
-    args: &'a str,
-    insn: SiteInsn,
-    insn_bytes: &'a str,
-    args_decoded: Vec<JsonArg<'a>>,
-    /// The argument names the probe's usdt-markers note declares.
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    arg_names: &'a [String],
-}
-
 /// The argument names `probes` declares for `s` (usdt-markers' names note), if any.
 fn declared_names<'a>(probes: &'a ObjectProbes, s: &Site) -> &'a [String] {
     probes
@@ -222,7 +189,14 @@ fn declared_names<'a>(probes: &'a ObjectProbes, s: &Site) -> &'a [String] {
         .map_or(&[], |(_, _, names)| names.as_slice())
 }
 
-/// Replaces `buf` with one NDJSON line for `s`.
+/// Appends one NDJSON line for `s` to `buf`.
+///
+/// Written by hand rather than by serde_json from a struct: its string escaper looks at
+/// every byte of every key and value, a sixth of `list --json`'s time on 50,000 sites.
+/// `tests::hand_written_json_is_what_serde_writes` holds the layout to what serde writes for
+/// the equivalent struct and for `ArgLoc` and `SiteInsn`'s own `Serialize` (fields in order,
+/// `pid`, `semaphore_relro_shared`, `struct_size` and `arg_names` only when set); the matches
+/// below name every variant and field, so that a new one fails to compile here.
 fn write_json(
     buf: &mut Vec<u8>,
     path: &str,
@@ -230,39 +204,198 @@ fn write_json(
     s: &Site,
     arg_names: &[String],
 ) -> io::Result<()> {
-    buf.clear();
-    let rec = JsonSite {
-        path,
-        pid,
-        provider: &s.provider,
-        name: &s.name,
-        pc: s.pc,
-        base: s.base,
-        semaphore: s.semaphore,
-        semaphore_offset: s.semaphore_offset,
-        semaphore_relro_shared: s.semaphore_shared_page,
-        file_offset: s.file_offset,
-        args: &s.args_raw,
-        insn: s.insn,
-        insn_bytes: &s.insn_bytes,
-        args_decoded: s
-            .args
-            .iter()
-            .map(|a| JsonArg {
-                raw: &a.raw,
-                size: a.size,
-                signed: a.signed,
-                float: a.float,
-                loc: &a.loc,
-                readable: a.readable(),
-                struct_size: a.struct_size,
-            })
-            .collect(),
-        arg_names,
-    };
-    serde_json::to_writer(&mut *buf, &rec).map_err(io::Error::from)?;
-    buf.push(b'\n');
+    buf.extend_from_slice(b"{\"path\":");
+    push_json_str(buf, path);
+    if let Some(pid) = pid {
+        buf.extend_from_slice(b",\"pid\":");
+        push_json_u64(buf, u64::from(pid));
+    }
+    buf.extend_from_slice(b",\"provider\":");
+    push_json_str(buf, &s.provider);
+    buf.extend_from_slice(b",\"name\":");
+    push_json_str(buf, &s.name);
+    buf.extend_from_slice(b",\"pc\":");
+    push_json_u64(buf, s.pc);
+    buf.extend_from_slice(b",\"base\":");
+    push_json_u64(buf, s.base);
+    buf.extend_from_slice(b",\"semaphore\":");
+    push_json_u64(buf, s.semaphore);
+    buf.extend_from_slice(b",\"semaphore_offset\":");
+    match s.semaphore_offset {
+        Some(off) => push_json_u64(buf, off),
+        None => buf.extend_from_slice(b"null"),
+    }
+    // lld's packed layout: the kernel alone cannot raise this semaphore in processes started
+    // after attach (`watch` raises it itself).
+    if s.semaphore_shared_page {
+        buf.extend_from_slice(b",\"semaphore_relro_shared\":true");
+    }
+    buf.extend_from_slice(b",\"file_offset\":");
+    push_json_u64(buf, s.file_offset);
+    buf.extend_from_slice(b",\"args\":");
+    push_json_str(buf, &s.args_raw);
+    buf.extend_from_slice(b",\"insn\":");
+    buf.extend_from_slice(match s.insn {
+        SiteInsn::Nop => b"\"nop\"",
+        SiteInsn::NopNop5 => b"\"nop_nop5\"",
+        SiteInsn::Nop5 => b"\"nop5\"",
+        SiteInsn::SingleStep => b"\"single_step\"",
+        SiteInsn::Unknown => b"\"unknown\"",
+    });
+    buf.extend_from_slice(b",\"insn_bytes\":");
+    push_json_str(buf, &s.insn_bytes);
+    buf.extend_from_slice(b",\"args_decoded\":[");
+    for (i, a) in s.args.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        buf.extend_from_slice(b"{\"raw\":");
+        push_json_str(buf, &a.raw);
+        buf.extend_from_slice(b",\"size\":");
+        push_json_u64(buf, u64::from(a.size));
+        buf.extend_from_slice(b",\"signed\":");
+        push_json_bool(buf, a.signed);
+        buf.extend_from_slice(b",\"float\":");
+        push_json_bool(buf, a.float);
+        buf.extend_from_slice(b",\"loc\":");
+        push_json_loc(buf, &a.loc);
+        buf.extend_from_slice(b",\"readable\":");
+        push_json_bool(buf, a.readable());
+        // The declared size of a struct passed by value, of which `size` bytes are read.
+        if let Some(n) = a.struct_size {
+            buf.extend_from_slice(b",\"struct_size\":");
+            push_json_u64(buf, u64::from(n));
+        }
+        buf.push(b'}');
+    }
+    buf.push(b']');
+    // The argument names the probe's usdt-markers note declares.
+    if !arg_names.is_empty() {
+        buf.extend_from_slice(b",\"arg_names\":[");
+        for (i, n) in arg_names.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            push_json_str(buf, n);
+        }
+        buf.push(b']');
+    }
+    buf.extend_from_slice(b"}\n");
     Ok(())
+}
+
+/// `loc` as its derived `Serialize` writes it (tagged by `kind`, in snake case).
+fn push_json_loc(buf: &mut Vec<u8>, loc: &ArgLoc) {
+    let opt_u64 = |buf: &mut Vec<u8>, v: Option<u64>| match v {
+        Some(v) => push_json_u64(buf, v),
+        None => buf.extend_from_slice(b"null"),
+    };
+    let opt_reg = |buf: &mut Vec<u8>, r: &Option<Reg>| match r {
+        Some(r) => push_json_reg(buf, r),
+        None => buf.extend_from_slice(b"null"),
+    };
+    match loc {
+        ArgLoc::Const { value } => {
+            buf.extend_from_slice(b"{\"kind\":\"const\",\"value\":");
+            push_json_u64(buf, *value);
+        }
+        ArgLoc::Reg { reg } => {
+            buf.extend_from_slice(b"{\"kind\":\"reg\",\"reg\":");
+            push_json_reg(buf, reg);
+        }
+        ArgLoc::Mem {
+            base,
+            index,
+            scale,
+            disp,
+        } => {
+            buf.extend_from_slice(b"{\"kind\":\"mem\",\"base\":");
+            push_json_reg(buf, base);
+            buf.extend_from_slice(b",\"index\":");
+            opt_reg(buf, index);
+            buf.extend_from_slice(b",\"scale\":");
+            push_json_u64(buf, u64::from(*scale));
+            buf.extend_from_slice(b",\"disp\":");
+            buf.extend_from_slice(itoa::Buffer::new().format(*disp).as_bytes());
+        }
+        ArgLoc::RipRel {
+            symbol,
+            offset,
+            address,
+        } => {
+            buf.extend_from_slice(b"{\"kind\":\"rip_rel\",\"symbol\":");
+            push_json_str(buf, symbol);
+            buf.extend_from_slice(b",\"offset\":");
+            buf.extend_from_slice(itoa::Buffer::new().format(*offset).as_bytes());
+            buf.extend_from_slice(b",\"address\":");
+            opt_u64(buf, *address);
+        }
+        ArgLoc::SymMem {
+            symbol,
+            offset,
+            base,
+            index,
+            scale,
+            address,
+        } => {
+            buf.extend_from_slice(b"{\"kind\":\"sym_mem\",\"symbol\":");
+            push_json_str(buf, symbol);
+            buf.extend_from_slice(b",\"offset\":");
+            buf.extend_from_slice(itoa::Buffer::new().format(*offset).as_bytes());
+            buf.extend_from_slice(b",\"base\":");
+            opt_reg(buf, base);
+            buf.extend_from_slice(b",\"index\":");
+            opt_reg(buf, index);
+            buf.extend_from_slice(b",\"scale\":");
+            push_json_u64(buf, u64::from(*scale));
+            buf.extend_from_slice(b",\"address\":");
+            opt_u64(buf, *address);
+        }
+        ArgLoc::Unsupported { reason } => {
+            buf.extend_from_slice(b"{\"kind\":\"unsupported\",\"reason\":");
+            push_json_str(buf, reason);
+        }
+    }
+    buf.push(b'}');
+}
+
+fn push_json_reg(buf: &mut Vec<u8>, r: &Reg) {
+    let Reg {
+        name,
+        canonical,
+        pt_regs_word,
+    } = r;
+    buf.extend_from_slice(b"{\"name\":");
+    push_json_str(buf, name);
+    buf.extend_from_slice(b",\"canonical\":");
+    push_json_str(buf, canonical);
+    buf.extend_from_slice(b",\"pt_regs_word\":");
+    push_json_u64(buf, u64::from(*pt_regs_word));
+    buf.push(b'}');
+}
+
+/// `s` as a JSON string, exactly as serde_json writes it: most strings need no escape, which
+/// one pass without an early exit (vectorized) tells; the others go to serde_json.
+fn push_json_str(buf: &mut Vec<u8>, s: &str) {
+    if s.bytes()
+        .fold(true, |ok, b| ok & (b >= 0x20) & (b != b'"') & (b != b'\\'))
+    {
+        buf.push(b'"');
+        buf.extend_from_slice(s.as_bytes());
+        buf.push(b'"');
+    } else {
+        let mut ser = serde_json::Serializer::new(&mut *buf);
+        // Into a Vec: the writer cannot fail.
+        let _ = serde::Serializer::serialize_str(&mut ser, s);
+    }
+}
+
+fn push_json_u64(buf: &mut Vec<u8>, v: u64) {
+    buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+fn push_json_bool(buf: &mut Vec<u8>, v: bool) {
+    buf.extend_from_slice(if v { b"true" } else { b"false" });
 }
 
 /// The SITE column: what a hit costs on this kernel (`optimize`: it turns uprobes on 5-byte
@@ -310,130 +443,244 @@ fn write_text(
         .iter()
         .any(|s| crate::elf::optimizable_offset(s.insn, s.file_offset).is_some())
         && crate::tracer::features::uprobe_optimize().is_yes();
-    let rows: Vec<[String; 5]> = sites
-        .iter()
-        .map(|s| {
-            let sema = match (s.semaphore, s.semaphore_offset) {
-                (0, _) => "-".to_string(),
-                (a, Some(_)) if s.semaphore_shared_page => format!("{a:#x}(relro-shared)"),
-                (a, Some(_)) => format!("{a:#x}"),
-                (a, None) => format!("{a:#x}(unusable)"),
-            };
-            [
-                format!("{}:{}", clean(&s.provider), clean(&s.name)),
-                format!("{:#x}", s.pc),
-                sema,
-                format!("{:#x}", s.file_offset),
-                insn_label(s.insn, s.file_offset, optimize).to_string(),
-            ]
-        })
-        .collect();
+    // Two passes over the sites, the first measuring the columns, the second writing: cells
+    // are not kept as strings in between (five allocations per site on 50,000 sites).
     let header = ["PROBE", "PC", "SEMAPHORE", "OFFSET", "SITE"];
     // Columns are as wide as their widest cell, but a freak name (a file can hold a 100k-char
     // probe name) only overflows its own row instead of padding every other one.
-    let mut w = header.map(str::len);
-    for r in &rows {
-        for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.chars().count().min(MAX_COLUMN));
+    let mut w = [0; 4];
+    for (i, h) in header[..4].iter().enumerate() {
+        w[i] = h.len();
+    }
+    let mut raw_w = 0;
+    for s in sites {
+        let probe = width(&clean(&s.provider)) + 1 + width(&clean(&s.name));
+        w[0] = w[0].max(probe.min(MAX_COLUMN));
+        w[1] = w[1].max(hex_len(s.pc));
+        w[2] = w[2].max(semaphore_len(s));
+        w[3] = w[3].max(hex_len(s.file_offset));
+        for a in &s.args {
+            raw_w = raw_w.max(width(&clean(&a.raw)));
         }
     }
-    let line = |out: &mut dyn Write, r: [&str; 5]| {
-        let mut l = String::with_capacity(128);
+    let raw_w = raw_w.min(28);
+    // Lines are gathered in one buffer and handed on in large writes.
+    let mut l = String::with_capacity(FLUSH_AT + 4096);
+    l.push_str("  ");
+    pad_right(&mut l, header[0], w[0]);
+    for i in 1..4 {
         l.push_str("  ");
-        pad_right(&mut l, r[0], w[0]);
-        for i in 1..4 {
-            l.push_str("  ");
-            pad_left(&mut l, r[i], w[i]);
-        }
+        pad_left(&mut l, header[i], w[i]);
+    }
+    l.push_str("  ");
+    l.push_str(header[4]);
+    l.push('\n');
+    let mut desc = String::with_capacity(64);
+    for s in sites {
         l.push_str("  ");
-        l.push_str(r[4]);
-        writeln!(out, "{l}")
-    };
-    line(out, header)?;
-    let raws: Vec<Vec<std::borrow::Cow<'_, str>>> = sites
-        .iter()
-        .map(|s| s.args.iter().map(|a| clean(&a.raw)).collect())
-        .collect();
-    let raw_w = raws
-        .iter()
-        .flatten()
-        .map(|r| r.chars().count())
-        .max()
-        .unwrap_or(0)
-        .min(28);
-    for ((s, r), raws) in sites.iter().zip(&rows).zip(&raws) {
-        line(out, [&r[0], &r[1], &r[2], &r[3], &r[4]])?;
+        let (provider, name) = (clean(&s.provider), clean(&s.name));
+        let probe = width(&provider) + 1 + width(&name);
+        l.push_str(&provider);
+        l.push(':');
+        l.push_str(&name);
+        push_spaces(&mut l, w[0].saturating_sub(probe));
+        l.push_str("  ");
+        push_spaces(&mut l, w[1].saturating_sub(hex_len(s.pc)));
+        push_hex(&mut l, s.pc);
+        l.push_str("  ");
+        push_spaces(&mut l, w[2].saturating_sub(semaphore_len(s)));
+        push_semaphore(&mut l, s);
+        l.push_str("  ");
+        push_spaces(&mut l, w[3].saturating_sub(hex_len(s.file_offset)));
+        push_hex(&mut l, s.file_offset);
+        l.push_str("  ");
+        l.push_str(insn_label(s.insn, s.file_offset, optimize));
+        l.push('\n');
         let names = declared_names(probes, s);
-        for (i, (a, raw)) in s.args.iter().zip(raws).enumerate() {
-            let mut l = format!("      arg{i:<2} ");
-            pad_right(&mut l, raw, raw_w);
-            match names.get(i) {
-                Some(n) => writeln!(out, "{l} -> {}  ({})", clean(&describe_arg(a)), clean(n))?,
-                None => writeln!(out, "{l} -> {}", clean(&describe_arg(a)))?,
+        for (i, a) in s.args.iter().enumerate() {
+            l.push_str("      arg");
+            push_decimal(&mut l, i as u64);
+            l.push_str(if i < 10 { "  " } else { " " });
+            pad_right(&mut l, &clean(&a.raw), raw_w);
+            l.push_str(" -> ");
+            desc.clear();
+            describe_arg_into(&mut desc, a);
+            l.push_str(&clean(&desc));
+            if let Some(n) = names.get(i) {
+                l.push_str("  (");
+                l.push_str(&clean(n));
+                l.push(')');
             }
+            l.push('\n');
+        }
+        if l.len() >= FLUSH_AT {
+            out.write_all(l.as_bytes())?;
+            l.clear();
         }
     }
-    // As in `run`: the process ends soon, no point freeing each cell.
-    std::mem::forget(rows);
-    Ok(())
+    out.write_all(l.as_bytes())
 }
+
+/// Text gathered before it is written on: a few pages, reused.
+const FLUSH_AT: usize = 32 * 1024;
 
 /// Widest a text column grows for alignment; longer cells overflow.
 const MAX_COLUMN: usize = 96;
 
+/// Characters `s` takes on a terminal, as the columns count them.
+fn width(s: &str) -> usize {
+    // Cleaned names are almost always ASCII, where bytes are characters.
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    }
+}
+
+/// Length of `{:#x}` of `v`.
+fn hex_len(v: u64) -> usize {
+    2 + (64 - (v | 1).leading_zeros() as usize).div_ceil(4)
+}
+
+/// `{:#x}` of `v`, without the formatting machinery (four numbers on each of every site's
+/// lines).
+fn push_hex(out: &mut String, v: u64) {
+    let mut digits = [0u8; 16];
+    let n = hex_len(v) - 2;
+    for (i, d) in digits[..n].iter_mut().enumerate() {
+        *d = b"0123456789abcdef"[((v >> (4 * (n - 1 - i))) & 0xf) as usize];
+    }
+    out.push_str("0x");
+    // Hex digits are ASCII.
+    out.push_str(std::str::from_utf8(&digits[..n]).unwrap_or_default());
+}
+
+fn push_decimal(out: &mut String, v: u64) {
+    out.push_str(itoa::Buffer::new().format(v));
+}
+
+/// The SEMAPHORE cell: `-`, its address, and why it is special if it is.
+fn push_semaphore(out: &mut String, s: &Site) {
+    match (s.semaphore, s.semaphore_offset) {
+        (0, _) => out.push('-'),
+        (a, off) => {
+            push_hex(out, a);
+            out.push_str(semaphore_suffix(s, off));
+        }
+    }
+}
+
+fn semaphore_suffix(s: &Site, offset: Option<u64>) -> &'static str {
+    match offset {
+        Some(_) if s.semaphore_shared_page => "(relro-shared)",
+        Some(_) => "",
+        None => "(unusable)",
+    }
+}
+
+fn semaphore_len(s: &Site) -> usize {
+    match s.semaphore {
+        0 => 1,
+        a => hex_len(a) + semaphore_suffix(s, s.semaphore_offset).len(),
+    }
+}
+
+fn push_spaces(out: &mut String, n: usize) {
+    // Slices of a row of spaces: pushing chars one by one was a few percent of `list`.
+    const SPACES: &str = "                                                                ";
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(SPACES.len());
+        out.push_str(&SPACES[..k]);
+        left -= k;
+    }
+}
+
 /// Appends `s` then spaces up to `width` characters. Done by hand: `format!`'s width must fit
 /// in a u16 and panics beyond (a 65,536-character probe name did).
-fn pad_right(out: &mut String, s: &str, width: usize) {
+fn pad_right(out: &mut String, s: &str, w: usize) {
     out.push_str(s);
-    let n = s.chars().count();
-    out.extend(std::iter::repeat_n(' ', width.saturating_sub(n)));
+    push_spaces(out, w.saturating_sub(width(s)));
 }
 
 /// Appends spaces up to `width` characters, then `s`.
-fn pad_left(out: &mut String, s: &str, width: usize) {
-    let n = s.chars().count();
-    out.extend(std::iter::repeat_n(' ', width.saturating_sub(n)));
+fn pad_left(out: &mut String, s: &str, w: usize) {
+    push_spaces(out, w.saturating_sub(width(s)));
     out.push_str(s);
 }
 
 /// A compact reading of one argument: its C type and where the tracer reads it.
 pub fn describe_arg(a: &ArgSpec) -> String {
-    let d = describe_loc(a);
-    match a.struct_size {
-        Some(n) if a.readable() => format!("{d} (low 8 bytes of a {n}-byte struct)"),
-        _ => d,
+    let mut d = String::with_capacity(48);
+    describe_arg_into(&mut d, a);
+    d
+}
+
+/// [`describe_arg`] appended to `out`: `list` describes every argument of every site
+/// (thousands in libjvm.so, 100,000 in a generated binary) into one reused buffer.
+pub fn describe_arg_into(out: &mut String, a: &ArgSpec) {
+    describe_loc(out, a);
+    if let (Some(n), true) = (a.struct_size, a.readable()) {
+        out.push_str(" (low 8 bytes of a ");
+        push_decimal(out, u64::from(n));
+        out.push_str("-byte struct)");
     }
 }
 
 /// `SYMBOL` or `SYMBOL+OFFSET` / `SYMBOL-OFFSET`, as an assembler writes a symbolic address.
-fn symbol_plus(symbol: &str, offset: i64) -> String {
-    if offset == 0 {
-        symbol.to_string()
-    } else {
-        format!("{symbol}{offset:+}")
+fn push_symbol_plus(out: &mut String, symbol: &str, offset: i64) {
+    use std::fmt::Write as _;
+    out.push_str(symbol);
+    if offset != 0 {
+        let _ = write!(out, "{offset:+}");
     }
 }
 
-fn describe_loc(a: &ArgSpec) -> String {
-    use std::fmt::Write as _;
-    // Pushed piece by piece rather than through format!: `list` describes every argument of
-    // every site (thousands in libjvm.so, 100,000 in a generated binary).
-    let mut ty = String::with_capacity(48);
-    ty.push(if a.float {
+/// The argument's type: `s32`, `u64`, `f64`...
+fn push_type(out: &mut String, a: &ArgSpec) {
+    out.push(if a.float {
         'f'
     } else if a.signed {
         's'
     } else {
         'u'
     });
-    let _ = write!(ty, "{}", u32::from(a.size) * 8);
+    push_decimal(out, u64::from(a.size) * 8);
+}
+
+/// `base+index*scale` of a symbol operand, `+` between those present.
+fn push_sym_regs(out: &mut String, base: Option<&Reg>, index: Option<&Reg>, scale: u8) {
+    if let Some(b) = base {
+        out.push_str(b.canonical);
+    }
+    if let Some(ix) = index {
+        if base.is_some() {
+            out.push('+');
+        }
+        out.push_str(ix.canonical);
+        if scale != 1 {
+            out.push('*');
+            push_decimal(out, u64::from(scale));
+        }
+    }
+}
+
+fn describe_loc(d: &mut String, a: &ArgSpec) {
+    use std::fmt::Write as _;
     match &a.loc {
-        ArgLoc::Unsupported { reason } => format!("unreadable: {reason}"),
-        ArgLoc::Const { value } => format!("{ty} = {}", const_value(*value, a.size, a.signed)),
+        ArgLoc::Unsupported { reason } => {
+            d.push_str("unreadable: ");
+            d.push_str(reason);
+        }
+        ArgLoc::Const { value } => {
+            push_type(d, a);
+            d.push_str(" = ");
+            push_const_value(d, *value, a.size, a.signed);
+        }
         ArgLoc::Reg { reg } => {
-            ty.push_str(" in ");
-            ty.push_str(&reg.canonical);
-            ty
+            push_type(d, a);
+            d.push_str(" in ");
+            d.push_str(reg.canonical);
         }
         ArgLoc::Mem {
             base,
@@ -441,33 +688,45 @@ fn describe_loc(a: &ArgSpec) -> String {
             scale,
             disp,
         } => {
-            let mut d = ty;
+            push_type(d, a);
             d.push_str(" at [");
-            d.push_str(&base.canonical);
+            d.push_str(base.canonical);
             if let Some(ix) = index {
                 d.push('+');
-                d.push_str(&ix.canonical);
+                d.push_str(ix.canonical);
                 if *scale > 1 {
-                    let _ = write!(d, "*{scale}");
+                    d.push('*');
+                    push_decimal(d, u64::from(*scale));
                 }
             }
             if *disp != 0 {
                 let _ = write!(d, "{disp:+}");
             }
             d.push(']');
-            d
         }
         ArgLoc::RipRel {
             symbol,
             offset,
             address,
-        } => {
-            let sym = symbol_plus(symbol, *offset);
-            match address {
-                Some(addr) => format!("{ty} at [{sym} = {addr:#x}]"),
-                None => format!("unreadable: symbol {symbol} not found ({ty} at [{sym}])"),
+        } => match address {
+            Some(addr) => {
+                push_type(d, a);
+                d.push_str(" at [");
+                push_symbol_plus(d, symbol, *offset);
+                d.push_str(" = ");
+                push_hex(d, *addr);
+                d.push(']');
             }
-        }
+            None => {
+                d.push_str("unreadable: symbol ");
+                d.push_str(symbol);
+                d.push_str(" not found (");
+                push_type(d, a);
+                d.push_str(" at [");
+                push_symbol_plus(d, symbol, *offset);
+                d.push_str("])");
+            }
+        },
         ArgLoc::SymMem {
             symbol,
             offset,
@@ -476,29 +735,36 @@ fn describe_loc(a: &ArgSpec) -> String {
             scale,
             address,
         } => {
-            let sym = symbol_plus(symbol, *offset);
-            let regs: Vec<String> = base
-                .iter()
-                .map(|b| b.canonical.clone())
-                .chain(index.iter().map(|ix| match scale {
-                    1 => ix.canonical.clone(),
-                    s => format!("{}*{s}", ix.canonical),
-                }))
-                .collect();
-            let regs = regs.join("+");
             match address {
-                Some(addr) => format!("{ty} at [{sym} = {addr:#x} + {regs}]"),
-                None => format!(
-                    "unreadable: no absolute address for {symbol} (not found, or not an \
-                     ET_EXEC) ({ty} at [{sym} + {regs}])"
-                ),
+                Some(addr) => {
+                    push_type(d, a);
+                    d.push_str(" at [");
+                    push_symbol_plus(d, symbol, *offset);
+                    d.push_str(" = ");
+                    push_hex(d, *addr);
+                    d.push_str(" + ");
+                }
+                None => {
+                    d.push_str("unreadable: no absolute address for ");
+                    d.push_str(symbol);
+                    d.push_str(" (not found, or not an ET_EXEC) (");
+                    push_type(d, a);
+                    d.push_str(" at [");
+                    push_symbol_plus(d, symbol, *offset);
+                    d.push_str(" + ");
+                }
+            }
+            push_sym_regs(d, base.as_ref(), index.as_ref(), *scale);
+            d.push(']');
+            if address.is_none() {
+                d.push(')');
             }
         }
     }
 }
 
 /// An immediate as the program sees it: truncated to its size, then sign-extended if signed.
-fn const_value(v: u64, size: u8, signed: bool) -> String {
+fn push_const_value(out: &mut String, v: u64, size: u8, signed: bool) {
     let bits = u32::from(size.clamp(1, 8)) * 8;
     let v = if bits == 64 {
         v
@@ -507,9 +773,9 @@ fn const_value(v: u64, size: u8, signed: bool) -> String {
     };
     if signed {
         let shift = 64 - bits;
-        (((v << shift) as i64) >> shift).to_string()
+        out.push_str(itoa::Buffer::new().format(((v << shift) as i64) >> shift));
     } else {
-        v.to_string()
+        push_decimal(out, v);
     }
 }
 
@@ -535,6 +801,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::argspec::{parse_arg, Arch};
+    use crate::elf::SiteInsn;
 
     #[test]
     fn describes_each_kind_of_argument() {
@@ -593,6 +860,154 @@ mod tests {
             "unreadable: no absolute address for sarr (not found, or not an ET_EXEC) \
              (u64 at [sarr+8 + rcx])"
         );
+    }
+
+    /// What `write_json` wrote before it was written by hand: serde's output of this struct.
+    #[derive(serde::Serialize)]
+    struct JsonArg<'a> {
+        raw: &'a str,
+        size: u8,
+        signed: bool,
+        float: bool,
+        loc: &'a ArgLoc,
+        readable: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        struct_size: Option<u8>,
+    }
+
+    #[derive(serde::Serialize)]
+    struct JsonSite<'a> {
+        path: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
+        provider: &'a str,
+        name: &'a str,
+        pc: u64,
+        base: u64,
+        semaphore: u64,
+        semaphore_offset: Option<u64>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        semaphore_relro_shared: bool,
+        file_offset: u64,
+        args: &'a str,
+        insn: SiteInsn,
+        insn_bytes: &'a str,
+        args_decoded: Vec<JsonArg<'a>>,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        arg_names: &'a [String],
+    }
+
+    fn serde_line(path: &str, pid: Option<u32>, s: &Site, arg_names: &[String]) -> String {
+        let rec = JsonSite {
+            path,
+            pid,
+            provider: &s.provider,
+            name: &s.name,
+            pc: s.pc,
+            base: s.base,
+            semaphore: s.semaphore,
+            semaphore_offset: s.semaphore_offset,
+            semaphore_relro_shared: s.semaphore_shared_page,
+            file_offset: s.file_offset,
+            args: &s.args_raw,
+            insn: s.insn,
+            insn_bytes: &s.insn_bytes,
+            args_decoded: s
+                .args
+                .iter()
+                .map(|a| JsonArg {
+                    raw: &a.raw,
+                    size: a.size,
+                    signed: a.signed,
+                    float: a.float,
+                    loc: &a.loc,
+                    readable: a.readable(),
+                    struct_size: a.struct_size,
+                })
+                .collect(),
+            arg_names,
+        };
+        serde_json::to_string(&rec).unwrap() + "\n"
+    }
+
+    fn site(provider: &str, name: &str) -> Site {
+        Site {
+            provider: provider.into(),
+            name: name.into(),
+            pc: 0x1000,
+            base: 0,
+            semaphore: 0,
+            file_offset: 0x1000,
+            semaphore_offset: None,
+            semaphore_shared_page: false,
+            args_raw: String::new(),
+            args: Vec::new(),
+            insn: SiteInsn::Nop,
+            insn_bytes: "90".into(),
+            kind: crate::elf::SiteKind::Note,
+        }
+    }
+
+    #[test]
+    fn hand_written_json_is_what_serde_writes() {
+        let args = [
+            "-4@%edi",
+            "8@-16(%rbp)",
+            "-4@$-9",
+            "2@-96(%rbp,%rax,8)",
+            "8@mp_+24(%rip)",
+            "8@sarr+8(%rcx)",
+            "-4@a_s32-4(,%rax,4)",
+            "8@-24+sym(%rip)",
+            "4@$-1",
+            "16@%rax",
+            "8f@%xmm0",
+            "4@%ah",
+            "-4@[x29, -12]",
+            "8@\"quoted\\\u{1b}[31m\"",
+        ];
+        let mut sites = Vec::new();
+        for (i, raw) in args.iter().enumerate() {
+            let arch = if raw.contains('[') {
+                Arch::Aarch64
+            } else {
+                Arch::X86_64
+            };
+            let mut s = site("prov", &format!("name{i}"));
+            s.args = vec![parse_arg(raw, arch).resolve(|_| (i % 2 == 0).then_some(0x4040))];
+            s.args_raw = raw.to_string();
+            s.pc = 0x1000 + i as u64;
+            s.semaphore = if i % 3 == 0 { 0 } else { 0x2000 };
+            s.semaphore_offset = (i % 3 == 1).then_some(0x1f00);
+            s.semaphore_shared_page = i == 4;
+            s.insn = [
+                SiteInsn::Nop,
+                SiteInsn::NopNop5,
+                SiteInsn::Nop5,
+                SiteInsn::SingleStep,
+                SiteInsn::Unknown,
+            ][i % 5];
+            s.insn_bytes = "90".repeat(i % 4);
+            sites.push(s);
+        }
+        // Names and paths with what JSON must escape, and none at all.
+        let mut odd = site("p\"\\", "n\u{0}\u{7f}\u{202e}é\n\t");
+        odd.args_raw = String::new();
+        sites.push(odd);
+        let names = ["a".to_string(), "b\"c".to_string()];
+        for s in &sites {
+            for (path, pid, names) in [
+                ("/bin/x", None, &[][..]),
+                ("/tmp/\u{1b}]x\"y", Some(42), &names[..]),
+            ] {
+                let mut mine = Vec::new();
+                write_json(&mut mine, path, pid, s, names).unwrap();
+                assert_eq!(
+                    String::from_utf8(mine).unwrap(),
+                    serde_line(path, pid, s, names)
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,13 +1,34 @@
 //! The aarch64 operand grammar: `x0`, `w7`, `sp`, `5` / `#5`, `[sp, 112]`, `[x29, -12]`.
 
 use super::{parse_int, ArgLoc, Operand, Parsed, Reg};
+use std::borrow::Cow;
 use usdt_trace_common::regs::aarch64 as word;
 
+/// x0..x30 and w0..w30 spelled as the assembler writes them.
+const X: [&str; 31] = [
+    "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14",
+    "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26", "x27",
+    "x28", "x29", "x30",
+];
+const W: [&str; 31] = [
+    "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12", "w13", "w14",
+    "w15", "w16", "w17", "w18", "w19", "w20", "w21", "w22", "w23", "w24", "w25", "w26", "w27",
+    "w28", "w29", "w30",
+];
+
+/// `s` from a static table when it is spelled as there, else owned.
+fn static_or_owned(s: &str, table: &[&'static str]) -> Cow<'static, str> {
+    match table.iter().find(|t| **t == s) {
+        Some(t) => Cow::Borrowed(t),
+        None => Cow::Owned(s.to_string()),
+    }
+}
+
 fn reg(name: &str) -> Result<(Reg, u8), String> {
-    let mk = |canonical: String, word: u8, width: u8| {
+    let mk = |name: Cow<'static, str>, canonical: &'static str, word: u8, width: u8| {
         Ok((
             Reg {
-                name: name.to_string(),
+                name,
                 canonical,
                 pt_regs_word: word,
             },
@@ -15,21 +36,21 @@ fn reg(name: &str) -> Result<(Reg, u8), String> {
         ))
     };
     match name {
-        "sp" => return mk("sp".into(), word::SP, 8),
-        "wsp" => return mk("sp".into(), word::SP, 4),
-        "fp" => return mk("x29".into(), word::FP, 8),
-        "lr" => return mk("x30".into(), word::LR, 8),
+        "sp" => return mk(Cow::Borrowed("sp"), "sp", word::SP, 8),
+        "wsp" => return mk(Cow::Borrowed("wsp"), "sp", word::SP, 4),
+        "fp" => return mk(Cow::Borrowed("fp"), "x29", word::FP, 8),
+        "lr" => return mk(Cow::Borrowed("lr"), "x30", word::LR, 8),
         _ => {}
     }
-    let (width, num) = match name.split_at_checked(1) {
-        Some(("x", n)) => (8, n),
-        Some(("w", n)) => (4, n),
+    let (width, num, spelled) = match name.split_at_checked(1) {
+        Some(("x", n)) => (8, n, &X),
+        Some(("w", n)) => (4, n, &W),
         _ => return Err(format!("unknown register {name:?}")),
     };
     match num.parse::<u8>() {
-        Ok(n) if !num.starts_with('+') => match word::x(n) {
-            Some(w) => mk(format!("x{n}"), w, width),
-            None => Err(format!("unknown register {name:?}")),
+        Ok(n) if !num.starts_with('+') => match (word::x(n), X.get(usize::from(n))) {
+            (Some(w), Some(canonical)) => mk(static_or_owned(name, spelled), canonical, w, width),
+            _ => Err(format!("unknown register {name:?}")),
         },
         _ => Err(format!("unknown register {name:?}")),
     }

@@ -2,10 +2,11 @@
 //! `mp_+24(%rip)`, and gcc -no-pie's symbol displacements `arr(,%rax,8)`.
 
 use super::{parse_int, ArgLoc, Operand, Parsed, Reg};
+use std::borrow::Cow;
 use usdt_trace_common::regs::x86_64 as word;
 
 /// The 64-bit general-purpose registers and their `pt_regs` words.
-const GPRS: &[(&str, u8)] = &[
+const GPRS: [(&str, u8); 16] = [
     ("rax", word::RAX),
     ("rbx", word::RBX),
     ("rcx", word::RCX),
@@ -24,63 +25,56 @@ const GPRS: &[(&str, u8)] = &[
     ("r15", word::R15),
 ];
 
-/// Narrower spellings of the legacy registers: (32, 16, 8 bit).
-const LEGACY: &[(&str, [&str; 3])] = &[
-    ("rax", ["eax", "ax", "al"]),
-    ("rbx", ["ebx", "bx", "bl"]),
-    ("rcx", ["ecx", "cx", "cl"]),
-    ("rdx", ["edx", "dx", "dl"]),
-    ("rsi", ["esi", "si", "sil"]),
-    ("rdi", ["edi", "di", "dil"]),
-    ("rbp", ["ebp", "bp", "bpl"]),
-    ("rsp", ["esp", "sp", "spl"]),
-];
-
 /// `%rip` reads as the `ip` word: at a uprobe it is the probe's address.
 const RIP_WORD: u8 = word::IP;
+
+/// A general-purpose register's spellings: (the name, its full register's index in [`GPRS`],
+/// the width in bytes it names). The legacy registers' 32, 16 and 8-bit names, r8..r15's
+/// `d`, `w`, `b` and GAS's `l` alias for the low byte. A match rather than a scan of tables:
+/// `list` looks up a register for most arguments of every site.
+fn spelling(name: &str) -> Option<(&'static str, usize, u8)> {
+    #[rustfmt::skip]
+    let found = match name {
+        "rax" => ("rax", 0, 8), "eax" => ("eax", 0, 4), "ax" => ("ax", 0, 2), "al" => ("al", 0, 1),
+        "rbx" => ("rbx", 1, 8), "ebx" => ("ebx", 1, 4), "bx" => ("bx", 1, 2), "bl" => ("bl", 1, 1),
+        "rcx" => ("rcx", 2, 8), "ecx" => ("ecx", 2, 4), "cx" => ("cx", 2, 2), "cl" => ("cl", 2, 1),
+        "rdx" => ("rdx", 3, 8), "edx" => ("edx", 3, 4), "dx" => ("dx", 3, 2), "dl" => ("dl", 3, 1),
+        "rsi" => ("rsi", 4, 8), "esi" => ("esi", 4, 4), "si" => ("si", 4, 2), "sil" => ("sil", 4, 1),
+        "rdi" => ("rdi", 5, 8), "edi" => ("edi", 5, 4), "di" => ("di", 5, 2), "dil" => ("dil", 5, 1),
+        "rbp" => ("rbp", 6, 8), "ebp" => ("ebp", 6, 4), "bp" => ("bp", 6, 2), "bpl" => ("bpl", 6, 1),
+        "rsp" => ("rsp", 7, 8), "esp" => ("esp", 7, 4), "sp" => ("sp", 7, 2), "spl" => ("spl", 7, 1),
+        "r8" => ("r8", 8, 8), "r8d" => ("r8d", 8, 4), "r8w" => ("r8w", 8, 2), "r8b" => ("r8b", 8, 1), "r8l" => ("r8l", 8, 1),
+        "r9" => ("r9", 9, 8), "r9d" => ("r9d", 9, 4), "r9w" => ("r9w", 9, 2), "r9b" => ("r9b", 9, 1), "r9l" => ("r9l", 9, 1),
+        "r10" => ("r10", 10, 8), "r10d" => ("r10d", 10, 4), "r10w" => ("r10w", 10, 2), "r10b" => ("r10b", 10, 1), "r10l" => ("r10l", 10, 1),
+        "r11" => ("r11", 11, 8), "r11d" => ("r11d", 11, 4), "r11w" => ("r11w", 11, 2), "r11b" => ("r11b", 11, 1), "r11l" => ("r11l", 11, 1),
+        "r12" => ("r12", 12, 8), "r12d" => ("r12d", 12, 4), "r12w" => ("r12w", 12, 2), "r12b" => ("r12b", 12, 1), "r12l" => ("r12l", 12, 1),
+        "r13" => ("r13", 13, 8), "r13d" => ("r13d", 13, 4), "r13w" => ("r13w", 13, 2), "r13b" => ("r13b", 13, 1), "r13l" => ("r13l", 13, 1),
+        "r14" => ("r14", 14, 8), "r14d" => ("r14d", 14, 4), "r14w" => ("r14w", 14, 2), "r14b" => ("r14b", 14, 1), "r14l" => ("r14l", 14, 1),
+        "r15" => ("r15", 15, 8), "r15d" => ("r15d", 15, 4), "r15w" => ("r15w", 15, 2), "r15b" => ("r15b", 15, 1), "r15l" => ("r15l", 15, 1),
+        _ => return None,
+    };
+    Some(found)
+}
 
 /// Resolves a register name (without `%`) to its full-width register and the width the
 /// name denotes.
 fn reg(name: &str) -> Result<(Reg, u8), String> {
-    let mk = |canonical: &str, word: u8, width: u8| {
-        Ok((
-            Reg {
-                name: name.to_string(),
-                canonical: canonical.to_string(),
-                pt_regs_word: word,
-            },
-            width,
-        ))
-    };
     if name == "rip" {
-        return mk("rip", RIP_WORD, 8);
+        let reg = Reg {
+            name: Cow::Borrowed("rip"),
+            canonical: "rip",
+            pt_regs_word: RIP_WORD,
+        };
+        return Ok((reg, 8));
     }
-    if let Some(&(canon, word)) = GPRS.iter().find(|(n, _)| *n == name) {
-        return mk(canon, word, 8);
-    }
-    for (canon, narrow) in LEGACY {
-        if let Some(i) = narrow.iter().position(|n| *n == name) {
-            let word = GPRS.iter().find(|(n, _)| n == canon).map_or(0, |g| g.1);
-            return mk(canon, word, [4, 2, 1][i]);
-        }
-    }
-    // r8d r8w r8b (and GAS's r8l alias for the low byte).
-    let digits_end = name
-        .char_indices()
-        .skip(1)
-        .find(|(_, c)| !c.is_ascii_digit())
-        .map_or(name.len(), |(i, _)| i);
-    let (full, suffix) = name.split_at(digits_end);
-    let width = match suffix {
-        "d" => Some(4),
-        "w" => Some(2),
-        "b" | "l" => Some(1),
-        _ => None,
-    };
-    if let (Some(w), Some(&(canon, word))) = (width, GPRS.iter().find(|(n, _)| *n == full)) {
-        if canon.len() > 1 && canon.as_bytes()[1].is_ascii_digit() {
-            return mk(canon, word, w);
-        }
+    if let Some((spelled, i, width)) = spelling(name) {
+        let (canonical, word) = GPRS[i];
+        let reg = Reg {
+            name: Cow::Borrowed(spelled),
+            canonical,
+            pt_regs_word: word,
+        };
+        return Ok((reg, width));
     }
     Err(match name {
         "ah" | "bh" | "ch" | "dh" => format!("high-byte register %{name}"),
@@ -112,8 +106,10 @@ pub(super) fn operand(op: &str) -> Operand {
             None,
         ));
     }
-    if op.starts_with('%') && !op.contains('(') {
-        if op.contains(':') {
+    // Bytes searched as bytes (see `parse_arg`).
+    let has = |b: u8| op.as_bytes().contains(&b);
+    if op.starts_with('%') && !has(b'(') {
+        if has(b':') {
             return Err(format!("segment-relative operand {op:?}"));
         }
         let (r, width) = percent_reg(op)?;
@@ -122,20 +118,27 @@ pub(super) fn operand(op: &str) -> Operand {
         }
         return Ok((Parsed::Done(ArgLoc::Reg { reg: r }), Some(width)));
     }
-    if op.contains(':') {
+    if has(b':') {
         return Err(format!("segment-relative operand {op:?}"));
     }
     let open = op
-        .find('(')
+        .bytes()
+        .position(|b| b == b'(')
         .ok_or_else(|| format!("unrecognised operand {op:?}"))?;
     let inner = op[open + 1..]
         .strip_suffix(')')
         .ok_or_else(|| format!("unbalanced parentheses in {op:?}"))?;
     let disp = &op[..open];
-    let parts: Vec<&str> = inner.split(',').map(str::trim).collect();
-    if parts.len() > 3 {
-        return Err(format!("too many address components in {op:?}"));
+    let mut all = [""; 3];
+    let mut n = 0;
+    for part in inner.split(',') {
+        if n == all.len() {
+            return Err(format!("too many address components in {op:?}"));
+        }
+        all[n] = part.trim();
+        n += 1;
     }
+    let parts = &all[..n];
     let base = match parts[0] {
         "" => None,
         b => {
@@ -376,7 +379,7 @@ mod tests {
                 scale,
                 disp,
             } => {
-                assert_eq!((base.canonical.as_str(), base.pt_regs_word), ("rbp", 4));
+                assert_eq!((base.canonical, base.pt_regs_word), ("rbp", 4));
                 assert_eq!((index, scale, disp), (None, 1, -1204));
             }
             other => panic!("{other:?}"),
@@ -406,7 +409,7 @@ mod tests {
                 disp: -96,
             } => {
                 assert_eq!(base.canonical, "rbp");
-                assert_eq!((ix.canonical.as_str(), ix.pt_regs_word), ("rax", 10));
+                assert_eq!((ix.canonical, ix.pt_regs_word), ("rax", 10));
             }
             other => panic!("{other:?}"),
         }
@@ -509,16 +512,8 @@ mod tests {
                     address: None,
                 } => {
                     assert_eq!((symbol.as_str(), *offset), (sym, off), "{s}");
-                    assert_eq!(
-                        base.as_ref().map(|r| r.canonical.as_str()),
-                        want_base,
-                        "{s}"
-                    );
-                    assert_eq!(
-                        index.as_ref().map(|r| r.canonical.as_str()),
-                        want_index,
-                        "{s}"
-                    );
+                    assert_eq!(base.as_ref().map(|r| r.canonical), want_base, "{s}");
+                    assert_eq!(index.as_ref().map(|r| r.canonical), want_index, "{s}");
                     assert_eq!(*scale, want_scale, "{s}");
                 }
                 other => panic!("{s}: {other:?}"),
@@ -567,7 +562,7 @@ mod tests {
         match x86("16@-16(%rsp)").loc {
             ArgLoc::Mem {
                 base, index, disp, ..
-            } => assert_eq!((base.canonical.as_str(), index, disp), ("rsp", None, -16)),
+            } => assert_eq!((base.canonical, index, disp), ("rsp", None, -16)),
             other => panic!("{other:?}"),
         }
         match x86("16@%rax").loc {

@@ -46,8 +46,9 @@
 //! | `symbols` | addresses of the symbols that argument operands name |
 //! | `warnings` | [`ElfWarning`] and the per-kind cap |
 //!
-//! Arguments are parsed per note ([`crate::argspec::parse_args`]) and finished once all notes
-//! are in, because the symbol tables are read only if some argument names a symbol.
+//! Arguments are parsed per note ([`crate::argspec::parse_args_iter`]); those that name a
+//! symbol are finished once all notes are in, because the symbol tables are read only if some
+//! argument names one.
 //!
 //! Pure except for [`parse_file`]. INTERFACE OWNED BY THE LEAD — the types below are what the
 //! tracer consumes; keep their names and meanings, add fields if needed.
@@ -70,7 +71,7 @@ pub use notes::{NoteError, StapsdtError};
 pub use sites::{optimizable_offset, PcProblem, SemaphoreProblem};
 pub use warnings::{ElfWarning, NoteLabel, WARNINGS_PER_KIND};
 
-use crate::argspec::{parse_args, Arch, ArgSpec, ParsedArg};
+use crate::argspec::{parse_args_iter, Arch, ArgSpec, ParsedArg};
 use notes::{
     decode_span, decode_stapsdt, notes_of, MARKERS_OWNER, MARKERS_SECTION, NT_STAPSDT,
     NT_USDT_MARKERS, NT_USDT_NAMES, NT_USDT_POLL, STAPSDT_BASE_SECTION, STAPSDT_OWNER,
@@ -83,6 +84,44 @@ use serde::Serialize;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use warnings::Warnings;
+
+/// Section names, looked up by hand: `object`'s lookup finds the NUL with the memchr crate,
+/// whose first call runs `cpuid` to choose an implementation, and `cpuid` traps to the
+/// hypervisor in a VM (about 25 µs, 2% of `list` on libjvm.so, where section names are the
+/// only strings looked up). Same rules as `object`: the table is the `e_shstrndx` section's
+/// bytes in the file, and a name runs from `sh_name` to the next NUL inside it.
+pub(super) struct SectionNames<'d> {
+    table: &'d [u8],
+    endian: Endianness,
+}
+
+impl<'d> SectionNames<'d> {
+    pub(super) fn new<Elf: FileHeader<Endian = Endianness>>(
+        header: &Elf,
+        endian: Endianness,
+        data: &'d [u8],
+        shdrs: &[Elf::SectionHeader],
+    ) -> Self {
+        let table = header
+            .shstrndx(endian, data)
+            .ok()
+            .and_then(|i| shdrs.get(i as usize))
+            .filter(|s| s.sh_type(endian) != elf::SHT_NOBITS)
+            .and_then(|s| {
+                let start = usize::try_from(s.sh_offset(endian).into()).ok()?;
+                let end = start.checked_add(usize::try_from(s.sh_size(endian).into()).ok()?)?;
+                data.get(start..end)
+            })
+            .unwrap_or(&[]);
+        SectionNames { table, endian }
+    }
+
+    /// The name of `shdr`, None when it does not lie in the table.
+    pub(super) fn get<S: SectionHeader<Endian = Endianness>>(&self, shdr: &S) -> Option<&'d [u8]> {
+        let rest = self.table.get(shdr.sh_name(self.endian) as usize..)?;
+        rest.get(..rest.iter().position(|&b| b == 0)?)
+    }
+}
 
 /// What the instruction at the probe site costs the kernel to step over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -301,10 +340,28 @@ fn parse_inner(data: &[u8], classify: bool) -> Result<ObjectProbes, ElfError> {
     }
 }
 
-/// A site whose arguments still wait for the symbol tables.
-struct PendingSite {
-    site: Site,
-    args: Vec<ParsedArg>,
+/// An argument that names a symbol, waiting for the symbol tables: `out.sites[site].args[arg]`
+/// holds a placeholder until then. The others are finished as they are parsed, straight
+/// into their site: a second vector of arguments per site (and a copy of every site at the
+/// end) was a good part of `list`'s time on 50,000 sites.
+struct SymbolArg {
+    site: usize,
+    arg: usize,
+    parsed: ParsedArg,
+}
+
+/// Stands where a [`SymbolArg`] goes (allocates nothing).
+fn placeholder() -> ArgSpec {
+    ArgSpec {
+        raw: String::new(),
+        size: 0,
+        signed: false,
+        float: false,
+        loc: crate::argspec::ArgLoc::Unsupported {
+            reason: String::new(),
+        },
+        struct_size: None,
+    }
 }
 
 /// `object`'s read errors as ours, naming what was being read.
@@ -370,8 +427,9 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     let mut stapsdt: Vec<&[u8]> = Vec::new();
     let mut markers: Vec<&[u8]> = Vec::new();
     let mut stapsdt_base: Option<u64> = None;
+    let names = SectionNames::new(header, endian, data, sections.iter().as_slice());
     for shdr in sections.iter() {
-        let Ok(name) = sections.section_name(endian, shdr) else {
+        let Some(name) = names.get(shdr) else {
             continue;
         };
         let list = match name {
@@ -401,8 +459,9 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     }
 
     let estimate = stapsdt.iter().map(|s| s.len() / 64).sum::<usize>();
-    let mut pending: Vec<PendingSite> = Vec::with_capacity(estimate);
-    let mut dedupe = sites::Dedupe::with_capacity(estimate);
+    out.sites.reserve(estimate);
+    let mut symbol_args: Vec<SymbolArg> = Vec::new();
+    let mut dedupe = sites::Dedupe::new();
     let mut bad_semaphores: HashSet<u64> = HashSet::new();
     let found = notes_of(&stapsdt, endian, (NT_STAPSDT, STAPSDT_OWNER), |error| {
         warnings.push(ElfWarning::DamagedNotes {
@@ -446,17 +505,15 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
                 continue;
             }
         };
-        let key = (
-            pc,
-            semaphore,
-            raw.provider.clone(),
-            raw.name.clone(),
-            raw.args.clone(),
-        );
-        if dedupe.contains(&key) {
+        let key = (pc, semaphore, &*raw.provider, &*raw.name, &*raw.args);
+        let kept = |i: usize| {
+            let s: &Site = &out.sites[i];
+            (s.pc, s.semaphore, &*s.provider, &*s.name, &*s.args_raw)
+        };
+        if dedupe.contains(&key, kept) {
             continue;
         }
-        let args = match parse_args(&raw.args, arch) {
+        let (count, parsed) = match parse_args_iter(&raw.args, arch) {
             Ok(a) => a,
             Err(error) => {
                 warnings.push(ElfWarning::BadArgs {
@@ -466,7 +523,7 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
                 continue;
             }
         };
-        dedupe.insert(key);
+        dedupe.insert(&key);
         let semaphore_offset = if semaphore == 0 {
             None
         } else {
@@ -491,23 +548,34 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
         } else {
             (SiteInsn::Unknown, String::new())
         };
-        pending.push(PendingSite {
-            site: Site {
-                provider: raw.provider.into_owned(),
-                name: raw.name.into_owned(),
-                pc,
-                base: raw.base,
-                semaphore,
-                file_offset,
-                semaphore_offset,
-                semaphore_shared_page,
-                args_raw: raw.args.into_owned(),
-                args: Vec::new(),
-                insn,
-                insn_bytes,
-                kind: SiteKind::Note,
-            },
+        let mut args = Vec::with_capacity(count);
+        for a in parsed {
+            if a.symbol().is_some() {
+                symbol_args.push(SymbolArg {
+                    site: out.sites.len(),
+                    arg: args.len(),
+                    parsed: a,
+                });
+                args.push(placeholder());
+            } else {
+                // What the resolver does with an argument naming no symbol.
+                args.push(a.resolve(|_| None));
+            }
+        }
+        out.sites.push(Site {
+            provider: raw.provider.into_owned(),
+            name: raw.name.into_owned(),
+            pc,
+            base: raw.base,
+            semaphore,
+            file_offset,
+            semaphore_offset,
+            semaphore_shared_page,
+            args_raw: raw.args.into_owned(),
             args,
+            insn,
+            insn_bytes,
+            kind: SiteKind::Note,
         });
     }
 
@@ -564,18 +632,12 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
         endian,
         data,
         exec,
-        pending.iter().flat_map(|p| &p.args),
+        symbol_args.iter().map(|a| &a.parsed),
     );
-    out.sites = pending
-        .into_iter()
-        .map(|PendingSite { mut site, args }| {
-            site.args = args
-                .into_iter()
-                .map(|a| resolver.resolve(a, &mut warnings))
-                .collect::<Vec<ArgSpec>>();
-            site
-        })
-        .collect();
+    // In site then argument order, as the warnings about symbols were always given.
+    for SymbolArg { site, arg, parsed } in symbol_args {
+        out.sites[site].args[arg] = resolver.resolve(parsed, &mut warnings);
+    }
     out.warnings = warnings.finish();
     Ok(out)
 }
