@@ -636,6 +636,13 @@ fn push_symbol_plus(out: &mut String, symbol: &str, offset: i64) {
     }
 }
 
+/// `TYPE at [SYMBOL+OFFSET`: the head every symbol operand's description shares.
+fn push_at_symbol(out: &mut String, a: &ArgSpec, symbol: &str, offset: i64) {
+    push_type(out, a);
+    out.push_str(" at [");
+    push_symbol_plus(out, symbol, offset);
+}
+
 /// The argument's type: `s32`, `u64`, `f64`...
 fn push_type(out: &mut String, a: &ArgSpec) {
     out.push(if a.float {
@@ -710,9 +717,7 @@ fn describe_loc(d: &mut String, a: &ArgSpec) {
             address,
         } => match address {
             Some(addr) => {
-                push_type(d, a);
-                d.push_str(" at [");
-                push_symbol_plus(d, symbol, *offset);
+                push_at_symbol(d, a, symbol, *offset);
                 d.push_str(" = ");
                 push_hex(d, *addr);
                 d.push(']');
@@ -721,9 +726,7 @@ fn describe_loc(d: &mut String, a: &ArgSpec) {
                 d.push_str("unreadable: symbol ");
                 d.push_str(symbol);
                 d.push_str(" not found (");
-                push_type(d, a);
-                d.push_str(" at [");
-                push_symbol_plus(d, symbol, *offset);
+                push_at_symbol(d, a, symbol, *offset);
                 d.push_str("])");
             }
         },
@@ -737,9 +740,7 @@ fn describe_loc(d: &mut String, a: &ArgSpec) {
         } => {
             match address {
                 Some(addr) => {
-                    push_type(d, a);
-                    d.push_str(" at [");
-                    push_symbol_plus(d, symbol, *offset);
+                    push_at_symbol(d, a, symbol, *offset);
                     d.push_str(" = ");
                     push_hex(d, *addr);
                     d.push_str(" + ");
@@ -748,9 +749,7 @@ fn describe_loc(d: &mut String, a: &ArgSpec) {
                     d.push_str("unreadable: no absolute address for ");
                     d.push_str(symbol);
                     d.push_str(" (not found, or not an ET_EXEC) (");
-                    push_type(d, a);
-                    d.push_str(" at [");
-                    push_symbol_plus(d, symbol, *offset);
+                    push_at_symbol(d, a, symbol, *offset);
                     d.push_str(" + ");
                 }
             }
