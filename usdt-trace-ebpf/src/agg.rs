@@ -30,7 +30,7 @@ use crate::{
     args::{copy_regs, read_arg, read_args, reg, ArgWords, IP_WORD},
     filter::usdt_filter_rejects,
     maps::{count, current_comm_into, CONFIG, PIDS, SCRATCH, SITES},
-    spans::zero,
+    store::zero,
 };
 
 /// `--count`'s own uprobe program (attached instead of `usdt_site`): a hit is only counted,

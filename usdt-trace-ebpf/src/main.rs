@@ -21,8 +21,9 @@
 //! it interrupted.
 //!
 //! Modules: [`maps`] (every map), [`args`] (argument and string reading), [`spans`], [`strs`]
-//! (`--str` strings), [`sched`], [`irq`]. The pure accounting and frame-search logic is in `usdt_trace_common`, unit-tested
-//! on the host.
+//! (`--str` strings), [`agg`] (`--by`, `--count`), [`filter`], [`stack`], [`store`] (word
+//! stores that LLVM must not turn into `memset` calls), [`sched`], [`irq`]. The pure accounting
+//! and frame-search logic is in `usdt_trace_common`, unit-tested on the host.
 // Built for bpfel-unknown-none by usdt-trace's build.rs; on the host (`cargo build
 // --workspace`) it compiles to an empty program so workspace-wide commands keep working.
 #![cfg_attr(target_arch = "bpf", no_std)]
@@ -43,6 +44,7 @@ mod maps;
 mod sched;
 mod spans;
 mod stack;
+mod store;
 mod strs;
 
 use aya_ebpf::{

@@ -1,0 +1,41 @@
+//! Stores that must stay stores. LLVM's BPF backend turns a struct or array assignment, and
+//! neighbouring zero stores, into calls of byte-loop `memcpy`/`memset` subprograms: the
+//! verifier walks them a byte at a time on every path that reaches them, and they run a loop
+//! per call (one was on every span start and every context switch of a traced thread). These
+//! write words, volatile so that LLVM keeps them as they are.
+
+use usdt_trace_common::{PollAcct, MAX_ARGS};
+
+/// `*v = 0` as a store of its own: LLVM merges neighbouring zero stores into a call of a
+/// byte-loop `memset` subprogram, which the verifier walks byte by byte and which runs a loop.
+#[inline(always)]
+pub fn zero<T: Default>(v: &mut T) {
+    // SAFETY: a unique reference to a plain integer.
+    unsafe { core::ptr::write_volatile(v, T::default()) };
+}
+
+/// `*dst = *src` for argument words, as unrolled word stores: a plain assignment becomes a
+/// call to a byte-by-byte `memcpy` subprogram, which the verifier walks one byte at a time on
+/// every path (tens of thousands of verified instructions) and which runs a loop per record.
+#[inline(always)]
+pub fn copy_words(dst: &mut [u64; MAX_ARGS], src: &[u64; MAX_ARGS]) {
+    for i in 0..MAX_ARGS {
+        // SAFETY: both in bounds; volatile only so LLVM keeps word stores instead of a memcpy.
+        unsafe { core::ptr::write_volatile(&mut dst[i], src[i]) };
+    }
+}
+
+/// `*v = zeroed` as unrolled word stores: `= Default::default()` on a 112-byte struct became a
+/// call to a byte-loop `memset` subprogram, run on every id-paired span start.
+#[inline(always)]
+pub fn zero_words(v: &mut PollAcct) {
+    const WORDS: usize = core::mem::size_of::<PollAcct>() / 8;
+    const _: () = assert!(core::mem::size_of::<PollAcct>().is_multiple_of(8));
+    const _: () = assert!(core::mem::align_of::<PollAcct>() >= 8);
+    let p = v as *mut PollAcct as *mut u64;
+    for i in 0..WORDS {
+        // SAFETY: within the struct (size and alignment checked above); all-zero is a valid
+        // PollAcct (plain integers).
+        unsafe { core::ptr::write_volatile(p.add(i), 0) };
+    }
+}
