@@ -197,11 +197,9 @@ pub fn count_n(idx: u32, n: u64) {
 /// null program instead of 1.4x. The reader also polls on a timer, so nothing waits long.
 #[inline(always)]
 pub fn ringbuf_flags(cfg: &Config, size: usize) -> u64 {
-    let t = cfg.wakeup_bytes as u64;
     // Reserved records count as waiting (the producer position moves at reserve), ours too.
     let after = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-    let before = after.saturating_sub(size as u64);
-    if t > 0 && after / t != before / t {
+    if usdt_trace_common::wakes_reader(after, size as u64, cfg.wakeup_bytes as u64) {
         BPF_RB_FORCE_WAKEUP as u64
     } else {
         BPF_RB_NO_WAKEUP as u64

@@ -310,6 +310,15 @@ pub struct Config {
     pub min_ns: u64,
 }
 
+/// Whether a ring buffer record of `size` bytes that leaves `waiting` bytes for the reader
+/// wakes it: when it carries the waiting data across a multiple of `threshold`, so a reader
+/// is woken once per `threshold` bytes of data however far behind it is (never for a
+/// threshold of 0).
+#[inline(always)]
+pub fn wakes_reader(waiting: u64, size: u64, threshold: u64) -> bool {
+    threshold > 0 && waiting / threshold != waiting.saturating_sub(size) / threshold
+}
+
 /// `*c = [0; 16]` as byte stores. The assignment compiles, for BPF, to a call of a byte-loop
 /// `memset` subprogram (LLVM cannot prove the field 8-byte aligned), which ran on every
 /// context switch of a traced thread.
@@ -1425,6 +1434,25 @@ mod tests {
         assert_eq!(core::mem::size_of::<IdFrame>(), 184 + 112);
         assert_eq!(core::mem::size_of::<IdSlot>(), 8 + 16 + 184 + 112);
         assert_eq!(core::mem::size_of::<StrSet>(), 16 + STR_SLOT * MAX_STRS);
+    }
+
+    #[test]
+    fn reader_woken_once_per_threshold_of_data_however_far_behind() {
+        let t = 1000;
+        // Below the threshold: no wakeup; the record that reaches it: one.
+        assert!(!wakes_reader(600, 300, t));
+        assert!(wakes_reader(1000, 300, t));
+        assert!(wakes_reader(1100, 300, t));
+        // A reader far behind: records between multiples wake nobody (they all did before).
+        assert!(!wakes_reader(5500, 300, t));
+        assert!(!wakes_reader(5800, 300, t));
+        assert!(wakes_reader(6100, 300, t));
+        // Records wake it once per threshold of data, whatever their size.
+        let woken = (1..=100u64)
+            .filter(|n| wakes_reader(n * 128, 128, t))
+            .count();
+        assert_eq!(woken, 12, "12,800 bytes, a wakeup per 1000");
+        assert!(!wakes_reader(5000, 300, 0));
     }
 
     #[test]
