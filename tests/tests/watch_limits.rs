@@ -148,6 +148,47 @@ fn more_open_ids_than_the_table_and_max_open_ids_are_dropped_not_unmatched() {
     );
 }
 
+/// Four threads, each opening 64 id spans at a time then closing them, 150 rounds: starts on
+/// two CPUs race for slots of the direct-mapped table (and fall back to the hash when a slot
+/// is held). Every span must come out once, closed by its own end, and none be unmatched.
+#[test]
+#[ignore = "needs root"]
+fn id_spans_racing_for_slots_on_many_threads_all_pair_exactly() {
+    const THREADS: u64 = 4;
+    const ROUNDS: u64 = 150;
+    const OPEN: u64 = 64;
+    let bin = build_c("id_race", &["-O2", "-pthread"]);
+    let bin = bin.to_str().unwrap();
+    let cmd = format!("{bin} {THREADS} {ROUNDS} {OPEN}");
+    let out = watch::Watch::start(&[
+        "--no-auto-span",
+        "--span",
+        "race:req__start=race:req__end",
+        "--key",
+        "0",
+        "--no-sched",
+        "-c",
+        &cmd,
+        bin,
+    ])
+    .finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let sum = out.summary();
+    let n = THREADS * ROUNDS * OPEN;
+    assert_eq!(sum["spans"], n, "{sum}");
+    assert_eq!(dropped(sum), (0, 0, 0), "{sum}");
+    assert_eq!(sum["unmatched"], 0, "{sum}");
+    assert_eq!(sum["unmatched_end"], 0, "{sum}");
+    let mut ids = std::collections::HashSet::new();
+    for s in out.spans() {
+        let id = s["args"][0].as_u64().unwrap();
+        assert_eq!(s["args"], json!([id, id * 7 + 3]), "{s}");
+        assert_eq!(s["end_args"], s["args"], "closed by its own end: {s}");
+        assert!(ids.insert(id), "span {id} reported twice");
+    }
+    assert_eq!(ids.len() as u64, n);
+}
+
 #[test]
 fn bad_limits_are_usage_errors() {
     for flag in ["--max-threads", "--max-open-ids"] {
