@@ -16,38 +16,11 @@ Prints a markdown table naming the kernel and the machine. Medians of --reps int
 """
 import argparse, json, os, platform, re, statistics, subprocess, sys, tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from markers_loop import ROOT, build, run
 
 
 def log(m):
     print(m, file=sys.stderr, flush=True)
-
-
-def build(out, *extra):
-    subprocess.run(["gcc", "-O2", "-I", os.path.join(ROOT, "usdt-markers/include"),
-                    os.path.join(ROOT, "tests/testprogs/bench_markers_loop.c"), "-o", out, *extra],
-                   check=True)
-    return out
-
-
-def cpu_per_iter(result):
-    with open(result) as f:
-        return float(re.search(r"ns_per_iter_cpu=([\d.]+)", f.read()).group(1))
-
-
-def run(prefix, binary, n, work, env=None):
-    result = os.path.join(work, "result")
-    if os.path.exists(result):
-        os.unlink(result)
-    cmd = f"{binary} {n} {result}"
-    if prefix is None:
-        subprocess.run(cmd.split(), check=True)
-        return cpu_per_iter(result), ""
-    p = subprocess.run(prefix + [cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       timeout=900, env=env)
-    if p.returncode != 0:
-        raise RuntimeError(f"{prefix[0]} failed: {p.stderr.decode()[-500:]}")
-    return cpu_per_iter(result), p.stderr.decode(errors="replace")
 
 
 def cpu_model():

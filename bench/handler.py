@@ -14,29 +14,7 @@ Each line shows the added ns per pair and the handler's share over the null prog
 """
 import argparse, os, statistics, subprocess, sys, tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def build(out, *extra):
-    subprocess.run(["gcc", "-O2", "-I", os.path.join(ROOT, "usdt-markers/include"),
-                    os.path.join(ROOT, "tests/testprogs/bench_markers_loop.c"), "-o", out, *extra],
-                   check=True)
-    return out
-
-
-def run(prefix, binary, pairs, work, env=None):
-    result = os.path.join(work, "result")
-    if os.path.exists(result):
-        os.unlink(result)
-    cmd = f"{binary} {pairs} {result}"
-    if prefix is None:
-        subprocess.run(cmd.split(), check=True)
-    else:
-        subprocess.run(prefix + [cmd], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=600, env=env)
-    with open(result) as f:
-        kv = dict(x.split("=") for x in f.read().split())
-    return float(kv["ns_per_iter_cpu"])
+from markers_loop import ROOT, build, run
 
 
 def main():
@@ -72,7 +50,7 @@ def main():
     res = {c[0]: [] for c in configs}
     for rep in range(a.reps):
         for name, prefix, binary, env in configs:
-            res[name].append(run(prefix, binary, a.pairs, work, env))
+            res[name].append(run(prefix, binary, a.pairs, work, env)[0])
         print(f"[{rep + 1}/{a.reps}] " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in res.items()), file=sys.stderr)
     med = {k: statistics.median(v) for k, v in res.items()}
     base = {loop: med["untraced"], loop_str: med["untraced (string loop)"]}

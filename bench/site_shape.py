@@ -12,32 +12,7 @@ interleaved.
 """
 import argparse, os, statistics, subprocess, sys, tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def build(out, *extra):
-    subprocess.run(["gcc", "-O2", "-I", os.path.join(ROOT, "usdt-markers/include"),
-                    os.path.join(ROOT, "tests/testprogs/bench_markers_loop.c"), "-o", out, *extra],
-                   check=True)
-
-
-def cpu_ns(result):
-    with open(result) as f:
-        kv = dict(x.split("=") for x in f.read().split())
-    return float(kv["ns_per_iter_cpu"])
-
-
-def run(argv_prefix, binary, pairs, work):
-    result = os.path.join(work, "result")
-    if os.path.exists(result):
-        os.unlink(result)
-    cmd = f"{binary} {pairs} {result}"
-    if argv_prefix is None:
-        subprocess.run(cmd.split(), check=True)
-    else:
-        subprocess.run(argv_prefix + [cmd], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=600)
-    return cpu_ns(result)
+from markers_loop import ROOT, build, run
 
 
 def main():
@@ -70,7 +45,7 @@ def main():
     res = {name: [] for name, _, _ in configs}
     for _ in range(a.reps):
         for name, prefix, binary in configs:
-            res[name].append(run(prefix, binary, a.pairs, work))
+            res[name].append(run(prefix, binary, a.pairs, work)[0])
     med = {k: statistics.median(v) for k, v in res.items()}
     base = {nop5: med["untraced nop;nop5"], nop1: med["untraced nop"]}
     added = {}
