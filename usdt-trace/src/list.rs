@@ -208,21 +208,21 @@ fn write_json(
     push_json_str(buf, path);
     if let Some(pid) = pid {
         buf.extend_from_slice(b",\"pid\":");
-        push_json_u64(buf, u64::from(pid));
+        push_json_int(buf, pid);
     }
     buf.extend_from_slice(b",\"provider\":");
     push_json_str(buf, &s.provider);
     buf.extend_from_slice(b",\"name\":");
     push_json_str(buf, &s.name);
     buf.extend_from_slice(b",\"pc\":");
-    push_json_u64(buf, s.pc);
+    push_json_int(buf, s.pc);
     buf.extend_from_slice(b",\"base\":");
-    push_json_u64(buf, s.base);
+    push_json_int(buf, s.base);
     buf.extend_from_slice(b",\"semaphore\":");
-    push_json_u64(buf, s.semaphore);
+    push_json_int(buf, s.semaphore);
     buf.extend_from_slice(b",\"semaphore_offset\":");
     match s.semaphore_offset {
-        Some(off) => push_json_u64(buf, off),
+        Some(off) => push_json_int(buf, off),
         None => buf.extend_from_slice(b"null"),
     }
     // lld's packed layout: the kernel alone cannot raise this semaphore in processes started
@@ -231,7 +231,7 @@ fn write_json(
         buf.extend_from_slice(b",\"semaphore_relro_shared\":true");
     }
     buf.extend_from_slice(b",\"file_offset\":");
-    push_json_u64(buf, s.file_offset);
+    push_json_int(buf, s.file_offset);
     buf.extend_from_slice(b",\"args\":");
     push_json_str(buf, &s.args_raw);
     buf.extend_from_slice(b",\"insn\":");
@@ -252,7 +252,7 @@ fn write_json(
         buf.extend_from_slice(b"{\"raw\":");
         push_json_str(buf, &a.raw);
         buf.extend_from_slice(b",\"size\":");
-        push_json_u64(buf, u64::from(a.size));
+        push_json_int(buf, a.size);
         buf.extend_from_slice(b",\"signed\":");
         push_json_bool(buf, a.signed);
         buf.extend_from_slice(b",\"float\":");
@@ -264,7 +264,7 @@ fn write_json(
         // The declared size of a struct passed by value, of which `size` bytes are read.
         if let Some(n) = a.struct_size {
             buf.extend_from_slice(b",\"struct_size\":");
-            push_json_u64(buf, u64::from(n));
+            push_json_int(buf, n);
         }
         buf.push(b'}');
     }
@@ -287,7 +287,7 @@ fn write_json(
 /// `loc` as its derived `Serialize` writes it (tagged by `kind`, in snake case).
 fn push_json_loc(buf: &mut Vec<u8>, loc: &ArgLoc) {
     let opt_u64 = |buf: &mut Vec<u8>, v: Option<u64>| match v {
-        Some(v) => push_json_u64(buf, v),
+        Some(v) => push_json_int(buf, v),
         None => buf.extend_from_slice(b"null"),
     };
     let opt_reg = |buf: &mut Vec<u8>, r: &Option<Reg>| match r {
@@ -297,7 +297,7 @@ fn push_json_loc(buf: &mut Vec<u8>, loc: &ArgLoc) {
     match loc {
         ArgLoc::Const { value } => {
             buf.extend_from_slice(b"{\"kind\":\"const\",\"value\":");
-            push_json_u64(buf, *value);
+            push_json_int(buf, *value);
         }
         ArgLoc::Reg { reg } => {
             buf.extend_from_slice(b"{\"kind\":\"reg\",\"reg\":");
@@ -314,9 +314,9 @@ fn push_json_loc(buf: &mut Vec<u8>, loc: &ArgLoc) {
             buf.extend_from_slice(b",\"index\":");
             opt_reg(buf, index);
             buf.extend_from_slice(b",\"scale\":");
-            push_json_u64(buf, u64::from(*scale));
+            push_json_int(buf, *scale);
             buf.extend_from_slice(b",\"disp\":");
-            buf.extend_from_slice(itoa::Buffer::new().format(*disp).as_bytes());
+            push_json_int(buf, *disp);
         }
         ArgLoc::RipRel {
             symbol,
@@ -326,7 +326,7 @@ fn push_json_loc(buf: &mut Vec<u8>, loc: &ArgLoc) {
             buf.extend_from_slice(b"{\"kind\":\"rip_rel\",\"symbol\":");
             push_json_str(buf, symbol);
             buf.extend_from_slice(b",\"offset\":");
-            buf.extend_from_slice(itoa::Buffer::new().format(*offset).as_bytes());
+            push_json_int(buf, *offset);
             buf.extend_from_slice(b",\"address\":");
             opt_u64(buf, *address);
         }
@@ -341,13 +341,13 @@ fn push_json_loc(buf: &mut Vec<u8>, loc: &ArgLoc) {
             buf.extend_from_slice(b"{\"kind\":\"sym_mem\",\"symbol\":");
             push_json_str(buf, symbol);
             buf.extend_from_slice(b",\"offset\":");
-            buf.extend_from_slice(itoa::Buffer::new().format(*offset).as_bytes());
+            push_json_int(buf, *offset);
             buf.extend_from_slice(b",\"base\":");
             opt_reg(buf, base);
             buf.extend_from_slice(b",\"index\":");
             opt_reg(buf, index);
             buf.extend_from_slice(b",\"scale\":");
-            push_json_u64(buf, u64::from(*scale));
+            push_json_int(buf, *scale);
             buf.extend_from_slice(b",\"address\":");
             opt_u64(buf, *address);
         }
@@ -370,7 +370,7 @@ fn push_json_reg(buf: &mut Vec<u8>, r: &Reg) {
     buf.extend_from_slice(b",\"canonical\":");
     push_json_str(buf, canonical);
     buf.extend_from_slice(b",\"pt_regs_word\":");
-    push_json_u64(buf, u64::from(*pt_regs_word));
+    push_json_int(buf, *pt_regs_word);
     buf.push(b'}');
 }
 
@@ -390,7 +390,8 @@ fn push_json_str(buf: &mut Vec<u8>, s: &str) {
     }
 }
 
-fn push_json_u64(buf: &mut Vec<u8>, v: u64) {
+/// A JSON integer (u64, i64, ...).
+fn push_json_int(buf: &mut Vec<u8>, v: impl itoa::Integer) {
     buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
