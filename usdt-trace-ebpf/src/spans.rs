@@ -71,31 +71,32 @@ impl Hit<'_> {
         read_args(self.spec, self.regs, self.ip, out);
     }
 
-    /// The span id this hit carries in argument `id_arg`, read from `args`.
+    /// The key of the span whose id this hit carries.
+    #[inline(always)]
+    fn key(&self, span_id: u64) -> IdKey {
+        IdKey {
+            pair_id: self.spec.pair_id,
+            tgid: self.tgid,
+            span_id,
+        }
+    }
+
+    /// The span id key of this hit, from its arguments already read into `args`.
     #[inline(always)]
     fn id_key(&self, args: &[u64; MAX_ARGS]) -> IdKey {
         // The bound check keeps the map-supplied index verifiable (and ID_NONE reads as 0).
         let idx = self.spec.id_arg as usize;
-        IdKey {
-            pair_id: self.spec.pair_id,
-            tgid: self.tgid,
-            span_id: if idx < MAX_ARGS { args[idx] } else { 0 },
-        }
+        self.key(if idx < MAX_ARGS { args[idx] } else { 0 })
     }
 
     /// The span id key of this hit, reading only the id argument (histogram mode needs no
     /// other).
     #[inline(always)]
     fn read_id_key(&self) -> IdKey {
-        let span_id = match self.spec.args.get(self.spec.id_arg as usize) {
+        self.key(match self.spec.args.get(self.spec.id_arg as usize) {
             Some(d) => read_one_arg(d, self.regs, self.ip),
             None => 0,
-        };
-        IdKey {
-            pair_id: self.spec.pair_id,
-            tgid: self.tgid,
-            span_id,
-        }
+        })
     }
 
     #[inline(always)]
