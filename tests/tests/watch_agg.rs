@@ -22,6 +22,19 @@ fn counts(rows: &[(String, Value)]) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// `--count --by str0` records of one run that `pick` accepts: string key → hits.
+fn string_key_counts(out: &watch::Output, pick: impl Fn(&Value) -> bool) -> BTreeMap<String, u64> {
+    out.of_type("count")
+        .filter(|r| r.get("key").is_some() && pick(r))
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap_or("").to_string(),
+                r["count"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 fn agg(args: &[&str]) -> watch::Output {
     let bin = build_c("agg_keys", &["-O2"]);
     let b = bin.to_str().unwrap();
@@ -301,16 +314,7 @@ fn python_function_calls_counted_by_name() {
     ])
     .finish();
     assert!(out.status.success(), "{}", out.stderr);
-    let by: BTreeMap<String, u64> = out
-        .of_type("count")
-        .filter(|r| r.get("key").is_some() && r["name"] == "function__entry")
-        .map(|r| {
-            (
-                r["key"].as_str().unwrap_or("").to_string(),
-                r["count"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let by = string_key_counts(&out, |r| r["name"] == "function__entry");
     assert_eq!(by.get("ping"), Some(&300), "{by:?}");
     assert_eq!(by.get("pong"), Some(&70), "{by:?}");
 }
@@ -496,16 +500,7 @@ fn postgres_queries_counted_and_histogrammed_by_query_text() {
     pg.queries(&["SELECT 'agg_b';"; 3]);
     let out = w.stop();
     assert!(out.status.success(), "{}", out.stderr);
-    let by: BTreeMap<String, u64> = out
-        .of_type("count")
-        .filter(|r| r.get("key").is_some())
-        .map(|r| {
-            (
-                r["key"].as_str().unwrap_or("").to_string(),
-                r["count"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let by = string_key_counts(&out, |_| true);
     assert_eq!(by.get("SELECT 42 AS agg_a;"), Some(&5), "{by:?}");
     assert_eq!(by.get("SELECT 'agg_b';"), Some(&3), "{by:?}");
     // Latency histograms per query text: query__start -> query__done.
