@@ -22,14 +22,14 @@ use usdt_trace_common::{
         AggConfig, ByKey, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_COUNTERS, BY_ARG,
         BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_STR_LEN, BY_TID, CFG_AGG_ARGS, CFG_AGG_BY,
     },
-    Frame, Hist, IdKey, CFG_FILTER, CFG_PID_FILTER, CFG_STOPPED, CNT_FILTERED, MAX_ARGS, STRS_CUT,
+    Frame, Hist, IdKey, CFG_FILTER, CFG_STOPPED, MAX_ARGS, STRS_CUT,
     STRS_OK, STR_NONE,
 };
 
 use crate::{
     args::{copy_regs, read_arg, read_args, reg, ArgWords, IP_WORD},
     filter::usdt_filter_rejects,
-    maps::{count, current_comm_into, CONFIG, PIDS, SCRATCH, SITES},
+    maps::{current_comm_into, CONFIG, SCRATCH, SITES},
     store::zero,
 };
 
@@ -43,12 +43,7 @@ pub fn on_count(ctx: &ProbeContext) -> Result<(), ()> {
     if cfg.flags & CFG_STOPPED != 0 {
         return Ok(());
     }
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // SAFETY: only the entry's presence is tested.
-    if cfg.flags & CFG_PID_FILTER != 0 && unsafe { PIDS.get(&tgid) }.is_none() {
-        count(CNT_FILTERED);
-        return Ok(());
-    }
+    // Links are scoped to the traced processes by the kernel (see `spans::on_site`).
     if cfg.flags & (CFG_AGG_ARGS | CFG_FILTER) != 0 {
         // SAFETY: this CPU's slot, which nothing else uses while this program runs.
         let sc = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };

@@ -54,7 +54,16 @@ use aya_ebpf::{
 
 #[uprobe]
 pub fn usdt_site(ctx: ProbeContext) -> u32 {
-    let _ = spans::on_site(&ctx);
+    let _ = spans::on_site::<true>(&ctx);
+    0
+}
+
+/// `--no-sched`: `usdt_site` without the time split, attached instead of it. A program of its
+/// own rather than a flag tested per hit: without a split an id-paired span touches no thread
+/// state, and each program is verified without the other's paths.
+#[uprobe]
+pub fn usdt_site_nosplit(ctx: ProbeContext) -> u32 {
+    let _ = spans::on_site::<false>(&ctx);
     0
 }
 

@@ -36,9 +36,6 @@ pub fn current_comm_into(dst: &mut [u8; 16]) {
 pub static SITES: Array<SiteSpec> = Array::with_max_entries(1, 0);
 #[map]
 pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
-/// Processes to trace when `CFG_PID_FILTER` is set.
-#[map]
-pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
 /// Span stack and scheduler accounting per thread id; an entry exists from a thread's first
 /// span start until it exits. User space sizes it (`--max-threads`); past that, starts on new
 /// threads are dropped and counted.
@@ -161,6 +158,27 @@ pub struct Scratch {
 }
 #[map]
 pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+/// Per CPU: one word that [`opaque`] passes values through.
+#[map]
+static OPAQUE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// `v`, as a number the verifier knows nothing about: stored to map memory and loaded back.
+/// A bounded loop leaves one verifier state per exit, each with its own exact result; a test
+/// of that exact value (even `< MAX_DEPTH`) marks it precise, and everything after it is then
+/// verified once per possible value. Whether that happened used to hang on how LLVM happened
+/// to allocate registers, so a change anywhere could push the program past the 1M budget.
+#[inline(always)]
+pub fn opaque(v: u64) -> u64 {
+    let Some(p) = OPAQUE.get_ptr_mut(0) else {
+        return v;
+    };
+    // SAFETY: this CPU's word, which nothing else uses while this program runs.
+    unsafe {
+        core::ptr::write_volatile(p, v);
+        core::ptr::read_volatile(p)
+    }
+}
+
 /// `CNT_*` counters, summed over CPUs by user space.
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_COUNTERS, 0);

@@ -11,11 +11,11 @@ use usdt_trace_common::{
     agg::{CFG_AGG_ARGS, CFG_AGG_BY},
     hist_slot, str_key_thread, Acct, Config, EventRecord, Frame, IdFrame, IdKey, IdSlot, PollAcct,
     RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, StackRecord, StrsRecord, ThreadState,
-    CFG_FILTER, CFG_HIST, CFG_PID_FILTER, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START,
-    CNT_EVENTS, CNT_FILTERED, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL,
+    CFG_FILTER, CFG_HIST, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START,
+    CNT_EVENTS, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL,
     CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_COMPONENTS, HIST_DURATION,
     HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, ID_SLOT_FILLING, ID_SLOT_FREE,
-    ID_SLOT_OPEN, MAX_ARGS, MAX_PAIRS,
+    ID_SLOT_OPEN, MAX_ARGS, MAX_DEPTH, MAX_PAIRS,
 };
 
 use crate::args::ArgWords;
@@ -23,9 +23,10 @@ use crate::store::{copy_words, zero, zero_words};
 use crate::{
     args::{copy_regs, read_args, read_one_arg, reg, IP_WORD, REGS_WORDS},
     maps::{
-        cas, count, count_n, current_comm_into, existing_thread, note_stateless_start, publish,
+        cas, count, count_n, current_comm_into, existing_thread, note_stateless_start, opaque,
+        publish,
         ringbuf_flags, take_stateless_start, thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH,
-        HISTS, ID_DROPPED, ID_SLOTS, ID_SPANS, PIDS, SCRATCH, SITES,
+        HISTS, ID_DROPPED, ID_SLOTS, ID_SPANS, SCRATCH, SITES,
     },
     sched,
     strs::{usdt_drop_strs, usdt_emit_strs, usdt_keep_strs},
@@ -38,7 +39,7 @@ fn words(args: &[u64; MAX_ARGS]) -> *const ArgWords {
 }
 
 /// One probe hit: what the site is and what the kernel told us about it.
-struct Hit<'a> {
+struct Hit<'a, const S: bool> {
     /// The probe's context (its registers), for helpers that walk the stack.
     ctx: *mut c_void,
     spec: &'a SiteSpec,
@@ -52,11 +53,21 @@ struct Hit<'a> {
     tid: u32,
 }
 
-impl Hit<'_> {
+impl<const S: bool> Hit<'_, S> {
     /// `--hist`: spans go into the in-kernel histograms, no records are emitted.
     #[inline(always)]
     fn hist(&self) -> bool {
         self.cfg.flags & CFG_HIST != 0
+    }
+
+    /// Whether spans get a time split: only with the scheduler hooks attached. Without them a
+    /// thread's state never leaves "running", and every span would read as all on-CPU; so
+    /// `--no-sched` spans carry no split, and id-paired ones touch no thread state at all.
+    /// A constant of the program (`usdt_site` or `usdt_site_nosplit`), not a flag tested per
+    /// hit: each program is verified without the other's paths.
+    #[inline(always)]
+    fn split(&self) -> bool {
+        S
     }
 
     /// Whether span starts keep their arguments (and string): always when records are made,
@@ -111,8 +122,10 @@ impl Hit<'_> {
     }
 }
 
-/// The generic uprobe program: the site's cookie says what this hit is.
-pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
+/// The generic uprobe program: the site's cookie says what this hit is. `S`: whether spans
+/// get a time split ([`Hit::split`]).
+#[inline(always)]
+pub fn on_site<const S: bool>(ctx: &ProbeContext) -> Result<(), ()> {
     // SAFETY: the helper only reads the cookie of the link this program runs for.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let spec = SITES.get(cookie).ok_or(())?;
@@ -120,14 +133,11 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
     if cfg.flags & CFG_STOPPED != 0 {
         return Ok(());
     }
+    // No PID test here: with -p or -c, every link is scoped to its process by the kernel
+    // (uprobe_multi's pid, a perf event's target), so other processes' hits never arrive.
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
-    // SAFETY: only the entry's presence is tested; the value reference is never read.
-    if cfg.flags & CFG_PID_FILTER != 0 && unsafe { PIDS.get(&tgid) }.is_none() {
-        count(CNT_FILTERED);
-        return Ok(());
-    }
     let hist = cfg.flags & CFG_HIST != 0;
     // Poll markers (ENTER/EXIT) are no events: they keep accounting in --hist mode too.
     if hist && spec.role == SiteRole::EVENT {
@@ -144,7 +154,7 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
     if !hist || spec.id_arg != ID_NONE || cfg.flags & CFG_AGG_ARGS != 0 {
         copy_regs(ctx, regs)?;
     }
-    let hit = Hit {
+    let hit = Hit::<S> {
         ctx: ctx.as_ptr(),
         spec,
         cfg,
@@ -167,7 +177,7 @@ pub fn on_site(ctx: &ProbeContext) -> Result<(), ()> {
     }
 }
 
-fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
+fn emit_event<const S: bool>(hit: &Hit<S>, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     count(CNT_EVENTS);
     if hit.hist() {
         return Ok(());
@@ -201,14 +211,24 @@ fn emit_event(hit: &Hit, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     Ok(())
 }
 
-/// Fills a newly opened span's frame. `with_args`: capture the start arguments.
+/// Fills a newly opened span's frame. `acct_start`: the thread's time split totals, when the
+/// span has a split; `with_args`: capture the start arguments.
 #[inline(always)]
-fn open_frame(hit: &Hit, f: &mut Frame, acct_start: Acct, with_args: bool) {
+fn open_frame<const S: bool>(
+    hit: &Hit<S>,
+    f: &mut Frame,
+    acct_start: Option<Acct>,
+    with_args: bool,
+) {
     f.site = hit.cookie;
     f.pair_id = hit.spec.pair_id;
     f.tid = hit.tid;
     f.start_ns = hit.now;
-    f.acct_start = acct_start;
+    // Zeroed word by word: a constant all-zero `Acct` stored whole is a `memset` call.
+    match acct_start {
+        Some(a) => f.acct_start = a,
+        None => zero_words(&mut f.acct_start),
+    }
     // Neighbouring zero stores become a call of a byte-loop `memset` subprogram (on every
     // span start); volatile stores stay stores.
     zero(&mut f.longest_off_ns);
@@ -225,8 +245,8 @@ fn open_frame(hit: &Hit, f: &mut Frame, acct_start: Acct, with_args: bool) {
 /// split when it has one; `end_args` the end arguments when already read (else they are read
 /// straight into the record).
 #[inline(always)]
-fn close_span(
-    hit: &Hit,
+fn close_span<const S: bool>(
+    hit: &Hit<S>,
     f: &Frame,
     id_key: Option<&IdKey>,
     acct: Option<Acct>,
@@ -295,7 +315,11 @@ fn close_span(
     rec.start_site = f.site;
     rec.start_tid = f.tid;
     rec.start_ns = f.start_ns;
-    rec.acct = acct.unwrap_or_default();
+    // As in `open_frame`: a constant zero `Acct` stored whole is a `memset` call.
+    match acct {
+        Some(a) => rec.acct = a,
+        None => zero_words(&mut rec.acct),
+    }
     rec.acct_valid = acct.is_some() as u32;
     match poll {
         Some(p) => {
@@ -355,20 +379,22 @@ fn copy_waker_comm(rec: &mut SpanRecord, f: &Frame) {
 }
 
 /// A span start paired per thread: push a frame.
-fn start_on_thread(hit: &Hit) -> Result<(), ()> {
+fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     let Some(st) = thread_state(hit.tid) else {
         count(CNT_THREADS_FULL);
         note_stateless_start(hit.tid);
         return Ok(());
     };
-    st.resume_accounting(hit.now);
-    sched::catch_up(st, hit.now);
+    if hit.split() {
+        st.resume_accounting(hit.now);
+        sched::catch_up(st, hit.now);
+    }
     // A full stack drops the start (and, through the thread's overflow count, its end).
     let Some(depth) = st.push() else {
         count(CNT_DEPTH_START);
         return Ok(());
     };
-    let acct = st.acct_at(hit.now);
+    let acct = hit.split().then(|| st.acct_at(hit.now));
     // `get_mut` rather than indexing: the bound the verifier needs on the map-held depth,
     // without a panic path.
     let Some(f) = st.frames.get_mut(depth) else {
@@ -388,7 +414,7 @@ fn start_on_thread(hit: &Hit) -> Result<(), ()> {
 }
 
 /// A span end paired per thread: pop to the innermost open frame of the span's name.
-fn end_on_thread(hit: &Hit) -> Result<(), ()> {
+fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     let Some(st) = existing_thread(hit.tid) else {
         stateless_end(hit.tid);
         return Ok(());
@@ -398,23 +424,23 @@ fn end_on_thread(hit: &Hit) -> Result<(), ()> {
         count(CNT_DEPTH_END);
         return Ok(());
     }
-    let Some(found) = st.find_open(hit.spec.pair_id) else {
+    // Hidden from the verifier before it is tested (see `opaque`): otherwise each depth the
+    // search can end at is a verifier path of its own through all that follows.
+    let found = opaque(st.find_open_raw(hit.spec.pair_id) as u64) as usize;
+    if found >= MAX_DEPTH {
         stateless_end(hit.tid);
         return Ok(());
-    };
-    // Frames above the one closed never got their end. Counted without a branch, and `found`
-    // read back from the map below: the frame search leaves one verifier state per iteration,
-    // each with its own exact `found`, and a branch on it (or a use of its exact value) would
-    // make the verifier walk everything after this once per possible depth.
+    }
+    // Frames above the one closed never got their end.
     count_n(
         CNT_UNMATCHED_START,
         (st.depth as u64).saturating_sub(found as u64 + 1),
     );
     // Before the pop: the frame being closed takes part in the repair's waker bookkeeping.
-    sched::catch_up(st, hit.now);
+    if hit.split() {
+        sched::catch_up(st, hit.now);
+    }
     st.depth = found as u32;
-    // SAFETY: a read of the live map value (volatile: not the value just stored).
-    let found = unsafe { core::ptr::read_volatile(&st.depth) } as usize;
     let acct_end = st.acct_at(hit.now);
     // `get` rather than indexing: no bounds-check panic path for the verifier to reject.
     let Some(f) = st.frames.get(found) else {
@@ -424,7 +450,7 @@ fn end_on_thread(hit: &Hit) -> Result<(), ()> {
         hit,
         f,
         None,
-        Some(acct_end.since(&f.acct_start)),
+        hit.split().then(|| acct_end.since(&f.acct_start)),
         None,
         None,
     );
@@ -501,13 +527,14 @@ fn claim_slot(key: &IdKey) -> Option<*mut IdSlot> {
 
 /// A span start that carries an id: store the frame under (pair, process, id), in its slot
 /// of `ID_SLOTS` or, when another span holds that, in `ID_SPANS`.
-fn start_by_id(hit: &Hit) -> Result<(), ()> {
+fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     // Keep this thread's accounting running so a span that also ends here gets a time split.
-    let mut acct_start = Acct::default();
-    if let Some(st) = thread_state(hit.tid) {
+    let mut acct_start = None;
+    // No split (`--no-sched`): the start touches no thread state, and its end none either.
+    if let Some(st) = hit.split().then(|| thread_state(hit.tid)).flatten() {
         st.resume_accounting(hit.now);
         sched::catch_up(st, hit.now);
-        acct_start = st.acct_at(hit.now);
+        acct_start = Some(st.acct_at(hit.now));
         st.id_open += 1;
     }
     let key = hit.read_id_key();
@@ -544,7 +571,7 @@ fn start_by_id(hit: &Hit) -> Result<(), ()> {
 }
 
 /// A span end that carries an id: close the frame stored under the same id.
-fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
+fn end_by_id<const S: bool>(hit: &Hit<S>, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     // Records carry the end arguments, so they are read once, into scratch; histograms need
     // only the id.
     let (key, end_args) = if hit.hist() {
@@ -569,9 +596,17 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     let IdFrame { frame: f, poll } = unsafe { &mut *found.span };
     // This thread's state, looked up once: in the common case the span started here too, and
     // the release, the poll's close and the time split below are all about it.
-    let mut mine = existing_thread(hit.tid);
-    release_on(f.tid, hit.tid, &mut mine);
+    let split = hit.split();
+    let mut mine = if split {
+        existing_thread(hit.tid)
+    } else {
+        None
+    };
+    if split {
+        release_on(f.tid, hit.tid, &mut mine);
+    }
     // An end inside a poll (the future ended its span before returning Ready) closes the poll.
+    // (Without a split no poll is ever entered.)
     if poll.enter_tid != 0 {
         let tid = poll.enter_tid;
         if tid == hit.tid {
@@ -605,14 +640,18 @@ fn end_by_id(hit: &Hit, end_args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
 /// of a span that is not open (started before tracing, or dropped) is ignored: it has no
 /// duration to split.
 #[inline(always)]
-fn polled_span(hit: &Hit) -> Option<&'static mut PollAcct> {
+fn polled_span<const S: bool>(hit: &Hit<S>) -> Option<&'static mut PollAcct> {
     let found = find_id_span(&hit.read_id_key())?;
     // SAFETY: a live map value (see end_by_id); only this span's markers write it, in order.
     Some(unsafe { &mut (*found.span).poll })
 }
 
-/// `<name>__enter(span_id)`: the span runs on this thread until its exit marker.
-fn poll_enter(hit: &Hit) -> Result<(), ()> {
+/// `<name>__enter(span_id)`: the span runs on this thread until its exit marker. Polls only
+/// split a span's time, so without a split they are ignored.
+fn poll_enter<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
+    if !hit.split() {
+        return Ok(());
+    }
     let Some(p) = polled_span(hit) else {
         return Ok(());
     };
@@ -637,7 +676,10 @@ fn poll_enter(hit: &Hit) -> Result<(), ()> {
 }
 
 /// `<name>__exit(span_id)`: the poll on this thread is over.
-fn poll_exit(hit: &Hit) -> Result<(), ()> {
+fn poll_exit<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
+    if !hit.split() {
+        return Ok(());
+    }
     let Some(p) = polled_span(hit) else {
         return Ok(());
     };

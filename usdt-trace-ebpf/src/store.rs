@@ -4,7 +4,7 @@
 //! per call (one was on every span start and every context switch of a traced thread). These
 //! write words, volatile so that LLVM keeps them as they are.
 
-use usdt_trace_common::{PollAcct, MAX_ARGS};
+use usdt_trace_common::{Acct, PollAcct, MAX_ARGS};
 
 /// `*v = 0` as a store of its own: LLVM merges neighbouring zero stores into a call of a
 /// byte-loop `memset` subprogram, which the verifier walks byte by byte and which runs a loop.
@@ -25,17 +25,24 @@ pub fn copy_words(dst: &mut [u64; MAX_ARGS], src: &[u64; MAX_ARGS]) {
     }
 }
 
+/// Structs of u64 fields only, 8-byte aligned: all-zero is a valid value, and a word store
+/// covers each field.
+pub trait Words {}
+impl Words for PollAcct {}
+impl Words for Acct {}
+
 /// `*v = zeroed` as unrolled word stores: `= Default::default()` on a 112-byte struct became a
 /// call to a byte-loop `memset` subprogram, run on every id-paired span start.
 #[inline(always)]
-pub fn zero_words(v: &mut PollAcct) {
-    const WORDS: usize = core::mem::size_of::<PollAcct>() / 8;
-    const _: () = assert!(core::mem::size_of::<PollAcct>().is_multiple_of(8));
-    const _: () = assert!(core::mem::align_of::<PollAcct>() >= 8);
-    let p = v as *mut PollAcct as *mut u64;
-    for i in 0..WORDS {
+pub fn zero_words<T: Words>(v: &mut T) {
+    const {
+        assert!(core::mem::size_of::<T>().is_multiple_of(8));
+        assert!(core::mem::align_of::<T>() >= 8);
+    }
+    let p = v as *mut T as *mut u64;
+    for i in 0..core::mem::size_of::<T>() / 8 {
         // SAFETY: within the struct (size and alignment checked above); all-zero is a valid
-        // PollAcct (plain integers).
+        // value of a `Words` type (plain integers).
         unsafe { core::ptr::write_volatile(p.add(i), 0) };
     }
 }

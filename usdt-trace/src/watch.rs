@@ -108,20 +108,18 @@ impl WatchConfig {
         }
     }
 
-    /// What the tracer is loaded with, from the validated flags and the plan: `pids` the
-    /// processes traced (with the `-c` child), `filter_masks` the `--filter` terms per site,
-    /// `key_plan` the `--by` key.
+    /// What the tracer is loaded with, from the validated flags and the plan: `filter_masks`
+    /// the `--filter` terms per site, `key_plan` the `--by` key. (The traced processes are not
+    /// among them: each link is scoped to its process when attached.)
     fn load_options<'a>(
         &'a self,
         plan: &'a Plan,
-        pids: &'a [u32],
         filter_masks: Option<&'a [u32]>,
         key_plan: Option<&crate::agg::KeyPlan>,
     ) -> LoadOptions<'a> {
         LoadOptions {
             specs: &plan.specs,
             ring_bytes: self.ring_bytes,
-            pids,
             hist: self.hist,
             // --count pairs nothing: no span for the scheduler hooks to split.
             sched: self.sched && !self.agg.count,
@@ -1083,7 +1081,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let mut pids: Vec<u32> = cfg.pids.clone();
     pids.extend(child.as_ref().map(|c| c.pid as u32));
     let mut tracer =
-        Tracer::load(&cfg.load_options(&plan, &pids, filter_masks.as_deref(), key_plan.as_ref()))?;
+        Tracer::load(&cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref()))?;
     // Before attach: processes already mapping the objects get their semaphores from the
     // kernel; only those started later need raising by hand.
     let mut raiser =

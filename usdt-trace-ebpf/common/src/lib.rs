@@ -156,8 +156,8 @@ pub const CNT_LOST: u32 = 2;
 pub const CNT_UNMATCHED_START: u32 = 3;
 /// Span ends without a start (none that a limit below dropped).
 pub const CNT_UNMATCHED_END: u32 = 4;
-/// Hits filtered out by the PID filter.
-pub const CNT_FILTERED: u32 = 5;
+// 5: unused. It counted hits of other processes, when the program filtered by PID; the
+// kernel scopes each link to its process now (`-p`, `-c`), so none arrive.
 /// Span starts dropped because `THREADS` was full: the thread could get no state.
 pub const CNT_THREADS_FULL: u32 = 6;
 /// Ends of those: the thread has no state, and `NO_STATE_TIDS` says a start was dropped.
@@ -177,12 +177,12 @@ pub const CNT_BELOW_MIN: u32 = 12;
 pub const CNT_FILTER_REJECT: u32 = 13;
 pub const NUM_COUNTERS: u32 = CNT_FILTER_REJECT + 1;
 
-/// `Config::flags`: only hits from PIDs in the `PIDS` map count.
-pub const CFG_PID_FILTER: u32 = 1;
+// Flag 1 is unused (it was the PID filter; see counter 5).
 /// `Config::flags`: keep in-kernel histograms and emit no per-span records.
 pub const CFG_HIST: u32 = 2;
-/// `Config::flags`: account scheduler time per span. The eBPF side does not read it: accounting
-/// runs whenever the scheduler hooks are attached (`--no-sched` leaves them out).
+/// `Config::flags`: account scheduler time per span: set when the scheduler hooks are attached
+/// (`--no-sched` leaves them out). Without it spans carry no split (it would read as all
+/// on-CPU), and id-paired spans and poll markers touch no thread state.
 pub const CFG_ACCT: u32 = 4;
 
 /// `Config::flags`: tracing has stopped; hits during the detach are ignored so the summary
@@ -724,6 +724,14 @@ impl ThreadState {
     /// above it never got their end), or None.
     #[inline(always)]
     pub fn find_open(&self, pair_id: u32) -> Option<usize> {
+        let found = self.find_open_raw(pair_id);
+        (found < MAX_DEPTH).then_some(found)
+    }
+
+    /// [`find_open`](Self::find_open) with `MAX_DEPTH` for None: no branch on the result,
+    /// for eBPF code that must hide it from the verifier before testing it.
+    #[inline(always)]
+    pub fn find_open_raw(&self, pair_id: u32) -> usize {
         let depth = self.depth as usize;
         // A sentinel rather than an Option in the loop: one register per iteration in the
         // eBPF code instead of two.
@@ -742,11 +750,7 @@ impl ThreadState {
             }
             j += 1;
         }
-        if found < MAX_DEPTH {
-            Some(found)
-        } else {
-            None
-        }
+        found
     }
 
     /// A span start on this thread. Returns the index of the frame to fill, or None when the

@@ -35,7 +35,7 @@ use std::{
 };
 use thiserror::Error;
 use usdt_trace_common::{
-    Config, FilterProg, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_PID_FILTER,
+    Config, FilterProg, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_FILTER, CFG_HIST,
     CFG_STACK, CFG_STOPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
 };
 
@@ -102,14 +102,18 @@ pub enum TraceError {
 
 use features::VMLINUX_BTF;
 
-/// The uprobe program to attach: `usdt_site`, or for benchmarks with
-/// `USDT_TRACE_BENCH_NULL_PROGRAM=1` in the environment `usdt_null`, which only returns (the
-/// floor any handler pays: `bench/handler.py`). Not a user option: nothing is traced then.
-fn uprobe_program() -> &'static str {
+/// The uprobe program to attach: `usdt_site`, or without the scheduler hooks
+/// `usdt_site_nosplit` (no time split, and id-paired spans touch no thread state), or for
+/// benchmarks with `USDT_TRACE_BENCH_NULL_PROGRAM=1` in the environment `usdt_null`, which only
+/// returns (the floor any handler pays: `bench/handler.py`). Not a user option: nothing is
+/// traced then.
+fn uprobe_program(sched: bool) -> &'static str {
     if std::env::var_os("USDT_TRACE_BENCH_NULL_PROGRAM").is_some_and(|v| v == "1") {
         "usdt_null"
-    } else {
+    } else if sched {
         "usdt_site"
+    } else {
+        "usdt_site_nosplit"
     }
 }
 
@@ -152,7 +156,6 @@ pub struct Counters {
     pub lost: u64,
     pub unmatched_start: u64,
     pub unmatched_end: u64,
-    pub filtered: u64,
     /// Span starts dropped because THREADS (`--max-threads`) was full, and their ends.
     pub threads_full: u64,
     pub threads_full_ends: u64,
@@ -189,8 +192,6 @@ pub struct LoadOptions<'a> {
     pub specs: &'a [SiteSpec],
     /// Ring buffer size in bytes (a power of two, multiple of the page size).
     pub ring_bytes: u32,
-    /// Accept only these processes; empty accepts every process.
-    pub pids: &'a [u32],
     /// Keep histograms in the kernel instead of sending each span.
     pub hist: bool,
     /// Attach the scheduler tracepoints and split span time (on-CPU, run queue, sleep, I/O).
@@ -225,9 +226,6 @@ impl LoadOptions<'_> {
         }
         if self.sched {
             flags |= CFG_ACCT;
-        }
-        if !self.pids.is_empty() {
-            flags |= CFG_PID_FILTER;
         }
         if self.filter.is_some() {
             flags |= CFG_FILTER;
@@ -389,19 +387,11 @@ impl Tracer {
                 msg: e.to_string(),
             })?;
         }
-        if !opts.pids.is_empty() {
-            let mut pids: BpfHashMap<_, u32, u8> =
-                BpfHashMap::try_from(ebpf.map_mut("PIDS").ok_or(TraceError::MissingMap("PIDS"))?)
-                    .map_err(map_err("PIDS"))?;
-            for &p in opts.pids {
-                pids.insert(p, 1, 0).map_err(map_err("PIDS"))?;
-            }
-        }
         // --count attaches its own program at every site (see usdt-trace-ebpf's agg.rs).
         let site_prog = if opts.agg.count {
             "usdt_count_site"
         } else {
-            uprobe_program()
+            uprobe_program(opts.sched)
         };
         let multi_prog = match path {
             AttachPath::Multi => Some(
@@ -781,7 +771,6 @@ impl Tracer {
             lost: v[CNT_LOST as usize],
             unmatched_start: v[CNT_UNMATCHED_START as usize],
             unmatched_end: v[CNT_UNMATCHED_END as usize],
-            filtered: v[CNT_FILTERED as usize],
             threads_full: v[CNT_THREADS_FULL as usize],
             threads_full_ends: v[CNT_THREADS_FULL_END as usize],
             id_full: v[CNT_ID_FULL as usize],
@@ -947,11 +936,10 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
-    fn opts<'a>(hist: bool, sched: bool, pids: &'a [u32]) -> LoadOptions<'a> {
+    fn opts<'a>(hist: bool, sched: bool) -> LoadOptions<'a> {
         LoadOptions {
             specs: &[],
             ring_bytes: 4096,
-            pids,
             hist,
             sched,
             attach: AttachMode::Auto,
@@ -1009,13 +997,10 @@ mod tests {
 
     #[test]
     fn config_flags_from_plain_fields() {
-        assert_eq!(opts(false, false, &[]).config_flags(), 0);
-        assert_eq!(opts(true, false, &[]).config_flags(), CFG_HIST);
-        assert_eq!(opts(false, true, &[]).config_flags(), CFG_ACCT);
-        assert_eq!(
-            opts(true, true, &[7]).config_flags(),
-            CFG_HIST | CFG_ACCT | CFG_PID_FILTER
-        );
+        assert_eq!(opts(false, false).config_flags(), 0);
+        assert_eq!(opts(true, false).config_flags(), CFG_HIST);
+        assert_eq!(opts(false, true).config_flags(), CFG_ACCT);
+        assert_eq!(opts(true, true).config_flags(), CFG_HIST | CFG_ACCT);
     }
 
     #[test]

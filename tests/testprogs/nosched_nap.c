@@ -1,0 +1,23 @@
+/* Spans that sleep, for tests/tests/watch_nosched.rs: with the scheduler hooks left out
+ * (--no-sched) no span may claim a time split, which would read as all on-CPU.
+ *
+ *   nosched_nap N MS
+ *
+ * N times nap:t__start(i); sleep MS ms; nap:t__end(i) on the main thread. The test pairs them
+ * per thread (by name) or by argument 0 (--key 0), so both pairing paths are covered. */
+#include <stdlib.h>
+#include <sys/sdt.h>
+#include <time.h>
+
+int main(int argc, char **argv)
+{
+    long n = argc > 1 ? atol(argv[1]) : 4;
+    long ms = argc > 2 ? atol(argv[2]) : 5;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    for (long i = 1; i <= n; i++) {
+        DTRACE_PROBE1(nap, t__start, i);
+        nanosleep(&ts, 0);
+        DTRACE_PROBE1(nap, t__end, i);
+    }
+    return 0;
+}
