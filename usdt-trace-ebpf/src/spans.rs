@@ -2,6 +2,7 @@
 //! store it under its id), or close one and report it as a record or into the histograms.
 
 use aya_ebpf::{
+    bindings::pt_regs,
     cty::c_void,
     helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     programs::ProbeContext,
@@ -21,7 +22,7 @@ use usdt_trace_common::{
 use crate::args::ArgWords;
 use crate::store::{copy_words, zero, zero_words};
 use crate::{
-    args::{copy_regs, read_args, read_one_arg, reg, IP_WORD, REGS_WORDS},
+    args::{copy_regs, read_args, reg, usdt_read_arg_ctx, IP_WORD, REGS_WORDS},
     maps::{
         cas, count, count_n, current_comm_into, existing_thread, note_stateless_start, opaque,
         publish,
@@ -100,12 +101,12 @@ impl<const S: bool> Hit<'_, S> {
         self.key(if idx < MAX_ARGS { args[idx] } else { 0 })
     }
 
-    /// The span id key of this hit, reading only the id argument (histogram mode needs no
-    /// other).
+    /// The span id key of this hit, reading only the id argument, from the context: in
+    /// histogram mode the registers are not copied at all.
     #[inline(always)]
     fn read_id_key(&self) -> IdKey {
         self.key(match self.spec.args.get(self.spec.id_arg as usize) {
-            Some(d) => read_one_arg(d, self.regs, self.ip),
+            Some(d) => usdt_read_arg_ctx(self.ctx as *mut pt_regs, d),
             None => 0,
         })
     }
@@ -149,9 +150,11 @@ pub fn on_site<const S: bool>(ctx: &ProbeContext) -> Result<(), ()> {
     // only 512 bytes.
     // SAFETY: this CPU's slot, which nothing else uses while this program runs.
     let Scratch { regs, end_args } = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };
-    // One copy of the registers: the spec's register numbers index into it. Histograms of
-    // spans paired per thread need no arguments, so that mode skips the copy (and the reads).
-    if !hist || spec.id_arg != ID_NONE || cfg.flags & CFG_AGG_ARGS != 0 {
+    // One copy of the registers: the spec's register numbers index into it. Histograms need
+    // no arguments but a span id, which is read from the context itself, so that mode skips
+    // the copy unless a `--by` key needs arguments. (`regs` then holds an earlier hit's
+    // registers, which nothing reads.)
+    if !hist || cfg.flags & CFG_AGG_ARGS != 0 {
         copy_regs(ctx, regs)?;
     }
     let hit = Hit::<S> {
