@@ -6,12 +6,13 @@ use aya_ebpf::{
     bindings::{
         BPF_F_NO_PREALLOC, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,
     },
+    helpers::bpf_get_current_task,
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use usdt_trace_common::{
-    Config, Hist, IdFrame, IdKey, IdSlot, SiteSpec, StrSet, ThreadState, HIST_COMPONENTS, MAX_ARGS,
-    MAX_PAIRS, NUM_COUNTERS,
+    task_slot, Config, Hist, IdFrame, IdKey, IdSlot, SiteSpec, StrSet, ThreadState,
+    HIST_COMPONENTS, MAX_ARGS, MAX_PAIRS, NUM_COUNTERS,
 };
 
 use crate::args::REGS_WORDS;
@@ -58,25 +59,84 @@ pub fn any_tracked() -> bool {
     }
 }
 
+/// Per `task_slot` of a `struct task_struct` address: how many threads that may have a span
+/// open hash there (`ThreadState::in_filter`). The scheduler hooks test a task here, one array
+/// load, before reading its pid and looking it up in THREADS, so a switch costs a lookup only
+/// for a thread that may have a span open.
+///
+/// Exact in the one direction that matters: a thread with a span open is always counted. Only
+/// the thread itself adds to the count, in the probe that opens a span (before the span is
+/// there to see); it leaves it in `sched_switch` as it gets off the CPU with no span open, in
+/// its own context, where none of its probes can run. Other threads only ever close its id
+/// spans, which cannot open one; when that leaves it with none, it stays counted until its
+/// next switch-out, which costs one lookup.
+#[map]
+static TRACKED_TASKS: Array<u64> = Array::with_max_entries(usdt_trace_common::TASK_SLOTS, 0);
+
+/// An atomic add (BPF_ATOMIC) to a u64 shared by all CPUs: threads start and exit on
+/// different CPUs at once. The BPF target has no `AtomicU64::fetch_add` (no
+/// compare-and-swap), only the intrinsic.
+#[inline(always)]
+fn atomic_add(p: *mut u64, delta: i64) {
+    // SAFETY: an aligned u64 in a map value.
+    #[cfg(target_arch = "bpf")]
+    unsafe {
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+            p,
+            delta as u64,
+        )
+    };
+    #[cfg(not(target_arch = "bpf"))]
+    let _ = (p, delta);
+}
+
+/// The current thread got (+1) or lost (-1) its THREADS entry.
 #[inline(always)]
 fn tracked_add(delta: i64) {
     if let Some(p) = TRACKED.get_ptr_mut(0) {
-        // An atomic add (BPF_ATOMIC): threads start and exit on different CPUs at once. The
-        // BPF target has no `AtomicU64::fetch_add` (no compare-and-swap), only the intrinsic.
-        // SAFETY: an aligned u64 in a map value shared by all CPUs.
-        #[cfg(target_arch = "bpf")]
-        unsafe {
-            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
-                p,
-                delta as u64,
-            )
-        };
-        #[cfg(not(target_arch = "bpf"))]
-        let _ = (p, delta);
+        atomic_add(p, delta);
     }
 }
 
-/// A thread's THREADS entry is gone: one fewer tracked thread.
+/// The current thread, whose state `st` is, may open a span: count it in TRACKED_TASKS (once).
+#[inline(always)]
+pub fn enter_filter(st: &mut ThreadState) {
+    if st.in_filter == 0 {
+        st.in_filter = 1;
+        filter_add(1);
+    }
+}
+
+/// The current thread, whose state `st` is, has no span open: it leaves TRACKED_TASKS.
+#[inline(always)]
+pub fn leave_filter(st: &mut ThreadState) {
+    if st.in_filter != 0 {
+        st.in_filter = 0;
+        filter_add(-1);
+    }
+}
+
+#[inline(always)]
+fn filter_add(delta: i64) {
+    // SAFETY: the helper has no preconditions; the address is only hashed.
+    let task = unsafe { bpf_get_current_task() };
+    if let Some(p) = TRACKED_TASKS.get_ptr_mut(task_slot(task)) {
+        atomic_add(p, delta);
+    }
+}
+
+/// Whether the task at kernel address `task` may have a span open (never false for one that
+/// has: see TRACKED_TASKS).
+#[inline(always)]
+pub fn maybe_tracked(task: u64) -> bool {
+    match TRACKED_TASKS.get(task_slot(task)) {
+        // SAFETY: an aligned u64 in a map value.
+        Some(n) => (unsafe { core::ptr::read_volatile(n) }) != 0,
+        None => true,
+    }
+}
+
+/// The current thread's THREADS entry is gone: one fewer tracked thread.
 #[inline(always)]
 pub fn untrack() {
     tracked_add(-1);
@@ -158,24 +218,31 @@ pub struct Scratch {
 }
 #[map]
 pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
-/// Per CPU: one word that [`opaque`] passes values through.
+/// Per CPU: the words that [`opaque`] passes values through, one per kind of program
+/// ([`OPAQUE_UPROBE`], [`OPAQUE_SCHED`]): a uprobe program can be interrupted by a scheduler
+/// hook on its CPU, never between its own store and load of its own word.
 #[map]
-static OPAQUE: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+static OPAQUE: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+pub const OPAQUE_UPROBE: u32 = 0;
+pub const OPAQUE_SCHED: u32 = 1;
 
 /// `v`, as a number the verifier knows nothing about: stored to map memory and loaded back.
 /// A bounded loop leaves one verifier state per exit, each with its own exact result; a test
 /// of that exact value (even `< MAX_DEPTH`) marks it precise, and everything after it is then
 /// verified once per possible value. Whether that happened used to hang on how LLVM happened
 /// to allocate registers, so a change anywhere could push the program past the 1M budget.
+///
+/// The scheduler hooks also turn task pointers into plain numbers with it, to hash them: a
+/// pointer from BTF admits no arithmetic, but stored to a map it reads back as a number.
 #[inline(always)]
-pub fn opaque(v: u64) -> u64 {
-    let Some(p) = OPAQUE.get_ptr_mut(0) else {
-        return v;
-    };
+pub fn opaque(v: u64, word: u32) -> Option<u64> {
+    // None only if the array lookup failed, which it cannot: then `v` itself would be handed
+    // back, still a pointer or still a known value.
+    let p = OPAQUE.get_ptr_mut(word)?;
     // SAFETY: this CPU's word, which nothing else uses while this program runs.
     unsafe {
         core::ptr::write_volatile(p, v);
-        core::ptr::read_volatile(p)
+        Some(core::ptr::read_volatile(p))
     }
 }
 

@@ -19,8 +19,8 @@ use usdt_trace_common::{
 use crate::{
     irq,
     maps::{
-        any_tracked, count_n, current_comm_into, existing_thread, untrack, CONFIG, NO_STATE_TIDS,
-        STRS, THREADS,
+        any_tracked, count_n, current_comm_into, enter_filter, existing_thread, leave_filter,
+        maybe_tracked, opaque, untrack, CONFIG, NO_STATE_TIDS, OPAQUE_SCHED, STRS, THREADS,
     },
 };
 
@@ -57,6 +57,14 @@ fn task_counters(task: *const u8) -> (Option<u64>, Option<u64>) {
         ),
         None => (None, None),
     }
+}
+
+/// In a probe, before the current thread opens a span (or enters a polled one): accounting
+/// runs from here, and the scheduler hooks must look at this thread from here on.
+#[inline(always)]
+pub fn resume_accounting(st: &mut ThreadState, now: u64) {
+    enter_filter(st);
+    st.resume_accounting(now);
 }
 
 /// In a probe: the current thread runs, whatever its state says. Repair a switch-in that
@@ -101,12 +109,18 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
     if !any_tracked() {
         return;
     }
-    let prev = bpf_get_current_pid_tgid() as u32;
-    // Always looked up. A per-CPU "no open span on this CPU" flag that skipped this lookup
-    // (87 ns a switch) filed CPU time as run queue in 1 of ~6 attrib_split runs under a CPU
-    // hog, still 1 in 24 with the flag set before the probe's state change: a wrong split is
-    // worse than a slower switch.
-    if let Some(st) = existing_thread(prev) {
+    // Each side of the switch is looked up only when its task may have state (an array load on
+    // the task's address), so a switch between a traced thread and any other costs one lookup.
+    // (A per-CPU "no open span on this CPU" flag that skipped lookups altogether filed CPU time
+    // as run queue in 1 of ~6 attrib_split runs under a CPU hog: this filter is exact instead,
+    // kept by each thread itself; see `maybe_tracked`.)
+    // SAFETY: the helper has no preconditions; `prev` is the current task.
+    let st = if maybe_tracked(unsafe { bpf_get_current_task() }) {
+        existing_thread(bpf_get_current_pid_tgid() as u32)
+    } else {
+        None
+    };
+    if let Some(st) = st {
         // The clock and the arguments are only read for accounted threads: this runs on every
         // context switch of the machine.
         if st.active() {
@@ -122,9 +136,15 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             st.snap_counters(exec, delay);
             // `preempt` is a bool widened to a register: only its low bit is defined.
             st.switch_out(now, preempt & 1 != 0, prev_state as u32);
+        } else {
+            // No span open: until it opens one, its switches cost no lookup.
+            leave_filter(st);
         }
     }
     let next: *const u8 = ctx.arg(2);
+    if !opaque(next as u64, OPAQUE_SCHED).is_none_or(maybe_tracked) {
+        return;
+    }
     let Some(next) = task_tid(next) else {
         return;
     };
@@ -143,6 +163,9 @@ pub fn on_waking(ctx: &BtfTracePointContext) {
         return;
     }
     let p: *const u8 = ctx.arg(0);
+    if !opaque(p as u64, OPAQUE_SCHED).is_none_or(maybe_tracked) {
+        return;
+    }
     let Some(pid) = task_tid(p) else {
         return;
     };
@@ -188,6 +211,7 @@ pub fn on_exit() {
             }
             d += 1;
         }
+        leave_filter(st);
         if THREADS.remove(&tid).is_ok() {
             untrack();
         }

@@ -25,6 +25,7 @@ use crate::{
     args::{copy_regs, read_args, reg, usdt_read_arg_ctx, IP_WORD, REGS_WORDS},
     maps::{
         cas, count, count_n, current_comm_into, existing_thread, note_stateless_start, opaque,
+        OPAQUE_UPROBE,
         publish,
         ringbuf_flags, take_stateless_start, thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH,
         HISTS, ID_DROPPED, ID_SLOTS, ID_SPANS, SCRATCH, SITES,
@@ -389,7 +390,7 @@ fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         return Ok(());
     };
     if hit.split() {
-        st.resume_accounting(hit.now);
+        sched::resume_accounting(st, hit.now);
         sched::catch_up(st, hit.now);
     }
     // A full stack drops the start (and, through the thread's overflow count, its end).
@@ -429,7 +430,8 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     }
     // Hidden from the verifier before it is tested (see `opaque`): otherwise each depth the
     // search can end at is a verifier path of its own through all that follows.
-    let found = opaque(st.find_open_raw(hit.spec.pair_id) as u64) as usize;
+    let found = opaque(st.find_open_raw(hit.spec.pair_id) as u64, OPAQUE_UPROBE)
+        .unwrap_or(MAX_DEPTH as u64) as usize;
     if found >= MAX_DEPTH {
         stateless_end(hit.tid);
         return Ok(());
@@ -535,7 +537,7 @@ fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     let mut acct_start = None;
     // No split (`--no-sched`): the start touches no thread state, and its end none either.
     if let Some(st) = hit.split().then(|| thread_state(hit.tid)).flatten() {
-        st.resume_accounting(hit.now);
+        sched::resume_accounting(st, hit.now);
         sched::catch_up(st, hit.now);
         acct_start = Some(st.acct_at(hit.now));
         st.id_open += 1;
@@ -668,7 +670,7 @@ fn poll_enter<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         release_id_span(prev);
         p.enter_tid = 0;
     }
-    st.resume_accounting(hit.now);
+    sched::resume_accounting(st, hit.now);
     sched::catch_up(st, hit.now);
     p.enter(hit.tid, hit.now, st.acct_at(hit.now));
     // The entered span keeps this thread's accounting running, like an open frame does.

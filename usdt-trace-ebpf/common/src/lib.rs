@@ -409,6 +409,21 @@ impl IdKey {
     }
 }
 
+/// Slots of the scheduler hooks' filter (`TRACKED_TASKS`): per slot, how many threads with
+/// per-thread state have a `task_struct` whose address hashes there.
+pub const TASK_SLOTS: u32 = 16384;
+
+/// A kernel task pointer's slot in `TRACKED_TASKS`. The hooks get `struct task_struct *`
+/// pointers (`prev`, `next`, the woken task): hashing the pointer itself decides "not a traced
+/// thread" with one array load, without reading the task's pid from kernel memory or looking
+/// it up in `THREADS`. Two threads may share a slot; that only costs the lookup it spares.
+/// Task structs come from a slab, evenly spaced: a multiplicative hash spreads them.
+#[inline(always)]
+pub fn task_slot(task: u64) -> u32 {
+    (task.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TASK_SLOTS.trailing_zeros())) as u32
+        & (TASK_SLOTS - 1)
+}
+
 /// `IdKey::pair_id` of a per-thread frame's key in `STRS` (no span name has this id).
 pub const STR_KEY_THREAD: u32 = u32::MAX;
 
@@ -522,8 +537,10 @@ pub struct ThreadState {
     pub overflow: u32,
     /// `TS_*`: what the thread is doing since `since_ns`.
     pub state: u32,
-    /// Keeps `since_ns` 8-byte aligned without a hidden padding hole.
-    pub _pad: u32,
+    /// 1 while the thread counts in the scheduler hooks' filter (`TRACKED_TASKS`): from a span
+    /// start until it leaves the CPU with no span open. (Also keeps `since_ns` 8-byte aligned
+    /// without a hidden padding hole.)
+    pub in_filter: u32,
     /// When the current state began.
     pub since_ns: u64,
     /// Totals up to `since_ns`.
@@ -1414,6 +1431,22 @@ mod tests {
         st.depth = 3;
         assert!(!start(&mut st, 3));
         assert_eq!(st.overflow, 2);
+    }
+
+    #[test]
+    fn task_slots_spread_slab_spaced_task_pointers() {
+        // task_struct objects on this kind of kernel: ~11 KB apart in a slab, 32 KB slabs.
+        let base = 0xffff_8880_0400_0000u64;
+        for stride in [0x2c40u64, 0x2d00, 0x4000, 0x8000] {
+            let mut slots = [0u32; 1000];
+            for (i, s) in slots.iter_mut().enumerate() {
+                *s = task_slot(base + i as u64 * stride);
+            }
+            assert!(slots.iter().all(|&s| s < TASK_SLOTS));
+            slots.sort_unstable();
+            let distinct = 1 + slots.windows(2).filter(|w| w[0] != w[1]).count();
+            assert!(distinct >= 960, "stride {stride:#x}: {distinct} distinct");
+        }
     }
 
     #[test]
