@@ -39,10 +39,10 @@ pub const IP_WORD: u8 = regs::x86_64::IP;
 pub fn copy_regs(ctx: &ProbeContext, regs: &mut [u64; REGS_WORDS]) -> Result<(), ()> {
     let src = ctx.regs as *const u64;
     // Unrolled, so every load has the constant offset the verifier requires of context reads.
-    for i in 0..REGS_BYTES / 8 {
-        // SAFETY: word i of the probe's pt_regs (i < its size in words); the destination is in
-        // bounds. Volatile so that LLVM keeps word copies rather than a `memcpy` call.
-        unsafe { core::ptr::write_volatile(&mut regs[i], core::ptr::read_volatile(src.add(i))) };
+    for (i, r) in regs.iter_mut().enumerate().take(REGS_BYTES / 8) {
+        // SAFETY: word i of the probe's pt_regs (i < its size in words). Volatile so that
+        // LLVM keeps word copies rather than a `memcpy` call.
+        unsafe { core::ptr::write_volatile(r, core::ptr::read_volatile(src.add(i))) };
     }
     Ok(())
 }
