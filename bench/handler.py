@@ -37,6 +37,7 @@ def main():
         ("null program", [ut, "watch", "--json", "-c"], loop, null_env),
         ("null program (string loop)", [ut, "watch", "--json", "-c"], loop_str, null_env),
         ("--hist", [ut, "watch", "--hist", "-c"], loop, None),
+        ("--hist --no-sched", [ut, "watch", "--hist", "--no-sched", "-c"], loop, None),
         ("--json", [ut, "watch", "--json", "-c"], loop, None),
         ("--json --no-sched", [ut, "watch", "--json", "--no-sched", "-c"], loop, None),
         ("events (--json --no-auto-span)", [ut, "watch", "--json", "--no-auto-span", "-c"], loop, None),

@@ -463,9 +463,9 @@ impl Tracer {
         if std::env::var_os("USDT_TRACE_VERIFIER_STATS").is_some() {
             match t.verified_insns() {
                 Some(n) => {
-                    eprintln!("verifier: usdt_site: {n} instructions processed (budget 1000000)")
+                    eprintln!("verifier: {site_prog}: {n} instructions processed (budget 1000000)")
                 }
-                None => eprintln!("verifier: usdt_site: the kernel does not report it"),
+                None => eprintln!("verifier: {site_prog}: the kernel does not report it"),
             }
         }
         Ok(t)
