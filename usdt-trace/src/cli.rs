@@ -257,8 +257,9 @@ pub struct WatchArgs {
     /// per --interval). The kernel records only spans that could still enter the top N.
     #[arg(long, value_name = "N", conflicts_with_all = ["hist", "perfetto", "otlp"])]
     pub top: Option<usize>,
-    /// Do not split span time into on-CPU/run-queue/sleep/I/O (skips the scheduler hooks).
-    /// A span is split when one thread ran it from start to end, or, when it has usdt-markers
+    /// Do not split span time into on-CPU/run-queue/sleep/I/O (skips the scheduler hooks): spans
+    /// carry durations only, and cost less (spans paired by id touch no per-thread state; poll
+    /// markers are ignored). Without it, a span is split when one thread ran it from start to end, or, when it has usdt-markers
     /// poll markers (NAME__enter/NAME__exit), over the threads that polled it, plus the time
     /// between polls (idle); a span that ended on another thread without them has no split.
     #[arg(long)]
