@@ -7,9 +7,9 @@
 //! scalars only (the verifier sizes them from BTF and treats what they hold as numbers), so
 //! the site's spec is looked up here by cookie rather than passed.
 
-use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_buf};
+use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use usdt_trace_common::{
-    str_key_thread, IdKey, RecordKind, StrSet, StrsRecord, MAX_ARGS, MAX_STRS, STRS_NONE,
+    str_key_thread, IdKey, RecordKind, StrSet, StrsRecord, MAX_ARGS, MAX_STRS, STRS_NONE, STR_SLOT,
 };
 
 use crate::{
@@ -76,6 +76,43 @@ pub extern "C" fn usdt_drop_strs(kept: u32, id_key: *const IdKey) -> u32 {
     0
 }
 
+/// A span's kept start strings into its record: the states and lengths, and of each string
+/// only its bytes (user space reads no more than `len`). A whole `StrSet` is 4 KB; copying it
+/// was a tenth of a traced `--str` span's cost for strings of a few dozen bytes.
+#[inline(always)]
+fn copy_kept(s: &StrSet, dst: &mut StrSet) {
+    dst.state = s.state;
+    dst.len = s.len;
+    for slot in 0..MAX_STRS {
+        if s.state[slot] == STRS_NONE {
+            continue;
+        }
+        // One helper call per string, where a loop of word copies would unroll into a
+        // thousand instructions, of one of four constant sizes: LLVM rewrites a length test
+        // into tests of merged loads or masks, and the verifier then cannot bound a variable
+        // size by the slot (it refused every spelling tried).
+        let n = s.len[slot] as usize;
+        let size = if n <= 32 {
+            32
+        } else if n <= 128 {
+            128
+        } else if n <= 512 {
+            512
+        } else {
+            STR_SLOT
+        };
+        // SAFETY: `size` bytes fit in both slots (at most STR_SLOT); the helper checks the
+        // source.
+        let _ = unsafe {
+            aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+                dst.data[slot].as_mut_ptr() as *mut core::ffi::c_void,
+                size as u32,
+                s.data[slot].as_ptr() as *const core::ffi::c_void,
+            )
+        };
+    }
+}
+
 /// Sends the strings of the event or span at site `cookie` at `ts` as a record of their own,
 /// just before its own record (user space joins the two by thread and time): a span's start
 /// strings when `kept` (its frame's `has_strs`: 0 none, else for a span paired per thread its
@@ -132,17 +169,7 @@ pub extern "C" fn usdt_emit_strs(
     // SAFETY: a live map value, read before this program returns.
     let start = kept_key(kept, id_key).and_then(|k| unsafe { STRS.get(&k) });
     match start {
-        // One helper call, where a struct copy would unroll into a thousand instructions.
-        // SAFETY: both are StrSet-sized; the helper checks the source.
-        Some(s) => unsafe {
-            let _ = bpf_probe_read_kernel_buf(
-                s as *const StrSet as *const u8,
-                core::slice::from_raw_parts_mut(
-                    &mut rec.strs as *mut StrSet as *mut u8,
-                    core::mem::size_of::<StrSet>(),
-                ),
-            );
-        },
+        Some(s) => copy_kept(s, &mut rec.strs),
         None => rec.strs.state = [STRS_NONE; MAX_STRS],
     }
     read_strs(spec, args, cfg.str_max, &mut rec.strs);
