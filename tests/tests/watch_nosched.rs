@@ -59,6 +59,10 @@ fn without_sched_hooks_histograms_have_no_split() {
             let oncpu = h[0]["oncpu"]["count"].as_u64().unwrap();
             if split {
                 assert_eq!((oncpu, sleep), (N, N), "{pairing:?}: control: {}", h[0]);
+                // A nap does no I/O: the kernel skips zero parts and user space counts them
+                // back (fill_zero_parts), so every span is in the I/O histogram's bucket 0.
+                assert_eq!(h[0]["io"]["count"], N, "{}", h[0]);
+                assert_eq!(h[0]["io"]["sum_ns"], 0, "{}", h[0]);
             } else {
                 assert_eq!((oncpu, sleep), (0, 0), "{pairing:?}: {extra:?}: {}", h[0]);
             }

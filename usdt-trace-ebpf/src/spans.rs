@@ -756,10 +756,19 @@ fn hist_add(pair_id: u32, dur: Option<u64>, acct: Option<&Acct>, idle: Option<u6
         hist_one(pair_id, HIST_DURATION, d);
     }
     if let Some(a) = acct {
+        // Zero parts are not counted: user space counts them back from the on-CPU count,
+        // which every split span adds to (`usdt_trace_common::fill_zero_parts`). Added
+        // last, so a read between these updates never finds more split spans than parts.
+        if a.runq != 0 {
+            hist_one(pair_id, HIST_RUNQ, a.runq);
+        }
+        if a.sleep != 0 {
+            hist_one(pair_id, HIST_SLEEP, a.sleep);
+        }
+        if a.io != 0 {
+            hist_one(pair_id, HIST_IO, a.io);
+        }
         hist_one(pair_id, HIST_ONCPU, a.oncpu);
-        hist_one(pair_id, HIST_RUNQ, a.runq);
-        hist_one(pair_id, HIST_SLEEP, a.sleep);
-        hist_one(pair_id, HIST_IO, a.io);
     }
     if let Some(i) = idle {
         hist_one(pair_id, HIST_IDLE, i);

@@ -930,6 +930,20 @@ impl Hist {
     }
 }
 
+/// Completes a span name's histograms as the kernel leaves them: it counts a split span's
+/// run-queue, sleep and I/O parts only when they are not zero (most spans of a busy thread have
+/// none; each count is a call and a bucket computation in the span's end probe). Every split
+/// span has its on-CPU part counted, zero or not, so the zeros the kernel skipped are the
+/// difference of the counts. Sums and maxima are unchanged by zeros.
+pub fn fill_zero_parts(comps: &mut [Hist; HIST_COMPONENTS]) {
+    let split = comps[HIST_ONCPU].count;
+    for c in [HIST_RUNQ, HIST_SLEEP, HIST_IO] {
+        let zeros = split.saturating_sub(comps[c].count);
+        comps[c].buckets[0] += zeros;
+        comps[c].count += zeros;
+    }
+}
+
 /// The log-linear bucket of `v`: `v` itself below 8, else 8 sub-buckets per power of two.
 #[inline(always)]
 pub fn hist_bucket(v: u64) -> usize {
@@ -1431,6 +1445,34 @@ mod tests {
         st.depth = 3;
         assert!(!start(&mut st, 3));
         assert_eq!(st.overflow, 2);
+    }
+
+    #[test]
+    fn zero_parts_skipped_by_the_kernel_are_filled_back() {
+        // Three split spans: (oncpu, runq, sleep, io) = (100, 0, 0, 0), (50, 20, 0, 0),
+        // (0, 0, 900, 0); the kernel counted on-CPU for all three, the rest only when not zero.
+        let mut comps = [Hist::default(); HIST_COMPONENTS];
+        for v in [100, 50, 0] {
+            comps[HIST_ONCPU].add(v);
+        }
+        comps[HIST_RUNQ].add(20);
+        comps[HIST_SLEEP].add(900);
+        let mut full = [Hist::default(); HIST_COMPONENTS];
+        for (on, rq, sl, io) in [(100, 0, 0, 0), (50, 20, 0, 0), (0, 0, 900, 0)] {
+            full[HIST_ONCPU].add(on);
+            full[HIST_RUNQ].add(rq);
+            full[HIST_SLEEP].add(sl);
+            full[HIST_IO].add(io);
+        }
+        fill_zero_parts(&mut comps);
+        for c in [HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, HIST_IO] {
+            assert_eq!(comps[c].buckets, full[c].buckets, "component {c}");
+            assert_eq!((comps[c].count, comps[c].sum, comps[c].max), (3, full[c].sum, full[c].max));
+        }
+        // No split span: nothing to fill.
+        let mut none = [Hist::default(); HIST_COMPONENTS];
+        fill_zero_parts(&mut none);
+        assert!(none.iter().all(|h| h.count == 0));
     }
 
     #[test]

@@ -835,6 +835,7 @@ impl Tracer {
                     agg::sum_hist(slot, h);
                 }
             }
+            usdt_trace_common::fill_zero_parts(&mut comps);
             out.push(comps);
         }
         // Under --by the kernel counts a span's duration once, in its key's histogram or its
