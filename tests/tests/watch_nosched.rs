@@ -14,9 +14,14 @@ const PAIRINGS: [&[&str]; 2] = [
 ];
 
 fn run(pairing: &[&str], extra: &[&str]) -> watch::Output {
+    run_gap(pairing, extra, 0)
+}
+
+/// With `gap_ms` of sleep outside any span after each span.
+fn run_gap(pairing: &[&str], extra: &[&str], gap_ms: u64) -> watch::Output {
     let bin = build_c("nosched_nap", &["-O2"]);
     let bin = bin.to_str().unwrap();
-    let cmd = format!("{bin} {N} {MS}");
+    let cmd = format!("{bin} {N} {MS} {gap_ms}");
     let mut args: Vec<&str> = pairing.to_vec();
     args.extend_from_slice(extra);
     args.extend_from_slice(&["-c", &cmd, bin]);
@@ -66,6 +71,24 @@ fn without_sched_hooks_histograms_have_no_split() {
             } else {
                 assert_eq!((oncpu, sleep), (0, 0), "{pairing:?}: {extra:?}: {}", h[0]);
             }
+        }
+    }
+}
+
+/// The scheduler hooks look only at threads that may have a span open: a thread drops out of
+/// their filter when it leaves the CPU with no span open (here: sleeping between spans), and
+/// its next span's start must bring it back, or that span's sleep would read as on-CPU time.
+#[test]
+#[ignore = "needs root"]
+fn a_thread_that_slept_between_spans_gets_its_next_spans_split() {
+    for pairing in PAIRINGS {
+        let out = run_gap(pairing, &[], 3 * MS);
+        assert_eq!(out.spans().len() as u64, N, "{pairing:?}: {:?}", out.records);
+        for s in out.spans() {
+            let sleep = s["sleep_ns"].as_u64().unwrap_or(0);
+            let oncpu = s["oncpu_ns"].as_u64().unwrap_or(u64::MAX);
+            assert!(sleep >= (MS - 1) * 1_000_000, "{pairing:?}: {s}");
+            assert!(oncpu < 1_000_000, "{pairing:?}: a nap is not on CPU: {s}");
         }
     }
 }
