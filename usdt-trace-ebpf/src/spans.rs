@@ -31,7 +31,7 @@ use crate::{
         HISTS, ID_DROPPED, ID_SLOTS, ID_SPANS, SCRATCH, SITES,
     },
     sched,
-    strs::{usdt_drop_strs, usdt_emit_strs, usdt_keep_strs},
+    strs::{drop_strs, usdt_emit_strs, usdt_keep_strs},
 };
 
 /// Arguments as a global function takes them.
@@ -459,7 +459,7 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         None,
         None,
     );
-    usdt_drop_strs(f.has_strs, core::ptr::null());
+    drop_strs(f.has_strs, core::ptr::null());
     Ok(())
 }
 
@@ -555,8 +555,11 @@ fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     };
     let with_args = hit.keeps_args();
     open_frame(hit, &mut f.frame, acct_start, with_args);
-    // The frame's previous tenant's polls are still there.
-    zero_words(&mut f.poll);
+    // The frame's previous tenant's polls are still there. (Without a split polls are never
+    // read.)
+    if hit.split() {
+        zero_words(&mut f.poll);
+    }
     if with_args && hit.spec.nstrs > 0 {
         f.frame.has_strs = usdt_keep_strs(hit.cookie, words(&f.frame.args), &key);
     }
@@ -566,7 +569,7 @@ fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         return Ok(());
     }
     if ID_SPANS.insert(&key, &*f, 0).is_err() {
-        usdt_drop_strs(f.frame.has_strs, &key);
+        drop_strs(f.frame.has_strs, &key);
         // The map is full: the span is dropped, and its id remembered so its end is too.
         count(CNT_ID_FULL);
         let _ = ID_DROPPED.insert(&key, &1, 0);
@@ -611,8 +614,8 @@ fn end_by_id<const S: bool>(hit: &Hit<S>, end_args: &mut [u64; MAX_ARGS]) -> Res
         release_on(f.tid, hit.tid, &mut mine);
     }
     // An end inside a poll (the future ended its span before returning Ready) closes the poll.
-    // (Without a split no poll is ever entered.)
-    if poll.enter_tid != 0 {
+    // Without a split no poll is entered, or read: the frame's were not even zeroed.
+    if split && poll.enter_tid != 0 {
         let tid = poll.enter_tid;
         if tid == hit.tid {
             if let Some(st) = mine.as_deref_mut() {
@@ -622,7 +625,9 @@ fn end_by_id<const S: bool>(hit: &Hit<S>, end_args: &mut [u64; MAX_ARGS]) -> Res
         }
         release_on(tid, hit.tid, &mut mine);
     }
-    let (acct, poll) = if poll.polls > 0 {
+    let (acct, poll) = if !split {
+        (None, None)
+    } else if poll.polls > 0 {
         // Polled: the polling threads' time while entered, the rest idle.
         (Some(poll.acct), Some(&*poll))
     } else if f.tid == hit.tid {
@@ -636,7 +641,7 @@ fn end_by_id<const S: bool>(hit: &Hit<S>, end_args: &mut [u64; MAX_ARGS]) -> Res
         (None, None)
     };
     close_span(hit, f, Some(&key), acct, end_args, poll);
-    usdt_drop_strs(f.has_strs, &key);
+    drop_strs(f.has_strs, &key);
     found.release(&key);
     Ok(())
 }

@@ -66,6 +66,15 @@ pub fn kept_set(kept: u32, id_key: *const IdKey) -> Option<&'static StrSet> {
     unsafe { STRS.get(&key) }
 }
 
+/// Forgets a closed span's kept start strings, if it has any: the test inline, so a span
+/// without strings (nearly all) makes no call.
+#[inline(always)]
+pub fn drop_strs(kept: u32, id_key: *const IdKey) {
+    if kept != 0 {
+        usdt_drop_strs(kept, id_key);
+    }
+}
+
 /// Forgets a closed span's kept start strings (`kept`, `id_key`: as for [`usdt_emit_strs`]).
 #[no_mangle]
 #[inline(never)]
