@@ -4,6 +4,8 @@
 //! BPF cookie that indexes `SITES`, the spec table (what role the site plays and where each
 //! argument lives), the way libbpf's USDT support does. So attaching hundreds of sites costs one
 //! program and many links, not hundreds of programs (bpftrace generates one program per site).
+//! It comes in two builds of the same code: `usdt_site`, and `usdt_site_nosplit` for
+//! `--no-sched` (no time split, so no per-thread accounting at all where pairing needs none).
 //!
 //! Spans are paired here, in the kernel, so only closed spans cross to user space
 //! ([`spans`]):
@@ -15,7 +17,10 @@
 //!   (async runtimes).
 //!
 //! Three scheduler tracepoints ([`sched`]) keep, for threads with an open span only, how long
-//! the thread was on CPU, runnable, asleep or in uninterruptible (I/O) sleep. A span's split is
+//! the thread was on CPU, runnable, asleep or in uninterruptible (I/O) sleep. They run on every
+//! context switch of the machine, so they first test each task in a filter indexed by a hash
+//! of its address (`maps::TRACKED_TASKS`): only a thread that may have a span open costs a
+//! lookup. A span's split is
 //! the difference of those totals between its end and its start, so nested spans each get their
 //! own. Six interrupt tracepoints ([`irq`]) tell a wakeup by an interrupt from one by the task
 //! it interrupted.

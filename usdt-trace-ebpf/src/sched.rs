@@ -2,6 +2,10 @@
 //! runnable, asleep or in uninterruptible (I/O) sleep, and who woke it. The arithmetic lives in
 //! `usdt_trace_common` (`ThreadState::switch_out` and friends) where it is unit-tested.
 //!
+//! Which threads to look at at all: `maps::TRACKED_TASKS`, a count per hash of a task's
+//! address, that a thread enters in the probe that opens a span and leaves here, in its own
+//! `sched_switch`, once it gets off the CPU with no span open.
+//!
 //! The hooks are BTF tracepoints (raw tracepoints with typed arguments): cheaper than classic
 //! tracepoints, which build a perf record before calling BPF, and never skipped because some
 //! other BPF program or map syscall is active on the CPU.
