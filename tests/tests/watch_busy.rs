@@ -129,13 +129,25 @@ fn check(by_pid: bool) {
     assert_eq!(ids.len(), requests.len(), "a request id seen twice");
     let (first, last) = (ids[0], ids[ids.len() - 1]);
     let missing = (last - first + 1) as usize - ids.len();
-    assert_eq!(
-        missing,
-        0,
-        "{missing} request ids missing between {first} and {last} ({} seen)",
+    // Killing wrk can leave a request in flight when watch stops, with requests of higher ids
+    // on other connections already done: it has no span, and is a hole here. The tracer counts
+    // it as open at exit (`unmatched`). A request whose start the probes missed is no open span
+    // (its end is unmatched, like those of requests in flight at attach), so its hole fails
+    // here, as does one lost any other way.
+    let summary = out.summary();
+    let open = summary["unmatched"].as_u64().unwrap_or(0) as usize;
+    eprintln!(
+        "{} request spans, ids {first}..={last}, {missing} missing, {open} open at exit, {} \
+         unmatched ends",
+        ids.len(),
+        summary["unmatched_end"]
+    );
+    assert!(
+        missing <= open,
+        "{missing} request ids missing between {first} and {last} ({} seen), {open} open at \
+         exit: {summary}",
         ids.len()
     );
-    let summary = out.summary();
     assert_eq!(summary["lost"], 0, "summary: {summary}");
 }
 
