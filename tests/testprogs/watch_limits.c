@@ -6,6 +6,8 @@
  *              (hold__end(i)) together
  *   ids N      one thread opens id spans req__start(id) for id = 1..N, then ends them all
  *              (req__end(id)) in the same order
+ *   idstrs N   the same with job__start(id, "id-<id>") and job__end(id): the string is read at
+ *              the start (its buffer is reused for the next id)
  */
 #include <pthread.h>
 #include <semaphore.h>
@@ -51,7 +53,7 @@ static void *hold(void *arg)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s depth|threads|ids N\n", argv[0]);
+        fprintf(stderr, "usage: %s depth|threads|ids|idstrs N\n", argv[0]);
         return 2;
     }
     long n = atol(argv[2]);
@@ -75,6 +77,15 @@ int main(int argc, char **argv)
         sleep_ms(5);
         for (long id = 1; id <= n; id++)
             DTRACE_PROBE1(lim, req__end, id);
+    } else if (strcmp(argv[1], "idstrs") == 0) {
+        char buf[32];
+        for (long id = 1; id <= n; id++) {
+            snprintf(buf, sizeof buf, "id-%ld", id);
+            DTRACE_PROBE2(lim, job__start, id, buf);
+        }
+        sleep_ms(5);
+        for (long id = 1; id <= n; id++)
+            DTRACE_PROBE1(lim, job__end, id);
     } else {
         return 2;
     }

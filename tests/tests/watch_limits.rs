@@ -189,6 +189,80 @@ fn id_spans_racing_for_slots_on_many_threads_all_pair_exactly() {
     assert_eq!(ids.len() as u64, n);
 }
 
+/// Id spans keep their start strings in their slot's own entry, or, when another open span
+/// holds the slot, in the string hash: 5,000 spans open at once, more than the 4,096 slots
+/// (the test works out which share one from the slot hash), and every span must come out with
+/// its own string.
+#[test]
+#[ignore = "needs root"]
+fn id_spans_keep_their_start_strings_in_their_slot_or_the_hash() {
+    const N: u64 = 5000;
+    let out = run(
+        "idstrs",
+        N as usize,
+        &[
+            "--no-auto-span",
+            "--span",
+            "lim:job__start=lim:job__end",
+            "--key",
+            "0",
+            "--str",
+            "lim:job__start:1",
+            // 5,000 string records of ~4 KB in a burst: room for all of them, so that none is
+            // lost while the reader catches up (a lost string record is counted as lost).
+            "--ring-kib",
+            "65536",
+        ],
+    );
+    let sum = out.summary();
+    let spans = out.spans();
+    assert_eq!(sum["spans"], N, "{sum}");
+    assert_eq!(sum["lost"], 0, "{sum}");
+    assert_eq!(dropped(sum), (0, 0, 0), "{sum}");
+    let pid = spans[0]["pid"].as_u64().unwrap() as u32;
+    let mut taken = vec![false; usdt_trace_common::ID_SLOTS as usize];
+    let hashed = (1..=N)
+        .filter(|&id| {
+            let key = usdt_trace_common::IdKey {
+                pair_id: 0,
+                tgid: pid,
+                span_id: id,
+            };
+            std::mem::replace(&mut taken[key.slot() as usize], true)
+        })
+        .count();
+    assert!(hashed > 0, "some ids must share a slot");
+    // A start whose slot is taken keeps its strings in the string hash, whose allocator can run
+    // dry in a burst like this one: such a span goes on without its string, and is counted.
+    let mut without = 0u64;
+    for s in &spans {
+        let id = s["args"][0].as_u64().unwrap();
+        if s["args"][1].is_string() {
+            assert_eq!(
+                s["args"],
+                json!([id, format!("id-{id}")]),
+                "its own string: {s}"
+            );
+        } else {
+            without += 1;
+        }
+        assert_eq!(s["end_args"], json!([id]), "{s}");
+    }
+    let counted = sum
+        .get("strings_dropped")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    eprintln!("{hashed} of {N} ids hashed, {without} spans without their string");
+    assert_eq!(
+        without, counted,
+        "spans without their string are counted: {sum}"
+    );
+    assert!(
+        without <= hashed as u64,
+        "a span holding its slot keeps its string in place: {without} without, {hashed} hashed"
+    );
+}
+
 #[test]
 fn bad_limits_are_usage_errors() {
     for flag in ["--max-threads", "--max-open-ids"] {

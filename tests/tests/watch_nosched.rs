@@ -10,7 +10,13 @@ const MS: u64 = 5;
 /// The pairing flags: per thread (by name), or by argument 0.
 const PAIRINGS: [&[&str]; 2] = [
     &[],
-    &["--no-auto-span", "--span", "nap:t__start=nap:t__end", "--key", "0"],
+    &[
+        "--no-auto-span",
+        "--span",
+        "nap:t__start=nap:t__end",
+        "--key",
+        "0",
+    ],
 ];
 
 fn run(pairing: &[&str], extra: &[&str]) -> watch::Output {
@@ -35,17 +41,30 @@ fn run_gap(pairing: &[&str], extra: &[&str], gap_ms: u64) -> watch::Output {
 fn without_sched_hooks_sleeping_spans_carry_no_split() {
     for pairing in PAIRINGS {
         let with = run(pairing, &[]);
-        assert_eq!(with.spans().len() as u64, N, "{pairing:?}: {:?}", with.records);
+        assert_eq!(
+            with.spans().len() as u64,
+            N,
+            "{pairing:?}: {:?}",
+            with.records
+        );
         for s in with.spans() {
             let sleep = s["sleep_ns"].as_u64().unwrap_or(0);
             assert!(sleep >= (MS - 1) * 1_000_000, "{pairing:?}: control: {s}");
         }
         let without = run(pairing, &["--no-sched"]);
-        assert_eq!(without.spans().len() as u64, N, "{pairing:?}: {:?}", without.records);
+        assert_eq!(
+            without.spans().len() as u64,
+            N,
+            "{pairing:?}: {:?}",
+            without.records
+        );
         for s in without.spans() {
             assert!(s["duration_ns"].as_u64().unwrap() >= MS * 1_000_000, "{s}");
             for k in ["oncpu_ns", "offcpu_ns", "sleep_ns", "runq_ns", "io_ns"] {
-                assert!(s.get(k).is_none(), "{pairing:?}: --no-sched span has {k}: {s}");
+                assert!(
+                    s.get(k).is_none(),
+                    "{pairing:?}: --no-sched span has {k}: {s}"
+                );
             }
         }
     }
@@ -55,7 +74,10 @@ fn without_sched_hooks_sleeping_spans_carry_no_split() {
 #[ignore = "needs root"]
 fn without_sched_hooks_histograms_have_no_split() {
     for pairing in PAIRINGS {
-        for (extra, split) in [(&["--hist"][..], true), (&["--hist", "--no-sched"][..], false)] {
+        for (extra, split) in [
+            (&["--hist"][..], true),
+            (&["--hist", "--no-sched"][..], false),
+        ] {
             let out = run(pairing, extra);
             let h: Vec<_> = out.of_type("hist").collect();
             assert_eq!(h.len(), 1, "{:?}", out.records);
@@ -83,7 +105,12 @@ fn without_sched_hooks_histograms_have_no_split() {
 fn a_thread_that_slept_between_spans_gets_its_next_spans_split() {
     for pairing in PAIRINGS {
         let out = run_gap(pairing, &[], 3 * MS);
-        assert_eq!(out.spans().len() as u64, N, "{pairing:?}: {:?}", out.records);
+        assert_eq!(
+            out.spans().len() as u64,
+            N,
+            "{pairing:?}: {:?}",
+            out.records
+        );
         for s in out.spans() {
             let sleep = s["sleep_ns"].as_u64().unwrap_or(0);
             let oncpu = s["oncpu_ns"].as_u64().unwrap_or(u64::MAX);

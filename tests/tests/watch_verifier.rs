@@ -19,7 +19,10 @@ const CEILING: u64 = 300_000;
 #[ignore = "needs root"]
 fn uprobe_programs_verify_with_headroom() {
     // `usdt_site`, and `usdt_site_nosplit` (--no-sched).
-    for (prog, extra) in [("usdt_site", &[][..]), ("usdt_site_nosplit", &["--no-sched"][..])] {
+    for (prog, extra) in [
+        ("usdt_site", &[][..]),
+        ("usdt_site_nosplit", &["--no-sched"][..]),
+    ] {
         check(prog, extra);
     }
 }

@@ -22,8 +22,7 @@ use usdt_trace_common::{
         AggConfig, ByKey, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_COUNTERS, BY_ARG,
         BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_STR_LEN, BY_TID, CFG_AGG_ARGS, CFG_AGG_BY,
     },
-    Frame, Hist, IdKey, CFG_FILTER, CFG_STOPPED, MAX_ARGS, STRS_CUT,
-    STRS_OK, STR_NONE,
+    Frame, Hist, IdKey, CFG_FILTER, CFG_STOPPED, MAX_ARGS, STRS_CUT, STRS_OK, STR_NONE,
 };
 
 use crate::{

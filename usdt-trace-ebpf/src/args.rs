@@ -2,10 +2,7 @@
 
 use aya_ebpf::{
     bindings::pt_regs,
-    helpers::{
-        bpf_probe_read_user, bpf_probe_read_user_buf,
-        bpf_probe_read_user_str_bytes,
-    },
+    helpers::{bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes},
     programs::ProbeContext,
 };
 use usdt_trace_common::regs;

@@ -191,6 +191,12 @@ pub static ID_SPANS: HashMap<IdKey, IdFrame> = HashMap::with_max_entries(65536, 
 /// replaces it; a full map only costs later spans their start strings.
 #[map]
 pub static STRS: HashMap<IdKey, StrSet> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+/// The `--str` strings of the id-paired span holding the same slot of ID_SLOTS, when its start
+/// captured any: written in place, where an insert into STRS copies a whole 4 KB `StrSet` and
+/// its delete frees it, on every span. Only the slot's owner touches its entry, and only while
+/// it holds the slot. User space sizes it to ID_SLOTS with `--str`, else to 1 (16 MB unused).
+#[map]
+pub static ID_STRS: Array<StrSet> = Array::with_max_entries(usdt_trace_common::ID_SLOTS, 0);
 /// Per CPU: a span start's strings are read here, then inserted into STRS.
 #[map]
 pub static STR_SCRATCH: PerCpuArray<StrSet> = PerCpuArray::with_max_entries(1, 0);

@@ -12,11 +12,11 @@ use usdt_trace_common::{
     agg::{CFG_AGG_ARGS, CFG_AGG_BY},
     hist_slot, str_key_thread, Acct, Config, EventRecord, Frame, IdFrame, IdKey, IdSlot, PollAcct,
     RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, StackRecord, StrsRecord, ThreadState,
-    CFG_FILTER, CFG_HIST, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START,
-    CNT_EVENTS, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL,
-    CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_COMPONENTS, HIST_DURATION,
-    HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, ID_SLOT_FILLING, ID_SLOT_FREE,
-    ID_SLOT_OPEN, MAX_ARGS, MAX_DEPTH, MAX_PAIRS,
+    CFG_FILTER, CFG_HIST, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS,
+    CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
+    CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_COMPONENTS, HIST_DURATION, HIST_IDLE, HIST_IO,
+    HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, ID_SLOT_FILLING, ID_SLOT_FREE, ID_SLOT_OPEN,
+    MAX_ARGS, MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT,
 };
 
 use crate::args::ArgWords;
@@ -25,10 +25,8 @@ use crate::{
     args::{copy_regs, read_args, reg, usdt_read_arg_ctx, IP_WORD, REGS_WORDS},
     maps::{
         cas, count, count_n, current_comm_into, existing_thread, note_stateless_start, opaque,
-        OPAQUE_UPROBE,
-        publish,
-        ringbuf_flags, take_stateless_start, thread_state, Scratch, CONFIG, EVENTS, FRAME_SCRATCH,
-        HISTS, ID_DROPPED, ID_SLOTS, ID_SPANS, SCRATCH, SITES,
+        publish, ringbuf_flags, take_stateless_start, thread_state, Scratch, CONFIG, EVENTS,
+        FRAME_SCRATCH, HISTS, ID_DROPPED, ID_SLOTS, ID_SPANS, OPAQUE_UPROBE, SCRATCH, SITES,
     },
     sched,
     strs::{drop_strs, usdt_emit_strs, usdt_keep_strs},
@@ -410,7 +408,7 @@ fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     // to find them again at the end.
     if with_args && hit.spec.nstrs > 0 {
         let key = str_key_thread(hit.tid, depth as u32);
-        if usdt_keep_strs(hit.cookie, words(&f.args), &key) != 0 {
+        if usdt_keep_strs(hit.cookie, words(&f.args), &key, NO_ID_SLOT) != 0 {
             f.has_strs = depth as u32 + 1;
         }
     }
@@ -561,7 +559,13 @@ fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         zero_words(&mut f.poll);
     }
     if with_args && hit.spec.nstrs > 0 {
-        f.frame.has_strs = usdt_keep_strs(hit.cookie, words(&f.frame.args), &key);
+        // In the slot's own entry of ID_STRS when the span holds a slot.
+        let at = if slot.is_null() {
+            NO_ID_SLOT
+        } else {
+            key.slot()
+        };
+        f.frame.has_strs = usdt_keep_strs(hit.cookie, words(&f.frame.args), &key, at);
     }
     if !slot.is_null() {
         // SAFETY: as above; from here its end (on any CPU) may find it.

@@ -9,36 +9,60 @@
 
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use usdt_trace_common::{
-    str_key_thread, IdKey, RecordKind, StrSet, StrsRecord, MAX_ARGS, MAX_STRS, STRS_NONE, STR_SLOT,
+    str_key_thread, IdKey, RecordKind, StrSet, StrsRecord, CNT_STRS_DROPPED, KEPT_IN_SLOT,
+    MAX_ARGS, MAX_STRS, STRS_NONE, STR_SLOT,
 };
 
 use crate::{
     args::{read_args, read_strs, reg, ArgWords, IP_WORD},
-    maps::{count, CONFIG, EVENTS, SCRATCH, SITES, STRS, STR_SCRATCH},
+    maps::{count, CONFIG, EVENTS, ID_STRS, SCRATCH, SITES, STRS, STR_SCRATCH},
 };
 
-/// Reads the strings of the span start at site `cookie` (arguments `args`) and keeps them in
-/// `STRS` under `key` until its end. 1 when kept (a full map costs the span its start strings,
-/// nothing else).
+/// Reads the strings of the span start at site `cookie` (arguments `args`) and keeps them
+/// until its end: in `ID_STRS` at `slot` when the span holds that slot of `ID_SLOTS` (u32::MAX:
+/// it holds none), else in `STRS` under `key`. Returns where (`KEPT_IN_SLOT`, or 1 for
+/// `STRS`: `KEPT_IN_MAP` for a span paired by id), 0 when not kept (a full map costs the span
+/// its start strings, nothing else).
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn usdt_keep_strs(cookie: u32, args: *const ArgWords, key: *const IdKey) -> u32 {
+pub extern "C" fn usdt_keep_strs(
+    cookie: u32,
+    args: *const ArgWords,
+    key: *const IdKey,
+    slot: u32,
+) -> u32 {
     // A global function's pointers may be NULL as far as the verifier knows.
     if args.is_null() || key.is_null() {
         return 0;
     }
-    let (Some(spec), Some(cfg), Some(p)) =
-        (SITES.get(cookie), CONFIG.get(0), STR_SCRATCH.get_ptr_mut(0))
-    else {
+    let (Some(spec), Some(cfg)) = (SITES.get(cookie), CONFIG.get(0)) else {
         return 0;
     };
-    // SAFETY: this CPU's slot, which nothing else uses while this program runs; `args` and
-    // `key` are non-null and checked by the verifier at the call.
-    let (set, args, key) = unsafe { (&mut *p, &(*args).args, &*key) };
+    // SAFETY: `args` and `key` are non-null and checked by the verifier at the call.
+    let (args, key) = unsafe { (&(*args).args, &*key) };
+    // In place, in the slot's entry (absent when user space sized the map to 1: no --str).
+    if let Some(p) = ID_STRS.get_ptr_mut(slot) {
+        // SAFETY: the entry of a slot this span holds: nothing else writes it meanwhile.
+        let set = unsafe { &mut *p };
+        set.state = [STRS_NONE; MAX_STRS];
+        read_strs(spec, args, cfg.str_max, set);
+        return KEPT_IN_SLOT;
+    }
+    let Some(p) = STR_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's slot, which nothing else uses while this program runs.
+    let set = unsafe { &mut *p };
     set.state = [STRS_NONE; MAX_STRS];
     read_strs(spec, args, cfg.str_max, set);
     // Inserted from the scratch map by reference: 4 KB does not go through the stack.
-    STRS.insert(key, &*set, 0).is_ok() as u32
+    if STRS.insert(key, &*set, 0).is_ok() {
+        return 1;
+    }
+    // The span goes on without its start strings: said in the summary, not left to look
+    // like strings the kernel could not read.
+    count(CNT_STRS_DROPPED);
+    0
 }
 
 /// Where a closed span's start strings are kept: `kept` is its frame's `has_strs` (0: none;
@@ -62,6 +86,10 @@ fn kept_key(kept: u32, id_key: *const IdKey) -> Option<IdKey> {
 #[inline(always)]
 pub fn kept_set(kept: u32, id_key: *const IdKey) -> Option<&'static StrSet> {
     let key = kept_key(kept, id_key)?;
+    if kept == KEPT_IN_SLOT && !id_key.is_null() {
+        // The entry of the slot the span still holds (it is freed after this).
+        return ID_STRS.get(key.slot());
+    }
     // SAFETY: a live map value, read before this program returns.
     unsafe { STRS.get(&key) }
 }
@@ -79,6 +107,10 @@ pub fn drop_strs(kept: u32, id_key: *const IdKey) {
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn usdt_drop_strs(kept: u32, id_key: *const IdKey) -> u32 {
+    // Strings kept in a slot's entry stay there: the slot's next tenant writes its own states.
+    if kept == KEPT_IN_SLOT && !id_key.is_null() {
+        return 0;
+    }
     if let Some(key) = kept_key(kept, id_key) {
         let _ = STRS.remove(&key);
     }
@@ -175,8 +207,7 @@ pub extern "C" fn usdt_emit_strs(
     rec.hdr.tid = pid_tgid as u32;
     rec.hdr.ts_ns = ts;
     usdt_trace_common::zero_comm(&mut rec.hdr.comm);
-    // SAFETY: a live map value, read before this program returns.
-    let start = kept_key(kept, id_key).and_then(|k| unsafe { STRS.get(&k) });
+    let start = kept_set(kept, id_key);
     match start {
         Some(s) => copy_kept(s, &mut rec.strs),
         None => rec.strs.state = [STRS_NONE; MAX_STRS],

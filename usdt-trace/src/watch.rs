@@ -127,6 +127,7 @@ impl WatchConfig {
             max_threads: self.max_threads,
             max_open_ids: self.max_open_ids,
             str_max: self.str_max,
+            strs: !self.strs.is_empty(),
             min_ns: self
                 .min
                 .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64),
@@ -1000,6 +1001,12 @@ fn end_warnings(
     for w in summary.dropped.warnings(cfg.max_threads, cfg.max_open_ids) {
         eprintln!("{w}");
     }
+    if summary.strings_dropped > 0 {
+        eprintln!(
+            "warning: --str: {} spans are recorded without their start strings: the kernel could not keep them until the end (too many open at once, or no memory at hand)",
+            summary.strings_dropped
+        );
+    }
     for (n, what) in [(ac.by_other, "spans"), (ac.count_other, "hits")] {
         if n > 0 {
             eprintln!(
@@ -1185,6 +1192,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             kernel_skipped: tracer.missed_hits().unwrap_or(0),
         },
         filtered: c.below_min + c.filter_rejected,
+        strings_dropped: c.strs_dropped,
         stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
         hits: reader.agg.hits,
         by_other: ac.by_other + ac.count_other,

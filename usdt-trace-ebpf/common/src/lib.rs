@@ -156,8 +156,10 @@ pub const CNT_LOST: u32 = 2;
 pub const CNT_UNMATCHED_START: u32 = 3;
 /// Span ends without a start (none that a limit below dropped).
 pub const CNT_UNMATCHED_END: u32 = 4;
-// 5: unused. It counted hits of other processes, when the program filtered by PID; the
-// kernel scopes each link to its process now (`-p`, `-c`), so none arrive.
+/// Span starts whose `--str` strings could not be kept until their end (the string map was
+/// full, or its allocator had no memory at hand): the span is recorded without them. (Index 5
+/// counted PID-filtered hits once; the kernel scopes links to their process now.)
+pub const CNT_STRS_DROPPED: u32 = 5;
 /// Span starts dropped because `THREADS` was full: the thread could get no state.
 pub const CNT_THREADS_FULL: u32 = 6;
 /// Ends of those: the thread has no state, and `NO_STATE_TIDS` says a start was dropped.
@@ -170,14 +172,14 @@ pub const CNT_ID_FULL_END: u32 = 9;
 pub const CNT_DEPTH_START: u32 = 10;
 /// Ends dropped while the thread was past the stack (`ThreadState::overflow` > 0).
 pub const CNT_DEPTH_END: u32 = 11;
-/// Number of counters.
 /// Closed spans shorter than `--min`: not recorded (histograms still count them).
 pub const CNT_BELOW_MIN: u32 = 12;
 /// Spans and events that `--filter` rejected.
 pub const CNT_FILTER_REJECT: u32 = 13;
+/// Number of counters.
 pub const NUM_COUNTERS: u32 = CNT_FILTER_REJECT + 1;
 
-// Flag 1 is unused (it was the PID filter; see counter 5).
+// Flag 1 is unused (it was the PID filter; the kernel scopes links to their process).
 /// `Config::flags`: keep in-kernel histograms and emit no per-span records.
 pub const CFG_HIST: u32 = 2;
 /// `Config::flags`: account scheduler time per span: set when the scheduler hooks are attached
@@ -351,7 +353,8 @@ pub struct Frame {
     pub pair_id: u32,
     /// Thread that opened the span.
     pub tid: u32,
-    /// 1 when the start captured strings (kept in `STRS`).
+    /// Where the start's strings are kept, 0 when it captured none: for a span paired per
+    /// thread its depth + 1 (in `STRS`), for one paired by id `KEPT_IN_MAP` or `KEPT_IN_SLOT`.
     pub has_strs: u32,
     /// bpf_ktime_get_ns() at the start.
     pub start_ns: u64,
@@ -423,6 +426,15 @@ pub fn task_slot(task: u64) -> u32 {
     (task.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TASK_SLOTS.trailing_zeros())) as u32
         & (TASK_SLOTS - 1)
 }
+
+/// `Frame::has_strs` of an id-paired span whose start strings are in `STRS` under its key.
+pub const KEPT_IN_MAP: u32 = 1;
+/// `Frame::has_strs` of an id-paired span whose start strings are in `ID_STRS`, at the index of
+/// the `ID_SLOTS` slot it holds (`IdKey::slot`).
+pub const KEPT_IN_SLOT: u32 = 2;
+
+/// No slot of `ID_SLOTS` (a span paired per thread, or one whose slot another span holds).
+pub const NO_ID_SLOT: u32 = u32::MAX;
 
 /// `IdKey::pair_id` of a per-thread frame's key in `STRS` (no span name has this id).
 pub const STR_KEY_THREAD: u32 = u32::MAX;
@@ -1467,7 +1479,10 @@ mod tests {
         fill_zero_parts(&mut comps);
         for c in [HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, HIST_IO] {
             assert_eq!(comps[c].buckets, full[c].buckets, "component {c}");
-            assert_eq!((comps[c].count, comps[c].sum, comps[c].max), (3, full[c].sum, full[c].max));
+            assert_eq!(
+                (comps[c].count, comps[c].sum, comps[c].max),
+                (3, full[c].sum, full[c].max)
+            );
         }
         // No split span: nothing to fill.
         let mut none = [Hist::default(); HIST_COMPONENTS];

@@ -296,6 +296,7 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
         ("stacks_failed", s.stacks_failed),
         ("hits", s.hits),
         ("by_other", s.by_other),
+        ("strings_dropped", s.strings_dropped),
     ] {
         if v > 0 {
             out.pop();
@@ -591,6 +592,14 @@ mod golden {
             line(|o| summary_json(o, &s)),
             r#"{"type":"summary","events":1,"spans":2,"lost":3,"unmatched":4,"unmatched_end":5,"dropped":{"threads_full":7,"id_spans_full":8,"depth":9,"kernel_skipped":10},"duration_ns":6,"hits":11,"by_other":12}
 "#
+        );
+        // --str: spans whose start strings the kernel could not keep, only when there are.
+        let s = Summary {
+            strings_dropped: 13,
+            ..s
+        };
+        assert!(
+            line(|o| summary_json(o, &s)).ends_with(",\"by_other\":12,\"strings_dropped\":13}\n")
         );
     }
 }

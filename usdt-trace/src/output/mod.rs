@@ -258,6 +258,9 @@ pub struct Summary {
     pub hits: u64,
     /// `--by`: spans and hits whose key found no room (`--max-keys`), counted as "other".
     pub by_other: u64,
+    /// `--str`: spans recorded without their start strings, which the kernel could not keep
+    /// until the end (the string map full, or out of memory at that moment).
+    pub strings_dropped: u64,
 }
 
 /// Span starts dropped because a kernel-side limit was reached (their ends are dropped with

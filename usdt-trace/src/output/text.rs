@@ -208,6 +208,12 @@ pub fn summary_text(s: &Summary) -> String {
     if s.stacks_failed > 0 {
         filtered.push_str(&format!(", {} stacks not read", s.stacks_failed));
     }
+    if s.strings_dropped > 0 {
+        filtered.push_str(&format!(
+            ", {} spans without their start strings (not kept)",
+            s.strings_dropped
+        ));
+    }
     format!(
         "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends{hits}{dropped}{filtered}{other} in {:.1}s\n",
         s.spans,

@@ -35,8 +35,8 @@ use std::{
 };
 use thiserror::Error;
 use usdt_trace_common::{
-    Config, FilterProg, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_FILTER, CFG_HIST,
-    CFG_STACK, CFG_STOPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
+    Config, FilterProg, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_STACK,
+    CFG_STOPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
 };
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
@@ -156,6 +156,8 @@ pub struct Counters {
     pub lost: u64,
     pub unmatched_start: u64,
     pub unmatched_end: u64,
+    /// Span starts whose `--str` strings could not be kept until their end.
+    pub strs_dropped: u64,
     /// Span starts dropped because THREADS (`--max-threads`) was full, and their ends.
     pub threads_full: u64,
     pub threads_full_ends: u64,
@@ -205,6 +207,9 @@ pub struct LoadOptions<'a> {
     pub min_ns: u64,
     /// `--str-max`: bytes kept of each `--str` string (1..=`STR_MAX_CAP`).
     pub str_max: u32,
+    /// Any `--str` rule given: room for the start strings of every id-paired span that holds
+    /// a slot (`ID_STRS`, ~16 MB of kernel memory).
+    pub strs: bool,
     /// `--filter`/`--tid`: the compiled program, and per site (cookie) which terms name it.
     pub filter: Option<(FilterProg, &'a [u32])>,
     /// `--stack`: a user stack record before each span record.
@@ -328,6 +333,15 @@ impl Tracer {
             .map_max_entries("EVENTS", opts.ring_bytes)
             .map_max_entries("THREADS", opts.max_threads.max(1))
             .map_max_entries("ID_SPANS", opts.max_open_ids.max(1))
+            // Strings of id spans that hold a slot, in place: 16 MB only when asked for.
+            .map_max_entries(
+                "ID_STRS",
+                if opts.strs {
+                    usdt_trace_common::ID_SLOTS
+                } else {
+                    1
+                },
+            )
             .load(EBPF_OBJECT)
             .map_err(|e| {
                 let msg = error_chain(&e);
@@ -771,6 +785,7 @@ impl Tracer {
             lost: v[CNT_LOST as usize],
             unmatched_start: v[CNT_UNMATCHED_START as usize],
             unmatched_end: v[CNT_UNMATCHED_END as usize],
+            strs_dropped: v[CNT_STRS_DROPPED as usize],
             threads_full: v[CNT_THREADS_FULL as usize],
             threads_full_ends: v[CNT_THREADS_FULL_END as usize],
             id_full: v[CNT_ID_FULL as usize],
@@ -948,6 +963,7 @@ mod tests {
             max_open_ids: DEFAULT_MAX_OPEN_IDS,
             min_ns: 0,
             str_max: usdt_trace_common::STR_MAX_DEFAULT as u32,
+            strs: false,
             filter: None,
             stack: false,
             agg: AggLoad::default(),
