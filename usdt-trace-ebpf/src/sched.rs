@@ -113,11 +113,12 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
     if !any_tracked() {
         return;
     }
-    // Each side of the switch is looked up only when its task may have state (an array load on
-    // the task's address), so a switch between a traced thread and any other costs one lookup.
-    // (A per-CPU "no open span on this CPU" flag that skipped lookups altogether filed CPU time
-    // as run queue in 1 of ~6 attrib_split runs under a CPU hog: this filter is exact instead,
-    // kept by each thread itself; see `maybe_tracked`.)
+    // Each side of the switch is looked up only when its task may have a span open (an array
+    // load on the task's address), so a switch costs a lookup per side that may, none for the
+    // others. (A per-CPU "no open span on this CPU" flag that skipped lookups altogether filed
+    // CPU time as run queue in 1 of ~6 attrib_split runs under a CPU hog: this filter is exact
+    // in the direction that matters, kept by each thread itself; see `TRACKED_TASKS`.) The
+    // hooks run with interrupts off, so `opaque`'s word is theirs alone meanwhile.
     // SAFETY: the helper has no preconditions; `prev` is the current task.
     let st = if maybe_tracked(unsafe { bpf_get_current_task() }) {
         existing_thread(bpf_get_current_pid_tgid() as u32)
