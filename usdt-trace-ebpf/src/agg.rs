@@ -26,7 +26,7 @@ use usdt_trace_common::{
 };
 
 use crate::{
-    args::{copy_regs, read_arg, read_args, reg, ArgWords, IP_WORD},
+    args::{copy_regs, read_arg, read_args, ArgWords},
     filter::usdt_filter_rejects,
     maps::{current_comm_into, CONFIG, SCRATCH, SITES},
     store::zero,
@@ -46,7 +46,7 @@ pub fn on_count(ctx: &ProbeContext) -> Result<(), ()> {
     if cfg.flags & (CFG_AGG_ARGS | CFG_FILTER) != 0 {
         // SAFETY: this CPU's slot, which nothing else uses while this program runs.
         let sc = unsafe { &mut *SCRATCH.get_ptr_mut(0).ok_or(())? };
-        copy_regs(ctx, &mut sc.regs)?;
+        copy_regs(ctx, &mut sc.regs);
     }
     let _ = usdt_count(cookie);
     Ok(())
@@ -172,7 +172,7 @@ fn hit_args(site: u32) -> Option<&'static [u64; MAX_ARGS]> {
     let sc = SCRATCH.get_ptr_mut(0)?;
     // SAFETY: this CPU's slot; the caller is done with it or holds the same values.
     let sc = unsafe { &mut *sc };
-    read_args(spec, &sc.regs, reg(&sc.regs, IP_WORD), &mut sc.end_args);
+    read_args(spec, &sc.regs, &mut sc.end_args);
     Some(&sc.end_args)
 }
 
@@ -185,7 +185,7 @@ fn hit_arg(site: u32, n: usize) -> Option<u64> {
     let sc = SCRATCH.get_ptr(0)?;
     // SAFETY: this CPU's slot, filled by the caller's register copy.
     let regs = unsafe { &(*sc).regs };
-    Some(read_arg(d, regs, reg(regs, IP_WORD)))
+    Some(read_arg(d, regs))
 }
 
 /// `--hist --by`: counts a closed span of duration `dur` under its key. `f` is its frame,

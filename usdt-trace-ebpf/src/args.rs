@@ -31,9 +31,9 @@ pub const IP_WORD: u8 = regs::x86_64::IP;
 /// Copies the probed thread's registers into `regs`, so the spec's register numbers can index
 /// them as words. Loads straight from the context (a uprobe program may read its `pt_regs`
 /// at constant offsets), not through `bpf_probe_read_kernel`: a helper call and a fault-checked
-/// copy cost ~20 ns a hit.
+/// copy cost ~20 ns a hit. Loads from the context cannot fail.
 #[inline(always)]
-pub fn copy_regs(ctx: &ProbeContext, regs: &mut [u64; REGS_WORDS]) -> Result<(), ()> {
+pub fn copy_regs(ctx: &ProbeContext, regs: &mut [u64; REGS_WORDS]) {
     let src = ctx.regs as *const u64;
     // Unrolled, so every load has the constant offset the verifier requires of context reads.
     for (i, r) in regs.iter_mut().enumerate().take(REGS_BYTES / 8) {
@@ -41,7 +41,6 @@ pub fn copy_regs(ctx: &ProbeContext, regs: &mut [u64; REGS_WORDS]) -> Result<(),
         // LLVM keeps word copies rather than a `memcpy` call.
         unsafe { core::ptr::write_volatile(r, core::ptr::read_volatile(src.add(i))) };
     }
-    Ok(())
 }
 
 /// Register word `idx`, or 0 for `REG_NONE` and anything out of range.
@@ -106,9 +105,11 @@ fn extend(v: u64, size: u8, signed: u8) -> u64 {
     }
 }
 
+/// An argument, from a register copy (whose instruction pointer word rip-relative operands
+/// are read against).
 #[inline(always)]
-pub fn read_arg(d: &ArgDesc, regs: &[u64; REGS_WORDS], ip: u64) -> u64 {
-    read_arg_with(d, ip, |w| reg(regs, w))
+pub fn read_arg(d: &ArgDesc, regs: &[u64; REGS_WORDS]) -> u64 {
+    read_arg_with(d, reg(regs, IP_WORD), |w| reg(regs, w))
 }
 
 /// An argument, with register words from `reg`.
@@ -143,11 +144,10 @@ pub struct ArgWords {
 
 /// Reads the site's `nargs` arguments into `out`.
 #[inline(always)]
-pub fn read_args(spec: &SiteSpec, regs: &[u64; REGS_WORDS], ip: u64, out: &mut [u64; MAX_ARGS]) {
+pub fn read_args(spec: &SiteSpec, regs: &[u64; REGS_WORDS], out: &mut [u64; MAX_ARGS]) {
     usdt_read_args(
         spec,
         regs as *const _ as *const RegWords,
-        ip,
         out as *mut _ as *mut ArgWords,
     );
 }
@@ -161,7 +161,6 @@ pub fn read_args(spec: &SiteSpec, regs: &[u64; REGS_WORDS], ip: u64, out: &mut [
 pub extern "C" fn usdt_read_args(
     spec: *const SiteSpec,
     regs: *const RegWords,
-    ip: u64,
     out: *mut ArgWords,
 ) -> u32 {
     // A global function's pointers may be NULL as far as the verifier knows.
@@ -176,7 +175,7 @@ pub extern "C" fn usdt_read_args(
         if i >= spec.nargs as usize {
             break;
         }
-        out[i] = read_arg(&spec.args[i], regs, ip);
+        out[i] = read_arg(&spec.args[i], regs);
         i += 1;
     }
     0

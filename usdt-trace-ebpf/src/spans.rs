@@ -22,7 +22,7 @@ use usdt_trace_common::{
 use crate::args::ArgWords;
 use crate::store::{copy_words, zero, zero_words};
 use crate::{
-    args::{copy_regs, read_args, reg, usdt_read_arg_ctx, IP_WORD, REGS_WORDS},
+    args::{copy_regs, read_args, usdt_read_arg_ctx, REGS_WORDS},
     maps::{
         cas, count, count_n, current_comm_into, existing_thread, note_stateless_start, opaque,
         publish, ringbuf_flags, take_stateless_start, thread_state, Scratch, CONFIG, EVENTS,
@@ -45,7 +45,6 @@ struct Hit<'a, const S: bool> {
     spec: &'a SiteSpec,
     cfg: &'a Config,
     regs: &'a [u64; REGS_WORDS],
-    ip: u64,
     now: u64,
     /// The site's BPF cookie: its index in `SITES`.
     cookie: u32,
@@ -79,7 +78,7 @@ impl<const S: bool> Hit<'_, S> {
 
     #[inline(always)]
     fn read_args(&self, out: &mut [u64; MAX_ARGS]) {
-        read_args(self.spec, self.regs, self.ip, out);
+        read_args(self.spec, self.regs, out);
     }
 
     /// The key of the span whose id this hit carries.
@@ -154,14 +153,13 @@ pub fn on_site<const S: bool>(ctx: &ProbeContext) -> Result<(), ()> {
     // the copy unless a `--by` key needs arguments. (`regs` then holds an earlier hit's
     // registers, which nothing reads.)
     if !hist || cfg.flags & CFG_AGG_ARGS != 0 {
-        copy_regs(ctx, regs)?;
+        copy_regs(ctx, regs);
     }
     let hit = Hit::<S> {
         ctx: ctx.as_ptr(),
         spec,
         cfg,
         regs,
-        ip: reg(regs, IP_WORD),
         // SAFETY: the helper has no preconditions.
         now: unsafe { bpf_ktime_get_ns() },
         cookie,

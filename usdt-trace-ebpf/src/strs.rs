@@ -14,7 +14,7 @@ use usdt_trace_common::{
 };
 
 use crate::{
-    args::{read_args, read_strs, reg, ArgWords, IP_WORD},
+    args::{read_args, read_strs, ArgWords},
     maps::{count, CONFIG, EVENTS, ID_STRS, SCRATCH, SITES, STRS, STR_SCRATCH},
 };
 
@@ -82,11 +82,18 @@ fn kept_key(kept: u32, id_key: *const IdKey) -> Option<IdKey> {
     Some(unsafe { *id_key })
 }
 
+/// Whether a span's start strings are in its slot's entry of `ID_STRS` (only an id-paired
+/// span's can be: for one paired per thread, `kept` is a depth + 1 that may equal it).
+#[inline(always)]
+fn kept_in_slot(kept: u32, id_key: *const IdKey) -> bool {
+    kept == KEPT_IN_SLOT && !id_key.is_null()
+}
+
 /// A closed span's kept start strings (`kept`, `id_key`: as for [`usdt_emit_strs`]), if any.
 #[inline(always)]
 pub fn kept_set(kept: u32, id_key: *const IdKey) -> Option<&'static StrSet> {
     let key = kept_key(kept, id_key)?;
-    if kept == KEPT_IN_SLOT && !id_key.is_null() {
+    if kept_in_slot(kept, id_key) {
         // The entry of the slot the span still holds (it is freed after this).
         return ID_STRS.get(key.slot());
     }
@@ -108,7 +115,7 @@ pub fn drop_strs(kept: u32, id_key: *const IdKey) {
 #[inline(never)]
 pub extern "C" fn usdt_drop_strs(kept: u32, id_key: *const IdKey) -> u32 {
     // Strings kept in a slot's entry stay there: the slot's next tenant writes its own states.
-    if kept == KEPT_IN_SLOT && !id_key.is_null() {
+    if kept_in_slot(kept, id_key) {
         return 0;
     }
     if let Some(key) = kept_key(kept, id_key) {
@@ -187,7 +194,7 @@ pub extern "C" fn usdt_emit_strs(
     let args = if args.is_null() {
         // SAFETY: this CPU's scratch slot, holding this hit's register copy.
         let regs = unsafe { &(*scratch).regs };
-        read_args(spec, regs, reg(regs, IP_WORD), own);
+        read_args(spec, regs, own);
         &*own
     } else {
         // SAFETY: non-null and checked by the verifier at the call.
