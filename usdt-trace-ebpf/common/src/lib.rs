@@ -182,9 +182,10 @@ pub const NUM_COUNTERS: u32 = CNT_FILTER_REJECT + 1;
 // Flag 1 is unused (it was the PID filter; the kernel scopes links to their process).
 /// `Config::flags`: keep in-kernel histograms and emit no per-span records.
 pub const CFG_HIST: u32 = 2;
-/// `Config::flags`: account scheduler time per span: set when the scheduler hooks are attached
-/// (`--no-sched` leaves them out). Without it spans carry no split (it would read as all
-/// on-CPU), and id-paired spans and poll markers touch no thread state.
+/// `Config::flags`: set when the scheduler hooks are attached (`--no-sched` leaves them out).
+/// The programs do not test it per hit: without the hooks, user space attaches
+/// `usdt_site_nosplit`, the span program built without the split (which would read as all
+/// on-CPU), where id-paired spans and poll markers touch no thread state.
 pub const CFG_ACCT: u32 = 4;
 
 /// `Config::flags`: tracing has stopped; hits during the detach are ignored so the summary
