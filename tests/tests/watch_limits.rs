@@ -25,6 +25,16 @@ fn dropped(sum: &Value) -> (u64, u64, u64) {
     )
 }
 
+/// The `ID_SLOTS` slot the kernel gives id `id` of process `pid` (its one span name is pair 0).
+fn id_slot(pid: u32, id: u64) -> usize {
+    let key = usdt_trace_common::IdKey {
+        pair_id: 0,
+        tgid: pid,
+        span_id: id,
+    };
+    key.slot() as usize
+}
+
 #[test]
 #[ignore = "needs root"]
 fn recursion_past_the_stack_drops_and_never_mispairs() {
@@ -110,12 +120,7 @@ fn more_open_ids_than_the_table_and_max_open_ids_are_dropped_not_unmatched() {
     let mut hashed = 0;
     let mut kept = Vec::new();
     for id in 1..=N {
-        let key = usdt_trace_common::IdKey {
-            pair_id: 0,
-            tgid: pid,
-            span_id: id,
-        };
-        let slot = &mut taken[key.slot() as usize];
+        let slot = &mut taken[id_slot(pid, id)];
         if !*slot {
             *slot = true;
             kept.push(id);
@@ -222,14 +227,7 @@ fn id_spans_keep_their_start_strings_in_their_slot_or_the_hash() {
     let pid = spans[0]["pid"].as_u64().unwrap() as u32;
     let mut taken = vec![false; usdt_trace_common::ID_SLOTS as usize];
     let hashed = (1..=N)
-        .filter(|&id| {
-            let key = usdt_trace_common::IdKey {
-                pair_id: 0,
-                tgid: pid,
-                span_id: id,
-            };
-            std::mem::replace(&mut taken[key.slot() as usize], true)
-        })
+        .filter(|&id| std::mem::replace(&mut taken[id_slot(pid, id)], true))
         .count();
     assert!(hashed > 0, "some ids must share a slot");
     // A start whose slot is taken keeps its strings in the string hash, whose allocator can run
