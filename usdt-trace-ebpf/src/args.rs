@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use usdt_trace_common::regs;
 use usdt_trace_common::{
-    ArgDesc, ArgKind, SiteSpec, StrSet, MAX_ARGS, MAX_STRS, REG_NONE, STRS_CUT, STRS_FAULT,
+    ArgDesc, ArgKind, SiteSpec, StrSet, GO_FRAME_DEPTH_MASK, MAX_ARGS, MAX_STRS, REG_NONE, STRS_CUT, STRS_FAULT,
     STRS_OK, STR_MAX_CAP, STR_NONE, STR_SLOT,
 };
 
@@ -41,6 +41,19 @@ pub fn copy_regs(ctx: &ProbeContext, regs: &mut [u64; REGS_WORDS]) {
         // LLVM keeps word copies rather than a `memcpy` call.
         unsafe { core::ptr::write_volatile(r, core::ptr::read_volatile(src.add(i))) };
     }
+}
+
+/// The word of `pt_regs` holding the stack pointer.
+#[cfg(bpf_target_arch = "aarch64")]
+const SP_WORD: usize = regs::aarch64::SP as usize;
+#[cfg(not(bpf_target_arch = "aarch64"))]
+const SP_WORD: usize = regs::x86_64::SP as usize;
+
+/// The probed thread's stack pointer, loaded from the context (a constant offset).
+#[inline(always)]
+pub fn ctx_sp(ctx: *mut core::ffi::c_void) -> u64 {
+    // SAFETY: the stack pointer's word of the probe's pt_regs, inside it.
+    unsafe { core::ptr::read_volatile((ctx as *const u64).add(SP_WORD)) }
 }
 
 /// Register word `idx`, or 0 for `REG_NONE` and anything out of range.
@@ -126,6 +139,11 @@ fn read_arg_with(d: &ArgDesc, ip: u64, reg: impl Fn(u8) -> u64) -> u64 {
             read_user(addr, d.size)
         }
         ArgKind::RIP => read_user(ip.wrapping_add(d.val), d.size),
+        ArgKind::GO_FRAME => {
+            let g = reg(d.base_reg);
+            let hi = read_user(g.wrapping_add(d.val), 8);
+            (g << 24) | (hi.wrapping_sub(reg(d.index_reg)) & GO_FRAME_DEPTH_MASK)
+        }
         _ => 0,
     };
     extend(raw, d.size, d.signed)

@@ -16,13 +16,13 @@ use usdt_trace_common::{
     CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
     CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_COMPONENTS, HIST_DURATION, HIST_IDLE, HIST_IO,
     HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, ID_SLOT_FILLING, ID_SLOT_FREE, ID_SLOT_OPEN,
-    MAX_ARGS, MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT,
+    END_SP_POPPED, END_SP_SAME, MAX_ARGS, MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT,
 };
 
 use crate::args::ArgWords;
 use crate::store::{copy_words, zero, zero_words};
 use crate::{
-    args::{copy_regs, read_args, usdt_read_arg_ctx, REGS_WORDS},
+    args::{copy_regs, ctx_sp, read_args, usdt_read_arg_ctx, REGS_WORDS},
     maps::{
         cas, count, count_n, current_comm_into, existing_thread, note_stateless_start, opaque,
         publish, ringbuf_flags, take_stateless_start, thread_state, Scratch, CONFIG, EVENTS,
@@ -107,6 +107,16 @@ impl<const S: bool> Hit<'_, S> {
             Some(d) => usdt_read_arg_ctx(self.ctx as *mut pt_regs, d),
             None => 0,
         })
+    }
+
+    /// The stack pointer the start this end closes must have had (0: any), see `END_SP_*`.
+    #[inline(always)]
+    fn start_sp(&self) -> u64 {
+        match self.spec.end_sp {
+            END_SP_SAME => ctx_sp(self.ctx),
+            END_SP_POPPED => ctx_sp(self.ctx).wrapping_sub(8),
+            _ => 0,
+        }
     }
 
     #[inline(always)]
@@ -224,6 +234,7 @@ fn open_frame<const S: bool>(
     f.pair_id = hit.spec.pair_id;
     f.tid = hit.tid;
     f.start_ns = hit.now;
+    f.sp = ctx_sp(hit.ctx);
     // Zeroed word by word: a constant all-zero `Acct` stored whole is a `memset` call.
     match acct_start {
         Some(a) => f.acct_start = a,
@@ -426,7 +437,10 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     }
     // Hidden from the verifier before it is tested (see `opaque`): otherwise each depth the
     // search can end at is a verifier path of its own through all that follows.
-    let found = opaque(st.find_open_raw(hit.spec.pair_id) as u64, OPAQUE_UPROBE)
+    let found = opaque(
+        st.find_open_raw(hit.spec.pair_id, hit.start_sp()) as u64,
+        OPAQUE_UPROBE,
+    )
         .unwrap_or(MAX_DEPTH as u64) as usize;
     if found >= MAX_DEPTH {
         stateless_end(hit.tid);

@@ -264,6 +264,15 @@ pub struct WatchArgs {
     /// between polls (idle); a span that ended on another thread without them has no split.
     #[arg(long)]
     pub no_sched: bool,
+    /// How a function probe (`fn:`) finds a function's end. A return probe rewrites the
+    /// return address on the stack, which harms programs where a C++ exception or Rust panic
+    /// unwinds through the function, where it returns twice (setjmp) or is jumped over
+    /// (longjmp), or where it is not entered by a call (`_start`, gcc's `.cold` fragments);
+    /// an ordinary probe on each `ret` instruction changes nothing but costs a single-step
+    /// per return. Functions that cannot be traced safely are refused with the reason (see
+    /// `list --functions`). Go functions always end at their `ret`s.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = crate::elf::FnReturns::Auto)]
+    pub fn_returns: crate::elf::FnReturns,
     /// Ring buffer size in KiB (a power of two, at least 4). Larger buffers absorb bursts.
     #[arg(long, value_name = "KIB", default_value_t = 16384)]
     pub ring_kib: u32,
@@ -577,6 +586,12 @@ fn list_functions(a: &ListArgs) -> Result<i32, String> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match crate::functions::list(&path, globs, a.json, &mut out) {
+        // As `list BIN PATTERN`: globs that match nothing are an error, not an empty success.
+        Ok(0) if !globs.is_empty() => Err(format!(
+            "no function of {} matches {}",
+            crate::output::text::clean(&path.display().to_string()),
+            globs.join(" ")
+        )),
         Ok(_) => Ok(0),
         Err(e) if e.is_broken_pipe() => Ok(0),
         Err(e) => Err(e.to_string()),
@@ -756,6 +771,7 @@ impl WatchArgs {
             hist: self.hist,
             interval,
             sched: !self.no_sched,
+            fn_returns: self.fn_returns,
             ring_bytes: self.ring_kib * 1024,
             leave_running: self.leave_running,
             attach: self.attach.into(),

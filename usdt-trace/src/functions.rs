@@ -4,7 +4,10 @@
 //! Every name printed as text passes through [`clean`]: symbol names come from someone else's
 //! file.
 
-use crate::elf::{self, ElfError, FnProbeError, Function, Functions, SiteInsn, FN_PROVIDER};
+use crate::elf::{
+    self, ElfError, FnEnd, FnProbeError, FnReturns, FnSites, Function, Functions, SiteInsn,
+    FN_PROVIDER,
+};
 use crate::output::text::clean;
 use crate::pattern::Pattern;
 use crate::target::Object;
@@ -52,20 +55,84 @@ fn read_functions(path: &Path, shown: &str) -> Result<Functions, FnError> {
     })
 }
 
-/// Adds to `o` the entry and return sites of the functions the `fn:` patterns select, read
-/// through the descriptor `o` was parsed from (the very file that will be attached).
-pub fn add_function_sites(o: &mut Object, patterns: &[&Pattern]) -> Result<(), FnError> {
+/// Adds to `o` the entry and end sites of the functions the `fn:` patterns select, read
+/// through the descriptor `o` was parsed from (the very file that will be attached), and
+/// says on stderr which matched functions are not traced and why.
+pub fn add_function_sites(
+    o: &mut Object,
+    patterns: &[&Pattern],
+    mode: FnReturns,
+) -> Result<(), FnError> {
     if patterns.is_empty() {
         return Ok(());
     }
     let funcs = read_functions(&o.fd_path(), &o.shown)?;
-    let sites = elf::function_sites(&funcs, patterns, &o.shown)?;
-    o.probes.sites.extend(sites);
+    let found = elf::function_sites(&funcs, patterns, &o.shown, mode)?;
+    let mut err = io::stderr().lock();
+    for w in fn_warnings(&funcs, &found) {
+        let _ = writeln!(err, "warning: {}: {}", clean(&o.shown), clean(&w));
+    }
+    o.probes.sites.extend(found.sites);
     Ok(())
 }
 
+/// Names shown per reason before "and N more".
+const REFUSED_SHOWN: usize = 6;
+
+/// What a user must hear about the functions their patterns matched: those refused (one line
+/// per reason), IFUNCs, and a stripped object where nothing matched.
+pub fn fn_warnings(funcs: &Functions, found: &FnSites) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut by_reason: Vec<(&str, Vec<&str>)> = Vec::new();
+    for r in &found.refused {
+        match by_reason.iter_mut().find(|(why, _)| *why == r.reason) {
+            Some((_, names)) => names.push(&r.name),
+            None => by_reason.push((&r.reason, vec![&r.name])),
+        }
+    }
+    for (why, names) in by_reason {
+        let shown: Vec<&str> = names.iter().take(REFUSED_SHOWN).copied().collect();
+        let more = names.len().saturating_sub(REFUSED_SHOWN);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        let n = names.len();
+        out.push(format!(
+            "{n} function{} not traced ({}{more}): {why}",
+            if n == 1 { "" } else { "s" },
+            shown.join(", "),
+        ));
+    }
+    for (name, imps) in &found.ifuncs {
+        let hint = if imps.is_empty() {
+            String::new()
+        } else {
+            let shown: Vec<&str> = imps.iter().take(REFUSED_SHOWN).map(String::as_str).collect();
+            format!(
+                "; its implementations here: {}{} (trace them with 'fn:__{}_*')",
+                shown.join(", "),
+                if imps.len() > REFUSED_SHOWN { ", ..." } else { "" },
+                name.trim_start_matches('_')
+            )
+        };
+        out.push(format!(
+            "{name} is an IFUNC: the program calls the implementation its resolver picked at load time, not a function named {name}{hint}"
+        ));
+    }
+    if found.sites.is_empty() && found.refused.is_empty() && !funcs.has_symtab {
+        out.push(
+            "has no symbol table (stripped): only its exported (.dynsym) functions can be matched"
+                .into(),
+        );
+    }
+    out
+}
+
 /// `list --functions`: one line (or JSON object) per function of `path` whose name matches
-/// one of `globs` (all when none). Returns how many were printed.
+/// one of `globs` (all when none), with how `watch` (by `--fn-returns auto`) traces its end or
+/// why it refuses it. Returns how many were printed.
 pub fn list(
     path: &Path,
     globs: &[String],
@@ -85,22 +152,42 @@ pub fn list(
         .iter()
         .filter(|f| pats.is_empty() || pats.iter().any(|p| f.matches(p)))
         .collect();
+    let colds = cold_rets(&funcs);
+    let ends: Vec<FnEnd> = chosen
+        .iter()
+        .map(|f| {
+            let cold = colds.get(f.name.as_str()).map_or(&[][..], |v| v);
+            elf::function_end(f, cold, FnReturns::Auto, funcs.go)
+        })
+        .collect();
     let mut out = io::BufWriter::with_capacity(64 * 1024, out);
     if json {
-        for f in &chosen {
+        for (f, end) in chosen.iter().zip(&ends) {
             let rec = JsonFunction {
                 path: &shown,
                 go: funcs.go,
                 f,
+                end,
             };
             serde_json::to_writer(&mut out, &rec).map_err(io::Error::from)?;
             out.write_all(b"\n")?;
         }
     } else {
-        write_text(&mut out, &shown, &funcs, &chosen)?;
+        write_text(&mut out, &shown, &funcs, &chosen, &ends)?;
     }
     out.flush()?;
     Ok(chosen.len())
+}
+
+/// The `ret`s of each function's `.cold` fragments, by the function's name.
+fn cold_rets(funcs: &Functions) -> std::collections::BTreeMap<&str, Vec<u64>> {
+    let mut out: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
+    for f in &funcs.functions {
+        if let Some(parent) = elf::fnshape::cold_parent(&f.name) {
+            out.entry(parent).or_default().extend_from_slice(&f.shape.rets);
+        }
+    }
+    out
 }
 
 #[derive(Serialize)]
@@ -109,11 +196,28 @@ struct JsonFunction<'a> {
     go: bool,
     #[serde(flatten)]
     f: &'a Function,
+    /// How its end is traced, or why it is not.
+    end: &'a FnEnd,
 }
 
-/// What the entry probe's instruction costs: a Go function's is past its stack check.
+/// What the entry probe's instruction costs: a Go function's is past its stack check, a
+/// function's past a leading `endbr64` when an emulated `push` follows.
 fn entry_insn(f: &Function) -> SiteInsn {
-    f.go_layout.as_ref().map_or(f.insn, |g| g.entry_insn)
+    match (&f.go_layout, f.shape.entry_past_endbr) {
+        (Some(g), _) => g.entry_insn,
+        (None, Some(_)) => SiteInsn::Push,
+        (None, None) => f.insn,
+    }
+}
+
+/// The END column: how the function's end is traced.
+fn end_label(end: &FnEnd) -> String {
+    match end {
+        FnEnd::RetInsns { offsets } if offsets.len() == 1 => "1 ret".into(),
+        FnEnd::RetInsns { offsets } => format!("{} rets", offsets.len()),
+        FnEnd::ReturnProbe => "return probe".into(),
+        FnEnd::Refused { .. } => "NOT TRACED".into(),
+    }
 }
 
 fn write_text(
@@ -121,19 +225,29 @@ fn write_text(
     shown: &str,
     funcs: &Functions,
     chosen: &[&Function],
+    ends: &[FnEnd],
 ) -> io::Result<()> {
-    let step = chosen
+    let single = |i: SiteInsn| {
+        i == SiteInsn::SingleStep
+            || (i == SiteInsn::Push && !crate::tracer::features::push_emulated())
+    };
+    let step = chosen.iter().filter(|f| single(entry_insn(f))).count();
+    let refused = ends
         .iter()
-        .filter(|f| entry_insn(f) == SiteInsn::SingleStep)
+        .filter(|e| matches!(e, FnEnd::Refused { .. }))
         .count();
     let go = if funcs.go {
         " (Go: probed past the stack check and at each ret, never with a return probe)"
     } else {
         ""
     };
+    let refused = match refused {
+        0 => String::new(),
+        n => format!(", {n} not traced"),
+    };
     writeln!(
         out,
-        "{}: {} function{}, {step} single-stepped at entry (~10 µs a hit){go}",
+        "{}: {} function{}, {step} single-stepped at entry{refused}{go}",
         clean(shown),
         chosen.len(),
         if chosen.len() == 1 { "" } else { "s" },
@@ -143,23 +257,27 @@ fn write_text(
     }
     writeln!(
         out,
-        "  {:<18} {:>8} {:>10}  {:<23} NAME",
-        "ADDRESS", "SIZE", "OFFSET", "ENTRY"
+        "  {:<18} {:>8} {:>10}  {:<15} {:<12} NAME",
+        "ADDRESS", "SIZE", "OFFSET", "ENTRY", "END"
     )?;
-    for f in chosen {
+    for (f, end) in chosen.iter().zip(ends) {
         let mut name = clean(&f.name).into_owned();
         if f.names.len() > 1 {
             let aliases: Vec<String> = f.names[1..].iter().map(|n| clean(n).into_owned()).collect();
             name.push_str(&format!(" (also {})", aliases.join(", ")));
         }
+        if let FnEnd::Refused { reason } = end {
+            name.push_str(&format!(" ({})", clean(reason)));
+        }
         writeln!(
             out,
-            "  {:<18} {:>8} {:>10}  {:<23} {name}",
+            "  {:<18} {:>8} {:>10}  {:<15} {:<12} {name}",
             format!("{:#x}", f.address),
             f.size,
             format!("{:#x}", f.file_offset),
             // A function entry is never the 5-byte nop the kernel optimizes.
             crate::list::insn_label(entry_insn(f), f.file_offset, false),
+            end_label(end),
         )?;
     }
     Ok(())

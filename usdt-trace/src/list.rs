@@ -240,6 +240,7 @@ fn write_json(
         SiteInsn::NopNop5 => b"\"nop_nop5\"",
         SiteInsn::Nop5 => b"\"nop5\"",
         SiteInsn::SingleStep => b"\"single_step\"",
+        SiteInsn::Push => b"\"push\"",
         SiteInsn::Unknown => b"\"unknown\"",
     });
     buf.extend_from_slice(b",\"insn_bytes\":");
@@ -355,6 +356,7 @@ fn push_json_loc(buf: &mut Vec<u8>, loc: &ArgLoc) {
             buf.extend_from_slice(b"{\"kind\":\"unsupported\",\"reason\":");
             push_json_str(buf, reason);
         }
+        ArgLoc::GoFrame => buf.extend_from_slice(b"{\"kind\":\"go_frame\""),
     }
     buf.push(b'}');
 }
@@ -401,14 +403,16 @@ fn push_json_bool(buf: &mut Vec<u8>, v: bool) {
 
 /// The SITE column: what a hit costs on this kernel (`optimize`: it turns uprobes on 5-byte
 /// nops into calls). `optimized` (a call, ~3x cheaper than a trap), `trap` (the kernel
-/// emulates a nop, ~0.5 µs), or single-stepped sites, which stand out at ~10 µs a hit.
+/// emulates a nop), `emulated (push)` (a `push %reg` this kernel emulates), or single-stepped
+/// sites, which stand out: several µs a hit, an order of magnitude more than a trap.
 pub fn insn_label(insn: SiteInsn, file_offset: u64, optimize: bool) -> &'static str {
     let optimizable = crate::elf::optimizable_offset(insn, file_offset).is_some();
     match insn {
         _ if optimizable && optimize => "optimized",
         SiteInsn::Nop | SiteInsn::NopNop5 => "trap",
         // Where the kernel does not optimize it, a nop5 is stepped like any instruction.
-        SiteInsn::Nop5 | SiteInsn::SingleStep => "SINGLE-STEP (~20x cost)",
+        SiteInsn::Push if crate::tracer::features::push_emulated() => "emulated (push)",
+        SiteInsn::Nop5 | SiteInsn::SingleStep | SiteInsn::Push => "SINGLE-STEP",
         SiteInsn::Unknown => "?",
     }
 }
@@ -680,6 +684,7 @@ fn describe_loc(d: &mut String, a: &ArgSpec) {
             d.push_str("unreadable: ");
             d.push_str(reason);
         }
+        ArgLoc::GoFrame => d.push_str("the goroutine and its stack depth (pairs Go calls)"),
         ArgLoc::Const { value } => {
             push_type(d, a);
             d.push_str(" = ");

@@ -233,7 +233,17 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             });
         }
     }
-    let roles = spans::plan(&names, &rules, &id_spans, opts.auto_span)?;
+    let mut roles = spans::plan(&names, &rules, &id_spans, opts.auto_span)?;
+    // A Go function's span is paired by its goroutine frame (its last argument), not by
+    // thread: a goroutine that blocks mid-call resumes on whichever thread the scheduler picks.
+    for pair in &mut roles.pairs {
+        let go_entry = chosen.iter().map(|&c| site(c)).find(|s| {
+            s.kind == SiteKind::GoEntry && s.provider == pair.provider && s.name == pair.start
+        });
+        if let Some(s) = go_entry {
+            pair.key = Some((s.args.len() - 1) as u8);
+        }
+    }
 
     let mut plan = Plan {
         pairs: roles
@@ -283,6 +293,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         }
         let (offset, pc) = attach_at(s, opts.optimize);
         let mut spec = site_spec(&s.args, pc, role, key, &str_args[cookie]);
+        spec.end_sp = end_sp(s.kind, objects[c.0].1.arch);
         if role == Role::Event {
             if let Some(m) = poll_role(&roles, &poll_spans, &s.provider, &s.name, &s.args) {
                 (spec.role, spec.pair_id, spec.id_arg) = m;
@@ -314,12 +325,30 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
     plan.single_step = chosen
         .iter()
         .map(|&c| (c.0, site(c)))
-        .filter(|(_, s)| s.insn == SiteInsn::SingleStep)
+        .filter(|(_, s)| {
+            s.insn == SiteInsn::SingleStep
+                || (s.insn == SiteInsn::Push && !crate::tracer::features::push_emulated())
+        })
         .map(|(o, s)| (o, s.file_offset))
         .collect::<BTreeSet<_>>()
         .len();
     assign_str_slots(&mut plan)?;
     Ok(plan)
+}
+
+/// Which start a function's end closes on its thread (`SiteSpec::end_sp`): the one whose
+/// stack pointer says it is the same call, so that an end never closes a frame that a
+/// `longjmp` or an exception left open above its own.
+fn end_sp(kind: SiteKind, arch: Option<crate::argspec::Arch>) -> u8 {
+    use usdt_trace_common::{END_SP_ANY, END_SP_POPPED, END_SP_SAME};
+    match kind {
+        SiteKind::FnRetInsn => END_SP_SAME,
+        // aarch64 keeps the return address in x30: its stack pointer at the return probe is
+        // the entry's.
+        SiteKind::FnReturn if arch == Some(crate::argspec::Arch::Aarch64) => END_SP_SAME,
+        SiteKind::FnReturn => END_SP_POPPED,
+        _ => END_SP_ANY,
+    }
 }
 
 /// Where the uprobe goes (file offset) and the address it is at (the ip the program sees,
@@ -403,11 +432,14 @@ fn string_args(
                 SiteKind::Note if r.ret => continue,
                 SiteKind::Note => s.name.as_str(),
                 SiteKind::FnEntry | SiteKind::GoEntry if r.ret => continue,
-                SiteKind::FnReturn | SiteKind::FnRetInsn if !r.ret => continue,
+                SiteKind::FnReturn | SiteKind::FnRetInsn | SiteKind::GoRetInsn if !r.ret => {
+                    continue
+                }
                 SiteKind::FnEntry
                 | SiteKind::GoEntry
                 | SiteKind::FnReturn
-                | SiteKind::FnRetInsn => crate::elf::function_of(s).unwrap_or(&s.name),
+                | SiteKind::FnRetInsn
+                | SiteKind::GoRetInsn => crate::elf::function_of(s).unwrap_or(&s.name),
             };
             if !r.probe.matches(&s.provider, name) {
                 continue;
@@ -598,7 +630,7 @@ impl Plan {
         };
         let step = match self.single_step {
             0 => String::new(),
-            k => format!(", {k} single-stepped (~10 µs a hit)"),
+            k => format!(", {k} single-stepped (several µs a hit)"),
         };
         format!(
             "Attached {n} probe site{} in {nobj} object{}{spans}{step}; Ctrl-C to stop",
@@ -699,6 +731,14 @@ pub fn arg_desc(arg: &ArgSpec, pc: u64) -> ArgDesc {
             }
             d.val = *addr;
         }
+        ArgLoc::GoFrame => {
+            use usdt_trace_common::regs::x86_64::{R14, SP};
+            d.kind = ArgKind::GO_FRAME;
+            d.base_reg = R14;
+            d.index_reg = SP;
+            // g.stack.hi: the second word of the goroutine.
+            d.val = 8;
+        }
         _ => {}
     }
     d
@@ -718,6 +758,8 @@ pub fn site_spec(
         id_arg: ID_NONE,
         nargs: args.len().min(MAX_ARGS) as u8,
         nstrs: 0,
+        end_sp: usdt_trace_common::END_SP_ANY,
+        _pad: [0; 7],
         args: [ArgDesc {
             kind: ArgKind::NONE,
             ..Default::default()
@@ -1227,7 +1269,7 @@ mod tests {
             assert_eq!(plan.single_step, 1);
             assert_eq!(
                 plan.attached_line(),
-                "Attached 4 probe sites in 1 object (2 span names), 1 single-stepped (~10 µs a \
+                "Attached 4 probe sites in 1 object (2 span names), 1 single-stepped (several µs a \
                  hit); Ctrl-C to stop"
             );
         }
@@ -1255,7 +1297,7 @@ mod tests {
         go.sites
             .extend(fn_sites("main.f", 0x100, SiteInsn::SingleStep));
         go.sites[0].kind = SiteKind::GoEntry;
-        go.sites[1].kind = SiteKind::FnRetInsn;
+        go.sites[1].kind = SiteKind::GoRetInsn;
         let strs = [StrRule::parse("fn:main.f:0").unwrap()];
         let plan = build(&[("srv", &go)], &opts(&[], &strs)).unwrap();
         assert_eq!(kstrs(&plan.specs[0]), [(0, 1, 0)]);

@@ -49,6 +49,8 @@ pub struct WatchConfig {
     pub hist: bool,
     pub interval: Option<Duration>,
     pub sched: bool,
+    /// `--fn-returns`: how function probes trace a function's end.
+    pub fn_returns: crate::elf::FnReturns,
     pub ring_bytes: u32,
     /// With `-c`: leave the command running when tracing stops first.
     pub leave_running: bool,
@@ -362,7 +364,7 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
             }
         };
         let mut o = o;
-        crate::functions::add_function_sites(&mut o, &fn_pats)?;
+        crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_returns)?;
         // The same file named twice (a path and a symlink to it) is traced once.
         if seen.insert((o.dev, o.inode)) {
             objects.push(o);
@@ -374,7 +376,7 @@ fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
                 // Objects that are not ELF (fonts, locale archives) or have no probes are
                 // not what the user is after.
                 let Ok(mut o) = m.object else { continue };
-                crate::functions::add_function_sites(&mut o, &fn_pats)?;
+                crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_returns)?;
                 if !o.probes.sites.is_empty() && seen.insert((o.dev, o.inode)) {
                     objects.push(o);
                 }

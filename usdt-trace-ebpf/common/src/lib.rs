@@ -90,7 +90,16 @@ impl ArgKind {
     pub const RIP: ArgKind = ArgKind(4);
     /// The spec could not be decoded or cannot be read (floats, 16-byte structs, %ah, ...).
     pub const UNSUPPORTED: ArgKind = ArgKind(5);
+    /// A Go call's identity, constant from entry to `ret` whatever thread runs it and however
+    /// Go moves the stack: `(regs[base_reg] << 24) | ((*(regs[base_reg] + val) - regs[index_reg])
+    /// & GO_FRAME_DEPTH_MASK)`, i.e. the goroutine `g` (R14) and the stack pointer's distance
+    /// below the goroutine stack's top (`g.stack.hi`).
+    pub const GO_FRAME: ArgKind = ArgKind(6);
 }
+
+/// The stack depth bits of a [`ArgKind::GO_FRAME`] value: 128 MB of goroutine stack (Go's
+/// default limit is 1 GB, but a `g` is 8-byte aligned, so `g << 24` leaves 27 bits free).
+pub const GO_FRAME_DEPTH_MASK: u64 = (1 << 27) - 1;
 
 /// No register.
 pub const REG_NONE: u8 = 0xff;
@@ -244,9 +253,23 @@ pub struct SiteSpec {
     pub nargs: u8,
     /// Entries of `strs` in use (the first ones): 0 for a site that captures no string.
     pub nstrs: u8,
+    /// For an end paired per thread: which stack pointer the start it closes must have had
+    /// (`END_SP_*`). A function's end pairs with its own call, never with a frame a `longjmp`
+    /// or an exception left open above it.
+    pub end_sp: u8,
+    pub _pad: [u8; 7],
     pub args: [ArgDesc; MAX_ARGS],
     pub strs: [StrDesc; MAX_STRS],
 }
+
+/// [`SiteSpec::end_sp`]: any frame of the span's name (a note's end).
+pub const END_SP_ANY: u8 = 0;
+/// The start's stack pointer equals this end's: an end at a `ret` instruction (the return
+/// address is still on the stack, where it was at the entry).
+pub const END_SP_SAME: u8 = 1;
+/// The start's stack pointer is 8 below this end's: an x86_64 return probe, which fires after
+/// `ret` popped the return address.
+pub const END_SP_POPPED: u8 = 2;
 
 /// One `--str` capture at a site: which argument points at the string, where its length is
 /// (or `STR_NONE`: NUL-terminated), and which slot of the record's [`StrSet`] it goes to. A
@@ -359,6 +382,8 @@ pub struct Frame {
     pub has_strs: u32,
     /// bpf_ktime_get_ns() at the start.
     pub start_ns: u64,
+    /// The stack pointer at the start: what a function's end is paired by (`END_SP_*`).
+    pub sp: u64,
     /// The thread's cumulative accounting at the start.
     pub acct_start: Acct,
     /// Longest single off-CPU interval seen while this frame was open.
@@ -754,14 +779,21 @@ impl ThreadState {
     /// above it never got their end), or None.
     #[inline(always)]
     pub fn find_open(&self, pair_id: u32) -> Option<usize> {
-        let found = self.find_open_raw(pair_id);
+        self.find_open_at(pair_id, 0)
+    }
+
+    /// [`find_open`](Self::find_open) for an end that names the start's stack pointer (`sp`
+    /// non-zero): the innermost frame of that name opened there.
+    #[inline(always)]
+    pub fn find_open_at(&self, pair_id: u32, sp: u64) -> Option<usize> {
+        let found = self.find_open_raw(pair_id, sp);
         (found < MAX_DEPTH).then_some(found)
     }
 
     /// [`find_open`](Self::find_open) with `MAX_DEPTH` for None: no branch on the result,
     /// for eBPF code that must hide it from the verifier before testing it.
     #[inline(always)]
-    pub fn find_open_raw(&self, pair_id: u32) -> usize {
+    pub fn find_open_raw(&self, pair_id: u32, sp: u64) -> usize {
         let depth = self.depth as usize;
         // A sentinel rather than an Option in the loop: one register per iteration in the
         // eBPF code instead of two.
@@ -775,7 +807,11 @@ impl ThreadState {
             if j >= depth {
                 break;
             }
-            if self.frames[j].pair_id == pair_id {
+            // `sp` 0: any frame of the name; else only the one opened at that stack pointer.
+            let Some(f) = self.frames.get(j) else {
+                break;
+            };
+            if f.pair_id == pair_id && (sp == 0 || f.sp == sp) {
                 found = j;
             }
             j += 1;
@@ -1521,10 +1557,10 @@ mod tests {
     #[test]
     fn thread_state_size_is_known() {
         // The README's memory figures come from this: a change must update them.
-        assert_eq!(core::mem::size_of::<Frame>(), 184);
-        assert_eq!(core::mem::size_of::<ThreadState>(), 112 + 184 * MAX_DEPTH);
-        // Under 12 KB: with the hash map's element header, one 16 KB (order-2) allocation.
-        assert!(core::mem::size_of::<ThreadState>() + 64 <= 12 * 1024);
+        assert_eq!(core::mem::size_of::<Frame>(), 192);
+        assert_eq!(core::mem::size_of::<ThreadState>(), 112 + 192 * MAX_DEPTH);
+        // With the hash map's element header, one 16 KB (order-2) allocation.
+        assert!(core::mem::size_of::<ThreadState>() + 64 <= 16 * 1024);
         assert_eq!(core::mem::size_of::<PollAcct>(), 112);
         assert_eq!(core::mem::size_of::<IdFrame>(), 184 + 112);
         assert_eq!(core::mem::size_of::<IdSlot>(), 8 + 16 + 184 + 112);
@@ -1627,7 +1663,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<ArgDesc>(), 16);
         assert_eq!(
             core::mem::size_of::<SiteSpec>(),
-            8 + 16 * MAX_ARGS + 4 * MAX_STRS
+            16 + 16 * MAX_ARGS + 4 * MAX_STRS
         );
         assert_eq!(core::mem::size_of::<SpanRecord>(), 336);
         assert_eq!(core::mem::size_of::<EventRecord>(), 144);

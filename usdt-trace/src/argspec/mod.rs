@@ -110,6 +110,11 @@ pub enum ArgLoc {
     /// Parsed but cannot be read (float, %ah, segment, xmm, unknown symbol...)
     /// or could not be parsed at all.
     Unsupported { reason: String },
+    /// Not a note's operand: the Go goroutine frame that both ends of a Go function probe carry
+    /// (see `elf::gofunc::goroutine_frame_arg`). Read as `(g << 24) | (stack.hi - sp)`: the
+    /// goroutine (`%r14` under ABIInternal, `*g + 8` its stack's top), and how deep in its
+    /// stack the call is, which Go's stack copying keeps.
+    GoFrame,
 }
 
 /// One argument of a probe site.

@@ -14,10 +14,11 @@
 //!
 //! Pure: works on the bytes of a file, unit-tested on built test programs.
 
+use super::fnshape::{self, Shape};
 use super::gofunc::{self, GoLayout, GO_ARGS};
 use super::sites;
 use super::{linked_header, malformed, ElfError, Site, SiteInsn};
-use crate::argspec::{parse_arg, Arch};
+use crate::argspec::{parse_arg, Arch, ArgSpec};
 use crate::pattern::Pattern;
 use object::elf;
 use object::read::elf::{FileHeader, SectionHeader, Sym};
@@ -53,9 +54,12 @@ pub enum SiteKind {
     FnReturn,
     /// A Go function's entry (past its stack check), arguments in ABIInternal registers.
     GoEntry,
-    /// An ordinary uprobe on one of a Go function's `ret` instructions (return probes crash Go
-    /// programs): a span end as well.
+    /// An ordinary uprobe on one of a function's `ret` instructions: the span end wherever a
+    /// return probe could harm the program.
     FnRetInsn,
+    /// An ordinary uprobe on one of a Go function's `ret` instructions (return probes crash Go
+    /// programs), results in ABIInternal registers.
+    GoRetInsn,
 }
 
 impl SiteKind {
@@ -70,7 +74,7 @@ impl SiteKind {
 
     /// A Go function's site: its strings are (pointer, length) pairs, not NUL-terminated.
     pub fn is_go(&self) -> bool {
-        matches!(self, SiteKind::GoEntry | SiteKind::FnRetInsn)
+        matches!(self, SiteKind::GoEntry | SiteKind::GoRetInsn)
     }
 }
 
@@ -102,6 +106,16 @@ pub struct Function {
     /// Go functions only: the entry past the stack check and the `ret` instructions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub go_layout: Option<GoProbes>,
+    /// What decoding its code found (its `ret`s, whether it is a leaf): how its end can be
+    /// traced without harm. Not for Go functions, whose layout says it.
+    #[serde(skip)]
+    pub shape: Shape,
+    /// The object's entry point (`_start`): entered by the kernel, never returns.
+    #[serde(skip)]
+    pub entry_point: bool,
+    /// Code of Go's ABIInternal (a Go function of a Go binary; not C code linked by cgo).
+    #[serde(skip)]
+    pub go_abi: bool,
 }
 
 /// Where a Go function is probed, with what the entry instruction costs.
@@ -138,6 +152,14 @@ pub struct Functions {
     /// The Go release that built it, from inline build info (Go >= 1.18).
     pub go_version: Option<(u32, u32)>,
     pub functions: Vec<Function>,
+    /// Names of `STT_GNU_IFUNC` symbols: the resolver picks an implementation at load time,
+    /// so a function symbol of the same name (glibc's compat `memcpy@GLIBC_2.2.5`) is not
+    /// what the program calls.
+    #[serde(skip)]
+    pub ifuncs: Vec<String>,
+    /// The object has a `.symtab` (it is not stripped).
+    #[serde(skip)]
+    pub has_symtab: bool,
 }
 
 /// Demangles a Rust (legacy or v0) or C++ (Itanium) symbol; anything else is returned as is.
@@ -213,6 +235,11 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
     let go_version = buildinfo
         .and_then(|s| s.data(endian, data).ok())
         .and_then(gofunc::version);
+    let entry: u64 = header.e_entry(endian).into();
+    let has_symtab = sections
+        .iter()
+        .any(|s| s.sh_type(endian) == elf::SHT_SYMTAB);
+    let mut ifuncs: Vec<String> = Vec::new();
     // Keyed by address: aliases collapse into one function.
     let mut by_addr: BTreeMap<u64, Function> = BTreeMap::new();
     for (table, kind) in [
@@ -223,6 +250,15 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
             continue;
         };
         for sym in symbols.iter() {
+            if sym.st_type() == elf::STT_GNU_IFUNC && sym.st_shndx(endian) != elf::SHN_UNDEF {
+                if let Ok(raw) = symbols.symbol_name(endian, sym) {
+                    let n = demangle(&String::from_utf8_lossy(raw));
+                    if !ifuncs.contains(&n) {
+                        ifuncs.push(n);
+                    }
+                }
+                continue;
+            }
             if sym.st_type() != elf::STT_FUNC || sym.st_shndx(endian) == elf::SHN_UNDEF {
                 continue;
             }
@@ -246,15 +282,25 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
                 continue;
             };
             let (insn, insn_bytes) = sites::classify_site(data, seg, file_offset, address, arch);
-            let go_layout = (go && arch == Arch::X86_64).then(|| {
-                // Never past the segment's file image.
-                let end = seg.offset.saturating_add(seg.filesz);
-                let stop = file_offset.saturating_add(size).min(end);
-                let code = usize::try_from(file_offset)
-                    .ok()
-                    .zip(usize::try_from(stop).ok())
-                    .and_then(|(a, b)| data.get(a..b))
-                    .unwrap_or(&[]);
+            // Never past the segment's file image.
+            let end = seg.offset.saturating_add(seg.filesz);
+            let stop = file_offset.saturating_add(size).min(end);
+            let code = usize::try_from(file_offset)
+                .ok()
+                .zip(usize::try_from(stop).ok())
+                .and_then(|(a, b)| data.get(a..b))
+                .unwrap_or(&[]);
+            // A cut-short image is not the whole function: its rets are not all known.
+            let mut shape = if stop - file_offset == size {
+                fnshape::shape(arch, code, address, file_offset)
+            } else {
+                Shape::default()
+            };
+            let go_abi = go && gofunc::is_go_name(&name);
+            if go_abi {
+                shape = Shape::default();
+            }
+            let go_layout = (go_abi && arch == Arch::X86_64).then(|| {
                 let layout = gofunc::layout(code, address, file_offset);
                 let entry_pc = address + (layout.entry_offset - file_offset);
                 let (entry_insn, _) =
@@ -274,6 +320,9 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
                     insn,
                     insn_bytes,
                     go_layout,
+                    shape,
+                    entry_point: address == entry,
+                    go_abi,
                 },
             );
         }
@@ -283,6 +332,8 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
         go,
         go_version,
         functions: by_addr.into_values().collect(),
+        ifuncs,
+        has_symtab,
     })
 }
 
@@ -295,20 +346,144 @@ pub enum FnProbeError {
     OldGo { object: String },
 }
 
-/// The entry and return sites of every function of `funcs` that some pattern matches (only
-/// patterns whose provider is `fn` are looked at). `object` names the file in errors.
+/// How function ends are traced (`watch --fn-returns`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum FnReturns {
+    /// A return probe for leaf functions (they call nothing and leave only by `ret`, so nothing
+    /// can unwind or jump across them), an ordinary probe on each `ret` instruction elsewhere.
+    #[default]
+    Auto,
+    /// Never a return probe: an ordinary probe on each `ret` instruction.
+    RetInsn,
+    /// RISKY: a return probe on every function not known to break with one. It rewrites the
+    /// return address on the stack: C++ exceptions or Rust panics unwinding through a traced
+    /// function abort the program, and a `longjmp` over one can kill it.
+    ReturnProbe,
+}
+
+/// How one function's end is traced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FnEnd {
+    /// An ordinary uprobe on each `ret` instruction (file offsets).
+    RetInsns { offsets: Vec<u64> },
+    /// The kernel's return probe at the entry.
+    ReturnProbe,
+    /// Not traced, and why.
+    Refused { reason: String },
+}
+
+/// One function's end as `mode` traces it: `cold_rets` are the `ret`s of its `.cold`
+/// fragments, which return from it.
+pub fn function_end(f: &Function, cold_rets: &[u64], mode: FnReturns, go: bool) -> FnEnd {
+    let refuse = |reason: String| FnEnd::Refused { reason };
+    if f.entry_point {
+        return refuse(
+            "the program's entry point: entered with argc where a return address would be, and it never returns".into(),
+        );
+    }
+    if let Some(parent) = fnshape::cold_parent(&f.name) {
+        return refuse(format!(
+            "a .cold fragment of {parent}, jumped to rather than called (its returns are traced as {parent}'s)"
+        ));
+    }
+    if let Some(g) = &f.go_layout {
+        return FnEnd::RetInsns {
+            offsets: g.layout.ret_offsets.clone(),
+        };
+    }
+    let sh = &f.shape;
+    if let Some(why) = sh.bad_entry {
+        return refuse(why.into());
+    }
+    let mut rets = sh.rets.clone();
+    rets.extend_from_slice(cold_rets);
+    let by_rets = || FnEnd::RetInsns {
+        offsets: rets.clone(),
+    };
+    // In a Go program even C code never gets a return probe: the runtime walks stacks.
+    let mode = if go { FnReturns::RetInsn } else { mode };
+    let twice = f.names.iter().any(|n| fnshape::returns_twice(n));
+    match mode {
+        FnReturns::ReturnProbe if twice && !rets.is_empty() => by_rets(),
+        FnReturns::ReturnProbe if twice => {
+            refuse("it returns twice (setjmp-like), which a return probe cannot take".into())
+        }
+        FnReturns::ReturnProbe => FnEnd::ReturnProbe,
+        _ if !sh.decoded => refuse(
+            "its instructions could not be decoded to its end, so its ret instructions are not known (--fn-returns return-probe traces it, at some risk)".into(),
+        ),
+        _ if rets.is_empty() => refuse(
+            "it has no ret instruction: it never returns, or leaves only by a jump (--fn-returns return-probe traces it, at some risk)".into(),
+        ),
+        FnReturns::Auto if sh.leaf && !twice => FnEnd::ReturnProbe,
+        _ => by_rets(),
+    }
+}
+
+/// A function that matched but is not traced, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub name: String,
+    pub reason: String,
+}
+
+/// The sites of the functions some pattern matched, and those refused.
+#[derive(Clone, Debug, Default)]
+pub struct FnSites {
+    pub sites: Vec<Site>,
+    pub refused: Vec<Refusal>,
+    /// Matched names that are IFUNCs in this object (see [`Functions::ifuncs`]), with the
+    /// function symbols that implement them here.
+    pub ifuncs: Vec<(String, Vec<String>)>,
+}
+
+/// The `ret`s of each function's `.cold` fragments, by the function's name.
+fn cold_rets(funcs: &Functions) -> BTreeMap<&str, Vec<u64>> {
+    let mut out: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for f in &funcs.functions {
+        if let Some(parent) = fnshape::cold_parent(&f.name) {
+            out.entry(parent)
+                .or_default()
+                .extend_from_slice(&f.shape.rets);
+        }
+    }
+    out
+}
+
+/// The entry and end sites of every function of `funcs` that some pattern matches (only
+/// patterns whose provider is `fn` are looked at), ends traced as `mode` says. `object` names
+/// the file in errors.
 pub fn function_sites(
     funcs: &Functions,
     patterns: &[&Pattern],
     object: &str,
-) -> Result<Vec<Site>, FnProbeError> {
+    mode: FnReturns,
+) -> Result<FnSites, FnProbeError> {
+    let mut out = FnSites::default();
+    // A name that is an IFUNC here: its function symbol of that name (a compat version) is
+    // not what the program calls; its implementations are named after it.
+    for n in &funcs.ifuncs {
+        if patterns.iter().any(|p| p.matches(FN_PROVIDER, n)) {
+            let stem = format!("__{}_", n.trim_start_matches('_'));
+            let imps: Vec<String> = funcs
+                .functions
+                .iter()
+                .filter(|f| f.name.starts_with(&stem))
+                .map(|f| f.name.clone())
+                .collect();
+            out.ifuncs.push((n.clone(), imps));
+        }
+    }
     let chosen: Vec<(&Function, &str)> = funcs
         .functions
         .iter()
+        .filter(|f| !f.names.iter().all(|n| funcs.ifuncs.contains(n)))
         .filter_map(|f| Some((f, f.matched_name(patterns)?)))
+        .filter(|(_, n)| !funcs.ifuncs.iter().any(|i| i == n))
         .collect();
     if chosen.is_empty() {
-        return Ok(Vec::new());
+        return Ok(out);
     }
     let (arch, args, ret): (Arch, &[&str], &[&str]) = match funcs.arch {
         Some(Arch::X86_64) => (Arch::X86_64, &SYSV_ARGS, &SYSV_RET),
@@ -321,81 +496,129 @@ pub fn function_sites(
         }
     };
     let reg = |r: &str| parse_arg(&format!("8@{r}"), arch).resolve(|_| None);
-    let mut out = Vec::with_capacity(2 * chosen.len());
-    if funcs.go {
-        // Go's return instructions are found by an x86_64 decoder only.
-        if arch != Arch::X86_64 {
-            return Err(FnProbeError::Arch {
-                object: object.to_string(),
-                arch: funcs.arch,
-            });
-        }
-        if funcs.go_version.is_none_or(|v| v < (1, 18)) {
-            return Err(FnProbeError::OldGo {
-                object: object.to_string(),
-            });
-        }
-        for (f, name) in chosen {
-            let Some(g) = &f.go_layout else { continue };
-            let site = |suffix: &str, offset: u64, insn: SiteInsn, kind: SiteKind| Site {
-                provider: FN_PROVIDER.to_string(),
-                name: format!("{name}{suffix}"),
-                pc: f.address + (offset - f.file_offset),
-                base: 0,
-                semaphore: 0,
-                file_offset: offset,
-                semaphore_offset: None,
-                semaphore_shared_page: false,
-                args_raw: GO_ARGS
-                    .iter()
-                    .map(|r| format!("8@{r}"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                args: GO_ARGS.iter().map(|r| reg(r)).collect(),
-                insn,
-                insn_bytes: String::new(),
-                kind,
-            };
-            out.push(site(
-                ENTRY_SUFFIX,
-                g.layout.entry_offset,
-                g.entry_insn,
-                SiteKind::GoEntry,
-            ));
-            for &r in &g.layout.ret_offsets {
-                // `ret` is not one of the instructions the kernel emulates.
-                out.push(site(
-                    RETURN_SUFFIX,
-                    r,
-                    SiteInsn::SingleStep,
-                    SiteKind::FnRetInsn,
-                ));
+    let cold = cold_rets(funcs);
+    out.sites.reserve(2 * chosen.len());
+    for (f, name) in chosen {
+        let end = function_end(
+            f,
+            cold.get(f.name.as_str()).map_or(&[][..], |v| v),
+            mode,
+            funcs.go,
+        );
+        let rets = match end {
+            FnEnd::Refused { reason } => {
+                out.refused.push(Refusal {
+                    name: name.to_string(),
+                    reason,
+                });
+                continue;
+            }
+            FnEnd::RetInsns { offsets } => Some(offsets),
+            FnEnd::ReturnProbe => None,
+        };
+        if f.go_abi {
+            // Go's return instructions are found by an x86_64 decoder only.
+            if arch != Arch::X86_64 {
+                return Err(FnProbeError::Arch {
+                    object: object.to_string(),
+                    arch: funcs.arch,
+                });
+            }
+            if funcs.go_version.is_none_or(|v| v < (1, 18)) {
+                return Err(FnProbeError::OldGo {
+                    object: object.to_string(),
+                });
             }
         }
-        return Ok(out);
-    }
-    for (f, name) in chosen {
-        let site = |suffix: &str, regs: &[&str], kind: SiteKind| Site {
+        let go = f.go_layout.as_ref().filter(|_| f.go_abi);
+        // Go: ABIInternal registers, then the goroutine frame both ends are paired by.
+        let regs: Vec<ArgSpec> = if go.is_some() {
+            GO_ARGS
+                .iter()
+                .map(|r| reg(r))
+                .chain([gofunc::goroutine_frame_arg()])
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let site = |suffix: &str, offset: u64, args: Vec<ArgSpec>, insn: SiteInsn, bytes: String, kind: SiteKind| Site {
             provider: FN_PROVIDER.to_string(),
             name: format!("{name}{suffix}"),
-            pc: f.address,
+            pc: f.address + (offset - f.file_offset),
             base: 0,
             semaphore: 0,
-            file_offset: f.file_offset,
+            file_offset: offset,
             semaphore_offset: None,
             semaphore_shared_page: false,
-            args_raw: regs
+            args_raw: args
                 .iter()
-                .map(|r| format!("8@{r}"))
+                .map(|a| a.raw.as_str())
                 .collect::<Vec<_>>()
                 .join(" "),
-            args: regs.iter().map(|r| reg(r)).collect(),
-            insn: f.insn,
-            insn_bytes: f.insn_bytes.clone(),
+            args,
+            insn,
+            insn_bytes: bytes,
             kind,
         };
-        out.push(site(ENTRY_SUFFIX, args, SiteKind::FnEntry));
-        out.push(site(RETURN_SUFFIX, ret, SiteKind::FnReturn));
+        if let Some(g) = go {
+            out.sites.push(site(
+                ENTRY_SUFFIX,
+                g.layout.entry_offset,
+                regs.clone(),
+                g.entry_insn,
+                String::new(),
+                SiteKind::GoEntry,
+            ));
+            for r in rets.unwrap_or_default() {
+                // `ret` is not one of the instructions the kernel emulates.
+                out.sites.push(site(
+                    RETURN_SUFFIX,
+                    r,
+                    regs.clone(),
+                    SiteInsn::SingleStep,
+                    String::new(),
+                    SiteKind::GoRetInsn,
+                ));
+            }
+            continue;
+        }
+        let entry_args: Vec<ArgSpec> = args.iter().map(|r| reg(r)).collect();
+        let ret_args = || ret.iter().map(|r| reg(r)).collect::<Vec<_>>();
+        // Past a leading endbr64 onto an emulated push, when nothing branches there.
+        let (entry_off, entry_insn, entry_bytes) = match f.shape.entry_past_endbr {
+            Some(off) => (off, SiteInsn::Push, String::new()),
+            None => (f.file_offset, f.insn, f.insn_bytes.clone()),
+        };
+        out.sites.push(site(
+            ENTRY_SUFFIX,
+            entry_off,
+            entry_args,
+            entry_insn,
+            entry_bytes,
+            SiteKind::FnEntry,
+        ));
+        match rets {
+            None => out.sites.push(site(
+                RETURN_SUFFIX,
+                entry_off,
+                ret_args(),
+                entry_insn,
+                String::new(),
+                SiteKind::FnReturn,
+            )),
+            Some(rets) => {
+                for r in rets {
+                    out.sites.push(site(
+                        RETURN_SUFFIX,
+                        r,
+                        ret_args(),
+                        SiteInsn::SingleStep,
+                        String::new(),
+                        SiteKind::FnRetInsn,
+                    ));
+                }
+            }
+        }
     }
     Ok(out)
 }
@@ -406,7 +629,9 @@ pub fn function_of(site: &Site) -> Option<&str> {
     match site.kind {
         SiteKind::Note => None,
         SiteKind::FnEntry | SiteKind::GoEntry => site.name.strip_suffix(ENTRY_SUFFIX),
-        SiteKind::FnReturn | SiteKind::FnRetInsn => site.name.strip_suffix(RETURN_SUFFIX),
+        SiteKind::FnReturn | SiteKind::FnRetInsn | SiteKind::GoRetInsn => {
+            site.name.strip_suffix(RETURN_SUFFIX)
+        }
     }
 }
 
@@ -459,7 +684,7 @@ mod tests {
         );
 
         let pat = Pattern::parse("fn:fn_fact").unwrap();
-        let sites = function_sites(&funcs, &[&pat], "watch_fn").unwrap();
+        let sites = function_sites(&funcs, &[&pat], "watch_fn", FnReturns::ReturnProbe).unwrap().sites;
         assert_eq!(sites.len(), 2);
         let fact = by_name("fn_fact").unwrap();
         let (entry, ret) = (&sites[0], &sites[1]);
@@ -472,9 +697,23 @@ mod tests {
             (entry.kind, ret.kind),
             (SiteKind::FnEntry, SiteKind::FnReturn)
         );
+        // Past endbr64 onto the emulated push that follows (a return probe goes there too).
+        assert_eq!(fact.shape.entry_past_endbr, Some(fact.file_offset + 4));
         assert_eq!(
             (entry.file_offset, ret.file_offset),
-            (fact.file_offset, fact.file_offset)
+            (fact.file_offset + 4, fact.file_offset + 4)
+        );
+        assert_eq!(entry.insn, SiteInsn::Push);
+        // By default a recursive function (not a leaf) ends at its `ret` instructions, paired
+        // by stack pointer.
+        let safe = function_sites(&funcs, &[&pat], "watch_fn", FnReturns::Auto).unwrap();
+        assert!(safe.sites.len() == 1 + fact.shape.rets.len() && safe.refused.is_empty());
+        assert!(safe.sites[1..]
+            .iter()
+            .all(|s| s.kind == SiteKind::FnRetInsn && s.args_raw == "8@%rax"));
+        assert_eq!(
+            safe.sites[1..].iter().map(|s| s.file_offset).collect::<Vec<_>>(),
+            fact.shape.rets
         );
         assert_eq!(entry.args_raw, "8@%rdi 8@%rsi 8@%rdx 8@%rcx 8@%r8 8@%r9");
         assert_eq!(ret.args_raw, "8@%rax");
@@ -497,11 +736,12 @@ mod tests {
             .names
             .push("factorial".into());
         let pat = Pattern::parse("fn:fact*").unwrap();
-        let sites = function_sites(&aliased, &[&pat], "watch_fn").unwrap();
+        let sites = function_sites(&aliased, &[&pat], "watch_fn", FnReturns::ReturnProbe).unwrap().sites;
         assert_eq!(sites[0].name, "factorial__entry");
         let none = Pattern::parse("fn:nothing*").unwrap();
-        assert!(function_sites(&funcs, &[&none], "watch_fn")
+        assert!(function_sites(&funcs, &[&none], "watch_fn", FnReturns::ReturnProbe)
             .unwrap()
+            .sites
             .is_empty());
         // Not an ELF file: the same error as for notes.
         assert!(matches!(
@@ -542,7 +782,7 @@ mod tests {
             .unwrap();
         assert_eq!(twice.symbol, "_ZN2ns4Calc5twiceEl");
         let pat = Pattern::parse("fn:ns::Calc::*").unwrap();
-        let sites = function_sites(&funcs, &[&pat], "m").unwrap();
+        let sites = function_sites(&funcs, &[&pat], "m", FnReturns::ReturnProbe).unwrap().sites;
         assert_eq!(sites[0].name, "ns::Calc::twice(long)__entry");
     }
 
@@ -562,6 +802,9 @@ mod tests {
                 file_offset: 0x1000,
                 insn: SiteInsn::SingleStep,
                 insn_bytes: String::new(),
+                shape: Shape::default(),
+                entry_point: false,
+                go_abi: go,
                 go_layout: go.then(|| GoProbes {
                     layout: GoLayout {
                         entry_offset: 0x1006,
@@ -570,10 +813,12 @@ mod tests {
                     entry_insn: SiteInsn::SingleStep,
                 }),
             }],
+            ifuncs: Vec::new(),
+            has_symtab: true,
         };
         let pat = Pattern::parse("fn:main.*").unwrap();
         // Go: the entry past the stack check, an ordinary uprobe on each `ret`, ABIInternal.
-        let go = function_sites(&f(true, Arch::X86_64), &[&pat], "srv").unwrap();
+        let go = function_sites(&f(true, Arch::X86_64), &[&pat], "srv", FnReturns::ReturnProbe).unwrap().sites;
         let got: Vec<(&str, u64, SiteKind)> = go
             .iter()
             .map(|s| (s.name.as_str(), s.file_offset, s.kind))
@@ -582,33 +827,36 @@ mod tests {
             got,
             [
                 ("main.main__entry", 0x1006, SiteKind::GoEntry),
-                ("main.main__return", 0x1008, SiteKind::FnRetInsn),
-                ("main.main__return", 0x100c, SiteKind::FnRetInsn),
+                ("main.main__return", 0x1008, SiteKind::GoRetInsn),
+                ("main.main__return", 0x100c, SiteKind::GoRetInsn),
             ]
         );
         assert!(go.iter().all(|s| !s.kind.is_return_probe()));
         assert_eq!(
             go[0].args_raw,
-            "8@%rax 8@%rbx 8@%rcx 8@%rdi 8@%rsi 8@%r8 8@%r9 8@%r10 8@%r11"
+            "8@%rax 8@%rbx 8@%rcx 8@%rdi 8@%rsi 8@%r8 8@%r9 8@%r10 8@%r11 goroutine"
         );
+        // Both ends carry the goroutine frame last: the spans are paired by it.
+        assert!(go.iter().all(|s| s.args.last().unwrap().loc == crate::argspec::ArgLoc::GoFrame));
         assert_eq!(go[0].pc, 0x1006);
         let mut old = f(true, Arch::X86_64);
         old.go_version = None;
         assert!(matches!(
-            function_sites(&old, &[&pat], "srv"),
+            function_sites(&old, &[&pat], "srv", FnReturns::ReturnProbe),
             Err(FnProbeError::OldGo { .. })
         ));
         assert!(matches!(
-            function_sites(&f(false, Arch::Other), &[&pat], "srv"),
+            function_sites(&f(false, Arch::Other), &[&pat], "srv", FnReturns::ReturnProbe),
             Err(FnProbeError::Arch { .. })
         ));
-        let arm = function_sites(&f(false, Arch::Aarch64), &[&pat], "srv").unwrap();
+        let arm = function_sites(&f(false, Arch::Aarch64), &[&pat], "srv", FnReturns::ReturnProbe).unwrap().sites;
         assert_eq!(arm[0].args_raw, "8@x0 8@x1 8@x2 8@x3 8@x4 8@x5 8@x6 8@x7");
         assert_eq!(arm[1].args_raw, "8@x0");
         assert!(arm.iter().flat_map(|s| &s.args).all(|a| a.readable()));
         assert_eq!(
-            function_sites(&f(false, Arch::X86_64), &[&pat], "srv")
+            function_sites(&f(false, Arch::X86_64), &[&pat], "srv", FnReturns::ReturnProbe)
                 .unwrap()
+                .sites
                 .len(),
             2
         );

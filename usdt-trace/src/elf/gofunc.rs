@@ -24,6 +24,46 @@ pub const GO_ARGS: [&str; 9] = [
     "%rax", "%rbx", "%rcx", "%rdi", "%rsi", "%r8", "%r9", "%r10", "%r11",
 ];
 
+/// Whether a function of a Go binary is Go code (ABIInternal) rather than C linked in by cgo
+/// (the platform's C ABI). Go names are package-qualified (`main.handler`,
+/// `net/http.(*conn).serve`, `runtime.memmove`); C names carry no dot, but for gcc's clone
+/// suffixes (`cmul.cold`, `f.part.0`, `g.isra.0`, `h.constprop.0`), and cgo's own C helpers are
+/// `_cgo_*`, `x_cgo_*` and `crosscall*`.
+pub fn is_go_name(name: &str) -> bool {
+    const GCC_CLONES: [&str; 6] = [
+        ".cold",
+        ".part.",
+        ".isra.",
+        ".constprop.",
+        ".lto_priv.",
+        ".localalias",
+    ];
+    if name.starts_with("_cgo_") || name.starts_with("x_cgo_") || name.starts_with("crosscall") {
+        return false;
+    }
+    let Some(dot) = name.find('.') else {
+        return false;
+    };
+    if dot == 0 {
+        return false;
+    }
+    !GCC_CLONES.iter().any(|c| name.contains(c))
+}
+
+/// The argument both ends of a Go function probe carry last: the call's goroutine frame
+/// (see [`crate::argspec::ArgLoc::GoFrame`]). Spans are paired by it, so a goroutine that
+/// blocks and resumes on another thread, or recurses, still pairs each end with its own start.
+pub fn goroutine_frame_arg() -> crate::argspec::ArgSpec {
+    crate::argspec::ArgSpec {
+        raw: "goroutine".into(),
+        size: 8,
+        signed: false,
+        float: false,
+        loc: crate::argspec::ArgLoc::GoFrame,
+        struct_size: None,
+    }
+}
+
 /// Where to probe one Go function, as file offsets.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct GoLayout {
@@ -132,6 +172,16 @@ mod tests {
             0x1000,
         );
         assert_eq!(l.entry_offset, 0x1000);
+    }
+
+    #[test]
+    fn go_names_and_cgo_c_names() {
+        for n in ["main.main", "net/http.(*conn).serve", "runtime.memmove", "main.handler.func1"] {
+            assert!(is_go_name(n), "{n}");
+        }
+        for n in ["cmul", "cmul.cold", "f.part.0", "_cgo_topofstack", "x_cgo_init", "crosscall2", "main"] {
+            assert!(!is_go_name(n), "{n}");
+        }
     }
 
     #[test]

@@ -53,6 +53,7 @@
 //! Pure except for [`parse_file`]. INTERFACE OWNED BY THE LEAD — the types below are what the
 //! tracer consumes; keep their names and meanings, add fields if needed.
 
+pub mod fnshape;
 mod functions;
 mod gofunc;
 mod notes;
@@ -63,9 +64,11 @@ mod symbols;
 mod tests;
 mod warnings;
 
+pub use fnshape::Shape;
 pub use functions::{
-    demangle, function_of, function_sites, functions, functions_file, FnProbeError, Function,
-    Functions, GoProbes, SiteKind, SymbolTable, ENTRY_SUFFIX, FN_PROVIDER, RETURN_SUFFIX,
+    demangle, function_end, function_of, function_sites, functions, functions_file, FnEnd,
+    FnProbeError, FnReturns, FnSites, Function, Functions, GoProbes, Refusal, SiteKind,
+    SymbolTable, ENTRY_SUFFIX, FN_PROVIDER, RETURN_SUFFIX,
 };
 pub use notes::{NoteError, StapsdtError};
 pub use sites::{optimizable_offset, PcProblem, SemaphoreProblem};
@@ -134,7 +137,10 @@ pub enum SiteInsn {
     NopNop5,
     /// 5-byte `nopl 0x0(%rax,%rax,1)`: the kernel can optimise it into a call.
     Nop5,
-    /// Anything else must be single-stepped out of line (~10 µs a hit).
+    /// `push %reg`: emulated by kernels that have `push_emulate_op` (x86_64 since 5.x),
+    /// single-stepped by others.
+    Push,
+    /// Anything else must be single-stepped out of line (several µs a hit).
     SingleStep,
     /// The bytes could not be read (e.g. pc past p_filesz) or arch is not x86_64.
     Unknown,

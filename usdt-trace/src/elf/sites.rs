@@ -163,6 +163,7 @@ pub(super) fn classify_site(
         (Arch::X86_64, [0x90, rest @ ..]) if rest == NOP5 => SiteInsn::NopNop5,
         (Arch::X86_64, [0x90, ..]) => SiteInsn::Nop,
         (Arch::X86_64, [a, b, c, d, e, ..]) if [*a, *b, *c, *d, *e] == NOP5 => SiteInsn::Nop5,
+        (Arch::X86_64, b) if super::fnshape::is_push_reg(b) => SiteInsn::Push,
         (Arch::X86_64, _) => SiteInsn::SingleStep,
         _ => SiteInsn::Unknown,
     };
