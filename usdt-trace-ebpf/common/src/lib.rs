@@ -1562,8 +1562,8 @@ mod tests {
         // With the hash map's element header, one 16 KB (order-2) allocation.
         assert!(core::mem::size_of::<ThreadState>() + 64 <= 16 * 1024);
         assert_eq!(core::mem::size_of::<PollAcct>(), 112);
-        assert_eq!(core::mem::size_of::<IdFrame>(), 184 + 112);
-        assert_eq!(core::mem::size_of::<IdSlot>(), 8 + 16 + 184 + 112);
+        assert_eq!(core::mem::size_of::<IdFrame>(), 192 + 112);
+        assert_eq!(core::mem::size_of::<IdSlot>(), 8 + 16 + 192 + 112);
         assert_eq!(core::mem::size_of::<StrSet>(), 16 + STR_SLOT * MAX_STRS);
     }
 
