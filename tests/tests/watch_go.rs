@@ -12,11 +12,17 @@ use usdt_trace_tests::watch_util::{named, Target};
 
 /// `tests/testprogs/gohttp/main.go` built with `go build` (cached by Go itself).
 fn build_gohttp() -> PathBuf {
-    let src = usdt_trace_tests::testprogs::testprogs_dir().join("gohttp/main.go");
-    let dir = usdt_trace_tests::testprogs::cache_dir().join("gohttp");
+    build_go("gohttp")
+}
+
+/// `tests/testprogs/NAME/main.go` built with `go build` (cgo on: gcc is part of the setup).
+fn build_go(name: &str) -> PathBuf {
+    let src = usdt_trace_tests::testprogs::testprogs_dir().join(format!("{name}/main.go"));
+    let dir = usdt_trace_tests::testprogs::cache_dir().join(name);
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("gohttp");
+    let out = dir.join(name);
     let st = Command::new("go")
+        .env("CGO_ENABLED", "1")
         .arg("build")
         .arg("-o")
         .arg(&out)
@@ -179,4 +185,107 @@ fn go_server_under_wrk_serves_every_request_while_traced() {
         "{requests} requests, {sum}"
     );
     drop(server);
+}
+
+/// A goroutine that parks mid-call resumes on whichever thread the scheduler picks: spans are
+/// paired by goroutine frame, not by thread, so each `blocker(id)` span ends with its own
+/// return value (id), once per request, and lasts at least what blocker measured itself.
+#[test]
+#[ignore = "needs root"]
+fn go_spans_pair_by_goroutine_when_goroutines_move_threads() {
+    let bin = build_gohttp();
+    let b = bin.to_str().unwrap();
+    let (server, port) = Target::spawn(&bin, &[]);
+    let port: u16 = port.trim().parse().unwrap();
+    let w = watch::Watch::start(&["-p", &server.pid().to_string(), b, "fn:main.blocker"]);
+    const CLIENTS: u64 = 8;
+    const EACH: u64 = 40;
+    let took: Vec<(u64, u64)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                s.spawn(move || {
+                    (0..EACH)
+                        .map(|k| {
+                            let id = c * 1000 + k + 1;
+                            let body = get(port, &format!("/block?id={id}"));
+                            let f: Vec<u64> = body
+                                .split_whitespace()
+                                .skip(1)
+                                .map(|x| x.parse().unwrap())
+                                .collect();
+                            assert_eq!(f[0], id, "{body}");
+                            (id, f[1])
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let out = w.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let spans = out.spans();
+    let blk = named(&spans, "main.blocker");
+    assert_eq!(blk.len() as u64, CLIENTS * EACH, "{:?}", out.summary());
+    let mut moved = 0;
+    for s in &blk {
+        // The start's first argument (RAX) and the end's result (RAX) are the same id.
+        let id = s["args"][0].as_u64().unwrap();
+        assert_eq!(
+            s["end_args"][0].as_u64(),
+            Some(id),
+            "paired with another call: {s}"
+        );
+        let self_ns = took.iter().find(|t| t.0 == id).unwrap().1;
+        let dur = s["duration_ns"].as_u64().unwrap();
+        assert!(
+            dur >= self_ns,
+            "span {dur} ns < blocker's own {self_ns} ns: {s}"
+        );
+        if s["start_tid"]
+            .as_u64()
+            .is_some_and(|t| Some(t) != s["tid"].as_u64())
+        {
+            moved += 1;
+        }
+    }
+    let mut ids: Vec<u64> = blk.iter().map(|s| s["args"][0].as_u64().unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len() as u64, CLIENTS * EACH, "each request once");
+    assert_eq!(out.summary()["unmatched_end"], 0);
+    eprintln!(
+        "{moved} of {} spans ended on another thread than they started",
+        blk.len()
+    );
+    assert!(
+        moved > 0,
+        "no goroutine moved threads: the test did not exercise migration"
+    );
+    drop(server);
+}
+
+/// C code in a Go binary (cgo) follows the C calling convention: `cmul(i, 3)` reads (i, 3)
+/// and returns 3i, not Go's registers.
+#[test]
+#[ignore = "needs root"]
+fn c_functions_in_a_cgo_binary_use_the_c_calling_convention() {
+    let bin = build_go("gocgo");
+    let b = bin.to_str().unwrap();
+    let out = watch::Watch::start(&["-c", b, b, "fn:cmul"]).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let spans = out.spans();
+    let got: Vec<(Value, Value, Value)> = named(&spans, "cmul")
+        .iter()
+        .map(|s| {
+            (
+                s["args"][0].clone(),
+                s["args"][1].clone(),
+                s["end_args"][0].clone(),
+            )
+        })
+        .collect();
+    let want: Vec<(Value, Value, Value)> =
+        (0..5).map(|i| (json!(i), json!(3), json!(3 * i))).collect();
+    assert_eq!(got, want);
 }

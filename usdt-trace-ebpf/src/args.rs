@@ -7,8 +7,8 @@ use aya_ebpf::{
 };
 use usdt_trace_common::regs;
 use usdt_trace_common::{
-    ArgDesc, ArgKind, SiteSpec, StrSet, GO_FRAME_DEPTH_MASK, MAX_ARGS, MAX_STRS, REG_NONE, STRS_CUT, STRS_FAULT,
-    STRS_OK, STR_MAX_CAP, STR_NONE, STR_SLOT,
+    ArgDesc, ArgKind, SiteSpec, StrSet, GO_FRAME_DEPTH_MASK, MAX_ARGS, MAX_STRS, REG_NONE,
+    STRS_CUT, STRS_FAULT, STRS_OK, STR_MAX_CAP, STR_NONE, STR_SLOT,
 };
 
 // The register tables live in the shared crate (`regs`), where user space numbers the words

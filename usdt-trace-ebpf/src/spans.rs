@@ -14,9 +14,9 @@ use usdt_trace_common::{
     RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, StackRecord, StrsRecord, ThreadState,
     CFG_FILTER, CFG_HIST, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS,
     CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
-    CNT_UNMATCHED_END, CNT_UNMATCHED_START, HIST_COMPONENTS, HIST_DURATION, HIST_IDLE, HIST_IO,
-    HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, ID_SLOT_FILLING, ID_SLOT_FREE, ID_SLOT_OPEN,
-    END_SP_POPPED, END_SP_SAME, MAX_ARGS, MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT,
+    CNT_UNMATCHED_END, CNT_UNMATCHED_START, END_SP_POPPED, END_SP_SAME, HIST_COMPONENTS,
+    HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, ID_SLOT_FILLING,
+    ID_SLOT_FREE, ID_SLOT_OPEN, MAX_ARGS, MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT,
 };
 
 use crate::args::ArgWords;
@@ -441,7 +441,7 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         st.find_open_raw(hit.spec.pair_id, hit.start_sp()) as u64,
         OPAQUE_UPROBE,
     )
-        .unwrap_or(MAX_DEPTH as u64) as usize;
+    .unwrap_or(MAX_DEPTH as u64) as usize;
     if found >= MAX_DEPTH {
         stateless_end(hit.tid);
         return Ok(());

@@ -109,11 +109,19 @@ pub fn fn_warnings(funcs: &Functions, found: &FnSites) -> Vec<String> {
         let hint = if imps.is_empty() {
             String::new()
         } else {
-            let shown: Vec<&str> = imps.iter().take(REFUSED_SHOWN).map(String::as_str).collect();
+            let shown: Vec<&str> = imps
+                .iter()
+                .take(REFUSED_SHOWN)
+                .map(String::as_str)
+                .collect();
             format!(
                 "; its implementations here: {}{} (trace them with 'fn:__{}_*')",
                 shown.join(", "),
-                if imps.len() > REFUSED_SHOWN { ", ..." } else { "" },
+                if imps.len() > REFUSED_SHOWN {
+                    ", ..."
+                } else {
+                    ""
+                },
                 name.trim_start_matches('_')
             )
         };
@@ -184,7 +192,9 @@ fn cold_rets(funcs: &Functions) -> std::collections::BTreeMap<&str, Vec<u64>> {
     let mut out: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
     for f in &funcs.functions {
         if let Some(parent) = elf::fnshape::cold_parent(&f.name) {
-            out.entry(parent).or_default().extend_from_slice(&f.shape.rets);
+            out.entry(parent)
+                .or_default()
+                .extend_from_slice(&f.shape.rets);
         }
     }
     out

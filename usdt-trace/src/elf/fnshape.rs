@@ -266,7 +266,12 @@ mod tests {
         let s = shape(Arch::X86_64, &[0x48, 0xb8, 1, 2], 0x1000, 0x1000);
         assert!(!s.decoded);
         // LOCK-prefixed entry.
-        let s = shape(Arch::X86_64, &[0xf0, 0x0f, 0xb1, 0x17, 0xc3], 0x1000, 0x1000);
+        let s = shape(
+            Arch::X86_64,
+            &[0xf0, 0x0f, 0xb1, 0x17, 0xc3],
+            0x1000,
+            0x1000,
+        );
         assert!(s.bad_entry.is_some_and(|r| r.contains("LOCK")) && s.decoded);
     }
 
@@ -294,7 +299,10 @@ mod tests {
         assert_eq!(cold_parent("compute.cold.2"), Some("compute"));
         assert_eq!(cold_parent("compute.part.0"), None);
         assert_eq!(cold_parent("coldstart"), None);
-        assert_eq!(cold_parent("inner(long) [clone .cold]"), Some("inner(long)"));
+        assert_eq!(
+            cold_parent("inner(long) [clone .cold]"),
+            Some("inner(long)")
+        );
         assert_eq!(cold_parent("f() [clone .cold.1]"), Some("f()"));
     }
 }

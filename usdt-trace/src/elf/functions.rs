@@ -541,7 +541,12 @@ pub fn function_sites(
         } else {
             Vec::new()
         };
-        let site = |suffix: &str, offset: u64, args: Vec<ArgSpec>, insn: SiteInsn, bytes: String, kind: SiteKind| Site {
+        let site = |suffix: &str,
+                    offset: u64,
+                    args: Vec<ArgSpec>,
+                    insn: SiteInsn,
+                    bytes: String,
+                    kind: SiteKind| Site {
             provider: FN_PROVIDER.to_string(),
             name: format!("{name}{suffix}"),
             pc: f.address + (offset - f.file_offset),
@@ -684,7 +689,9 @@ mod tests {
         );
 
         let pat = Pattern::parse("fn:fn_fact").unwrap();
-        let sites = function_sites(&funcs, &[&pat], "watch_fn", FnReturns::ReturnProbe).unwrap().sites;
+        let sites = function_sites(&funcs, &[&pat], "watch_fn", FnReturns::ReturnProbe)
+            .unwrap()
+            .sites;
         assert_eq!(sites.len(), 2);
         let fact = by_name("fn_fact").unwrap();
         let (entry, ret) = (&sites[0], &sites[1]);
@@ -712,7 +719,10 @@ mod tests {
             .iter()
             .all(|s| s.kind == SiteKind::FnRetInsn && s.args_raw == "8@%rax"));
         assert_eq!(
-            safe.sites[1..].iter().map(|s| s.file_offset).collect::<Vec<_>>(),
+            safe.sites[1..]
+                .iter()
+                .map(|s| s.file_offset)
+                .collect::<Vec<_>>(),
             fact.shape.rets
         );
         assert_eq!(entry.args_raw, "8@%rdi 8@%rsi 8@%rdx 8@%rcx 8@%r8 8@%r9");
@@ -736,13 +746,17 @@ mod tests {
             .names
             .push("factorial".into());
         let pat = Pattern::parse("fn:fact*").unwrap();
-        let sites = function_sites(&aliased, &[&pat], "watch_fn", FnReturns::ReturnProbe).unwrap().sites;
+        let sites = function_sites(&aliased, &[&pat], "watch_fn", FnReturns::ReturnProbe)
+            .unwrap()
+            .sites;
         assert_eq!(sites[0].name, "factorial__entry");
         let none = Pattern::parse("fn:nothing*").unwrap();
-        assert!(function_sites(&funcs, &[&none], "watch_fn", FnReturns::ReturnProbe)
-            .unwrap()
-            .sites
-            .is_empty());
+        assert!(
+            function_sites(&funcs, &[&none], "watch_fn", FnReturns::ReturnProbe)
+                .unwrap()
+                .sites
+                .is_empty()
+        );
         // Not an ELF file: the same error as for notes.
         assert!(matches!(
             functions(b"#!/bin/sh\n"),
@@ -782,7 +796,9 @@ mod tests {
             .unwrap();
         assert_eq!(twice.symbol, "_ZN2ns4Calc5twiceEl");
         let pat = Pattern::parse("fn:ns::Calc::*").unwrap();
-        let sites = function_sites(&funcs, &[&pat], "m", FnReturns::ReturnProbe).unwrap().sites;
+        let sites = function_sites(&funcs, &[&pat], "m", FnReturns::ReturnProbe)
+            .unwrap()
+            .sites;
         assert_eq!(sites[0].name, "ns::Calc::twice(long)__entry");
     }
 
@@ -818,7 +834,14 @@ mod tests {
         };
         let pat = Pattern::parse("fn:main.*").unwrap();
         // Go: the entry past the stack check, an ordinary uprobe on each `ret`, ABIInternal.
-        let go = function_sites(&f(true, Arch::X86_64), &[&pat], "srv", FnReturns::ReturnProbe).unwrap().sites;
+        let go = function_sites(
+            &f(true, Arch::X86_64),
+            &[&pat],
+            "srv",
+            FnReturns::ReturnProbe,
+        )
+        .unwrap()
+        .sites;
         let got: Vec<(&str, u64, SiteKind)> = go
             .iter()
             .map(|s| (s.name.as_str(), s.file_offset, s.kind))
@@ -837,7 +860,9 @@ mod tests {
             "8@%rax 8@%rbx 8@%rcx 8@%rdi 8@%rsi 8@%r8 8@%r9 8@%r10 8@%r11 goroutine"
         );
         // Both ends carry the goroutine frame last: the spans are paired by it.
-        assert!(go.iter().all(|s| s.args.last().unwrap().loc == crate::argspec::ArgLoc::GoFrame));
+        assert!(go
+            .iter()
+            .all(|s| s.args.last().unwrap().loc == crate::argspec::ArgLoc::GoFrame));
         assert_eq!(go[0].pc, 0x1006);
         let mut old = f(true, Arch::X86_64);
         old.go_version = None;
@@ -846,18 +871,35 @@ mod tests {
             Err(FnProbeError::OldGo { .. })
         ));
         assert!(matches!(
-            function_sites(&f(false, Arch::Other), &[&pat], "srv", FnReturns::ReturnProbe),
+            function_sites(
+                &f(false, Arch::Other),
+                &[&pat],
+                "srv",
+                FnReturns::ReturnProbe
+            ),
             Err(FnProbeError::Arch { .. })
         ));
-        let arm = function_sites(&f(false, Arch::Aarch64), &[&pat], "srv", FnReturns::ReturnProbe).unwrap().sites;
+        let arm = function_sites(
+            &f(false, Arch::Aarch64),
+            &[&pat],
+            "srv",
+            FnReturns::ReturnProbe,
+        )
+        .unwrap()
+        .sites;
         assert_eq!(arm[0].args_raw, "8@x0 8@x1 8@x2 8@x3 8@x4 8@x5 8@x6 8@x7");
         assert_eq!(arm[1].args_raw, "8@x0");
         assert!(arm.iter().flat_map(|s| &s.args).all(|a| a.readable()));
         assert_eq!(
-            function_sites(&f(false, Arch::X86_64), &[&pat], "srv", FnReturns::ReturnProbe)
-                .unwrap()
-                .sites
-                .len(),
+            function_sites(
+                &f(false, Arch::X86_64),
+                &[&pat],
+                "srv",
+                FnReturns::ReturnProbe
+            )
+            .unwrap()
+            .sites
+            .len(),
             2
         );
     }

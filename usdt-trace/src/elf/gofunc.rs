@@ -176,10 +176,23 @@ mod tests {
 
     #[test]
     fn go_names_and_cgo_c_names() {
-        for n in ["main.main", "net/http.(*conn).serve", "runtime.memmove", "main.handler.func1"] {
+        for n in [
+            "main.main",
+            "net/http.(*conn).serve",
+            "runtime.memmove",
+            "main.handler.func1",
+        ] {
             assert!(is_go_name(n), "{n}");
         }
-        for n in ["cmul", "cmul.cold", "f.part.0", "_cgo_topofstack", "x_cgo_init", "crosscall2", "main"] {
+        for n in [
+            "cmul",
+            "cmul.cold",
+            "f.part.0",
+            "_cgo_topofstack",
+            "x_cgo_init",
+            "crosscall2",
+            "main",
+        ] {
             assert!(!is_go_name(n), "{n}");
         }
     }

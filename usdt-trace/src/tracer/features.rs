@@ -418,7 +418,9 @@ pub fn uprobe_optimize_from_kallsyms(kallsyms: &str) -> Feature {
 fn push_emulation_is_read_from_the_symbol_list() {
     let with = "ffffffff81335390 t push_emulate_op\nffffffff81336310 T arch_uprobe_optimize\n";
     assert!(push_emulated_from_lines(with.lines()));
-    assert!(!push_emulated_from_lines("0 t branch_emulate_op\n0 t push_emulate_op_x".lines()));
+    assert!(!push_emulated_from_lines(
+        "0 t branch_emulate_op\n0 t push_emulate_op_x".lines()
+    ));
 }
 
 /// [`uprobe_optimize_from_kallsyms`] over lines, stopping once both symbols are seen.
