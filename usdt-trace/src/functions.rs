@@ -107,7 +107,11 @@ pub fn fn_warnings(funcs: &Functions, found: &FnSites) -> Vec<String> {
     }
     for (name, imps) in &found.ifuncs {
         let hint = if imps.is_empty() {
-            String::new()
+            if funcs.has_symtab {
+                String::new()
+            } else {
+                "; its implementations are not in this stripped object's symbol table (with debug symbols installed they are named __NAME_*)".replace("NAME", name.trim_start_matches('_'))
+            }
         } else {
             let shown: Vec<&str> = imps
                 .iter()
@@ -164,6 +168,9 @@ pub fn list(
     let ends: Vec<FnEnd> = chosen
         .iter()
         .map(|f| {
+            if let Some(reason) = elf::ifunc_shadowed(&funcs, f) {
+                return FnEnd::Refused { reason };
+            }
             let cold = colds.get(f.name.as_str()).map_or(&[][..], |v| v);
             elf::function_end(f, cold, FnReturns::Auto, funcs.go)
         })
@@ -255,9 +262,14 @@ fn write_text(
         0 => String::new(),
         n => format!(", {n} not traced"),
     };
+    let stripped = if funcs.has_symtab {
+        ""
+    } else {
+        " (no symbol table: exported functions only)"
+    };
     writeln!(
         out,
-        "{}: {} function{}, {step} single-stepped at entry{refused}{go}",
+        "{}: {} function{}, {step} single-stepped at entry{refused}{go}{stripped}",
         clean(shown),
         chosen.len(),
         if chosen.len() == 1 { "" } else { "s" },

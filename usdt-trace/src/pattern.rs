@@ -70,6 +70,25 @@ impl Pattern {
         self.provider.as_deref().is_none_or(|p| glob(p, provider)) && glob(&self.name, name)
     }
 
+    /// Whether this pattern selects function `name` (`fn:GLOB`): by the function's name, or by
+    /// the name of one of its sites as the tool prints them (`fn:readline__entry`,
+    /// `fn:readline__return`), so that every name shown can be typed back.
+    pub fn matches_function(&self, name: &str) -> bool {
+        if !self
+            .provider
+            .as_deref()
+            .is_none_or(|p| glob(p, FN_PROVIDER))
+        {
+            return false;
+        }
+        glob(&self.name, name)
+            || ["__entry", "__return"].iter().any(|sfx| {
+                self.name
+                    .strip_suffix(sfx)
+                    .is_some_and(|stem| glob(stem, name))
+            })
+    }
+
     /// True when the pattern names exactly one provider:name (no wildcards, provider given).
     pub fn is_literal(&self) -> bool {
         self.provider.is_some() && !self.text.contains(['*', '?'])

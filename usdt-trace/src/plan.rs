@@ -127,7 +127,7 @@ pub struct Plan {
     /// Attach points grouped by object, only for objects with chosen sites.
     pub objects: Vec<ObjectPlan>,
     /// Distinct instructions among the attach points that the kernel must single-step
-    /// (~20x a `nop`): a function's first instruction usually is one.
+    /// (an order of magnitude more than a `nop`): a function's `ret`s, often its entry.
     pub single_step: usize,
 }
 
@@ -137,8 +137,12 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         opts.patterns.is_empty() || opts.patterns.iter().any(|pat| pat.matches(p, n))
     };
     // A function site matches by its function's name, so `fn:readline` selects both ends.
-    let matches = |s: &crate::elf::Site| {
-        name_matches(&s.provider, crate::elf::function_of(s).unwrap_or(&s.name))
+    // `fn:readline__entry` (a site's name, as printed) selects the function too.
+    let matches = |s: &crate::elf::Site| match crate::elf::function_of(s) {
+        Some(f) => {
+            opts.patterns.is_empty() || opts.patterns.iter().any(|pat| pat.matches_function(f))
+        }
+        None => name_matches(&s.provider, &s.name),
     };
     let poll_spans: Vec<(String, String)> = objects
         .iter()
@@ -428,9 +432,13 @@ fn string_args(
         for (i, s) in sites.iter().enumerate() {
             // `fn:F:N` reads at F's entry, `fn:F:ret` at its return; `:ret` means nothing at
             // a note's site.
+            // A function's site is named by the function (`fn:F:N`, `fn:F:ret`) or by the site
+            // itself, as the tool prints it (`fn:F__entry:N`, `fn:F__return:N`).
+            let by_site = !s.kind.is_note() && r.probe.matches(&s.provider, &s.name);
             let name = match s.kind {
                 SiteKind::Note if r.ret => continue,
                 SiteKind::Note => s.name.as_str(),
+                _ if by_site && !r.ret => s.name.as_str(),
                 SiteKind::FnEntry | SiteKind::GoEntry if r.ret => continue,
                 SiteKind::FnReturn | SiteKind::FnRetInsn | SiteKind::GoRetInsn if !r.ret => {
                     continue

@@ -137,7 +137,7 @@ impl Function {
     pub fn matched_name(&self, patterns: &[&Pattern]) -> Option<&str> {
         self.names
             .iter()
-            .find(|n| patterns.iter().any(|p| p.matches(FN_PROVIDER, n)))
+            .find(|n| patterns.iter().any(|p| p.matches_function(n)))
             .map(String::as_str)
     }
 }
@@ -421,6 +421,15 @@ pub fn function_end(f: &Function, cold_rets: &[u64], mode: FnReturns, go: bool) 
     }
 }
 
+/// Why a function symbol that shares its name with an IFUNC is not what the program calls
+/// (glibc keeps `memcpy@GLIBC_2.2.5` beside the IFUNC `memcpy`), or None.
+pub fn ifunc_shadowed(funcs: &Functions, f: &Function) -> Option<String> {
+    let n = f.names.iter().find(|n| funcs.ifuncs.contains(n))?;
+    Some(format!(
+        "{n} is an IFUNC: this symbol is an older version, while the program calls the implementation the resolver picked at load time"
+    ))
+}
+
 /// A function that matched but is not traced, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
@@ -478,9 +487,8 @@ pub fn function_sites(
     let chosen: Vec<(&Function, &str)> = funcs
         .functions
         .iter()
-        .filter(|f| !f.names.iter().all(|n| funcs.ifuncs.contains(n)))
         .filter_map(|f| Some((f, f.matched_name(patterns)?)))
-        .filter(|(_, n)| !funcs.ifuncs.iter().any(|i| i == n))
+        .filter(|(f, _)| ifunc_shadowed(funcs, f).is_none())
         .collect();
     if chosen.is_empty() {
         return Ok(out);
