@@ -63,7 +63,13 @@ pub fn link_args(lib: &Path) -> Vec<String> {
 }
 
 fn build(name: &str, out_name: &str, fixed: &[&str], extra: &[&str]) -> PathBuf {
-    let src = testprogs_dir().join(format!("{name}.c"));
+    // A C++ program (`NAME.cc`) is built with g++, the same way.
+    let cxx = testprogs_dir().join(format!("{name}.cc"));
+    let (src, compiler) = if cxx.exists() {
+        (cxx, "g++")
+    } else {
+        (testprogs_dir().join(format!("{name}.c")), "gcc")
+    };
     let source = std::fs::read(&src).unwrap_or_else(|e| panic!("reading {}: {e}", src.display()));
     let mut h = DefaultHasher::new();
     source.hash(&mut h);
@@ -93,7 +99,7 @@ fn build(name: &str, out_name: &str, fixed: &[&str], extra: &[&str]) -> PathBuf 
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    let result = Command::new("gcc")
+    let result = Command::new(compiler)
         .arg("-g")
         .args(fixed)
         .arg(&src)
@@ -101,11 +107,11 @@ fn build(name: &str, out_name: &str, fixed: &[&str], extra: &[&str]) -> PathBuf 
         .arg("-o")
         .arg(&tmp)
         .output()
-        .unwrap_or_else(|e| panic!("running gcc: {e}"));
+        .unwrap_or_else(|e| panic!("running {compiler}: {e}"));
     if !result.status.success() {
         let _ = std::fs::remove_file(&tmp);
         panic!(
-            "gcc {} {:?} failed:\n{}",
+            "{compiler} {} {:?} failed:\n{}",
             src.display(),
             extra,
             String::from_utf8_lossy(&result.stderr)

@@ -76,6 +76,32 @@ pub fn add_function_sites(
     Ok(())
 }
 
+/// One IFUNC named by a pattern: what the program calls instead, and how to trace it.
+fn ifunc_warning(funcs: &Functions, name: &str, imps: &[String]) -> String {
+    let bare = name.trim_start_matches('_');
+    let hint = if !funcs.has_symtab {
+        format!("; its implementations are not in this stripped object's symbol table (with debug symbols they are named __{bare}_*)")
+    } else if imps.is_empty() {
+        String::new()
+    } else {
+        let shown: Vec<&str> = imps
+            .iter()
+            .take(REFUSED_SHOWN)
+            .map(String::as_str)
+            .collect();
+        format!(
+            "; its implementations here: {}{} (trace them with 'fn:__{bare}_*')",
+            shown.join(", "),
+            if imps.len() > REFUSED_SHOWN {
+                ", ..."
+            } else {
+                ""
+            },
+        )
+    };
+    format!("{name} is an IFUNC: the program calls the implementation its resolver picked at load time, not a function named {name}{hint}")
+}
+
 /// Names shown per reason before "and N more".
 const REFUSED_SHOWN: usize = 6;
 
@@ -105,33 +131,32 @@ pub fn fn_warnings(funcs: &Functions, found: &FnSites) -> Vec<String> {
             shown.join(", "),
         ));
     }
-    for (name, imps) in &found.ifuncs {
-        let hint = if imps.is_empty() {
-            if funcs.has_symtab {
-                String::new()
-            } else {
-                "; its implementations are not in this stripped object's symbol table (with debug symbols installed they are named __NAME_*)".replace("NAME", name.trim_start_matches('_'))
+    match found.ifuncs.as_slice() {
+        [] => {}
+        // Named one by one: the user asked for these (or a glob that caught a few).
+        few if few.len() <= 2 => {
+            for (name, imps) in few {
+                out.push(ifunc_warning(funcs, name, imps));
             }
-        } else {
-            let shown: Vec<&str> = imps
+        }
+        many => {
+            let shown: Vec<&str> = many
                 .iter()
                 .take(REFUSED_SHOWN)
-                .map(String::as_str)
+                .map(|(n, _)| n.as_str())
                 .collect();
-            format!(
-                "; its implementations here: {}{} (trace them with 'fn:__{}_*')",
+            out.push(format!(
+                "{} IFUNCs not traced by name ({}{}): the program calls the implementation each resolver picked at load time{}",
+                many.len(),
                 shown.join(", "),
-                if imps.len() > REFUSED_SHOWN {
-                    ", ..."
+                if many.len() > REFUSED_SHOWN { ", ..." } else { "" },
+                if funcs.has_symtab {
+                    "; trace their implementations (__NAME_*) instead"
                 } else {
-                    ""
-                },
-                name.trim_start_matches('_')
-            )
-        };
-        out.push(format!(
-            "{name} is an IFUNC: the program calls the implementation its resolver picked at load time, not a function named {name}{hint}"
-        ));
+                    "; their implementations are not in this stripped object's symbol table"
+                }
+            ));
+        }
     }
     if found.sites.is_empty() && found.refused.is_empty() && !funcs.has_symtab {
         out.push(
