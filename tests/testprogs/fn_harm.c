@@ -1,7 +1,8 @@
 /* Function probes must not change what a program computes: gcc -O2 puts the unlikely branch
  * of `accumulate` in a `.cold` fragment (jumped to, not called), `escape` leaves `jumper` by
- * longjmp, `setjmp` returns twice, `leaf_mul` is a leaf, `fact` recurses. Prints what it
- * computed; a traced run must print the same. */
+ * longjmp, `setjmp` returns twice, `leaf_mul` is a leaf, `fact` recurses, `wrapper` tail-calls
+ * `twice` (a `jmp`), which main also calls directly. Prints what it computed; a traced run must
+ * print the same. */
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,14 @@ __attribute__((noinline)) long jumper(int n) {
 
 __attribute__((noinline)) long fact(long n) { return n <= 1 ? 1 : n * fact(n - 1); }
 
+__attribute__((noinline)) long twice(long x) {
+    sink += 1;
+    return 2 * x;
+}
+
+/* gcc -O2 compiles the call into `jmp twice`: wrapper's call ends at twice's `ret`. */
+__attribute__((noinline)) long wrapper(long x) { return twice(x + 1); }
+
 int main(int argc, char **argv) {
     long rounds = argc > 1 ? atol(argv[1]) : 20;
     long total = 0, jumped = 0;
@@ -49,6 +58,7 @@ int main(int argc, char **argv) {
             jumped += got;
         }
         total += fact(r % 12) + accumulate(2000);
+        total += wrapper(r) + twice(r);
     }
     printf("argc=%d total=%ld jumped=%ld sink=%d\n", argc, total, jumped, sink);
     return 0;

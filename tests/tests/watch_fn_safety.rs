@@ -103,7 +103,7 @@ fn summary(recs: &[Value]) -> &Value {
 }
 
 /// gcc -O2: `accumulate.cold` (jumped to), `setjmp` returning twice, `longjmp` out of two
-/// traced frames, a leaf, `_start`. Same output traced as untraced (argc intact), every leaf
+/// traced frames, a leaf, a tail call, `_start`. Same output traced as untraced (argc intact), every leaf
 /// span ends with its own result, and the two frames each longjmp leaves are counted as
 /// unmatched starts, no more.
 #[test]
@@ -141,6 +141,16 @@ fn fn_star_on_a_program_with_cold_fragments_and_longjmp_computes_the_same() {
         assert_eq!(spans(&recs, "jumper").len(), 13, "{mode}");
         assert_eq!(spans(&recs, "accumulate").len(), 20, "{mode}");
         assert_eq!(spans(&recs, "main").len(), 1, "{mode}");
+        // wrapper(x) is `jmp twice`: its call ends at twice's `ret` with twice's result; the
+        // direct calls of twice pass the same `ret` and close nothing of wrapper's.
+        let wrap = spans(&recs, "wrapper");
+        assert_eq!(wrap.len(), 20, "{mode}");
+        for s in &wrap {
+            let x = s["args"][0].as_i64().unwrap();
+            assert_eq!(s["end_args"][0].as_i64(), Some(2 * (x + 1)), "{mode}: {s}");
+        }
+        let tw = spans(&recs, "twice");
+        assert_eq!(tw.len(), 40, "{mode}");
     }
 }
 

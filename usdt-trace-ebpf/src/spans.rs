@@ -14,9 +14,10 @@ use usdt_trace_common::{
     RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, StackRecord, StrsRecord, ThreadState,
     CFG_FILTER, CFG_HIST, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS,
     CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
-    CNT_UNMATCHED_END, CNT_UNMATCHED_START, END_SP_POPPED, END_SP_SAME, HIST_COMPONENTS,
-    HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE, ID_SLOT_FILLING,
-    ID_SLOT_FREE, ID_SLOT_OPEN, MAX_ARGS, MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT,
+    CNT_UNMATCHED_END, CNT_UNMATCHED_START, END_SP_POPPED, END_SP_SAME, END_SP_TAIL,
+    HIST_COMPONENTS, HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE,
+    ID_SLOT_FILLING, ID_SLOT_FREE, ID_SLOT_OPEN, MAX_ARGS, MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT,
+    PAIR_CLOSED,
 };
 
 use crate::args::ArgWords;
@@ -113,7 +114,7 @@ impl<const S: bool> Hit<'_, S> {
     #[inline(always)]
     fn start_sp(&self) -> u64 {
         match self.spec.end_sp {
-            END_SP_SAME => ctx_sp(self.ctx),
+            END_SP_SAME | END_SP_TAIL => ctx_sp(self.ctx),
             END_SP_POPPED => ctx_sp(self.ctx).wrapping_sub(8),
             _ => 0,
         }
@@ -426,39 +427,53 @@ fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
 
 /// A span end paired per thread: pop to the innermost open frame of the span's name.
 fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
+    // A tail-called function's `ret` closes a span only when that span's call is there.
+    let tail = hit.spec.end_sp == END_SP_TAIL;
     let Some(st) = existing_thread(hit.tid) else {
-        stateless_end(hit.tid);
+        if !tail {
+            stateless_end(hit.tid);
+        }
         return Ok(());
     };
     // Past the stack, an end belongs to the innermost dropped start, never to a frame below.
-    if st.pop_overflow() {
+    if !tail && st.pop_overflow() {
         count(CNT_DEPTH_END);
         return Ok(());
     }
+    let sp = hit.start_sp();
     // Hidden from the verifier before it is tested (see `opaque`): otherwise each depth the
     // search can end at is a verifier path of its own through all that follows.
-    let found = opaque(
-        st.find_open_raw(hit.spec.pair_id, hit.start_sp()) as u64,
-        OPAQUE_UPROBE,
-    )
-    .unwrap_or(MAX_DEPTH as u64) as usize;
+    let found = opaque(st.find_open_raw(hit.spec.pair_id, sp) as u64, OPAQUE_UPROBE)
+        .unwrap_or(MAX_DEPTH as u64) as usize;
     if found >= MAX_DEPTH {
-        stateless_end(hit.tid);
+        if !tail {
+            stateless_end(hit.tid);
+        }
         return Ok(());
     }
-    // Frames above the one closed never got their end.
-    count_n(
-        CNT_UNMATCHED_START,
-        (st.depth as u64).saturating_sub(found as u64 + 1),
-    );
+    // At a tail-called function's `ret`, that function may still be open right above at the
+    // same stack pointer: it returns through this same instruction (its own end comes next),
+    // so it stays, and this frame is marked closed for the end below to pop.
+    let keep_above = tail
+        && found + 1 < st.depth as usize
+        && st.frames.get(found + 1).is_some_and(|a| a.sp == sp);
+    if !keep_above {
+        // Frames above the one closed never got their end.
+        count_n(
+            CNT_UNMATCHED_START,
+            (st.depth as u64).saturating_sub(found as u64 + 1),
+        );
+    }
     // Before the pop: the frame being closed takes part in the repair's waker bookkeeping.
     if hit.split() {
         sched::catch_up(st, hit.now);
     }
-    st.depth = found as u32;
+    if !keep_above {
+        st.depth = found as u32;
+    }
     let acct_end = st.acct_at(hit.now);
     // `get` rather than indexing: no bounds-check panic path for the verifier to reject.
-    let Some(f) = st.frames.get(found) else {
+    let Some(f) = st.frames.get_mut(found) else {
         return Ok(());
     };
     close_span(
@@ -470,6 +485,11 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         None,
     );
     drop_strs(f.has_strs, core::ptr::null());
+    if keep_above {
+        f.pair_id = PAIR_CLOSED;
+    } else {
+        st.pop_closed();
+    }
     Ok(())
 }
 

@@ -190,6 +190,7 @@ pub fn list(
         .filter(|f| pats.is_empty() || pats.iter().any(|p| f.matches(p)))
         .collect();
     let colds = cold_rets(&funcs);
+    let addrs = elf::functions::by_address(&funcs);
     let ends: Vec<FnEnd> = chosen
         .iter()
         .map(|f| {
@@ -197,7 +198,8 @@ pub fn list(
                 return FnEnd::Refused { reason };
             }
             let cold = colds.get(f.name.as_str()).map_or(&[][..], |v| v);
-            elf::function_end(f, cold, FnReturns::Auto, funcs.go)
+            let tails = elf::functions::tail_rets(&funcs, &addrs, f);
+            elf::function_end(f, cold, &tails, FnReturns::Auto, funcs.go)
         })
         .collect();
     let mut out = io::BufWriter::with_capacity(64 * 1024, out);
@@ -255,8 +257,14 @@ fn entry_insn(f: &Function) -> SiteInsn {
 /// The END column: how the function's end is traced.
 fn end_label(end: &FnEnd) -> String {
     match end {
-        FnEnd::RetInsns { offsets } if offsets.len() == 1 => "1 ret".into(),
-        FnEnd::RetInsns { offsets } => format!("{} rets", offsets.len()),
+        FnEnd::RetInsns {
+            offsets,
+            tail_offsets,
+        } if !tail_offsets.is_empty() => {
+            format!("{}+{} tail rets", offsets.len(), tail_offsets.len())
+        }
+        FnEnd::RetInsns { offsets, .. } if offsets.len() == 1 => "1 ret".into(),
+        FnEnd::RetInsns { offsets, .. } => format!("{} rets", offsets.len()),
         FnEnd::ReturnProbe => "return probe".into(),
         FnEnd::Refused { .. } => "NOT TRACED".into(),
     }

@@ -344,9 +344,10 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
 /// stack pointer says it is the same call, so that an end never closes a frame that a
 /// `longjmp` or an exception left open above its own.
 fn end_sp(kind: SiteKind, arch: Option<crate::argspec::Arch>) -> u8 {
-    use usdt_trace_common::{END_SP_ANY, END_SP_POPPED, END_SP_SAME};
+    use usdt_trace_common::{END_SP_ANY, END_SP_POPPED, END_SP_SAME, END_SP_TAIL};
     match kind {
         SiteKind::FnRetInsn => END_SP_SAME,
+        SiteKind::FnTailRet => END_SP_TAIL,
         // aarch64 keeps the return address in x30: its stack pointer at the return probe is
         // the entry's.
         SiteKind::FnReturn if arch == Some(crate::argspec::Arch::Aarch64) => END_SP_SAME,
@@ -440,14 +441,20 @@ fn string_args(
                 SiteKind::Note => s.name.as_str(),
                 _ if by_site && !r.ret => s.name.as_str(),
                 SiteKind::FnEntry | SiteKind::GoEntry if r.ret => continue,
-                SiteKind::FnReturn | SiteKind::FnRetInsn | SiteKind::GoRetInsn if !r.ret => {
+                SiteKind::FnReturn
+                | SiteKind::FnRetInsn
+                | SiteKind::GoRetInsn
+                | SiteKind::FnTailRet
+                    if !r.ret =>
+                {
                     continue
                 }
                 SiteKind::FnEntry
                 | SiteKind::GoEntry
                 | SiteKind::FnReturn
                 | SiteKind::FnRetInsn
-                | SiteKind::GoRetInsn => crate::elf::function_of(s).unwrap_or(&s.name),
+                | SiteKind::GoRetInsn
+                | SiteKind::FnTailRet => crate::elf::function_of(s).unwrap_or(&s.name),
             };
             if !r.probe.matches(&s.provider, name) {
                 continue;

@@ -270,6 +270,14 @@ pub const END_SP_SAME: u8 = 1;
 /// The start's stack pointer is 8 below this end's: an x86_64 return probe, which fires after
 /// `ret` popped the return address.
 pub const END_SP_POPPED: u8 = 2;
+/// As [`END_SP_SAME`], at a `ret` of a function that the span's function tail-calls: most
+/// hits there are that function's own calls, which close nothing and are no unmatched end.
+pub const END_SP_TAIL: u8 = 3;
+
+/// The pair id of a frame whose span already ended while a function it tail-called is still
+/// open above it at the same stack pointer (that function's own end comes at the same `ret`,
+/// or just after it for a return probe). No end matches it; the end below pops it.
+pub const PAIR_CLOSED: u32 = u32::MAX;
 
 /// One `--str` capture at a site: which argument points at the string, where its length is
 /// (or `STR_NONE`: NUL-terminated), and which slot of the record's [`StrSet`] it goes to. A
@@ -817,6 +825,29 @@ impl ThreadState {
             j += 1;
         }
         found
+    }
+
+    /// Pops the frames on top that are already closed ([`PAIR_CLOSED`]): after an end, the
+    /// tail-calling spans beneath it that ended at the same `ret`.
+    #[inline(always)]
+    pub fn pop_closed(&mut self) {
+        let depth = self.depth as usize;
+        // Bottom up from a constant, as in `find_open_raw`: the verifier bounds that index,
+        // not one counted down from the map-held depth.
+        let mut keep = 0;
+        let mut j = 0;
+        while j < MAX_DEPTH {
+            if j >= depth {
+                break;
+            }
+            if let Some(f) = self.frames.get(j) {
+                if f.pair_id != PAIR_CLOSED {
+                    keep = j + 1;
+                }
+            }
+            j += 1;
+        }
+        self.depth = keep as u32;
     }
 
     /// A span start on this thread. Returns the index of the frame to fill, or None when the
@@ -1404,6 +1435,40 @@ mod tests {
         let before = st.acct_at(23_000);
         st.catch_up_running(23_000, Some(9), Some(9), true);
         assert_eq!(st.acct_at(23_000), before);
+    }
+
+    #[test]
+    fn function_ends_pair_by_stack_pointer_and_closed_frames_are_popped() {
+        let mut st = thread();
+        // f (pair 3) entered at sp 0x1000 left by longjmp; f entered again at 0x1000 later
+        // is a different call at the same place: the end closes the innermost one.
+        for (pair, sp) in [(3, 0x2000), (3, 0x1000), (5, 0x0f00), (3, 0x1000)] {
+            let d = st.push().unwrap();
+            st.frames[d].pair_id = pair;
+            st.frames[d].sp = sp;
+        }
+        assert_eq!(
+            st.find_open_at(3, 0x2000),
+            Some(0),
+            "the outer call, not the innermost f"
+        );
+        assert_eq!(st.find_open_at(3, 0x1000), Some(3));
+        assert_eq!(st.find_open_at(3, 0x1234), None);
+        assert_eq!(
+            st.find_open_at(3, 0),
+            Some(3),
+            "0: any frame (a note's end)"
+        );
+        // A tail caller closed under its open callee: the callee's end pops both.
+        st.frames[2].pair_id = PAIR_CLOSED;
+        st.depth = 3;
+        st.pop_closed();
+        assert_eq!(st.depth, 2);
+        st.frames[1].pair_id = PAIR_CLOSED;
+        st.pop_closed();
+        assert_eq!(st.depth, 1);
+        st.pop_closed();
+        assert_eq!(st.depth, 1, "an open frame stays");
     }
 
     #[test]

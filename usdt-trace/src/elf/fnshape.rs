@@ -34,6 +34,9 @@ pub struct Shape {
     pub rets: Vec<u64>,
     /// No call, no indirect jump and no jump out of the function: it leaves only by `ret`.
     pub leaf: bool,
+    /// Link-time addresses that direct jumps out of the function go to: tail calls. The
+    /// function's call ends where the tail-called one returns, at the same stack pointer.
+    pub tail_targets: Vec<u64>,
     /// Why uprobes cannot take the first instruction (a LOCK or ES/CS/SS/DS segment prefix,
     /// which the kernel's `is_prefix_bad` refuses with ENOTSUPP), if they cannot.
     pub bad_entry: Option<&'static str>,
@@ -114,6 +117,9 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
                     let t = insn.near_branch_target();
                     if t < address || t >= end {
                         out.leaf = false;
+                        if !out.tail_targets.contains(&t) {
+                            out.tail_targets.push(t);
+                        }
                     } else {
                         targets.push(t);
                     }
@@ -133,6 +139,7 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
     out.decoded = valid;
     if !valid {
         out.rets.clear();
+        out.tail_targets.clear();
         out.leaf = false;
     }
     if valid && code.starts_with(&ENDBR64) && starts.get(1) == Some(&(address + 4)) {
@@ -177,6 +184,9 @@ fn shape_aarch64(code: &[u8], address: u64, offset: u64) -> Shape {
             let t = at.wrapping_add_signed(i64::from(imm) * 4);
             if t < address || t >= end {
                 out.leaf = false;
+                if !out.tail_targets.contains(&t) {
+                    out.tail_targets.push(t);
+                }
             }
         }
     }
@@ -249,6 +259,8 @@ mod tests {
         ];
         let s = shape(Arch::X86_64, code, 0x1000, 0x1000);
         assert!(s.decoded && !s.leaf && s.rets.is_empty());
+        // The jmp at 0x100b (5 bytes) to +0x1000: a tail call of 0x2010.
+        assert_eq!(s.tail_targets, vec![0x2010]);
         // A loop back to the instruction past endbr64 keeps the entry where it is.
         let code: &[u8] = &[0xf3, 0x0f, 0x1e, 0xfa, 0x53, 0x5b, 0xeb, 0xfc, 0xc3];
         let s = shape(Arch::X86_64, code, 0x1000, 0x1000);

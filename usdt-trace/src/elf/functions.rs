@@ -60,6 +60,10 @@ pub enum SiteKind {
     /// An ordinary uprobe on one of a Go function's `ret` instructions (return probes crash Go
     /// programs), results in ABIInternal registers.
     GoRetInsn,
+    /// A `ret` of a function this one tail-calls (`jmp`s to): its call ends there, at the
+    /// stack pointer of its own entry. Other calls of the tail-called function pass it too,
+    /// and close nothing.
+    FnTailRet,
 }
 
 impl SiteKind {
@@ -365,8 +369,13 @@ pub enum FnReturns {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FnEnd {
-    /// An ordinary uprobe on each `ret` instruction (file offsets).
-    RetInsns { offsets: Vec<u64> },
+    /// An ordinary uprobe on each `ret` instruction (file offsets), and on each `ret` of the
+    /// functions it tail-calls.
+    RetInsns {
+        offsets: Vec<u64>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tail_offsets: Vec<u64>,
+    },
     /// The kernel's return probe at the entry.
     ReturnProbe,
     /// Not traced, and why.
@@ -375,7 +384,13 @@ pub enum FnEnd {
 
 /// One function's end as `mode` traces it: `cold_rets` are the `ret`s of its `.cold`
 /// fragments, which return from it.
-pub fn function_end(f: &Function, cold_rets: &[u64], mode: FnReturns, go: bool) -> FnEnd {
+pub fn function_end(
+    f: &Function,
+    cold_rets: &[u64],
+    tail_rets: &[u64],
+    mode: FnReturns,
+    go: bool,
+) -> FnEnd {
     let refuse = |reason: String| FnEnd::Refused { reason };
     if f.entry_point {
         return refuse(
@@ -390,6 +405,7 @@ pub fn function_end(f: &Function, cold_rets: &[u64], mode: FnReturns, go: bool) 
     if let Some(g) = &f.go_layout {
         return FnEnd::RetInsns {
             offsets: g.layout.ret_offsets.clone(),
+            tail_offsets: Vec::new(),
         };
     }
     let sh = &f.shape;
@@ -400,6 +416,7 @@ pub fn function_end(f: &Function, cold_rets: &[u64], mode: FnReturns, go: bool) 
     rets.extend_from_slice(cold_rets);
     let by_rets = || FnEnd::RetInsns {
         offsets: rets.clone(),
+        tail_offsets: tail_rets.to_vec(),
     };
     // In a Go program even C code never gets a return probe: the runtime walks stacks.
     let mode = if go { FnReturns::RetInsn } else { mode };
@@ -413,8 +430,8 @@ pub fn function_end(f: &Function, cold_rets: &[u64], mode: FnReturns, go: bool) 
         _ if !sh.decoded => refuse(
             "its instructions could not be decoded to its end, so its ret instructions are not known (--fn-returns return-probe traces it, at some risk)".into(),
         ),
-        _ if rets.is_empty() => refuse(
-            "it has no ret instruction: it never returns, or leaves only by a jump (--fn-returns return-probe traces it, at some risk)".into(),
+        _ if rets.is_empty() && tail_rets.is_empty() => refuse(
+            "it has no ret instruction: it never returns, or leaves only by an indirect jump (--fn-returns return-probe traces it, at some risk)".into(),
         ),
         FnReturns::Auto if sh.leaf && !twice => FnEnd::ReturnProbe,
         _ => by_rets(),
@@ -458,6 +475,46 @@ fn cold_rets(funcs: &Functions) -> BTreeMap<&str, Vec<u64>> {
         }
     }
     out
+}
+
+/// How deep tail calls are followed (f jumps to g, which jumps to h, ...).
+const TAIL_DEPTH: usize = 4;
+
+/// The `ret`s where a call of `f` can end after tail calls (direct `jmp`s to the start of
+/// another function of the object), followed `TAIL_DEPTH` deep: at each, the stack pointer is
+/// the one `f` was entered with.
+pub fn tail_rets(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut seen = vec![f.address];
+    let mut todo: Vec<u64> = f.shape.tail_targets.clone();
+    for _ in 0..TAIL_DEPTH {
+        let mut next = Vec::new();
+        for t in todo {
+            if seen.contains(&t) {
+                continue;
+            }
+            seen.push(t);
+            let Some(g) = by_addr.get(&t).and_then(|&i| funcs.functions.get(i)) else {
+                continue;
+            };
+            out.extend_from_slice(&g.shape.rets);
+            next.extend_from_slice(&g.shape.tail_targets);
+        }
+        todo = next;
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Function index by start address, for following tail calls.
+pub fn by_address(funcs: &Functions) -> BTreeMap<u64, usize> {
+    funcs
+        .functions
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.address, i))
+        .collect()
 }
 
 /// The entry and end sites of every function of `funcs` that some pattern matches (only
@@ -505,11 +562,13 @@ pub fn function_sites(
     };
     let reg = |r: &str| parse_arg(&format!("8@{r}"), arch).resolve(|_| None);
     let cold = cold_rets(funcs);
+    let addrs = by_address(funcs);
     out.sites.reserve(2 * chosen.len());
     for (f, name) in chosen {
         let end = function_end(
             f,
             cold.get(f.name.as_str()).map_or(&[][..], |v| v),
+            &tail_rets(funcs, &addrs, f),
             mode,
             funcs.go,
         );
@@ -521,7 +580,10 @@ pub fn function_sites(
                 });
                 continue;
             }
-            FnEnd::RetInsns { offsets } => Some(offsets),
+            FnEnd::RetInsns {
+                offsets,
+                tail_offsets,
+            } => Some((offsets, tail_offsets)),
             FnEnd::ReturnProbe => None,
         };
         if f.go_abi {
@@ -557,7 +619,9 @@ pub fn function_sites(
                     kind: SiteKind| Site {
             provider: FN_PROVIDER.to_string(),
             name: format!("{name}{suffix}"),
-            pc: f.address + (offset - f.file_offset),
+            // Within one segment addresses and offsets move together (a tail-called function
+            // may lie before this one).
+            pc: f.address.wrapping_add(offset.wrapping_sub(f.file_offset)),
             base: 0,
             semaphore: 0,
             file_offset: offset,
@@ -582,7 +646,7 @@ pub fn function_sites(
                 String::new(),
                 SiteKind::GoEntry,
             ));
-            for r in rets.unwrap_or_default() {
+            for r in rets.map(|r| r.0).unwrap_or_default() {
                 // `ret` is not one of the instructions the kernel emulates.
                 out.sites.push(site(
                     RETURN_SUFFIX,
@@ -619,15 +683,19 @@ pub fn function_sites(
                 String::new(),
                 SiteKind::FnReturn,
             )),
-            Some(rets) => {
-                for r in rets {
+            Some((rets, tails)) => {
+                let kinds = rets
+                    .into_iter()
+                    .map(|r| (r, SiteKind::FnRetInsn))
+                    .chain(tails.into_iter().map(|r| (r, SiteKind::FnTailRet)));
+                for (r, kind) in kinds {
                     out.sites.push(site(
                         RETURN_SUFFIX,
                         r,
                         ret_args(),
                         SiteInsn::SingleStep,
                         String::new(),
-                        SiteKind::FnRetInsn,
+                        kind,
                     ));
                 }
             }
@@ -642,7 +710,7 @@ pub fn function_of(site: &Site) -> Option<&str> {
     match site.kind {
         SiteKind::Note => None,
         SiteKind::FnEntry | SiteKind::GoEntry => site.name.strip_suffix(ENTRY_SUFFIX),
-        SiteKind::FnReturn | SiteKind::FnRetInsn | SiteKind::GoRetInsn => {
+        SiteKind::FnReturn | SiteKind::FnRetInsn | SiteKind::GoRetInsn | SiteKind::FnTailRet => {
             site.name.strip_suffix(RETURN_SUFFIX)
         }
     }

@@ -54,7 +54,7 @@
 //! tracer consumes; keep their names and meanings, add fields if needed.
 
 pub mod fnshape;
-mod functions;
+pub mod functions;
 mod gofunc;
 mod notes;
 mod sites;
