@@ -371,8 +371,8 @@ pub enum UsageError {
     CommandAndPid,
     #[error("--wait-for-probes: with both -p and TARGET no probe is looked for later; drop TARGET (every object of the process is followed) or -p (every process running TARGET is)")]
     WaitWithPidAndTarget,
-    #[error("--perfetto {path}: {err}")]
-    Perfetto { path: String, err: std::io::Error },
+    #[error(transparent)]
+    OutFile(#[from] crate::outfile::OutFileError),
     #[error(transparent)]
     Otlp(#[from] crate::output::otlp::http::UrlError),
     #[error("--otlp-queue {0}: must be at least 1")]
@@ -719,12 +719,14 @@ impl WatchArgs {
         let mut pids = self.pids.clone();
         let mut seen = std::collections::HashSet::new();
         pids.retain(|p| seen.insert(*p));
+        // Fail before targets are parsed or waited for, and without creating or emptying
+        // anything: the run opens them for real, and empties an existing file only once it has
+        // attached (see `outfile`).
+        if let Some(p) = &self.output {
+            crate::outfile::check("-o", p)?;
+        }
         if let Some(p) = &self.perfetto {
-            // Fail before attaching rather than after; the sink truncates it again.
-            std::fs::File::create(p).map_err(|err| UsageError::Perfetto {
-                path: p.display().to_string(),
-                err,
-            })?;
+            crate::outfile::check("--perfetto", p)?;
         }
         let otlp = match &self.otlp {
             Some(url) => {
@@ -972,7 +974,7 @@ mod tests {
         }
         assert!(matches!(
             watch(&["/bin/true", "--perfetto", "/nonexistent-dir/x.pftrace"]),
-            Err(UsageError::Perfetto { .. })
+            Err(UsageError::OutFile(_))
         ));
     }
 

@@ -10,6 +10,7 @@
 //!    loop does not know which output mode is in use.
 
 use crate::child::{Child, SpawnError, GRACE};
+use crate::outfile;
 use crate::output::otlp::{OtlpConfig, OtlpSink};
 use crate::output::perfetto::PerfettoSink;
 use crate::output::sink::{Fanout, Hists};
@@ -174,13 +175,16 @@ impl WatchConfig {
     }
 
     /// The sinks this configuration asks for, and the output writer thread behind them.
-    fn sinks(&self, plan: &Plan) -> Result<(Fanout, QueueHandle), WatchError> {
+    /// The files among them are not emptied until the [`outfile::Pending`]s are committed.
+    fn sinks(
+        &self,
+        plan: &Plan,
+    ) -> Result<(Fanout, QueueHandle, Vec<outfile::Pending>), WatchError> {
+        let mut pending = Vec::new();
         let (stdout, handle) = match &self.output {
             Some(path) => {
-                let f = std::fs::File::create(path).map_err(|source| WatchError::OutputFile {
-                    path: path.display().to_string(),
-                    source,
-                })?;
+                let (f, p) = outfile::open("-o", path)?;
+                pending.push(p);
                 outqueue::spawn(Box::new(f) as Box<dyn Write + Send>)
             }
             None => outqueue::spawn(Box::new(io::stdout()) as Box<dyn Write + Send>),
@@ -194,9 +198,8 @@ impl WatchConfig {
         };
         let mut sinks = vec![sink];
         if let Some(path) = &self.perfetto {
-            let file = std::fs::File::create(path).map_err(|e| {
-                io::Error::new(e.kind(), format!("--perfetto {}: {e}", path.display()))
-            })?;
+            let (file, p) = outfile::open("--perfetto", path)?;
+            pending.push(p);
             sinks.push(Box::new(PerfettoSink::new(file)));
         }
         if let Some(otlp) = &self.otlp {
@@ -205,7 +208,7 @@ impl WatchConfig {
                 self.marked_starts(plan),
             )?));
         }
-        Ok((Fanout(sinks), handle))
+        Ok((Fanout(sinks), handle, pending))
     }
 }
 
@@ -242,12 +245,8 @@ pub enum WatchError {
     Spawn(#[from] SpawnError),
     #[error("writing output: {0}")]
     Output(#[from] io::Error),
-    #[error("-o {path}: {source}")]
-    OutputFile {
-        path: String,
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    OutFile(#[from] outfile::OutFileError),
 }
 
 impl WatchError {
@@ -1080,7 +1079,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .map(|f| crate::late::masks_or_wait(plan::filter_masks(&plan, f), cfg.waits(), &plan, f))
         .transpose()?;
     // Before anything is attached: a bad -o path fails first.
-    let (sinks, output) = cfg.sinks(&plan)?;
+    let (sinks, output, mut out_files) = cfg.sinks(&plan)?;
 
     // Times count from before the first probe can fire, so none is ever negative.
     let t0 = monotonic_ns();
@@ -1097,6 +1096,11 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         eprintln!("{}", clean(&w));
     }
     attach(&mut tracer, &objects, &plan, &pids)?;
+    // The run has started: only now is an existing -o or --perfetto file emptied (an error
+    // above left it as it was, and removed one we created).
+    for f in &mut out_files {
+        f.commit()?;
+    }
     // Before the readiness line: a script may send SIGINT the moment it sees it.
     install_signal_handlers();
     eprintln!("{}", plan.attached_line());
