@@ -421,10 +421,12 @@ fn split_targets(
     Ok((targets, patterns))
 }
 
-/// `name` as a file here, else as a program on PATH.
+/// `name` as a file here, else as a program on PATH. Anything here but a directory counts as
+/// the file (a FIFO, a device): it is then refused for what it is, not taken for a pattern
+/// that matches nothing.
 fn file_or_program(name: &str) -> Option<PathBuf> {
     let here = Path::new(name);
-    if here.is_file() {
+    if here.metadata().is_ok_and(|m| !m.is_dir()) {
         return Some(here.to_path_buf());
     }
     which(name)
@@ -441,11 +443,19 @@ fn resolve_program(p: &str) -> PathBuf {
 /// A `#!` script has no probes of its own: name the interpreter to trace instead.
 fn check_not_script(path: &Path) -> Result<(), UsageError> {
     use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut head = [0u8; 256];
-    let Ok(mut f) = std::fs::File::open(path) else {
+    // O_NONBLOCK, then the type before any read: opening a FIFO for reading would otherwise
+    // wait for a writer forever.
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    else {
         return Ok(()); // opening errors are reported, with context, when the target is opened
     };
     if !f.metadata().is_ok_and(|m| m.is_file()) {
+        // Not a file: refused for what it is when the target is opened.
         return Ok(());
     }
     let n = f.read(&mut head).unwrap_or(0);
