@@ -321,6 +321,9 @@ const MAX_KEYS_LIMIT: u32 = 1 << 16;
 const MAX_TOP: usize = 10_000;
 /// Largest `--max-open-ids`: 4M open spans are 2 GB at worst.
 const MAX_OPEN_IDS_LIMIT: u32 = 1 << 22;
+/// Largest `--otlp-queue`: the channel takes room for every slot up front (~350 bytes a span),
+/// so 1M spans are ~350 MB; 4 billion asked for 1.4 TB and aborted.
+const MAX_OTLP_QUEUE: usize = 1 << 20;
 
 /// A command-line mistake, reported as one line.
 #[derive(Debug, thiserror::Error)]
@@ -358,8 +361,9 @@ pub enum UsageError {
     #[error("--{flag} {value}: must be between 1 and {max}")]
     Limit {
         flag: &'static str,
-        value: u32,
-        max: u32,
+        /// As given, whatever its size (clap parsed it into a usize or u32).
+        value: u64,
+        max: u64,
     },
     #[error("-c: empty or unbalanced command {0:?}")]
     Command(String),
@@ -375,8 +379,6 @@ pub enum UsageError {
     OutFile(#[from] crate::outfile::OutFileError),
     #[error(transparent)]
     Otlp(#[from] crate::output::otlp::http::UrlError),
-    #[error("--otlp-queue {0}: must be at least 1")]
-    OtlpQueue(usize),
 }
 
 /// Split positional arguments into files and patterns, by one rule that never guesses from
@@ -640,8 +642,8 @@ impl WatchArgs {
         if !(1..=usdt_trace_common::STR_MAX_CAP as u32).contains(&str_max) {
             return Err(UsageError::Limit {
                 flag: "str-max",
-                value: str_max,
-                max: usdt_trace_common::STR_MAX_CAP as u32,
+                value: str_max.into(),
+                max: usdt_trace_common::STR_MAX_CAP as u64,
             });
         }
         let duration = self
@@ -678,11 +680,11 @@ impl WatchArgs {
         if by.is_some() && !(self.hist || self.count) {
             return Err(UsageError::ByMode);
         }
-        if self.top == Some(0) || self.top.is_some_and(|n| n > MAX_TOP) {
+        if let Some(top) = self.top.filter(|&n| !(1..=MAX_TOP).contains(&n)) {
             return Err(UsageError::Limit {
                 flag: "top",
-                value: self.top.unwrap_or(0).min(u32::MAX as usize) as u32,
-                max: MAX_TOP as u32,
+                value: top as u64,
+                max: MAX_TOP as u64,
             });
         }
         let agg = crate::watch::AggArgs {
@@ -701,7 +703,11 @@ impl WatchArgs {
             ("max-keys", self.max_keys, MAX_KEYS_LIMIT),
         ] {
             if !(1..=max).contains(&value) {
-                return Err(UsageError::Limit { flag, value, max });
+                return Err(UsageError::Limit {
+                    flag,
+                    value: value.into(),
+                    max: max.into(),
+                });
             }
         }
         let command = match &self.command {
@@ -740,8 +746,12 @@ impl WatchArgs {
         }
         let otlp = match &self.otlp {
             Some(url) => {
-                if self.otlp_queue == 0 {
-                    return Err(UsageError::OtlpQueue(0));
+                if !(1..=MAX_OTLP_QUEUE).contains(&self.otlp_queue) {
+                    return Err(UsageError::Limit {
+                        flag: "otlp-queue",
+                        value: self.otlp_queue as u64,
+                        max: MAX_OTLP_QUEUE as u64,
+                    });
                 }
                 Some(OtlpConfig {
                     endpoint: Endpoint::parse(url)?,
@@ -971,7 +981,11 @@ mod tests {
         ));
         assert!(matches!(
             watch(&["/bin/true", "--otlp", "http://x", "--otlp-queue", "0"]),
-            Err(UsageError::OtlpQueue(0))
+            Err(UsageError::Limit {
+                flag: "otlp-queue",
+                value: 0,
+                ..
+            })
         ));
         assert!(
             Cli::try_parse_from(["usdt-trace", "watch", "--otlp-service", "s", "/bin/true"])
@@ -986,6 +1000,36 @@ mod tests {
             watch(&["/bin/true", "--perfetto", "/nonexistent-dir/x.pftrace"]),
             Err(UsageError::OutFile(_))
         ));
+    }
+
+    #[test]
+    fn sizes_past_their_limit_are_refused_with_the_value_given() {
+        let e = watch(&[
+            "/bin/true",
+            "--otlp",
+            "http://x",
+            "--otlp-queue",
+            "4000000000",
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--otlp-queue 4000000000: must be between 1 and 1048576"
+        );
+        assert!(watch(&["/bin/true", "--otlp", "http://x", "--otlp-queue", "1048576"]).is_ok());
+        // Not clamped to u32::MAX on the way to the message.
+        let e = watch(&["/bin/true", "--top", "99999999999"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--top 99999999999: must be between 1 and 10000"
+        );
+        let e = watch(&["/bin/true", "--top", "0"]).unwrap_err();
+        assert_eq!(e.to_string(), "--top 0: must be between 1 and 10000");
+        let e = watch(&["/bin/true", "--max-keys", "4000000000"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--max-keys 4000000000: must be between 1 and 65536"
+        );
     }
 
     #[test]

@@ -782,6 +782,12 @@ pub fn filter_masks(
         })
         .collect();
     filter.check_probes(&masks)?;
+    filter.check_arg_counts(
+        plan.sites
+            .iter()
+            .zip(&masks)
+            .map(|(s, &m)| (s.provider.as_str(), s.name.as_str(), s.args.len(), m)),
+    )?;
     Ok(masks)
 }
 
