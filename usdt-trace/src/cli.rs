@@ -297,6 +297,12 @@ pub struct WatchArgs {
     /// With --otlp: how many spans may wait for the exporter before new ones are dropped.
     #[arg(long, value_name = "SPANS", requires = "otlp", default_value_t = crate::output::otlp::DEFAULT_QUEUE)]
     pub otlp_queue: usize,
+    /// Benchmarks only: attach a program that only returns (`usdt_null`), so nothing is
+    /// recorded; what any handler pays for the hit itself (bench/handler.py, bench/goals.py).
+    /// Hidden from --help, and said on stderr when used: it must never be what a user runs by
+    /// mistake (it was an environment variable, which a shell could leave set unnoticed).
+    #[arg(long, hide = true)]
+    pub bench_null_program: bool,
     /// The executable or library to trace, then provider:name glob patterns (default: all).
     /// An argument with '/' is a file; without -p, the first other argument is a file when it
     /// names one (here, else a program on PATH); every other argument is a pattern.
@@ -789,6 +795,7 @@ impl WatchArgs {
             filter,
             agg,
             wait_for_probes: self.wait_for_probes,
+            bench_null_program: self.bench_null_program,
         })
     }
 }
@@ -1030,6 +1037,24 @@ mod tests {
             e.to_string(),
             "--max-keys 4000000000: must be between 1 and 65536"
         );
+    }
+
+    #[test]
+    fn the_benchmark_null_program_is_a_hidden_flag_not_the_environment() {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("watch")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(!help.contains("bench"), "{help}");
+        assert!(
+            watch(&["/bin/true", "--bench-null-program"])
+                .unwrap()
+                .bench_null_program
+        );
+        assert!(!watch(&["/bin/true"]).unwrap().bench_null_program);
     }
 
     #[test]

@@ -74,6 +74,8 @@ pub struct WatchConfig {
     pub agg: AggArgs,
     /// `--wait-for-probes`: start with no matching probe, waiting for late ones.
     pub wait_for_probes: bool,
+    /// `--bench-null-program` (hidden): attach `usdt_null`, which records nothing.
+    pub bench_null_program: bool,
 }
 
 /// The aggregation flags (see `crate::agg`).
@@ -145,6 +147,7 @@ impl WatchConfig {
                 by_sites: key_plan.map(|k| k.by_sites.clone()).unwrap_or_default(),
                 max_keys: self.agg.max_keys,
             },
+            null_program: self.bench_null_program,
             spare_sites: crate::late::SPARE_SITES * self.late() as u32,
             spare_pairs: crate::late::SPARE_PAIRS * self.late() as u32,
         }
@@ -1059,6 +1062,19 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         cfg.patterns.is_empty(),
         &cfg.pids,
     )?;
+    // Each pattern must find something (one that finds nothing at all failed above); with
+    // --wait-for-probes the rest may come later.
+    if !plan.sites.is_empty() {
+        if let Err(e) = plan::check_every_pattern(&named, &cfg.patterns) {
+            if !cfg.waits() {
+                return Err(e.into());
+            }
+            eprintln!(
+                "warning: {}: waiting for probes defined or loaded later",
+                clean(&e.to_string())
+            );
+        }
+    }
     if cfg.patterns.is_empty() && !cfg.agg.count {
         if let Some(w) = crate::agg::high_rate_warning(&crate::agg::high_rate_probes(&plan)) {
             eprintln!("{}", clean(&w));
@@ -1086,6 +1102,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let mut child = cfg.command.as_deref().map(Child::spawn).transpose()?;
     let mut pids: Vec<u32> = cfg.pids.clone();
     pids.extend(child.as_ref().map(|c| c.pid as u32));
+    if cfg.bench_null_program {
+        eprintln!("warning: --bench-null-program: the attached program records nothing; this run measures the cost of a hit, not what the probes did");
+    }
     let mut tracer =
         Tracer::load(&cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref()))?;
     // Before attach: processes already mapping the objects get their semaphores from the
