@@ -317,6 +317,15 @@ mod tests {
         p
     }
 
+    /// Removes the scratch directory once the last test using it has emptied it (remove_dir
+    /// fails while another test still has files there).
+    fn done(p: &Path) {
+        let _ = std::fs::remove_file(p);
+        if let Some(dir) = p.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+
     fn mkfifo(p: &Path) {
         let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: plain mkfifo on a NUL-terminated path.
@@ -336,7 +345,7 @@ mod tests {
         f.write_all(b"new").unwrap();
         drop((f, pending));
         assert_eq!(std::fs::read(&p).unwrap(), b"new");
-        let _ = std::fs::remove_file(&p);
+        done(&p);
     }
 
     #[test]
@@ -350,7 +359,7 @@ mod tests {
         pending.commit().unwrap();
         drop((f, pending));
         assert!(p.exists());
-        let _ = std::fs::remove_file(&p);
+        done(&p);
     }
 
     #[test]
@@ -382,7 +391,7 @@ mod tests {
             Err(OutFileError::NotRegular { kind: "a FIFO", .. })
         ));
         drop(reader);
-        let _ = std::fs::remove_file(&p);
+        done(&p);
     }
 
     #[test]
@@ -420,7 +429,7 @@ mod tests {
         ));
         assert_eq!(std::fs::read(&secret).unwrap(), b"root only");
         let _ = std::fs::remove_file(&p);
-        let _ = std::fs::remove_file(&secret);
+        done(&secret);
     }
 
     #[test]
@@ -436,7 +445,7 @@ mod tests {
         drop((f, pending));
         assert_eq!(std::fs::read(&real).unwrap(), b"new");
         let _ = std::fs::remove_file(&link);
-        let _ = std::fs::remove_file(&real);
+        done(&real);
     }
 
     #[test]
@@ -458,7 +467,7 @@ mod tests {
         ));
         assert_eq!(std::fs::read(&real).unwrap(), b"keep");
         let _ = std::fs::remove_dir_all(&dir);
-        let _ = std::fs::remove_file(&real);
+        done(&real);
     }
 
     #[test]
