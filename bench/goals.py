@@ -4,7 +4,7 @@ test, nothing is asserted). On usdt_markers.h spans (tests/testprogs/bench_marke
 `nop; nop5` sites that a 6.18+ kernel optimizes into a call), the target's own CPU time per
 start/end pair minus the untraced loop's:
 
-  - the floor: `USDT_TRACE_BENCH_NULL_PROGRAM=1` (watch attaches a program that only returns);
+  - the floor: `watch --bench-null-program` (hidden from --help): a program that only returns;
   - usdt-trace --hist, against bpftrace hist() on the same binary (goal <= 0.5x), and
     --hist --no-sched (durations only, no time split: the same question hist() answers);
   - usdt-trace --json into a file, against bpftrace printf() per span into a file
@@ -48,7 +48,6 @@ def main():
     ut = a.usdt_trace
     ours_json = os.path.join(work, "spans.ndjson")
     bt_out = os.path.join(work, "bt.txt")
-    null_env = dict(os.environ, USDT_TRACE_BENCH_NULL_PROGRAM="1")
     bt_start = "usdt:{b}:bench:op__start {{ @s[arg0] = nsecs; }} "
     bt_hist = bt_start + "usdt:{b}:bench:op__end /@s[arg0]/ {{ @h = hist(nsecs - @s[arg0]); delete(@s[arg0]); }}"
     bt_printf = bt_start + ('usdt:{b}:bench:op__end /@s[arg0]/ {{ printf("{{\\"id\\":%d,\\"duration_ns\\":%d}}\\n", '
@@ -56,7 +55,7 @@ def main():
     have_bt = subprocess.run(["which", "bpftrace"], capture_output=True).returncode == 0
     configs = [
         ("untraced", None, loop, None),
-        ("null", [ut, "watch", "--json", "-c"], loop, null_env),
+        ("null", [ut, "watch", "--json", "--bench-null-program", "-c"], loop, None),
         ("hist", [ut, "watch", "--hist", "-c"], loop, None),
         # Durations only, no time split: what bpftrace's hist() measures.
         ("hist_nosched", [ut, "watch", "--hist", "--no-sched", "-c"], loop, None),

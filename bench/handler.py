@@ -3,8 +3,8 @@
 per usdt_markers.h start/end pair (tests/testprogs/bench_markers_loop.c, `nop; nop5` sites the
 kernel optimizes) minus the untraced loop's, for
 
-  - the null program: `USDT_TRACE_BENCH_NULL_PROGRAM=1` makes watch attach `usdt_null`, which
-    only returns, on the same sites (the floor: the optimized call, uprobe dispatch, BPF run);
+  - the null program: `watch --bench-null-program` (hidden from --help) attaches `usdt_null`,
+    which only returns, on the same sites (the floor: the optimized call, uprobe dispatch, BPF run);
   - usdt-trace's program per mode: --hist, --json, events (--no-auto-span: start and end are two
     events), strings (--json --str op__start:2, on a loop whose start carries a string);
   - optionally bpftrace hist() for scale.
@@ -30,12 +30,11 @@ def main():
     loop = build(os.path.join(work, "loop"))
     loop_str = build(os.path.join(work, "loop_str"), "-DBENCH_STR")
     ut = a.usdt_trace
-    null_env = dict(os.environ, USDT_TRACE_BENCH_NULL_PROGRAM="1")
     configs = [
         ("untraced", None, loop, None),
         ("untraced (string loop)", None, loop_str, None),
-        ("null program", [ut, "watch", "--json", "-c"], loop, null_env),
-        ("null program (string loop)", [ut, "watch", "--json", "-c"], loop_str, null_env),
+        ("null program", [ut, "watch", "--json", "--bench-null-program", "-c"], loop, None),
+        ("null program (string loop)", [ut, "watch", "--json", "--bench-null-program", "-c"], loop_str, None),
         ("--hist", [ut, "watch", "--hist", "-c"], loop, None),
         ("--hist --no-sched", [ut, "watch", "--hist", "--no-sched", "-c"], loop, None),
         ("--json", [ut, "watch", "--json", "-c"], loop, None),

@@ -29,6 +29,8 @@ STRING = 8
 MAX_ARGS = 6
 
 _MASK = (1 << 64) - 1
+# The type codes the library takes: the size in bytes, negative when signed.
+_TYPES = frozenset((UINT8, INT8, UINT16, INT16, UINT32, INT32, UINT64, INT64))
 
 
 class UsdtError(Exception):
@@ -94,6 +96,29 @@ def _error():
     return UsdtError(_lib.usdt_last_error().decode(errors="replace"))
 
 
+def _c_name(what, name):
+    """`name` as the bytes the library gets, checked first: ctypes would pass "a\0b" as "a"."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} name must be a str, not {type(name).__name__}")
+    if "\0" in name:
+        raise ValueError(f"{what} name {name!r} contains a NUL character")
+    return name.encode()
+
+
+def _c_types(probe, types):
+    """The type codes, checked first: ctypes would pass 2**32 + 8 as 8 (a c_int32)."""
+    if len(types) > MAX_ARGS:
+        raise ValueError(f"probe {probe!r}: {len(types)} arguments, at most {MAX_ARGS}")
+    for i, t in enumerate(types):
+        # bool is an int to Python; True as a type code is a mistake.
+        if not isinstance(t, int) or isinstance(t, bool) or t not in _TYPES:
+            raise ValueError(
+                f"probe {probe!r}: argument {i}: type code {t!r} is not one of "
+                f"{sorted(_TYPES)} (UINT8 ... INT64, STRING)"
+            )
+    return (ctypes.c_int32 * len(types))(*types)
+
+
 class Probe:
     """One probe; fire() it with ints, str or bytes (strings are passed by address)."""
 
@@ -138,20 +163,29 @@ class Probe:
 class Provider:
     """A set of probes under one provider name, loaded and unloaded together."""
 
+    # Set before anything in __init__ can fail, so that close() (from __del__) on a provider
+    # whose constructor raised has nothing to do, rather than an AttributeError that Python
+    # prints as "Exception ignored" at exit.
+    _h = None
+    loaded = False
+
     def __init__(self, name):
+        self.probes = {}
+        self.name = name
+        c_name = _c_name("provider", name)
         lib = _load_lib()
-        h = lib.usdt_provider_create(name.encode())
+        h = lib.usdt_provider_create(c_name)
         if not h:
             raise _error()
         self._h = h
-        self.name = name
-        self.loaded = False
-        self.probes = {}
 
     def add_probe(self, name, *types):
         """Defines a probe (before load()) with argument type codes (INT32, STRING, ...)."""
-        arr = (ctypes.c_int32 * len(types))(*types)
-        h = _lib.usdt_provider_add_probe(self._h, name.encode(), arr, len(types))
+        c_name = _c_name("probe", name)
+        arr = _c_types(name, types)
+        if not self._h:
+            raise UsdtError(f"provider {self.name!r} is closed")
+        h = _lib.usdt_provider_add_probe(self._h, c_name, arr, len(types))
         if not h:
             raise _error()
         p = Probe(self, h, name, types)
@@ -171,6 +205,7 @@ class Provider:
         self.loaded = False
 
     def close(self):
+        """Destroys the provider (unloading its probes); safe to call more than once."""
         if self._h:
             _lib.usdt_provider_destroy(self._h)
             self._h = None

@@ -79,9 +79,9 @@ pub fn usdt_count_site(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// For benchmarks only (`USDT_TRACE_BENCH_NULL_PROGRAM=1`): a program that only returns, on
-/// the same sites, so the kernel's own cost of a hit (trap or optimized call, program dispatch)
-/// can be told apart from `usdt_site`'s.
+/// For benchmarks only (`watch --bench-null-program`, hidden from `--help`): a program that
+/// only returns, on the same sites, so the kernel's own cost of a hit (trap or optimized call,
+/// program dispatch) can be told apart from `usdt_site`'s.
 // A kprobe-type program like `usdt_site` (uprobes are), in a section of its own: two programs in
 // aya's shared "uprobe" section get BTF function records the kernel refuses for the second.
 // Only the uprobe_multi path loads it.

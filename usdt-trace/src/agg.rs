@@ -30,11 +30,18 @@ pub enum AggError {
     },
     #[error("--by {key:?}: no traced probe is named {probe:?}")]
     NoProbe { key: String, probe: String },
-    #[error("--by {key:?}: probe {probe} has no argument {n}")]
+    #[error("--by {key:?}: probe {probe} has no argument {n} (it has {count}: arg0 to arg{})", .count.saturating_sub(1))]
     ProbeArg {
         key: String,
         probe: String,
         n: usize,
+        count: usize,
+    },
+    #[error("--by {key:?}: arg{n}: probes have at most {MAX_ARGS} arguments (arg0 to arg{})", MAX_ARGS - 1)]
+    ArgIndex {
+        key: String,
+        /// The digits as given (they may not fit any integer).
+        n: String,
     },
     #[error("--by str0: no traced probe captures a string; add --str PROBE:N")]
     NoStr,
@@ -66,9 +73,22 @@ pub struct By {
     pub text: String,
 }
 
-fn arg_index(s: &str) -> Option<usize> {
-    let n: usize = s.strip_prefix("arg")?.parse().ok()?;
-    (n < MAX_ARGS).then_some(n)
+/// `argN` → N; `None` when it is not of that form. An N past what any probe can have is an
+/// error that says the limit, rather than that argN was expected.
+fn arg_index(key: &str, s: &str) -> Result<Option<usize>, AggError> {
+    let Some(digits) = s.strip_prefix("arg") else {
+        return Ok(None);
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(None);
+    }
+    match digits.parse::<usize>() {
+        Ok(n) if n < MAX_ARGS => Ok(Some(n)),
+        _ => Err(AggError::ArgIndex {
+            key: key.to_string(),
+            n: digits.to_string(),
+        }),
+    }
 }
 
 impl By {
@@ -85,12 +105,12 @@ impl By {
             _ => match s.rsplit_once(':') {
                 Some((probe, a)) if !probe.is_empty() => ByKind::Arg {
                     probe: Some(probe.to_string()),
-                    n: arg_index(a).ok_or_else(|| AggError::BadKey(s.into()))?,
+                    n: arg_index(s, a)?.ok_or_else(|| AggError::BadKey(s.into()))?,
                 },
                 Some(_) => return Err(AggError::BadKey(s.into())),
                 None => ByKind::Arg {
                     probe: None,
-                    n: arg_index(s).ok_or_else(|| AggError::BadKey(s.into()))?,
+                    n: arg_index(s, s)?.ok_or_else(|| AggError::BadKey(s.into()))?,
                 },
             },
         };
@@ -173,6 +193,7 @@ impl KeyPlan {
                             key: by.text.clone(),
                             probe: format!("{}:{}", site.provider, site.name),
                             n: *n,
+                            count: site.args.len(),
                         });
                     }
                     by_sites[i] = *n as u8;
@@ -846,9 +867,34 @@ mod tests {
         assert_eq!(k("comm"), Ok(ByKind::Comm));
         assert_eq!(k("probe"), Ok(ByKind::Probe));
         assert!(matches!(k("str1"), Err(AggError::StrIndex { .. })));
-        for bad in ["arg12", "argx", "", ":arg1", "x:arg", "PID", "arg-1"] {
+        for bad in ["argx", "", ":arg1", "x:arg", "PID", "arg-1", "arg+1"] {
             assert!(matches!(k(bad), Err(AggError::BadKey(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_argument_past_the_limit_says_the_limit_not_expected_arg_n() {
+        let e = By::parse("arg99").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "--by \"arg99\": arg99: probes have at most {MAX_ARGS} arguments (arg0 to arg{})",
+                MAX_ARGS - 1
+            )
+        );
+        assert_eq!(
+            By::parse("p:arg99999999999999999999").unwrap_err(),
+            AggError::ArgIndex {
+                key: "p:arg99999999999999999999".into(),
+                n: "99999999999999999999".into()
+            }
+        );
+        // A probe that has fewer: its name and its count.
+        let e = KeyPlan::new(&plan(), &By::parse("ag:req__end:arg2").unwrap(), false).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--by \"ag:req__end:arg2\": probe ag:req__end has no argument 2 (it has 2: arg0 to arg1)"
+        );
     }
 
     #[test]

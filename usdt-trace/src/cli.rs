@@ -306,6 +306,12 @@ pub struct WatchArgs {
     /// With --otlp: how many spans may wait for the exporter before new ones are dropped.
     #[arg(long, value_name = "SPANS", requires = "otlp", default_value_t = crate::output::otlp::DEFAULT_QUEUE)]
     pub otlp_queue: usize,
+    /// Benchmarks only: attach a program that only returns (`usdt_null`), so nothing is
+    /// recorded; what any handler pays for the hit itself (bench/handler.py, bench/goals.py).
+    /// Hidden from --help, and said on stderr when used: it must never be what a user runs by
+    /// mistake (it was an environment variable, which a shell could leave set unnoticed).
+    #[arg(long, hide = true)]
+    pub bench_null_program: bool,
     /// The executable or library to trace, then provider:name glob patterns (default: all).
     /// An argument with '/' is a file; without -p, the first other argument is a file when it
     /// names one (here, else a program on PATH); every other argument is a pattern.
@@ -330,6 +336,9 @@ const MAX_KEYS_LIMIT: u32 = 1 << 16;
 const MAX_TOP: usize = 10_000;
 /// Largest `--max-open-ids`: 4M open spans are 2 GB at worst.
 const MAX_OPEN_IDS_LIMIT: u32 = 1 << 22;
+/// Largest `--otlp-queue`: the channel takes room for every slot up front (~350 bytes a span),
+/// so 1M spans are ~350 MB; 4 billion asked for 1.4 TB and aborted.
+const MAX_OTLP_QUEUE: usize = 1 << 20;
 
 /// A command-line mistake, reported as one line.
 #[derive(Debug, thiserror::Error)]
@@ -367,8 +376,9 @@ pub enum UsageError {
     #[error("--{flag} {value}: must be between 1 and {max}")]
     Limit {
         flag: &'static str,
-        value: u32,
-        max: u32,
+        /// As given, whatever its size (clap parsed it into a usize or u32).
+        value: u64,
+        max: u64,
     },
     #[error("-c: empty or unbalanced command {0:?}")]
     Command(String),
@@ -380,12 +390,10 @@ pub enum UsageError {
     CommandAndPid,
     #[error("--wait-for-probes: with both -p and TARGET no probe is looked for later; drop TARGET (every object of the process is followed) or -p (every process running TARGET is)")]
     WaitWithPidAndTarget,
-    #[error("--perfetto {path}: {err}")]
-    Perfetto { path: String, err: std::io::Error },
+    #[error(transparent)]
+    OutFile(#[from] crate::outfile::OutFileError),
     #[error(transparent)]
     Otlp(#[from] crate::output::otlp::http::UrlError),
-    #[error("--otlp-queue {0}: must be at least 1")]
-    OtlpQueue(usize),
 }
 
 /// Split positional arguments into files and patterns, by one rule that never guesses from
@@ -430,10 +438,12 @@ fn split_targets(
     Ok((targets, patterns))
 }
 
-/// `name` as a file here, else as a program on PATH.
+/// `name` as a file here, else as a program on PATH. Anything here but a directory counts as
+/// the file (a FIFO, a device): it is then refused for what it is, not taken for a pattern
+/// that matches nothing.
 fn file_or_program(name: &str) -> Option<PathBuf> {
     let here = Path::new(name);
-    if here.is_file() {
+    if here.metadata().is_ok_and(|m| !m.is_dir()) {
         return Some(here.to_path_buf());
     }
     which(name)
@@ -450,11 +460,19 @@ fn resolve_program(p: &str) -> PathBuf {
 /// A `#!` script has no probes of its own: name the interpreter to trace instead.
 fn check_not_script(path: &Path) -> Result<(), UsageError> {
     use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut head = [0u8; 256];
-    let Ok(mut f) = std::fs::File::open(path) else {
+    // O_NONBLOCK, then the type before any read: opening a FIFO for reading would otherwise
+    // wait for a writer forever.
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    else {
         return Ok(()); // opening errors are reported, with context, when the target is opened
     };
     if !f.metadata().is_ok_and(|m| m.is_file()) {
+        // Not a file: refused for what it is when the target is opened.
         return Ok(());
     }
     let n = f.read(&mut head).unwrap_or(0);
@@ -645,8 +663,8 @@ impl WatchArgs {
         if !(1..=usdt_trace_common::STR_MAX_CAP as u32).contains(&str_max) {
             return Err(UsageError::Limit {
                 flag: "str-max",
-                value: str_max,
-                max: usdt_trace_common::STR_MAX_CAP as u32,
+                value: str_max.into(),
+                max: usdt_trace_common::STR_MAX_CAP as u64,
             });
         }
         let duration = self
@@ -683,11 +701,11 @@ impl WatchArgs {
         if by.is_some() && !(self.hist || self.count) {
             return Err(UsageError::ByMode);
         }
-        if self.top == Some(0) || self.top.is_some_and(|n| n > MAX_TOP) {
+        if let Some(top) = self.top.filter(|&n| !(1..=MAX_TOP).contains(&n)) {
             return Err(UsageError::Limit {
                 flag: "top",
-                value: self.top.unwrap_or(0).min(u32::MAX as usize) as u32,
-                max: MAX_TOP as u32,
+                value: top as u64,
+                max: MAX_TOP as u64,
             });
         }
         let agg = crate::watch::AggArgs {
@@ -706,7 +724,11 @@ impl WatchArgs {
             ("max-keys", self.max_keys, MAX_KEYS_LIMIT),
         ] {
             if !(1..=max).contains(&value) {
-                return Err(UsageError::Limit { flag, value, max });
+                return Err(UsageError::Limit {
+                    flag,
+                    value: value.into(),
+                    max: max.into(),
+                });
             }
         }
         let command = match &self.command {
@@ -734,17 +756,23 @@ impl WatchArgs {
         let mut pids = self.pids.clone();
         let mut seen = std::collections::HashSet::new();
         pids.retain(|p| seen.insert(*p));
+        // Fail before targets are parsed or waited for, and without creating or emptying
+        // anything: the run opens them for real, and empties an existing file only once it has
+        // attached (see `outfile`).
+        if let Some(p) = &self.output {
+            crate::outfile::check("-o", p)?;
+        }
         if let Some(p) = &self.perfetto {
-            // Fail before attaching rather than after; the sink truncates it again.
-            std::fs::File::create(p).map_err(|err| UsageError::Perfetto {
-                path: p.display().to_string(),
-                err,
-            })?;
+            crate::outfile::check("--perfetto", p)?;
         }
         let otlp = match &self.otlp {
             Some(url) => {
-                if self.otlp_queue == 0 {
-                    return Err(UsageError::OtlpQueue(0));
+                if !(1..=MAX_OTLP_QUEUE).contains(&self.otlp_queue) {
+                    return Err(UsageError::Limit {
+                        flag: "otlp-queue",
+                        value: self.otlp_queue as u64,
+                        max: MAX_OTLP_QUEUE as u64,
+                    });
                 }
                 Some(OtlpConfig {
                     endpoint: Endpoint::parse(url)?,
@@ -783,6 +811,7 @@ impl WatchArgs {
             filter,
             agg,
             wait_for_probes: self.wait_for_probes,
+            bench_null_program: self.bench_null_program,
         })
     }
 }
@@ -975,7 +1004,11 @@ mod tests {
         ));
         assert!(matches!(
             watch(&["/bin/true", "--otlp", "http://x", "--otlp-queue", "0"]),
-            Err(UsageError::OtlpQueue(0))
+            Err(UsageError::Limit {
+                flag: "otlp-queue",
+                value: 0,
+                ..
+            })
         ));
         assert!(
             Cli::try_parse_from(["usdt-trace", "watch", "--otlp-service", "s", "/bin/true"])
@@ -988,8 +1021,56 @@ mod tests {
         }
         assert!(matches!(
             watch(&["/bin/true", "--perfetto", "/nonexistent-dir/x.pftrace"]),
-            Err(UsageError::Perfetto { .. })
+            Err(UsageError::OutFile(_))
         ));
+    }
+
+    #[test]
+    fn sizes_past_their_limit_are_refused_with_the_value_given() {
+        let e = watch(&[
+            "/bin/true",
+            "--otlp",
+            "http://x",
+            "--otlp-queue",
+            "4000000000",
+        ])
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--otlp-queue 4000000000: must be between 1 and 1048576"
+        );
+        assert!(watch(&["/bin/true", "--otlp", "http://x", "--otlp-queue", "1048576"]).is_ok());
+        // Not clamped to u32::MAX on the way to the message.
+        let e = watch(&["/bin/true", "--top", "99999999999"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--top 99999999999: must be between 1 and 10000"
+        );
+        let e = watch(&["/bin/true", "--top", "0"]).unwrap_err();
+        assert_eq!(e.to_string(), "--top 0: must be between 1 and 10000");
+        let e = watch(&["/bin/true", "--max-keys", "4000000000"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--max-keys 4000000000: must be between 1 and 65536"
+        );
+    }
+
+    #[test]
+    fn the_benchmark_null_program_is_a_hidden_flag_not_the_environment() {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("watch")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(!help.contains("bench"), "{help}");
+        assert!(
+            watch(&["/bin/true", "--bench-null-program"])
+                .unwrap()
+                .bench_null_program
+        );
+        assert!(!watch(&["/bin/true"]).unwrap().bench_null_program);
     }
 
     #[test]

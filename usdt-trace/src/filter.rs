@@ -51,6 +51,19 @@ pub enum FilterError {
     TooLong { expr: String, n: usize },
     #[error("--filter {expr:?}: {probe:?} matches no traced event, span or span start (a span's arguments are its start's; end arguments are not filtered in the kernel)")]
     NoProbe { expr: String, probe: String },
+    #[error("--filter {expr:?}: probe {probe} has no argument {index} (it has {count}); a missing argument would read as 0")]
+    ProbeArgCount {
+        expr: String,
+        probe: String,
+        index: u8,
+        count: usize,
+    },
+    #[error("--filter {expr:?}: arg{index}: no traced probe has an argument {index} (the most is {most})")]
+    NoArg {
+        expr: String,
+        index: u8,
+        most: usize,
+    },
     #[error("--filter {expr:?}: with --hist, argument comparisons are not compiled (per-thread spans keep no arguments in histogram mode); pid, tid and comm are")]
     HistArgs { expr: String },
 }
@@ -239,6 +252,41 @@ impl Filter {
             }
         }
         mask
+    }
+
+    /// Every argument a term reads must exist: a term that names a probe, on each site it
+    /// applies to (`sites` gives each site's name, argument count and mask, as
+    /// [`Filter::site_mask`] made it); a term that names none, on some site at least. The
+    /// kernel would read a missing argument as 0, so `tick:arg3 == 7` on a probe with two
+    /// arguments would quietly test 0 == 7 (bpftrace refuses it too).
+    pub fn check_arg_counts<'a>(
+        &self,
+        sites: impl Iterator<Item = (&'a str, &'a str, usize, u32)> + Clone,
+    ) -> Result<(), FilterError> {
+        let most = sites.clone().map(|(_, _, n, _)| n).max();
+        for (i, t) in self.terms().enumerate() {
+            let Field::Arg(index) = t.field else { continue };
+            if t.probe.is_some() {
+                if let Some((provider, name, count, _)) = sites
+                    .clone()
+                    .find(|(_, _, count, mask)| mask & (1 << i) != 0 && index as usize >= *count)
+                {
+                    return Err(FilterError::ProbeArgCount {
+                        expr: self.text.clone(),
+                        probe: format!("{provider}:{name}"),
+                        index,
+                        count,
+                    });
+                }
+            } else if let Some(most) = most.filter(|&m| index as usize >= m) {
+                return Err(FilterError::NoArg {
+                    expr: self.text.clone(),
+                    index,
+                    most,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Every term that names a probe must name a traced one: checked against all the sites'
@@ -516,6 +564,34 @@ mod tests {
             Filter::with_tids(None, &[1; MAX_FILTER_TERMS + 1]),
             Err(FilterError::TooLong { .. })
         ));
+    }
+
+    #[test]
+    fn an_argument_the_probe_does_not_have_is_refused_naming_the_probe_and_its_count() {
+        let f = Filter::parse("tick:arg3 == 7").unwrap();
+        // (provider, name, arguments, mask): smoke:tick has 2 arguments and the term names it.
+        let sites = [("smoke", "op__start", 4, 0), ("smoke", "tick", 2, 1)];
+        assert_eq!(
+            f.check_arg_counts(sites.iter().copied()).unwrap_err().to_string(),
+            "--filter \"tick:arg3 == 7\": probe smoke:tick has no argument 3 (it has 2); a missing argument would read as 0"
+        );
+        // Another probe's four arguments do not make up for it; its own fourth would.
+        let enough = [("smoke", "op__start", 2, 0), ("smoke", "tick", 4, 1)];
+        assert!(f.check_arg_counts(enough.iter().copied()).is_ok());
+        // Without a probe: some traced probe must have it.
+        let any = Filter::parse("arg5 > 1").unwrap();
+        assert_eq!(
+            any.check_arg_counts(sites.iter().copied()).unwrap_err(),
+            FilterError::NoArg {
+                expr: "arg5 > 1".into(),
+                index: 5,
+                most: 4
+            }
+        );
+        assert!(Filter::parse("arg3 > 1")
+            .unwrap()
+            .check_arg_counts(sites.iter().copied())
+            .is_ok());
     }
 
     #[test]

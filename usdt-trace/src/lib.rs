@@ -34,6 +34,7 @@ pub mod functions;
 pub mod late;
 pub mod libhint;
 pub mod list;
+pub mod outfile;
 pub mod output;
 pub mod outqueue;
 pub mod pattern;

@@ -37,6 +37,9 @@ pub enum ListError {
     Io(#[from] io::Error),
     #[error("nothing to list: name an ELF file or give a PID")]
     NoTargets,
+    /// Listed what the other patterns matched; these matched nothing (a typo, most often).
+    #[error("no probe matches {0} (the other patterns match)")]
+    SomeUnmatched(String),
 }
 
 impl ListError {
@@ -83,6 +86,8 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
     if targets.is_empty() {
         return Err(ListError::NoTargets);
     }
+    // Per pattern: whether it matched any site listed.
+    let mut matched = vec![false; cfg.patterns.len()];
     // Sites are formatted into buffers of FLUSH_AT bytes, which pass through this one
     // without a copy (it copies only writes smaller than itself): it gathers the rest.
     let mut out = io::BufWriter::with_capacity(8 * 1024, out);
@@ -142,8 +147,16 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
             .sites
             .iter()
             .filter(|s| {
-                cfg.patterns.is_empty()
-                    || cfg.patterns.iter().any(|p| p.matches(&s.provider, &s.name))
+                let mut any = cfg.patterns.is_empty();
+                // Every pattern is tried (not only up to the first match): each must be
+                // known to match something.
+                for (p, hit) in cfg.patterns.iter().zip(matched.iter_mut()) {
+                    if p.matches(&s.provider, &s.name) {
+                        *hit = true;
+                        any = true;
+                    }
+                }
+                any
             })
             .collect();
         if cfg.names {
@@ -177,6 +190,17 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
         writeln!(out, "{}", clean(n))?;
     }
     out.flush()?;
+    // None matched: the caller says so for all of them, as `watch` does.
+    if printed > 0 && matched.contains(&false) {
+        let missing: Vec<String> = cfg
+            .patterns
+            .iter()
+            .zip(&matched)
+            .filter(|(_, &hit)| !hit)
+            .map(|(p, _)| p.to_string())
+            .collect();
+        return Err(ListError::SomeUnmatched(missing.join(" ")));
+    }
     Ok(printed)
 }
 

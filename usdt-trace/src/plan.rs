@@ -63,6 +63,10 @@ pub struct PlanOptions<'a> {
 pub enum PlanError {
     #[error("no probe matches {patterns} in {targets}")]
     NoMatch { patterns: String, targets: String },
+    /// Some patterns matched and these did not: most often a typo that would otherwise go
+    /// unnoticed behind the probes the others found.
+    #[error("no probe matches {patterns} in {targets} (the other patterns match)")]
+    SomeUnmatched { patterns: String, targets: String },
     #[error(transparent)]
     Span(#[from] SpanError),
     #[error("--str: {what} would capture {n} strings; a record carries at most {max} (start and end strings of a span together)")]
@@ -129,6 +133,36 @@ pub struct Plan {
     /// Distinct instructions among the attach points that the kernel must single-step
     /// (an order of magnitude more than a `nop`): a function's `ret`s, often its entry.
     pub single_step: usize,
+}
+
+/// A [`PlanError::SomeUnmatched`] naming each of `patterns` that selects no site of `objects`
+/// (matched as [`build`] matches them), if any does not.
+pub fn check_every_pattern(
+    objects: &[(&str, &ObjectProbes)],
+    patterns: &[Pattern],
+) -> Result<(), PlanError> {
+    let missing: Vec<String> = patterns
+        .iter()
+        .filter(|pat| {
+            !objects.iter().any(|(_, o)| {
+                o.sites.iter().any(|s| {
+                    pat.matches(&s.provider, crate::elf::function_of(s).unwrap_or(&s.name))
+                })
+            })
+        })
+        .map(|p| p.to_string())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(PlanError::SomeUnmatched {
+        patterns: missing.join(" "),
+        targets: objects
+            .iter()
+            .map(|(shown, _)| *shown)
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
 }
 
 /// Decides which sites of `objects` (each with the name it is shown by) are traced and how.
@@ -839,6 +873,12 @@ pub fn filter_masks(
         })
         .collect();
     filter.check_probes(&masks)?;
+    filter.check_arg_counts(
+        plan.sites
+            .iter()
+            .zip(&masks)
+            .map(|(s, &m)| (s.provider.as_str(), s.name.as_str(), s.args.len(), m)),
+    )?;
     Ok(masks)
 }
 
@@ -1059,6 +1099,24 @@ mod tests {
         let none = [Pattern::parse("nothing:here").unwrap()];
         let e = build(&[("a", &a), ("b", &b)], &opts(&none, &[])).unwrap_err();
         assert_eq!(e.to_string(), "no probe matches nothing:here in a, b");
+    }
+
+    #[test]
+    fn a_pattern_among_several_that_matches_nothing_is_named() {
+        let (a, b) = objects();
+        let objs = [("a", &a), ("b", &b)];
+        let pats = [
+            Pattern::parse("lib:*").unwrap(),
+            Pattern::parse("tk:tik__end").unwrap(),
+            Pattern::parse("nothing:*").unwrap(),
+        ];
+        let e = check_every_pattern(&objs, &pats).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no probe matches tk:tik__end nothing:* in a, b (the other patterns match)"
+        );
+        assert!(check_every_pattern(&objs, &pats[..1]).is_ok());
+        assert!(check_every_pattern(&objs, &[]).is_ok());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //!    loop does not know which output mode is in use.
 
 use crate::child::{Child, SpawnError, GRACE};
+use crate::outfile;
 use crate::output::otlp::{OtlpConfig, OtlpSink};
 use crate::output::perfetto::PerfettoSink;
 use crate::output::sink::{Fanout, Hists};
@@ -75,6 +76,8 @@ pub struct WatchConfig {
     pub agg: AggArgs,
     /// `--wait-for-probes`: start with no matching probe, waiting for late ones.
     pub wait_for_probes: bool,
+    /// `--bench-null-program` (hidden): attach `usdt_null`, which records nothing.
+    pub bench_null_program: bool,
 }
 
 /// The aggregation flags (see `crate::agg`).
@@ -146,6 +149,7 @@ impl WatchConfig {
                 by_sites: key_plan.map(|k| k.by_sites.clone()).unwrap_or_default(),
                 max_keys: self.agg.max_keys,
             },
+            null_program: self.bench_null_program,
             spare_sites: crate::late::SPARE_SITES * self.late() as u32,
             spare_pairs: crate::late::SPARE_PAIRS * self.late() as u32,
         }
@@ -176,13 +180,16 @@ impl WatchConfig {
     }
 
     /// The sinks this configuration asks for, and the output writer thread behind them.
-    fn sinks(&self, plan: &Plan) -> Result<(Fanout, QueueHandle), WatchError> {
+    /// The files among them are not emptied until the [`outfile::Pending`]s are committed.
+    fn sinks(
+        &self,
+        plan: &Plan,
+    ) -> Result<(Fanout, QueueHandle, Vec<outfile::Pending>), WatchError> {
+        let mut pending = Vec::new();
         let (stdout, handle) = match &self.output {
             Some(path) => {
-                let f = std::fs::File::create(path).map_err(|source| WatchError::OutputFile {
-                    path: path.display().to_string(),
-                    source,
-                })?;
+                let (f, p) = outfile::open("-o", path)?;
+                pending.push(p);
                 outqueue::spawn(Box::new(f) as Box<dyn Write + Send>)
             }
             None => outqueue::spawn(Box::new(io::stdout()) as Box<dyn Write + Send>),
@@ -196,9 +203,8 @@ impl WatchConfig {
         };
         let mut sinks = vec![sink];
         if let Some(path) = &self.perfetto {
-            let file = std::fs::File::create(path).map_err(|e| {
-                io::Error::new(e.kind(), format!("--perfetto {}: {e}", path.display()))
-            })?;
+            let (file, p) = outfile::open("--perfetto", path)?;
+            pending.push(p);
             sinks.push(Box::new(PerfettoSink::new(file)));
         }
         if let Some(otlp) = &self.otlp {
@@ -207,7 +213,7 @@ impl WatchConfig {
                 self.marked_starts(plan),
             )?));
         }
-        Ok((Fanout(sinks), handle))
+        Ok((Fanout(sinks), handle, pending))
     }
 }
 
@@ -244,12 +250,8 @@ pub enum WatchError {
     Spawn(#[from] SpawnError),
     #[error("writing output: {0}")]
     Output(#[from] io::Error),
-    #[error("-o {path}: {source}")]
-    OutputFile {
-        path: String,
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    OutFile(#[from] outfile::OutFileError),
 }
 
 impl WatchError {
@@ -1062,6 +1064,19 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         cfg.patterns.is_empty(),
         &cfg.pids,
     )?;
+    // Each pattern must find something (one that finds nothing at all failed above); with
+    // --wait-for-probes the rest may come later.
+    if !plan.sites.is_empty() {
+        if let Err(e) = plan::check_every_pattern(&named, &cfg.patterns) {
+            if !cfg.waits() {
+                return Err(e.into());
+            }
+            eprintln!(
+                "warning: {}: waiting for probes defined or loaded later",
+                clean(&e.to_string())
+            );
+        }
+    }
     if cfg.patterns.is_empty() && !cfg.agg.count {
         if let Some(w) = crate::agg::high_rate_warning(&crate::agg::high_rate_probes(&plan)) {
             eprintln!("{}", clean(&w));
@@ -1082,13 +1097,16 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .map(|f| crate::late::masks_or_wait(plan::filter_masks(&plan, f), cfg.waits(), &plan, f))
         .transpose()?;
     // Before anything is attached: a bad -o path fails first.
-    let (sinks, output) = cfg.sinks(&plan)?;
+    let (sinks, output, mut out_files) = cfg.sinks(&plan)?;
 
     // Times count from before the first probe can fire, so none is ever negative.
     let t0 = monotonic_ns();
     let mut child = cfg.command.as_deref().map(Child::spawn).transpose()?;
     let mut pids: Vec<u32> = cfg.pids.clone();
     pids.extend(child.as_ref().map(|c| c.pid as u32));
+    if cfg.bench_null_program {
+        eprintln!("warning: --bench-null-program: the attached program records nothing; this run measures the cost of a hit, not what the probes did");
+    }
     let mut tracer =
         Tracer::load(&cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref()))?;
     // Before attach: processes already mapping the objects get their semaphores from the
@@ -1099,6 +1117,11 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         eprintln!("{}", clean(&w));
     }
     attach(&mut tracer, &objects, &plan, &pids)?;
+    // The run has started: only now is an existing -o or --perfetto file emptied (an error
+    // above left it as it was, and removed one we created).
+    for f in &mut out_files {
+        f.commit()?;
+    }
     // Before the readiness line: a script may send SIGINT the moment it sees it.
     install_signal_handlers();
     eprintln!("{}", plan.attached_line());

@@ -104,11 +104,10 @@ use features::VMLINUX_BTF;
 
 /// The uprobe program to attach: `usdt_site`, or without the scheduler hooks
 /// `usdt_site_nosplit` (no time split, and id-paired spans touch no thread state), or for
-/// benchmarks with `USDT_TRACE_BENCH_NULL_PROGRAM=1` in the environment `usdt_null`, which only
-/// returns (the floor any handler pays: `bench/handler.py`). Not a user option: nothing is
-/// traced then.
-fn uprobe_program(sched: bool) -> &'static str {
-    if std::env::var_os("USDT_TRACE_BENCH_NULL_PROGRAM").is_some_and(|v| v == "1") {
+/// benchmarks (`null`, the hidden `--bench-null-program`) `usdt_null`, which only returns (the
+/// floor any handler pays: `bench/handler.py`). Not a user option: nothing is traced then.
+fn uprobe_program(sched: bool, null: bool) -> &'static str {
+    if null {
         "usdt_null"
     } else if sched {
         "usdt_site"
@@ -216,6 +215,8 @@ pub struct LoadOptions<'a> {
     pub stack: bool,
     /// `--by`, `--count`, `--top`.
     pub agg: AggLoad,
+    /// Attach `usdt_null` (records nothing): `--bench-null-program`, for benchmarks only.
+    pub null_program: bool,
     /// Room for sites and span names added after load ([`Tracer::add_sites`]): probes a
     /// traced process defines or loads later.
     pub spare_sites: u32,
@@ -405,7 +406,7 @@ impl Tracer {
         let site_prog = if opts.agg.count {
             "usdt_count_site"
         } else {
-            uprobe_program(opts.sched)
+            uprobe_program(opts.sched, opts.null_program)
         };
         let multi_prog = match path {
             AttachPath::Multi => Some(
@@ -967,6 +968,7 @@ mod tests {
             filter: None,
             stack: false,
             agg: AggLoad::default(),
+            null_program: false,
             spare_sites: 0,
             spare_pairs: 0,
         }
