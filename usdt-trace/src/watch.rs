@@ -27,7 +27,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use usdt_trace_common::{Hist, StrSet, HIST_COMPONENTS};
+use usdt_trace_common::{Hist, StrSet, HIST_COMPONENTS, STRS_RECORD_SENT};
 
 /// Validated `watch` settings (built by `cli`).
 #[derive(Debug, Clone)]
@@ -762,11 +762,12 @@ impl Reader {
                     }
                     return;
                 }
-                Some(output::Record::Event(r, _)) if r.has_strs != 0 => {
+                // Only a record whose strings went (`STRS_RECORD_SENT`) has any to join.
+                Some(output::Record::Event(r, _)) if r.has_strs == STRS_RECORD_SENT => {
                     held = self.strs.take(&r.hdr);
                     Some(output::Record::Event(r, held.as_deref().map(|h| &h.strs)))
                 }
-                Some(output::Record::Span(r, _)) if r.has_strs != 0 => {
+                Some(output::Record::Span(r, _)) if r.has_strs == STRS_RECORD_SENT => {
                     held = self.strs.take(&r.hdr);
                     Some(output::Record::Span(r, held.as_deref().map(|h| &h.strs)))
                 }
@@ -1015,6 +1016,12 @@ fn end_warnings(
             );
         }
     }
+    if summary.strings_lost > 0 {
+        eprintln!(
+            "warning: --str: {} strings records were lost with the ring buffer full; their spans and events are marked \"strs_lost\" (try a larger --ring-kib)",
+            summary.strings_lost
+        );
+    }
     if summary.lost > 0 {
         let ring = summary.lost - out_lost;
         let mut why = Vec::new();
@@ -1193,6 +1200,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         },
         filtered: c.below_min + c.filter_rejected,
         strings_dropped: c.strs_dropped,
+        strings_lost: c.strs_lost,
         stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
         hits: reader.agg.hits,
         by_other: ac.by_other + ac.count_other,

@@ -55,12 +55,14 @@ fn push_i64(out: &mut Vec<u8>, v: i64) {
 }
 
 /// What a record's strings need said beside its arguments: which were cut at `--str-max`,
-/// which had bytes that are not UTF-8 (escaped `\\xNN`), and whether any was read late.
+/// which had bytes that are not UTF-8 (escaped `\\xNN`), whether any was read late, and
+/// whether the record's strings were lost (its string arguments then show their pointers).
 #[derive(Default)]
 struct StrNotes {
     truncated: Vec<String>,
     escaped: Vec<String>,
     late: bool,
+    lost: bool,
 }
 
 impl StrNotes {
@@ -82,6 +84,9 @@ impl StrNotes {
         }
         if self.late {
             out.extend_from_slice(b",\"str_read_late\":true");
+        }
+        if self.lost {
+            out.extend_from_slice(b",\"strs_lost\":true");
         }
     }
 }
@@ -150,7 +155,10 @@ pub fn event_json(out: &mut Vec<u8>, site: &SiteInfo, r: &EventRecord, strs: Opt
     out.extend_from_slice(b",\"ts_ns\":");
     push_u64(out, r.hdr.ts_ns);
     out.extend_from_slice(b",\"args\":");
-    let mut notes = StrNotes::default();
+    let mut notes = StrNotes {
+        lost: super::strs_lost(r.has_strs, strs),
+        ..StrNotes::default()
+    };
     json_args(out, site, &r.args, strs, "arg", &mut notes);
     notes.write(out);
     out.extend_from_slice(b"}\n");
@@ -221,7 +229,10 @@ pub fn span_json(
         }
     }
     out.extend_from_slice(b",\"args\":");
-    let mut notes = StrNotes::default();
+    let mut notes = StrNotes {
+        lost: super::strs_lost(r.has_strs, strs),
+        ..StrNotes::default()
+    };
     json_args(out, start, &r.args, strs, "arg", &mut notes);
     out.extend_from_slice(b",\"end_args\":");
     json_args(out, end, &r.end_args, strs, "end_arg", &mut notes);
@@ -297,6 +308,7 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
         ("hits", s.hits),
         ("by_other", s.by_other),
         ("strings_dropped", s.strings_dropped),
+        ("strings_lost", s.strings_lost),
     ] {
         if v > 0 {
             out.pop();

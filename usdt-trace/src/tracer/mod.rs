@@ -158,6 +158,8 @@ pub struct Counters {
     pub unmatched_end: u64,
     /// Span starts whose `--str` strings could not be kept until their end.
     pub strs_dropped: u64,
+    /// `--str` strings records the ring buffer had no room for.
+    pub strs_lost: u64,
     /// Span starts dropped because THREADS (`--max-threads`) was full, and their ends.
     pub threads_full: u64,
     pub threads_full_ends: u64,
@@ -786,6 +788,7 @@ impl Tracer {
             unmatched_start: v[CNT_UNMATCHED_START as usize],
             unmatched_end: v[CNT_UNMATCHED_END as usize],
             strs_dropped: v[CNT_STRS_DROPPED as usize],
+            strs_lost: v[CNT_STRS_LOST as usize],
             threads_full: v[CNT_THREADS_FULL as usize],
             threads_full_ends: v[CNT_THREADS_FULL_END as usize],
             id_full: v[CNT_ID_FULL as usize],
