@@ -30,7 +30,10 @@ fn lost_strings_are_counted_apart_and_their_spans_marked() {
     let lost = sum["lost"].as_u64().unwrap();
     let strings_lost = sum["strings_lost"].as_u64().unwrap_or(0);
     assert_eq!(sum["spans"], n, "the kernel counts every span: {sum}");
-    assert!(strings_lost > 0, "a 64 KiB ring cannot hold {n} strings: {sum}");
+    assert!(
+        strings_lost > 0,
+        "a 64 KiB ring cannot hold {n} strings: {sum}"
+    );
     assert_eq!(
         printed + lost,
         made,
@@ -52,7 +55,11 @@ fn lost_strings_are_counted_apart_and_their_spans_marked() {
         !marked.is_empty(),
         "some span fit where its strings did not: {sum}"
     );
-    assert!(marked.len() as u64 <= strings_lost, "{} {sum}", marked.len());
+    assert!(
+        marked.len() as u64 <= strings_lost,
+        "{} {sum}",
+        marked.len()
+    );
     assert!(
         out.stderr.contains(&format!(
             "warning: --str: {strings_lost} strings records were lost"

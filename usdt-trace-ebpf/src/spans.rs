@@ -206,7 +206,8 @@ fn emit_event<const S: bool>(hit: &Hit<S>, args: &mut [u64; MAX_ARGS]) -> Result
     rec.has_strs = has_strs;
     entry.submit(ringbuf_flags(
         hit.cfg,
-        record_bytes::<EventRecord>() + (has_strs == STRS_RECORD_SENT) as usize * record_bytes::<StrsRecord>(),
+        record_bytes::<EventRecord>()
+            + (has_strs == STRS_RECORD_SENT) as usize * record_bytes::<StrsRecord>(),
     ));
     Ok(())
 }
@@ -346,8 +347,8 @@ fn close_span<const S: bool>(
     }
     // This span's records: the wakeup check counts them all (the strings and the stack are
     // submitted without one).
-    let mut bytes =
-        record_bytes::<SpanRecord>() + (has_strs == STRS_RECORD_SENT) as usize * record_bytes::<StrsRecord>();
+    let mut bytes = record_bytes::<SpanRecord>()
+        + (has_strs == STRS_RECORD_SENT) as usize * record_bytes::<StrsRecord>();
     if hit.cfg.flags & CFG_STACK != 0 {
         bytes += record_bytes::<StackRecord>();
     }

@@ -198,10 +198,11 @@ fn open_limited(
         });
     }
     // Parsed through the descriptor; the error names the path the user knows.
-    let probes = elf::parse_file_limited(&fd_path(&file), limits).map_err(|e| TargetError::Parse {
-        path: shown.clone(),
-        source: strip_path(e),
-    })?;
+    let probes =
+        elf::parse_file_limited(&fd_path(&file), limits).map_err(|e| TargetError::Parse {
+            path: shown.clone(),
+            source: strip_path(e),
+        })?;
     use std::os::unix::fs::MetadataExt;
     Ok(Object {
         shown,

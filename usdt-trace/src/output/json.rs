@@ -509,6 +509,28 @@ mod golden {
     }
 
     #[test]
+    fn a_span_whose_strings_record_was_lost_shows_pointers_and_says_so() {
+        let u = ArgFmt::Unsigned;
+        let start = info("request__start", &[u, u], &[(0, 0)]);
+        let end = info("request__end", &[u], &[]);
+        let mut r = span(0, 101);
+        r.args[0] = 0x7f00_0000_1000;
+        r.has_strs = usdt_trace_common::STRS_RECORD_LOST;
+        let json = line(|o| span_json(o, &pair(), &start, &end, &r, None, None));
+        assert!(
+            json.contains(r#""args":[139637976731648,"#)
+                && json.ends_with(",\"strs_lost\":true}\n"),
+            "{json}"
+        );
+        let text = crate::output::text::span_text(&pair(), &start, &end, &r, None, 0);
+        assert!(text.contains("[strings lost: ring buffer full]"), "{text}");
+        // A span without strings says nothing of them.
+        r.has_strs = 0;
+        let json = line(|o| span_json(o, &pair(), &start, &end, &r, None, None));
+        assert!(!json.contains("strs_lost"), "{json}");
+    }
+
+    #[test]
     fn span_line_with_start_and_end_strings_names_and_notes() {
         let u = ArgFmt::Unsigned;
         // Start: three strings (slots 0..3); end: one more (slot 3) and a number.
