@@ -1303,6 +1303,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         strings_dropped: c.strs_dropped,
         strings_lost: c.strs_lost,
         stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
+        frames_unnamed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.unnamed),
         hits: reader.agg.hits,
         by_other: ac.by_other + ac.count_other,
     };

@@ -305,6 +305,7 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
     // Likewise only with --stack (when some stack is missing), --count and --by.
     for (name, v) in [
         ("stacks_failed", s.stacks_failed),
+        ("frames_unnamed", s.frames_unnamed),
         ("hits", s.hits),
         ("by_other", s.by_other),
         ("strings_dropped", s.strings_dropped),

@@ -261,6 +261,9 @@ pub struct Summary {
     pub filtered: u64,
     /// `--stack`: spans whose stack could not be read (the walk failed or its record was lost).
     pub stacks_failed: u64,
+    /// `--stack`: frames printed by address alone because their file could not be read safely
+    /// (the mapping gone, not a regular file, too large).
+    pub frames_unnamed: u64,
     /// `--count`: probe hits counted in the kernel (nothing else is reported per hit).
     pub hits: u64,
     /// `--by`: spans and hits whose key found no room (`--max-keys`), counted as "other".

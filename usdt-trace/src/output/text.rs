@@ -217,6 +217,12 @@ pub fn summary_text(s: &Summary) -> String {
     if s.stacks_failed > 0 {
         filtered.push_str(&format!(", {} stacks not read", s.stacks_failed));
     }
+    if s.frames_unnamed > 0 {
+        filtered.push_str(&format!(
+            ", {} stack frames unnamed (their file could not be read safely)",
+            s.frames_unnamed
+        ));
+    }
     if s.strings_dropped > 0 {
         filtered.push_str(&format!(
             ", {} spans without their start strings (not kept)",
