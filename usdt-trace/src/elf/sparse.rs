@@ -174,7 +174,7 @@ fn read_class<Elf: FileHeader<Endian = Endianness>>(
             .min(buf.len());
         may_name_symbol(&buf[start..end])
     });
-    if names_symbol && !limits.is_some_and(|l| sum(&symtabs) > l.symbol_bytes) {
+    if names_symbol && limits.is_none_or(|l| sum(&symtabs) <= l.symbol_bytes) {
         for &(off, n) in &symtabs {
             fill(file, buf, off, n)?;
         }
