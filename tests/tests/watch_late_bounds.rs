@@ -1,6 +1,6 @@
 //! An object a followed process maps after the start is the process's choice: what parsing it
 //! may cost root's tracer is bounded before it is read, and the loop (and SIGINT) never waits
-//! on it.
+//! on it. Once attached, it is watched for writes in place like the objects of the start.
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use usdt_trace_tests::watch::Watch;
@@ -158,4 +158,40 @@ fn sigint_ends_watch_at_once_while_a_late_object_waits() {
     assert!(out.status.success(), "{}", out.stderr);
     assert!(took < Duration::from_secs(1), "SIGINT took {took:?}");
     let _ = std::fs::remove_file(&big);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_late_object_written_in_place_is_detached_at_once() {
+    let obj = scratch("rewritten.so");
+    object_with_notes(&obj, 3);
+    let bin = build_c("late_map", &["-O2"]);
+    let (mut t, ready) = Target::spawn(&bin, &[]);
+    assert_eq!(ready, "ready");
+    let pid = t.pid().to_string();
+    let mut w = Watch::start(&["-p", &pid]);
+    assert_eq!(t.ask(obj.to_str().unwrap()), "mapped");
+    let added = w
+        .wait_stderr(Duration::from_secs(20), |l| l.contains("rewritten.so"))
+        .expect("the attach line");
+    assert!(added.starts_with("Attached 3 new probe sites"), "{added}");
+    // In place: the same inode, opened for writing and appended to.
+    let written = Instant::now();
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&obj).unwrap();
+        f.write_all(b"changed").unwrap();
+    }
+    let line = w
+        .wait_stderr(Duration::from_secs(20), |l| l.contains("modified in place"))
+        .expect("the modified-object warning");
+    let took = written.elapsed();
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert_eq!(
+        line,
+        format!("warning: {} was modified in place while traced: its 3 probe sites are detached (they sat at the old offsets, which in the new content may be mid-instruction); the new content is not traced: run watch again to trace it", obj.display())
+    );
+    let out = w.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let _ = std::fs::remove_file(&obj);
 }

@@ -13,6 +13,7 @@
 //! Without the right to open system-wide perf events the maps are polled instead, once every
 //! [`SLOW_POLL`]: probes defined later are then seen within that time.
 
+use crate::changes::ChangeWatch;
 use crate::elf::{ElfError, Limits, ObjectProbes};
 use crate::filter::{Filter, FilterError};
 use crate::output::text::clean;
@@ -267,6 +268,8 @@ pub struct Late {
     last_poll: Instant,
     /// Attached late: kept open (their descriptors are what the uprobes were attached through).
     objects: Vec<Object>,
+    /// Those objects, watched for writes in place (detached when one comes).
+    changes: ChangeWatch,
 }
 
 fn key_of(o: &Object) -> ((u32, u32), u64) {
@@ -326,13 +329,16 @@ impl Late {
             known: HashSet::new(),
             last_poll: Instant::now(),
             objects: Vec::new(),
+            changes: ChangeWatch::new(),
         };
         (late, warning)
     }
 
     /// Descriptors readable when a process mapped code: a poll that includes them wakes at once.
     pub fn wake_fds(&self) -> Vec<i32> {
-        self.watch.as_ref().map_or_else(Vec::new, |w| w.fds())
+        let mut fds = self.watch.as_ref().map_or_else(Vec::new, |w| w.fds());
+        fds.extend(self.changes.wake_fd());
+        fds
     }
 
     /// Queues `pid` to be read again, unless it already is.
@@ -345,6 +351,9 @@ impl Late {
     /// Looks for new objects in the followed processes that mapped code since the last call,
     /// and attaches what the rules choose in them. Problems are warnings: tracing goes on.
     pub fn poll(&mut self, plan: &mut Plan, tracer: &mut Tracer, rules: &Rules) {
+        // Objects attached late and since written in place: detached, as those of the start
+        // (the kernel raised their semaphores; nothing here raises them by hand).
+        crate::watch::stop_changed(&self.changes.take_changed(), tracer, None);
         match &mut self.watch {
             Some(w) => {
                 let m = w.take();
@@ -485,9 +494,12 @@ impl Late {
             .add_sites(first as u32, &merged.specs[first..], masks.as_deref())
             .map_err(|e| format!("{what}: {e}"))?;
         let path = o.fd_path();
-        tracer
-            .attach_object(&path.to_string_lossy(), &points, Some(pid))
-            .map_err(|e| format!("{what}: {e}"))?;
+        // Watched from before it is attached: a write the moment it is attached still counts.
+        self.changes.add(&o);
+        if let Err(e) = tracer.attach_object(&path.to_string_lossy(), &points, Some(pid)) {
+            self.changes.pop();
+            return Err(format!("{what}: {e}"));
+        }
         // Records of the new sites are read after this returns, by then with their cookies.
         *plan = merged;
         let spans: std::collections::BTreeSet<u32> =

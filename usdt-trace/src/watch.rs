@@ -24,7 +24,6 @@ use crate::target::{self, Object, TargetError};
 use crate::tracer::{AttachMode, LoadOptions, TraceError, Tracer};
 use std::collections::BTreeSet;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -467,144 +466,21 @@ fn attach(
     Ok(())
 }
 
-/// Notices that a traced file's content changed while traced. A file overwritten in place
-/// (`cp` over it keeps the inode) keeps its uprobes at the old offsets, which in the new
-/// content may be the middle of an instruction: the next run of it can crash, or report
-/// arguments read from the wrong places. The kernel sees the write (inotify `IN_MODIFY` on the
-/// very inode opened, through its descriptor), and so does the loop at once; the size and
-/// modification time are also compared about once a second, for file systems whose writes
-/// inotify does not see (a network file system written from another host).
-struct ChangeWatch {
-    /// (object index, size, mtime, mtime ns) of the objects with attach points.
-    files: Vec<(usize, u64, i64, i64)>,
-    /// Reported (and detached) already.
-    changed: Vec<bool>,
-    /// The inotify instance (non-blocking), and the watch descriptor of each of `files` (-1:
-    /// none). None: no inotify here; the once-a-second comparison alone remains.
-    inotify: Option<(OwnedFd, Vec<i32>)>,
-    last: Instant,
-}
-
-impl ChangeWatch {
-    fn new(objects: &[Object], plan: &Plan) -> ChangeWatch {
-        use std::os::unix::fs::MetadataExt;
-        let files: Vec<_> = plan
-            .objects
-            .iter()
-            .filter_map(|op| {
-                let m = objects[op.object].file.metadata().ok()?;
-                Some((op.object, m.size(), m.mtime(), m.mtime_nsec()))
-            })
-            .collect();
-        // SAFETY: inotify_init1 takes flags only; the descriptor it returns is ours.
-        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        let inotify = (fd >= 0).then(|| {
-            // SAFETY: a descriptor just returned to us, owned from here on.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            let wds = files
-                .iter()
-                .map(|&(oi, ..)| {
-                    // Through the descriptor: the inode that was parsed, whatever the path
-                    // names by now.
-                    let path = std::ffi::CString::new(
-                        objects[oi].fd_path().as_os_str().as_encoded_bytes(),
-                    )
-                    .unwrap_or_default();
-                    // SAFETY: a NUL-terminated path and our inotify descriptor.
-                    unsafe {
-                        libc::inotify_add_watch(fd.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY)
-                    }
-                })
-                .collect();
-            (fd, wds)
-        });
-        ChangeWatch {
-            changed: vec![false; files.len()],
-            files,
-            inotify,
-            last: Instant::now(),
-        }
-    }
-
-    /// The descriptor that becomes readable when a traced file is written.
-    fn wake_fd(&self) -> Option<i32> {
-        self.inotify.as_ref().map(|(fd, _)| fd.as_raw_fd())
-    }
-
-    /// The indices in `objects` of the traced files changed since the last call, each once.
-    fn changed(&mut self, objects: &[Object]) -> Vec<usize> {
-        use std::os::unix::fs::MetadataExt;
-        let mut hit = Vec::new();
-        let mut recheck = self.last.elapsed() >= Duration::from_secs(1);
-        if let Some((fd, wds)) = &self.inotify {
-            let mut buf = [0u8; 4096];
-            loop {
-                // SAFETY: reading into our buffer from our non-blocking descriptor.
-                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-                let Ok(n) = usize::try_from(n) else { break };
-                if n == 0 {
-                    break;
-                }
-                // struct inotify_event: wd, mask, cookie, len, then `len` bytes of name.
-                let mut at = 0;
-                while at + 16 <= n {
-                    let word = |o: usize| {
-                        u32::from_ne_bytes([
-                            buf[at + o],
-                            buf[at + o + 1],
-                            buf[at + o + 2],
-                            buf[at + o + 3],
-                        ])
-                    };
-                    let (wd, mask, len) = (word(0) as i32, word(4), word(12) as usize);
-                    if mask & libc::IN_Q_OVERFLOW != 0 {
-                        recheck = true;
-                    }
-                    hit.extend(wds.iter().position(|&w| w == wd && w >= 0));
-                    at += 16 + len;
-                }
-            }
-        }
-        if recheck {
-            self.last = Instant::now();
-            for (i, &(oi, size, mtime, nsec)) in self.files.iter().enumerate() {
-                let Ok(m) = objects[oi].file.metadata() else {
-                    continue;
-                };
-                if (m.size(), m.mtime(), m.mtime_nsec()) != (size, mtime, nsec) {
-                    hit.push(i);
-                }
-            }
-        }
-        let mut out = Vec::new();
-        for i in hit {
-            if !std::mem::replace(&mut self.changed[i], true) {
-                out.push(self.files[i].0);
-                // Reported once: a writer that goes on writing no longer wakes the loop.
-                if let Some((fd, wds)) = &self.inotify {
-                    // SAFETY: our inotify descriptor and one of its watch descriptors.
-                    unsafe { libc::inotify_rm_watch(fd.as_raw_fd(), wds[i]) };
-                }
-            }
-        }
-        out
-    }
-}
-
-/// Stops tracing the objects whose content changed (`changed`: indices in `objects`): their
-/// uprobes are detached at once, and their semaphores no longer raised by hand, with a warning
-/// each. The new content is not traced: planning it again while processes may still run the
-/// old one (whose sites no longer match the file) is not safe, so that is left to a new run.
-fn stop_changed(
-    changed: &[usize],
-    objects: &[Object],
+/// Stops tracing the objects whose content changed ([`crate::changes`]): their uprobes are
+/// detached at once, and their semaphores no longer raised by hand, with a warning each. The
+/// new content is not traced: planning it again while processes may still run the old one
+/// (whose sites no longer match the file) is not safe, so that is left to a new run.
+pub(crate) fn stop_changed(
+    changed: &[crate::changes::Changed],
     tracer: &mut Tracer,
-    raiser: &mut crate::semaphores::Raiser,
+    raiser: Option<&mut crate::semaphores::Raiser>,
 ) {
-    for &oi in changed {
-        let o = &objects[oi];
-        let detach = tracer.detach_object(&o.fd_path().to_string_lossy());
-        raiser.forget((libc::major(o.dev), libc::minor(o.dev)), o.inode);
+    let mut raiser = raiser;
+    for c in changed {
+        let detach = tracer.detach_object(&c.fd_path.to_string_lossy());
+        if let Some(r) = raiser.as_deref_mut() {
+            r.forget(c.dev, c.inode);
+        }
         let sites = match detach {
             crate::tracer::Detach::Done(n) | crate::tracer::Detach::Background { sites: n, .. } => {
                 n
@@ -612,7 +488,7 @@ fn stop_changed(
         };
         eprintln!(
             "warning: {} was modified in place while traced: its {sites} probe site{} are detached (they sat at the old offsets, which in the new content may be mid-instruction); the new content is not traced: run watch again to trace it",
-            clean(&o.shown),
+            clean(&c.shown),
             if sites == 1 { "" } else { "s" }
         );
     }
@@ -1178,7 +1054,10 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .transpose()?;
     // The files as parsed: taken before attach, so a change made the moment the readiness line
     // appears is still a change.
-    let mut watched = ChangeWatch::new(&objects, &plan);
+    let mut watched = crate::changes::ChangeWatch::new();
+    for op in &plan.objects {
+        watched.add(&objects[op.object]);
+    }
     let filter_masks = cfg
         .filter
         .as_ref()
@@ -1263,8 +1142,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             last_hist = Instant::now();
             reader.interval(&tracer)?;
         }
-        let changed = watched.changed(&objects);
-        stop_changed(&changed, &objects, &mut tracer, &mut raiser);
+        stop_changed(&watched.take_changed(), &mut tracer, Some(&mut raiser));
         raiser.poll();
         if let Some(l) = late.as_mut() {
             l.poll(&mut reader.plan, &mut tracer, &late_rules);
