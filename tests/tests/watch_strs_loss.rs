@@ -68,3 +68,34 @@ fn lost_strings_are_counted_apart_and_their_spans_marked() {
         out.stderr
     );
 }
+
+/// `--stack` likewise: a span's stack travels just before it, and a stack the ring had no room
+/// for is said on its span and counted in `stacks_failed`, not in `lost`.
+#[test]
+#[ignore = "needs root"]
+fn lost_stacks_are_counted_on_their_spans_not_as_lost_spans() {
+    let bin = build_c("strs_flood", &["-O2", "-fno-omit-frame-pointer"]);
+    let n = 50_000u64;
+    let cmd = format!("{} {n}", bin.display());
+    let b = bin.to_str().unwrap();
+    let out = watch::Watch::start(&["--ring-kib", "64", "--stack", "--min", "1ns", "-c", &cmd, b])
+        .finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let sum = out.summary();
+    let spans = out.spans();
+    let printed = (out.events().len() + spans.len()) as u64;
+    let made = sum["spans"].as_u64().unwrap() + sum["events"].as_u64().unwrap();
+    let lost = sum["lost"].as_u64().unwrap();
+    let filtered = sum["filtered"].as_u64().unwrap_or(0);
+    assert!(
+        lost > 0,
+        "a 64 KiB ring cannot hold {n} spans with stacks: {sum}"
+    );
+    assert_eq!(printed + lost + filtered, made, "{sum}");
+    let no_stack = spans.iter().filter(|s| s["stack"].is_null()).count() as u64;
+    assert_eq!(
+        sum["stacks_failed"].as_u64().unwrap_or(0),
+        no_stack,
+        "{sum}"
+    );
+}
