@@ -473,9 +473,8 @@ fn attach(
 pub(crate) fn stop_changed(
     changed: &[crate::changes::Changed],
     tracer: &mut Tracer,
-    raiser: Option<&mut crate::semaphores::Raiser>,
+    mut raiser: Option<&mut crate::semaphores::Raiser>,
 ) {
-    let mut raiser = raiser;
     for c in changed {
         let detach = tracer.detach_object(&c.fd_path.to_string_lossy());
         if let Some(r) = raiser.as_deref_mut() {
