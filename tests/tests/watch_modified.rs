@@ -41,3 +41,49 @@ fn a_traced_file_overwritten_in_place_is_reported() {
     );
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
 }
+
+/// Overwritten in place with content whose code is where it was (the same build, with bytes
+/// appended): probes left attached would go on firing in the new file's runs, which is how one
+/// can tell that they were detached.
+#[test]
+#[ignore = "needs root"]
+fn a_traced_file_overwritten_in_place_is_detached_at_once() {
+    use usdt_trace_tests::watch::Watch;
+    let built = build_c("watch_smoke", &["-O2"]);
+    let dir = std::env::temp_dir().join(format!("usdt-detached-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("prog");
+    std::fs::copy(&built, &bin).unwrap();
+    let b = bin.to_str().unwrap();
+    let mut w = Watch::start(&[b]);
+    let run = || {
+        let out = Command::new(&bin).arg("3").output().unwrap();
+        assert!(out.status.success(), "{:?}", out.status);
+    };
+    // Traced: 3 spans and 3 ticks.
+    run();
+    assert!(w.wait_for(Duration::from_secs(20), |r| r["name"] == "tick"
+        && r["args"][0] == 6));
+    let mut content = std::fs::read(&built).unwrap();
+    content.extend_from_slice(b"changed");
+    let written = std::time::Instant::now();
+    std::fs::write(&bin, &content).unwrap();
+    let line = w
+        .wait_stderr(Duration::from_secs(20), |l| l.contains("modified in place"))
+        .expect("the modified-file warning");
+    // At the write, not at the next once-a-second look.
+    let took = written.elapsed();
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert_eq!(
+        line,
+        format!("warning: {b} was modified in place while traced: its 3 probe sites are detached (they sat at the old offsets, which in the new content may be mid-instruction); the new content is not traced: run watch again to trace it")
+    );
+    // The new content runs untouched: nothing recorded from it.
+    run();
+    let out = w.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(out.spans().len(), 3, "{:?}", out.records);
+    assert_eq!(out.events().len(), 3, "{:?}", out.records);
+    assert_eq!(out.summary()["spans"], 3, "{}", out.summary());
+}

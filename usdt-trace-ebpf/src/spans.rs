@@ -17,7 +17,7 @@ use usdt_trace_common::{
     CNT_UNMATCHED_END, CNT_UNMATCHED_START, END_SP_POPPED, END_SP_SAME, END_SP_TAIL,
     HIST_COMPONENTS, HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE,
     ID_SLOT_FILLING, ID_SLOT_FREE, ID_SLOT_OPEN, MAX_ARGS, MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT,
-    PAIR_CLOSED,
+    PAIR_CLOSED, STRS_RECORD_SENT,
 };
 
 use crate::args::ArgWords;
@@ -217,7 +217,8 @@ fn emit_event<const S: bool>(hit: &Hit<S>, args: &mut [u64; MAX_ARGS]) -> Result
     rec.has_strs = has_strs;
     entry.submit(ringbuf_flags(
         hit.cfg,
-        record_bytes::<EventRecord>() + (has_strs != 0) as usize * record_bytes::<StrsRecord>(),
+        record_bytes::<EventRecord>()
+            + (has_strs == STRS_RECORD_SENT) as usize * record_bytes::<StrsRecord>(),
     ));
     Ok(())
 }
@@ -358,8 +359,8 @@ fn close_span<const S: bool>(
     }
     // This span's records: the wakeup check counts them all (the strings and the stack are
     // submitted without one).
-    let mut bytes =
-        record_bytes::<SpanRecord>() + (has_strs != 0) as usize * record_bytes::<StrsRecord>();
+    let mut bytes = record_bytes::<SpanRecord>()
+        + (has_strs == STRS_RECORD_SENT) as usize * record_bytes::<StrsRecord>();
     if hit.cfg.flags & CFG_STACK != 0 {
         bytes += record_bytes::<StackRecord>();
     }

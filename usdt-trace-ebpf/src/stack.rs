@@ -7,8 +7,7 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{RecordKind, StackRecord};
 
-use crate::maps::{count, EVENTS};
-use usdt_trace_common::CNT_LOST;
+use crate::maps::EVENTS;
 
 /// Emits the [`StackRecord`] of the span about to be recorded (end site `site`, ended at
 /// `now`). A BPF subprogram, not inlined: the uprobe program is close to the verifier's budget,
@@ -16,11 +15,11 @@ use usdt_trace_common::CNT_LOST;
 ///
 /// A failed walk is still emitted, with the error in `len`: user space reports it rather than
 /// show no stack as if there were none. Without room in the ring, user space finds no stack
-/// before the span and says the stack was lost.
+/// before the span, says the stack was lost and counts it (`stacks_failed`): not in `lost`,
+/// which counts spans and events, so that printed + lost adds up to what the program made.
 #[inline(never)]
 pub fn emit(ctx: *mut c_void, site: u32, now: u64) {
     let Some(mut entry) = EVENTS.reserve::<StackRecord>(0) else {
-        count(CNT_LOST);
         return;
     };
     // SAFETY: a StackRecord-sized, aligned reservation only we write; every field user space

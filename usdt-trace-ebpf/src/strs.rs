@@ -10,7 +10,7 @@
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use usdt_trace_common::{
     str_key_thread, IdKey, RecordKind, StrSet, StrsRecord, CNT_STRS_DROPPED, KEPT_IN_SLOT,
-    MAX_ARGS, MAX_STRS, STRS_NONE, STR_SLOT,
+    MAX_ARGS, MAX_STRS, STRS_NONE, STRS_RECORD_LOST, STRS_RECORD_SENT, STR_SLOT,
 };
 
 use crate::{
@@ -166,7 +166,8 @@ fn copy_kept(s: &StrSet, dst: &mut StrSet) {
 /// strings when `kept` (its frame's `has_strs`: 0 none, else for a span paired per thread its
 /// depth + 1; `id_key` the key of one paired by id, NULL for one paired per thread), then the
 /// site's own, read from `args`, or when `args` is NULL from the arguments read here (from the
-/// register copy in `SCRATCH`: read here, verified once, rather than at every end). 1 when sent.
+/// register copy in `SCRATCH`: read here, verified once, rather than at every end).
+/// `STRS_RECORD_SENT` when sent, `STRS_RECORD_LOST` when the ring buffer had no room.
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn usdt_emit_strs(
@@ -201,8 +202,10 @@ pub extern "C" fn usdt_emit_strs(
         unsafe { &(*args).args }
     };
     let Some(mut entry) = EVENTS.reserve::<StrsRecord>(0) else {
-        count(usdt_trace_common::CNT_LOST);
-        return 0;
+        // Counted apart from lost spans and events: the record it belongs to may still fit,
+        // and says that its strings were lost.
+        count(usdt_trace_common::CNT_STRS_LOST);
+        return STRS_RECORD_LOST;
     };
     // SAFETY: a StrsRecord-sized, aligned slot that only we write; `strs.state` says which
     // slots user space reads, and is written.
@@ -222,5 +225,5 @@ pub extern "C" fn usdt_emit_strs(
     read_strs(spec, args, cfg.str_max, &mut rec.strs);
     // No wakeup: the event or span record right behind it decides that.
     entry.submit(aya_ebpf::bindings::BPF_RB_NO_WAKEUP as u64);
-    1
+    STRS_RECORD_SENT
 }

@@ -13,7 +13,8 @@
 //! Without the right to open system-wide perf events the maps are polled instead, once every
 //! [`SLOW_POLL`]: probes defined later are then seen within that time.
 
-use crate::elf::ObjectProbes;
+use crate::changes::ChangeWatch;
+use crate::elf::{ElfError, Limits, ObjectProbes};
 use crate::filter::{Filter, FilterError};
 use crate::output::text::clean;
 use crate::pattern::Pattern;
@@ -31,6 +32,10 @@ pub const SLOW_POLL: Duration = Duration::from_secs(1);
 /// Sites and span names the tracer reserves at load for probes added later.
 pub const SPARE_SITES: u32 = 1024;
 pub const SPARE_PAIRS: u32 = 32;
+/// Time [`Late::poll`] spends opening new objects per call: past it, the rest waits for the
+/// next call, so that a process mapping object after object cannot keep the loop (and SIGINT)
+/// waiting. Each object's own cost is bounded by [`crate::elf::Limits::LATE`].
+const POLL_BUDGET: Duration = Duration::from_millis(200);
 /// A mapping can change under us while the loader builds it (`map_files` of a range that was
 /// just split): a process whose object did not open is read again this many times.
 const RETRIES: u32 = 20;
@@ -263,6 +268,8 @@ pub struct Late {
     last_poll: Instant,
     /// Attached late: kept open (their descriptors are what the uprobes were attached through).
     objects: Vec<Object>,
+    /// Those objects, watched for writes in place (detached when one comes).
+    changes: ChangeWatch,
 }
 
 fn key_of(o: &Object) -> ((u32, u32), u64) {
@@ -322,13 +329,16 @@ impl Late {
             known: HashSet::new(),
             last_poll: Instant::now(),
             objects: Vec::new(),
+            changes: ChangeWatch::new(),
         };
         (late, warning)
     }
 
     /// Descriptors readable when a process mapped code: a poll that includes them wakes at once.
     pub fn wake_fds(&self) -> Vec<i32> {
-        self.watch.as_ref().map_or_else(Vec::new, |w| w.fds())
+        let mut fds = self.watch.as_ref().map_or_else(Vec::new, |w| w.fds());
+        fds.extend(self.changes.wake_fd());
+        fds
     }
 
     /// Queues `pid` to be read again, unless it already is.
@@ -341,6 +351,9 @@ impl Late {
     /// Looks for new objects in the followed processes that mapped code since the last call,
     /// and attaches what the rules choose in them. Problems are warnings: tracing goes on.
     pub fn poll(&mut self, plan: &mut Plan, tracer: &mut Tracer, rules: &Rules) {
+        // Objects attached late and since written in place: detached, as those of the start
+        // (the kernel raised their semaphores; nothing here raises them by hand).
+        crate::watch::stop_changed(&self.changes.take_changed(), tracer, None);
         match &mut self.watch {
             Some(w) => {
                 let m = w.take();
@@ -372,9 +385,15 @@ impl Late {
             }
             None => {}
         }
+        let deadline = Instant::now() + POLL_BUDGET;
         for (pid, tries) in std::mem::take(&mut self.pending) {
-            match self.scan(pid, plan, tracer, rules) {
+            if Instant::now() >= deadline {
+                self.pending.push((pid, tries));
+                continue;
+            }
+            match self.scan(pid, plan, tracer, rules, deadline) {
                 Scan::Again if tries > 1 => self.pending.push((pid, tries - 1)),
+                Scan::Later => self.pending.push((pid, tries)),
                 Scan::Gone => {
                     self.pids.retain(|&p| p != pid);
                     self.known.retain(|k| k.0 != pid);
@@ -385,7 +404,14 @@ impl Late {
     }
 
     /// Reads one process's maps and takes what is new in it.
-    fn scan(&mut self, pid: u32, plan: &mut Plan, tracer: &mut Tracer, rules: &Rules) -> Scan {
+    fn scan(
+        &mut self,
+        pid: u32,
+        plan: &mut Plan,
+        tracer: &mut Tracer,
+        rules: &Rules,
+        deadline: Instant,
+    ) -> Scan {
         let Ok(maps) = crate::procmaps::mapped_objects(pid) else {
             return Scan::Gone;
         };
@@ -400,15 +426,27 @@ impl Late {
                 self.known.insert(key);
                 continue;
             }
+            // Out of time: this object and the rest at the next call.
+            if Instant::now() >= deadline {
+                return Scan::Later;
+            }
             let shown = if m.deleted {
                 format!("{} (deleted)", m.shown())
             } else {
                 m.shown()
             };
-            let o = match target::open_mapped(pid, &m, &shown) {
+            // Bounded: the process chose this object, and may have made it to be costly.
+            let o = match target::open_mapped_limited(pid, &m, &shown, Some(&Limits::LATE)) {
                 Ok(o) => o,
                 Err(TargetError::Open { .. }) => {
                     again = true;
+                    continue;
+                }
+                // Refused before it was read: one line, and never looked at again.
+                Err(e) if matches!(e.elf(), Some(ElfError::TooLarge { .. })) => {
+                    self.known.insert(key);
+                    let why = e.elf().map(|k| k.to_string()).unwrap_or_default();
+                    eprintln!("warning: {} (pid {pid}): not traced: {why}", clean(&shown));
                     continue;
                 }
                 // Not ELF, not a regular file, or not what was mapped: nothing to trace.
@@ -456,9 +494,12 @@ impl Late {
             .add_sites(first as u32, &merged.specs[first..], masks.as_deref())
             .map_err(|e| format!("{what}: {e}"))?;
         let path = o.fd_path();
-        tracer
-            .attach_object(&path.to_string_lossy(), &points, Some(pid))
-            .map_err(|e| format!("{what}: {e}"))?;
+        // Watched from before it is attached: a write the moment it is attached still counts.
+        self.changes.add(&o);
+        if let Err(e) = tracer.attach_object(&path.to_string_lossy(), &points, Some(pid)) {
+            self.changes.pop();
+            return Err(format!("{what}: {e}"));
+        }
         // Records of the new sites are read after this returns, by then with their cookies.
         *plan = merged;
         let spans: std::collections::BTreeSet<u32> =
@@ -483,6 +524,8 @@ enum Scan {
     Done,
     /// An object could not be opened yet: read it again.
     Again,
+    /// Out of time for this call: read it again, without using up a try.
+    Later,
     /// The process is gone.
     Gone,
 }

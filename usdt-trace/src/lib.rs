@@ -25,6 +25,7 @@
 pub mod agg;
 pub mod argspec;
 pub mod btf;
+pub mod changes;
 pub mod child;
 pub mod cli;
 pub mod doctor;

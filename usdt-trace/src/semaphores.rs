@@ -283,6 +283,13 @@ impl Raiser {
             .retain(|&pid, r| !r.at.is_empty() && start_time(pid) == Some(r.start));
     }
 
+    /// Stops raising and lowering the semaphores of the object (device, inode): its content
+    /// changed, so the addresses worked out from the old content may now hold anything.
+    /// What was raised there is left as it is (writing it back could corrupt the new content).
+    pub fn forget(&mut self, dev: (u32, u32), inode: u64) {
+        self.affected.retain(|a| (a.dev, a.inode) != (dev, inode));
+    }
+
     /// Takes back what was raised, in processes still alive and still mapping the object at
     /// the same place.
     pub fn lower_all(&mut self) {

@@ -189,6 +189,85 @@ pub struct Symbolizer {
     tables: HashMap<FileId, Option<Rc<SymTable>>>,
     /// Stacks the kernel could not walk, and stacks whose record was lost.
     pub failed: u64,
+    /// Frames in a file-backed mapping whose file could not be read safely ([`mapped_bytes`]):
+    /// printed by address.
+    pub unnamed: u64,
+}
+
+/// Largest file whose symbols `--stack` reads (whole: the symbol tables may be anywhere in
+/// it). Real objects are well below (a browser's 200 MB binary is the largest seen); the cap
+/// bounds what a process can make root's tracer read into memory.
+pub const MAX_SYMBOL_FILE: u64 = 256 << 20;
+
+/// Why a mapping's file was not read for its symbols.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a regular file")]
+    NotRegular { path: String },
+    #[error("{path}: inode {found}, not the mapped inode {mapped}")]
+    NotMapped {
+        path: String,
+        found: u64,
+        mapped: u64,
+    },
+    #[error("{path}: {size} bytes, more than the {MAX_SYMBOL_FILE} read for symbols")]
+    TooLarge { path: String, size: u64 },
+}
+
+/// The bytes of the file `pid` maps at `m`, read through the mapping itself
+/// (`/proc/PID/map_files/START-END`, root only): the very inode mapped, never a path the
+/// process can point elsewhere meanwhile (a FIFO, a device, a link to `/dev/zero`). A mapping
+/// gone since the maps were read has no such entry, and its frames stay unnamed. The file is
+/// looked at before it is opened (a device is never opened), opened without blocking, checked
+/// again through the descriptor, and read up to [`MAX_SYMBOL_FILE`].
+pub fn mapped_bytes(pid: u32, m: &MapEntry) -> Result<Vec<u8>, Unreadable> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let path = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+    let io = |source| Unreadable::Io {
+        path: path.clone(),
+        source,
+    };
+    let check = |meta: &std::fs::Metadata| {
+        if !meta.is_file() {
+            return Err(Unreadable::NotRegular { path: path.clone() });
+        }
+        if meta.ino() != m.inode {
+            return Err(Unreadable::NotMapped {
+                path: path.clone(),
+                found: meta.ino(),
+                mapped: m.inode,
+            });
+        }
+        if meta.len() > MAX_SYMBOL_FILE {
+            return Err(Unreadable::TooLarge {
+                path: path.clone(),
+                size: meta.len(),
+            });
+        }
+        Ok(())
+    };
+    check(&std::fs::metadata(&path).map_err(io)?)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&path)
+        .map_err(io)?;
+    // The entry may have changed between the look and the open.
+    let meta = file.metadata().map_err(io)?;
+    check(&meta)?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // A file that grew since is read no further than the cap.
+    file.take(MAX_SYMBOL_FILE)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    Ok(bytes)
 }
 
 impl Symbolizer {
@@ -217,20 +296,25 @@ impl Symbolizer {
         if !m.is_file_backed() {
             return None;
         }
-        self.tables
-            .entry((m.dev, m.inode))
-            .or_insert_with(|| {
-                // map_files names the very inode mapped (root only); /proc/PID/root the path
-                // as the process sees it, for a file that is still there.
-                let via_fd = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
-                let mut root = std::ffi::OsString::from(format!("/proc/{pid}/root"));
-                root.push(m.path.as_deref().unwrap_or(std::path::Path::new("")));
-                [std::path::PathBuf::from(via_fd), root.into()]
-                    .iter()
-                    .find_map(|p| crate::elf::functions_file(p).ok())
-                    .map(|f| Rc::new(sym_table(&f)))
-            })
-            .clone()
+        let key = (m.dev, m.inode);
+        if let Some(t) = self.tables.get(&key) {
+            return t.clone();
+        }
+        match mapped_bytes(pid, m) {
+            Ok(bytes) => {
+                // Not ELF, or damaged: not retried.
+                let t = crate::elf::functions(&bytes)
+                    .ok()
+                    .map(|f| Rc::new(sym_table(&f)));
+                self.tables.insert(key, t.clone());
+                t
+            }
+            // Not cached: the same file may be readable through another mapping later.
+            Err(_) => {
+                self.unnamed += 1;
+                None
+            }
+        }
     }
 
     /// The named frames of a stack record (or why there are none); `origin` is where its
@@ -273,6 +357,65 @@ impl Symbolizer {
 mod tests {
     use super::*;
     use crate::procmaps::parse_maps;
+
+    /// A mapping of `path` (its real device and inode) at an address range `pid` does not map.
+    fn gone_mapping(path: &std::path::Path) -> MapEntry {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).unwrap();
+        let line = format!(
+            "7ff000000000-7ff000001000 r-xp 00000000 {:02x}:{:02x} {} {}\n",
+            libc::major(meta.dev()),
+            libc::minor(meta.dev()),
+            meta.ino(),
+            path.display()
+        );
+        parse_maps(line.as_bytes()).unwrap().remove(0)
+    }
+
+    #[test]
+    fn a_frame_whose_mapping_is_gone_is_not_named_through_its_path() {
+        // Our own executable: an ELF with symbols, still at its path, but not mapped there.
+        let exe = std::env::current_exe().unwrap();
+        let m = gone_mapping(&exe);
+        let mut s = Symbolizer::default();
+        assert!(s.table(std::process::id(), &m).is_none());
+        assert_eq!(s.unnamed, 1);
+        // Where it is mapped, it is read through the mapping (map_files: root only).
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let maps = parse_maps(&std::fs::read("/proc/self/maps").unwrap()).unwrap();
+        let mapped = maps
+            .iter()
+            .find(|e| e.path.as_deref() == Some(exe.as_path()) && e.perms.contains('x'))
+            .unwrap();
+        let t = s.table(std::process::id(), mapped).unwrap();
+        assert!(t
+            .iter()
+            .any(|f| f.name.contains("a_frame_whose_mapping_is_gone")));
+        assert_eq!(s.unnamed, 1);
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_a_frames_file_neither_blocks_nor_is_read() {
+        let dir = std::env::temp_dir().join(format!("usdt-sym-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("lib.so");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let m = gone_mapping(&fifo);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut s = Symbolizer::default();
+            let t = s.table(std::process::id(), &m);
+            let _ = tx.send((t.is_some(), s.unnamed));
+        });
+        let got = rx.recv_timeout(Duration::from_secs(3));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(got, Ok((false, 1)), "the lookup blocked on the FIFO");
+    }
 
     fn maps() -> Vec<MapEntry> {
         parse_maps(

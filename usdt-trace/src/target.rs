@@ -106,6 +106,16 @@ fn identity(m: &std::fs::Metadata) -> (u32, u32, u64) {
 /// Opens the object `pid` maps as `m`, after checking that its path leads to the very inode
 /// the process mapped; `shown` names it in errors.
 pub fn open_mapped(pid: u32, m: &MappedObject, shown: &str) -> Result<Object, TargetError> {
+    open_mapped_limited(pid, m, shown, None)
+}
+
+/// [`open_mapped`], parsing within `limits` (an object the process chose to map later).
+pub fn open_mapped_limited(
+    pid: u32,
+    m: &MappedObject,
+    shown: &str,
+    limits: Option<&elf::Limits>,
+) -> Result<Object, TargetError> {
     let open_err = |source| TargetError::Open {
         path: shown.to_string(),
         source,
@@ -128,7 +138,7 @@ pub fn open_mapped(pid: u32, m: &MappedObject, shown: &str) -> Result<Object, Ta
         });
     }
     // Reopened through the checked handle: the same inode, whatever the path says by now.
-    open(shown, &fd_path(&handle))
+    open_limited(shown, &fd_path(&handle), limits)
 }
 
 /// Some file systems (btrfs subvolumes, overlayfs on older kernels) report in maps another
@@ -154,6 +164,15 @@ fn file_kind(ft: std::fs::FileType) -> &'static str {
 
 /// Opens and parses `path`, naming it `shown` in every error.
 pub fn open(shown: &str, path: &Path) -> Result<Object, TargetError> {
+    open_limited(shown, path, None)
+}
+
+/// [`open`], parsing within `limits`.
+fn open_limited(
+    shown: &str,
+    path: &Path,
+    limits: Option<&elf::Limits>,
+) -> Result<Object, TargetError> {
     let shown = shown.to_string();
     // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. It has
     // no effect on the regular files we go on to read.
@@ -179,10 +198,11 @@ pub fn open(shown: &str, path: &Path) -> Result<Object, TargetError> {
         });
     }
     // Parsed through the descriptor; the error names the path the user knows.
-    let probes = elf::parse_file(&fd_path(&file)).map_err(|e| TargetError::Parse {
-        path: shown.clone(),
-        source: strip_path(e),
-    })?;
+    let probes =
+        elf::parse_file_limited(&fd_path(&file), limits).map_err(|e| TargetError::Parse {
+            path: shown.clone(),
+            source: strip_path(e),
+        })?;
     use std::os::unix::fs::MetadataExt;
     Ok(Object {
         shown,

@@ -28,7 +28,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use usdt_trace_common::{Hist, StrSet, HIST_COMPONENTS};
+use usdt_trace_common::{Hist, StrSet, HIST_COMPONENTS, STRS_RECORD_SENT};
 
 /// Validated `watch` settings (built by `cli`).
 #[derive(Debug, Clone)]
@@ -470,57 +470,30 @@ fn attach(
     Ok(())
 }
 
-/// The traced files' size and modification time, checked about once a second. A file
-/// overwritten in place (`cp` over it keeps the inode) keeps its uprobes at the old offsets,
-/// which in the new content may be the middle of an instruction: the kernel does this to any
-/// tracer, and the next run of that file can crash. It cannot be undone from here, but it is
-/// said at once, so a crash or a strange span is not a mystery.
-struct ChangeWatch {
-    /// (object index, size, mtime) of the objects with attach points.
-    files: Vec<(usize, u64, i64, i64)>,
-    warned: Vec<bool>,
-    last: Instant,
-}
-
-impl ChangeWatch {
-    fn new(objects: &[Object], plan: &Plan) -> ChangeWatch {
-        use std::os::unix::fs::MetadataExt;
-        let files: Vec<_> = plan
-            .objects
-            .iter()
-            .filter_map(|op| {
-                let m = objects[op.object].file.metadata().ok()?;
-                Some((op.object, m.size(), m.mtime(), m.mtime_nsec()))
-            })
-            .collect();
-        ChangeWatch {
-            warned: vec![false; files.len()],
-            files,
-            last: Instant::now(),
+/// Stops tracing the objects whose content changed ([`crate::changes`]): their uprobes are
+/// detached at once, and their semaphores no longer raised by hand, with a warning each. The
+/// new content is not traced: planning it again while processes may still run the old one
+/// (whose sites no longer match the file) is not safe, so that is left to a new run.
+pub(crate) fn stop_changed(
+    changed: &[crate::changes::Changed],
+    tracer: &mut Tracer,
+    mut raiser: Option<&mut crate::semaphores::Raiser>,
+) {
+    for c in changed {
+        let detach = tracer.detach_object(&c.fd_path.to_string_lossy());
+        if let Some(r) = raiser.as_deref_mut() {
+            r.forget(c.dev, c.inode);
         }
-    }
-
-    fn check(&mut self, objects: &[Object]) {
-        use std::os::unix::fs::MetadataExt;
-        if self.last.elapsed() < Duration::from_secs(1) {
-            return;
-        }
-        self.last = Instant::now();
-        for (i, &(oi, size, mtime, nsec)) in self.files.iter().enumerate() {
-            if self.warned[i] {
-                continue;
+        let sites = match detach {
+            crate::tracer::Detach::Done(n) | crate::tracer::Detach::Background { sites: n, .. } => {
+                n
             }
-            let Ok(m) = objects[oi].file.metadata() else {
-                continue;
-            };
-            if (m.size(), m.mtime(), m.mtime_nsec()) != (size, mtime, nsec) {
-                self.warned[i] = true;
-                eprintln!(
-                    "warning: {} was modified in place while traced: its probes stay at the old offsets, which in the new content may be mid-instruction; processes that run the new file may crash or report bogus spans: stop tracing it",
-                    clean(&objects[oi].shown)
-                );
-            }
-        }
+        };
+        eprintln!(
+            "warning: {} was modified in place while traced: its {sites} probe site{} are detached (they sat at the old offsets, which in the new content may be mid-instruction); the new content is not traced: run watch again to trace it",
+            clean(&c.shown),
+            if sites == 1 { "" } else { "s" }
+        );
     }
 }
 
@@ -766,11 +739,12 @@ impl Reader {
                     }
                     return;
                 }
-                Some(output::Record::Event(r, _)) if r.has_strs != 0 => {
+                // Only a record whose strings went (`STRS_RECORD_SENT`) has any to join.
+                Some(output::Record::Event(r, _)) if r.has_strs == STRS_RECORD_SENT => {
                     held = self.strs.take(&r.hdr);
                     Some(output::Record::Event(r, held.as_deref().map(|h| &h.strs)))
                 }
-                Some(output::Record::Span(r, _)) if r.has_strs != 0 => {
+                Some(output::Record::Span(r, _)) if r.has_strs == STRS_RECORD_SENT => {
                     held = self.strs.take(&r.hdr);
                     Some(output::Record::Span(r, held.as_deref().map(|h| &h.strs)))
                 }
@@ -1019,6 +993,12 @@ fn end_warnings(
             );
         }
     }
+    if summary.strings_lost > 0 {
+        eprintln!(
+            "warning: --str: {} strings records were lost with the ring buffer full; their spans and events are marked \"strs_lost\" (try a larger --ring-kib)",
+            summary.strings_lost
+        );
+    }
     if summary.lost > 0 {
         let ring = summary.lost - out_lost;
         let mut why = Vec::new();
@@ -1090,7 +1070,10 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .transpose()?;
     // The files as parsed: taken before attach, so a change made the moment the readiness line
     // appears is still a change.
-    let mut watched = ChangeWatch::new(&objects, &plan);
+    let mut watched = crate::changes::ChangeWatch::new();
+    for op in &plan.objects {
+        watched.add(&objects[op.object]);
+    }
     let filter_masks = cfg
         .filter
         .as_ref()
@@ -1137,6 +1120,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         tracer.wake_on(l.wake_fds());
         l
     });
+    // A write to a traced file ends the loop's wait at once.
+    tracer.wake_on(watched.wake_fd().into_iter().collect());
     if let Some(c) = child.as_mut() {
         c.release()?;
     }
@@ -1181,7 +1166,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
             last_hist = Instant::now();
             reader.interval(&tracer)?;
         }
-        watched.check(&objects);
+        stop_changed(&watched.take_changed(), &mut tracer, Some(&mut raiser));
         raiser.poll();
         if let Some(l) = late.as_mut() {
             l.poll(&mut reader.plan, &mut tracer, &late_rules);
@@ -1218,7 +1203,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         },
         filtered: c.below_min + c.filter_rejected,
         strings_dropped: c.strs_dropped,
+        strings_lost: c.strs_lost,
         stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
+        frames_unnamed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.unnamed),
         hits: reader.agg.hits,
         by_other: ac.by_other + ac.count_other,
     };

@@ -159,7 +159,8 @@ impl RecordKind {
 pub const CNT_EVENTS: u32 = 0;
 /// Spans closed.
 pub const CNT_SPANS: u32 = 1;
-/// Records the ring buffer had no room for.
+/// Event and span records the ring buffer had no room for (a span's strings record is
+/// counted apart, in `CNT_STRS_LOST`: loss is counted in spans and events, not records).
 pub const CNT_LOST: u32 = 2;
 /// Span starts that never got an end (thread exit, mismatched nesting).
 pub const CNT_UNMATCHED_START: u32 = 3;
@@ -185,8 +186,17 @@ pub const CNT_DEPTH_END: u32 = 11;
 pub const CNT_BELOW_MIN: u32 = 12;
 /// Spans and events that `--filter` rejected.
 pub const CNT_FILTER_REJECT: u32 = 13;
+/// `--str` strings records the ring buffer had no room for: their event or span still goes,
+/// with `has_strs` = [`STRS_RECORD_LOST`].
+pub const CNT_STRS_LOST: u32 = 14;
 /// Number of counters.
-pub const NUM_COUNTERS: u32 = CNT_FILTER_REJECT + 1;
+pub const NUM_COUNTERS: u32 = CNT_STRS_LOST + 1;
+
+/// `EventRecord::has_strs`/`SpanRecord::has_strs`: its strings went just before it.
+pub const STRS_RECORD_SENT: u32 = 1;
+/// `EventRecord::has_strs`/`SpanRecord::has_strs`: it had strings, but the ring buffer had no
+/// room for their record: the outputs mark it rather than show the pointers silently.
+pub const STRS_RECORD_LOST: u32 = 2;
 
 // Flag 1 is unused (it was the PID filter; the kernel scopes links to their process).
 /// `Config::flags`: keep in-kernel histograms and emit no per-span records.
@@ -909,7 +919,8 @@ pub struct RecordHeader {
 #[derive(Clone, Copy)]
 pub struct EventRecord {
     pub hdr: RecordHeader,
-    /// 1 when its strings went just before it, in a [`StrsRecord`].
+    /// [`STRS_RECORD_SENT`] when its strings went just before it, in a [`StrsRecord`];
+    /// [`STRS_RECORD_LOST`] when that record found no room; 0 without strings.
     pub has_strs: u32,
     pub _pad: u32,
     pub args: [u64; MAX_ARGS],
@@ -938,7 +949,8 @@ pub struct SpanRecord {
     pub acct_valid: u32,
     pub waker_pid: u32,
     pub waker_tid: u32,
-    /// 1 when its strings went just before it, in a [`StrsRecord`].
+    /// [`STRS_RECORD_SENT`] when its strings went just before it, in a [`StrsRecord`];
+    /// [`STRS_RECORD_LOST`] when that record found no room; 0 without strings.
     pub has_strs: u32,
     pub longest_off_ns: u64,
     pub waker_comm: [u8; 16],

@@ -228,6 +228,13 @@ pub enum ElfError {
     Relocatable,
     #[error("malformed ELF {what}: {detail}")]
     Malformed { what: &'static str, detail: String },
+    /// Past a [`Limits`] bound: refused from the section headers, before reading that part.
+    #[error("{what} of {size} exceed the {limit} allowed for an object mapped after the start")]
+    TooLarge {
+        what: &'static str,
+        size: Amount,
+        limit: Amount,
+    },
     /// A parse error of a named file.
     #[error("{}: {source}", path.display())]
     InFile {
@@ -247,11 +254,94 @@ impl ElfError {
     }
 }
 
+/// A count of bytes or of section headers, as [`ElfError::TooLarge`] prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Amount {
+    Bytes(u64),
+    Sections(u64),
+}
+
+impl std::fmt::Display for Amount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Amount::Bytes(n) => write!(f, "{n} bytes"),
+            Amount::Sections(n) => write!(f, "{n} sections"),
+        }
+    }
+}
+
+/// What parsing one object may cost at most, for an object a traced process chose to map
+/// (`watch`'s late objects): the work grows with the notes, the section headers and (when an
+/// argument names a symbol) the symbol tables, so each is bounded, and checked from the
+/// section headers before it is read. Objects named on the command line are not bounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of `.note.stapsdt` and `.note.usdt_markers` together.
+    pub note_bytes: u64,
+    /// Section headers.
+    pub sections: u64,
+    /// Bytes of the symbol tables and their string tables.
+    pub symbol_bytes: u64,
+}
+
+impl Limits {
+    /// For late objects. 1 MiB of notes is ~15,000 sites, far more than the room the tracer
+    /// reserves for late sites (1,024), and parses in tens of milliseconds; a 1,000,000-note
+    /// object (60 MB of notes) cost 600 MB and 4 s before it was refused for want of room.
+    pub const LATE: Limits = Limits {
+        note_bytes: 1 << 20,
+        sections: 4096,
+        symbol_bytes: 64 << 20,
+    };
+
+    fn check(&self, what: &'static str, size: Amount, limit: Amount) -> Result<(), ElfError> {
+        let over = match (size, limit) {
+            (Amount::Bytes(a), Amount::Bytes(b)) | (Amount::Sections(a), Amount::Sections(b)) => {
+                a > b
+            }
+            _ => false,
+        };
+        if over {
+            return Err(ElfError::TooLarge { what, size, limit });
+        }
+        Ok(())
+    }
+
+    fn check_sections(&self, n: u64) -> Result<(), ElfError> {
+        self.check(
+            "a section header table",
+            Amount::Sections(n),
+            Amount::Sections(self.sections),
+        )
+    }
+
+    fn check_notes(&self, n: u64) -> Result<(), ElfError> {
+        self.check(
+            "note sections",
+            Amount::Bytes(n),
+            Amount::Bytes(self.note_bytes),
+        )
+    }
+
+    fn check_symbols(&self, n: u64) -> Result<(), ElfError> {
+        self.check(
+            "symbol tables",
+            Amount::Bytes(n),
+            Amount::Bytes(self.symbol_bytes),
+        )
+    }
+}
+
 /// Reads and parses one object. The file is read, not mapped: a mapped file truncated while we
 /// parse it (a library being rewritten, or a hostile target) would kill us with SIGBUS, while a
 /// read sees the bytes that were there, and a short read is a plain error. Reading even a
 /// 20 MB library from the page cache costs a few milliseconds.
 pub fn parse_file(path: &Path) -> Result<ObjectProbes, ElfError> {
+    parse_file_limited(path, None)
+}
+
+/// [`parse_file`], refusing an object past `limits` before reading the part that is too large.
+pub fn parse_file_limited(path: &Path, limits: Option<&Limits>) -> Result<ObjectProbes, ElfError> {
     let io = |source| ElfError::Io {
         path: path.to_path_buf(),
         source,
@@ -274,11 +364,11 @@ pub fn parse_file(path: &Path) -> Result<ObjectProbes, ElfError> {
     };
     if meta.len() < sparse::SPARSE_MIN {
         let bytes = read_all(&file, meta.len()).map_err(io)?;
-        return parse(&bytes).map_err(in_file);
+        return parse_inner(&bytes, true, limits).map_err(in_file);
     }
-    // Large objects: only the parts the parser reads (see `sparse`).
-    let bytes = sparse::read(&file, meta.len()).map_err(io)?;
-    let mut out = parse_inner(&bytes, false).map_err(in_file)?;
+    // Large objects: only the parts the parser reads (see `sparse`), none past `limits`.
+    let bytes = sparse::read(&file, meta.len(), limits).map_err(io)?;
+    let mut out = parse_inner(&bytes, false, limits).map_err(in_file)?;
     sparse::fill_sites(&file, &bytes, &mut out).map_err(io)?;
     Ok(out)
 }
@@ -332,16 +422,20 @@ fn check_ident(data: &[u8]) -> Result<(), ElfError> {
 
 /// Parses an ELF object held in memory.
 pub fn parse(data: &[u8]) -> Result<ObjectProbes, ElfError> {
-    parse_inner(data, true)
+    parse_inner(data, true, None)
 }
 
 /// [`parse`]; `classify`: read the bytes at each site (a [`sparse`] buffer has none there
 /// yet: `sparse::fill_sites` classifies them, without touching a page of it per site).
-fn parse_inner(data: &[u8], classify: bool) -> Result<ObjectProbes, ElfError> {
+fn parse_inner(
+    data: &[u8],
+    classify: bool,
+    limits: Option<&Limits>,
+) -> Result<ObjectProbes, ElfError> {
     check_ident(data)?;
     match data[4] {
-        elf::ELFCLASS32 => parse_class::<elf::FileHeader32<Endianness>>(data, classify),
-        elf::ELFCLASS64 => parse_class::<elf::FileHeader64<Endianness>>(data, classify),
+        elf::ELFCLASS32 => parse_class::<elf::FileHeader32<Endianness>>(data, classify, limits),
+        elf::ELFCLASS64 => parse_class::<elf::FileHeader64<Endianness>>(data, classify, limits),
         class => Err(ElfError::BadClass { class }),
     }
 }
@@ -399,6 +493,7 @@ pub(super) fn linked_header<Elf: FileHeader<Endian = Endianness>>(
 fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     data: &[u8],
     classify: bool,
+    limits: Option<&Limits>,
 ) -> Result<ObjectProbes, ElfError> {
     let header_len = std::mem::size_of::<Elf>();
     if data.len() < header_len {
@@ -418,6 +513,9 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     let sections = header
         .sections(endian, data)
         .map_err(malformed("section header table"))?;
+    if let Some(l) = limits {
+        l.check_sections(sections.len() as u64)?;
+    }
     if sections.is_empty() {
         warnings.push(ElfWarning::NoSectionHeaders);
         out.warnings = warnings.finish();
@@ -434,10 +532,23 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     let mut markers: Vec<&[u8]> = Vec::new();
     let mut stapsdt_base: Option<u64> = None;
     let names = SectionNames::new(header, endian, data, sections.iter().as_slice());
+    // What the notes and symbol tables the headers describe would cost to read, for `limits`.
+    let (mut note_bytes, mut symbol_bytes) = (0u64, 0u64);
     for shdr in sections.iter() {
+        if matches!(shdr.sh_type(endian), elf::SHT_SYMTAB | elf::SHT_DYNSYM) {
+            let strtab = sections
+                .section(object::SectionIndex(shdr.sh_link(endian) as usize))
+                .map_or(0, |t| t.sh_size(endian).into());
+            symbol_bytes = symbol_bytes
+                .saturating_add(shdr.sh_size(endian).into())
+                .saturating_add(strtab);
+        }
         let Some(name) = names.get(shdr) else {
             continue;
         };
+        if name == STAPSDT_SECTION.as_bytes() || name == MARKERS_SECTION.as_bytes() {
+            note_bytes = note_bytes.saturating_add(shdr.sh_size(endian).into());
+        }
         let list = match name {
             n if n == STAPSDT_SECTION.as_bytes() => &mut stapsdt,
             n if n == MARKERS_SECTION.as_bytes() => &mut markers,
@@ -464,6 +575,10 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
         }
     }
 
+    // Before any note is walked: the work and the memory grow with them.
+    if let Some(l) = limits {
+        l.check_notes(note_bytes)?;
+    }
     let estimate = stapsdt.iter().map(|s| s.len() / 64).sum::<usize>();
     out.sites.reserve(estimate);
     let mut symbol_args: Vec<SymbolArg> = Vec::new();
@@ -633,6 +748,9 @@ fn parse_class<Elf: FileHeader<Endian = Endianness>>(
     }
 
     let exec = header.e_type(endian) == elf::ET_EXEC;
+    if let (Some(l), false) = (limits, symbol_args.is_empty()) {
+        l.check_symbols(symbol_bytes)?;
+    }
     let mut resolver = symbols::Resolver::new(
         &sections,
         endian,

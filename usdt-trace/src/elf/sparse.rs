@@ -55,7 +55,8 @@ fn fill(file: &File, buf: &mut [u8], off: u64, n: u64) -> io::Result<()> {
 
 /// A buffer of `len` bytes holding what [`super::parse`] reads of `file`, except the bytes
 /// at the sites ([`fill_sites`] adds those once the sites are known).
-pub(super) fn read(file: &File, len: u64) -> io::Result<Vec<u8>> {
+/// Nothing past `limits` is read: the parser refuses the object from the headers alone.
+pub(super) fn read(file: &File, len: u64, limits: Option<&super::Limits>) -> io::Result<Vec<u8>> {
     let size = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
     let mut buf = vec![0u8; size];
     fill(file, &mut buf, 0, 4096)?;
@@ -64,14 +65,18 @@ pub(super) fn read(file: &File, len: u64) -> io::Result<Vec<u8>> {
         return Ok(buf);
     }
     match buf[4] {
-        elf::ELFCLASS32 => read_class::<elf::FileHeader32<Endianness>>(file, &mut buf)?,
-        elf::ELFCLASS64 => read_class::<elf::FileHeader64<Endianness>>(file, &mut buf)?,
+        elf::ELFCLASS32 => read_class::<elf::FileHeader32<Endianness>>(file, &mut buf, limits)?,
+        elf::ELFCLASS64 => read_class::<elf::FileHeader64<Endianness>>(file, &mut buf, limits)?,
         _ => {}
     }
     Ok(buf)
 }
 
-fn read_class<Elf: FileHeader<Endian = Endianness>>(file: &File, buf: &mut [u8]) -> io::Result<()> {
+fn read_class<Elf: FileHeader<Endian = Endianness>>(
+    file: &File,
+    buf: &mut [u8],
+    limits: Option<&super::Limits>,
+) -> io::Result<()> {
     // Anything the header does not describe well is left to the parser to report.
     let (phoff, phsize, shoff, shentsize, shnum) = {
         let Ok(h) = Elf::parse(&buf[..]) else {
@@ -96,6 +101,9 @@ fn read_class<Elf: FileHeader<Endian = Endianness>>(file: &File, buf: &mut [u8])
         let e = h.endian().map_err(|_| io::ErrorKind::InvalidData)?;
         h.shnum(e, &buf[..]).map(|n| n as u64).unwrap_or(shnum)
     };
+    if limits.is_some_and(|l| count > l.sections) {
+        return Ok(());
+    }
     fill(file, buf, shoff, shentsize.saturating_mul(count))?;
     // The section names, then the sections the parser reads.
     let mut wanted: Vec<(u64, u64)> = Vec::new();
@@ -151,6 +159,10 @@ fn read_class<Elf: FileHeader<Endian = Endianness>>(file: &File, buf: &mut [u8])
                 .chain(strtab.map(|t| (t.sh_offset(e).into(), t.sh_size(e).into())))
         })
         .collect();
+    let sum = |parts: &[(u64, u64)]| parts.iter().fold(0u64, |a, p| a.saturating_add(p.1));
+    if limits.is_some_and(|l| sum(&notes) > l.note_bytes) {
+        return Ok(());
+    }
     for &(off, n) in &notes {
         fill(file, buf, off, n)?;
     }
@@ -162,7 +174,7 @@ fn read_class<Elf: FileHeader<Endian = Endianness>>(file: &File, buf: &mut [u8])
             .min(buf.len());
         may_name_symbol(&buf[start..end])
     });
-    if names_symbol {
+    if names_symbol && limits.is_none_or(|l| sum(&symtabs) <= l.symbol_bytes) {
         for &(off, n) in &symtabs {
             fill(file, buf, off, n)?;
         }

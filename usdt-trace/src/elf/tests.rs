@@ -1075,3 +1075,46 @@ fn large_files_read_sparsely_parse_as_read_whole() {
         }
     ));
 }
+
+/// `Limits`: each bound refuses the object from its section headers, naming what and how much;
+/// within them it parses as it would unbounded.
+#[test]
+fn limits_refuse_notes_sections_and_symbols_past_them() {
+    let s = Synth::x64();
+    let notes: Vec<Vec<u8>> = (0..4)
+        .map(|i| s.note(TEXT + i, 0, "p", &format!("n{i}"), "8@sym(%rip)"))
+        .collect();
+    let note_bytes: usize = notes.iter().map(|n| n.len()).sum();
+    let bytes = s
+        .notes(&notes)
+        .with_symbols(elf::SHT_SYMTAB, &[("sym", DATA, 3)])
+        .build();
+    let wide = Limits {
+        note_bytes: note_bytes as u64,
+        sections: 64,
+        symbol_bytes: 1 << 20,
+    };
+    let within = parse_inner(&bytes, true, Some(&wide)).unwrap();
+    assert_eq!(within.sites.len(), 4);
+    let refused = |l: Limits| parse_inner(&bytes, true, Some(&l)).unwrap_err().to_string();
+    assert_eq!(
+        refused(Limits {
+            note_bytes: note_bytes as u64 - 1,
+            ..wide
+        }),
+        format!(
+            "note sections of {note_bytes} bytes exceed the {} bytes allowed for an object mapped after the start",
+            note_bytes - 1
+        )
+    );
+    assert!(refused(Limits {
+        sections: 2,
+        ..wide
+    })
+    .starts_with("a section header table of "));
+    assert!(refused(Limits {
+        symbol_bytes: 8,
+        ..wide
+    })
+    .starts_with("symbol tables of "));
+}

@@ -55,12 +55,14 @@ fn push_i64(out: &mut Vec<u8>, v: i64) {
 }
 
 /// What a record's strings need said beside its arguments: which were cut at `--str-max`,
-/// which had bytes that are not UTF-8 (escaped `\\xNN`), and whether any was read late.
+/// which had bytes that are not UTF-8 (escaped `\\xNN`), whether any was read late, and
+/// whether the record's strings were lost (its string arguments then show their pointers).
 #[derive(Default)]
 struct StrNotes {
     truncated: Vec<String>,
     escaped: Vec<String>,
     late: bool,
+    lost: bool,
 }
 
 impl StrNotes {
@@ -82,6 +84,9 @@ impl StrNotes {
         }
         if self.late {
             out.extend_from_slice(b",\"str_read_late\":true");
+        }
+        if self.lost {
+            out.extend_from_slice(b",\"strs_lost\":true");
         }
     }
 }
@@ -150,7 +155,10 @@ pub fn event_json(out: &mut Vec<u8>, site: &SiteInfo, r: &EventRecord, strs: Opt
     out.extend_from_slice(b",\"ts_ns\":");
     push_u64(out, r.hdr.ts_ns);
     out.extend_from_slice(b",\"args\":");
-    let mut notes = StrNotes::default();
+    let mut notes = StrNotes {
+        lost: super::strs_lost(r.has_strs, strs),
+        ..StrNotes::default()
+    };
     json_args(out, site, &r.args, strs, "arg", &mut notes);
     notes.write(out);
     out.extend_from_slice(b"}\n");
@@ -221,7 +229,10 @@ pub fn span_json(
         }
     }
     out.extend_from_slice(b",\"args\":");
-    let mut notes = StrNotes::default();
+    let mut notes = StrNotes {
+        lost: super::strs_lost(r.has_strs, strs),
+        ..StrNotes::default()
+    };
     json_args(out, start, &r.args, strs, "arg", &mut notes);
     out.extend_from_slice(b",\"end_args\":");
     json_args(out, end, &r.end_args, strs, "end_arg", &mut notes);
@@ -294,9 +305,11 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
     // Likewise only with --stack (when some stack is missing), --count and --by.
     for (name, v) in [
         ("stacks_failed", s.stacks_failed),
+        ("frames_unnamed", s.frames_unnamed),
         ("hits", s.hits),
         ("by_other", s.by_other),
         ("strings_dropped", s.strings_dropped),
+        ("strings_lost", s.strings_lost),
     ] {
         if v > 0 {
             out.pop();
@@ -494,6 +507,28 @@ mod golden {
             "{text}"
         );
         assert!(text.contains("(started on tid 99)"), "{text}");
+    }
+
+    #[test]
+    fn a_span_whose_strings_record_was_lost_shows_pointers_and_says_so() {
+        let u = ArgFmt::Unsigned;
+        let start = info("request__start", &[u, u], &[(0, 0)]);
+        let end = info("request__end", &[u], &[]);
+        let mut r = span(0, 101);
+        r.args[0] = 0x7f00_0000_1000;
+        r.has_strs = usdt_trace_common::STRS_RECORD_LOST;
+        let json = line(|o| span_json(o, &pair(), &start, &end, &r, None, None));
+        assert!(
+            json.contains(r#""args":[139637976731648,"#)
+                && json.ends_with(",\"strs_lost\":true}\n"),
+            "{json}"
+        );
+        let text = crate::output::text::span_text(&pair(), &start, &end, &r, None, 0);
+        assert!(text.contains("[strings lost: ring buffer full]"), "{text}");
+        // A span without strings says nothing of them.
+        r.has_strs = 0;
+        let json = line(|o| span_json(o, &pair(), &start, &end, &r, None, None));
+        assert!(!json.contains("strs_lost"), "{json}");
     }
 
     #[test]

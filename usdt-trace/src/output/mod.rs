@@ -138,6 +138,13 @@ pub fn arg_value<'a>(
     }
 }
 
+/// Whether a record that says it has strings (`has_strs`, as the kernel set it) comes
+/// without them: their record was lost in the kernel ([`usdt_trace_common::STRS_RECORD_LOST`])
+/// or never joined it. Its string arguments then show their pointers, and the outputs say so.
+pub fn strs_lost(has_strs: u32, strs: Option<&StrSet>) -> bool {
+    has_strs != 0 && strs.is_none()
+}
+
 /// Strings for tests: per slot, its bytes and `STRS_*` state.
 #[cfg(test)]
 pub(crate) fn test_strs(slots: &[(usize, &[u8], u8)]) -> Box<StrSet> {
@@ -254,6 +261,9 @@ pub struct Summary {
     pub filtered: u64,
     /// `--stack`: spans whose stack could not be read (the walk failed or its record was lost).
     pub stacks_failed: u64,
+    /// `--stack`: frames printed by address alone because their file could not be read safely
+    /// (the mapping gone, not a regular file, too large).
+    pub frames_unnamed: u64,
     /// `--count`: probe hits counted in the kernel (nothing else is reported per hit).
     pub hits: u64,
     /// `--by`: spans and hits whose key found no room (`--max-keys`), counted as "other".
@@ -261,6 +271,10 @@ pub struct Summary {
     /// `--str`: spans recorded without their start strings, which the kernel could not keep
     /// until the end (the string map full, or out of memory at that moment).
     pub strings_dropped: u64,
+    /// `--str`: strings records the ring buffer had no room for. Their spans and events are
+    /// counted in `spans`/`events` and printed (marked) when their own record fit: `lost`
+    /// counts spans and events, never these.
+    pub strings_lost: u64,
 }
 
 /// Span starts dropped because a kernel-side limit was reached (their ends are dropped with

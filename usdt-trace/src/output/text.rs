@@ -107,9 +107,15 @@ pub fn event_text(site: &SiteInfo, r: &EventRecord, strs: Option<&StrSet>, t0: u
         "-",
     );
     text_args(&mut s, site, &r.args, strs);
+    if super::strs_lost(r.has_strs, strs) {
+        s.push_str(STRS_LOST_NOTE);
+    }
     s.push('\n');
     s
 }
+
+/// After a record whose strings were lost (its string arguments show their pointers).
+const STRS_LOST_NOTE: &str = "  [strings lost: ring buffer full]";
 
 /// One text line for a span: duration, arguments, and where the time went.
 pub fn span_text(
@@ -138,6 +144,9 @@ pub fn span_text(
     } else if !end.args.is_empty() {
         s.push_str(" -> ");
         text_args(&mut s, end, &r.end_args, strs);
+    }
+    if super::strs_lost(r.has_strs, strs) {
+        s.push_str(STRS_LOST_NOTE);
     }
     if r.acct_valid != 0 && dur > 0 {
         let a = &r.acct;
@@ -208,11 +217,20 @@ pub fn summary_text(s: &Summary) -> String {
     if s.stacks_failed > 0 {
         filtered.push_str(&format!(", {} stacks not read", s.stacks_failed));
     }
+    if s.frames_unnamed > 0 {
+        filtered.push_str(&format!(
+            ", {} stack frames unnamed (their file could not be read safely)",
+            s.frames_unnamed
+        ));
+    }
     if s.strings_dropped > 0 {
         filtered.push_str(&format!(
             ", {} spans without their start strings (not kept)",
             s.strings_dropped
         ));
+    }
+    if s.strings_lost > 0 {
+        filtered.push_str(&format!(", {} strings records lost", s.strings_lost));
     }
     format!(
         "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends{hits}{dropped}{filtered}{other} in {:.1}s\n",

@@ -31,6 +31,7 @@ use aya::{
 };
 use std::{
     os::fd::{AsFd, AsRawFd, OwnedFd},
+    rc::Rc,
     time::Duration,
 };
 use thiserror::Error;
@@ -157,6 +158,8 @@ pub struct Counters {
     pub unmatched_end: u64,
     /// Span starts whose `--str` strings could not be kept until their end.
     pub strs_dropped: u64,
+    /// `--str` strings records the ring buffer had no room for.
+    pub strs_lost: u64,
     /// Span starts dropped because THREADS (`--max-threads`) was full, and their ends.
     pub threads_full: u64,
     pub threads_full_ends: u64,
@@ -253,8 +256,13 @@ pub struct Tracer {
     ref_ctr_shift: Option<u32>,
     /// perf event and link fds (per-site attachments); dropping them detaches.
     fds: Vec<OwnedFd>,
+    /// The `path` each of `fds` was attached through (one entry per fd), so that one object's
+    /// can be detached alone ([`Tracer::detach_object`]).
+    fd_paths: Vec<Rc<str>>,
     /// uprobe_multi links, one per object and process; dropping them detaches.
     multi_links: Vec<OwnedFd>,
+    /// The path and number of sites of each of `multi_links`.
+    multi_paths: Vec<(Rc<str>, usize)>,
     /// The program loaded for uprobe_multi links (multi path).
     multi_prog: Option<OwnedFd>,
     /// The same program loaded by aya for perf-event links (perf path).
@@ -458,6 +466,8 @@ impl Tracer {
             ref_ctr_shift: features.ref_ctr_shift,
             fds: Vec::new(),
             multi_links: Vec::new(),
+            fd_paths: Vec::new(),
+            multi_paths: Vec::new(),
             multi_prog,
             prog_fd: None,
             sites: 0,
@@ -570,9 +580,9 @@ impl Tracer {
     }
 
     /// Also end [`Tracer::poll`]'s wait when one of `fds` becomes readable (the caller keeps
-    /// them open for as long as this tracer polls).
+    /// them open for as long as this tracer polls); added to those given before.
     pub fn wake_on(&mut self, fds: Vec<i32>) {
-        self.wake_fds = fds;
+        self.wake_fds.extend(fds);
     }
 
     /// Span names the histograms have room for.
@@ -593,6 +603,7 @@ impl Tracer {
         if points.is_empty() {
             return Ok(());
         }
+        let owner: Rc<str> = Rc::from(path);
         match self.path {
             AttachPath::Multi => {
                 let prog = self
@@ -617,6 +628,7 @@ impl Tracer {
                                 msg: multi_error(&e, chunk),
                             })?;
                     self.multi_links.push(link);
+                    self.multi_paths.push((owner.clone(), chunk.len()));
                     self.sites += chunk.len();
                 }
             }
@@ -625,6 +637,8 @@ impl Tracer {
                 check_perf_sites(self.sites + points.len())?;
                 for p in points {
                     self.attach_site(path, *p, pid)?;
+                    self.fd_paths.push(owner.clone());
+                    self.fd_paths.push(owner.clone());
                 }
             }
         }
@@ -706,8 +720,47 @@ impl Tracer {
         }
         // A uprobe_multi link detaches all its sites behind one grace period.
         self.multi_links.clear();
+        self.multi_paths.clear();
+        self.fd_paths.clear();
         let fds = std::mem::take(&mut self.fds);
         let sites = std::mem::take(&mut self.sites);
+        Self::drop_links(fds, sites)
+    }
+
+    /// Detaches every site attached through `path` (one object, for every process), and only
+    /// those; the rest keep recording. As [`Tracer::detach_all`], many perf-event sites are
+    /// handed to a helper process so that the caller does not wait.
+    pub fn detach_object(&mut self, path: &str) -> Detach {
+        let mut sites = 0;
+        let links = std::mem::take(&mut self.multi_links);
+        for (link, (p, n)) in links.into_iter().zip(std::mem::take(&mut self.multi_paths)) {
+            if &*p == path {
+                // A uprobe_multi link detaches all its sites behind one grace period.
+                drop(link);
+                sites += n;
+            } else {
+                self.multi_links.push(link);
+                self.multi_paths.push((p, n));
+            }
+        }
+        let mut gone = Vec::new();
+        let fds = std::mem::take(&mut self.fds);
+        for (fd, p) in fds.into_iter().zip(std::mem::take(&mut self.fd_paths)) {
+            if &*p == path {
+                gone.push(fd);
+            } else {
+                self.fds.push(fd);
+                self.fd_paths.push(p);
+            }
+        }
+        sites += gone.len() / 2;
+        self.sites = self.sites.saturating_sub(sites);
+        Self::drop_links(gone, sites)
+    }
+
+    /// Closes perf-event attachments `fds` (`sites` sites in all): here when few, else in a
+    /// helper process (see [`Tracer::detach_all`]).
+    fn drop_links(fds: Vec<OwnedFd>, sites: usize) -> Detach {
         if fds.len() / 2 <= INLINE_DETACH {
             drop(fds);
             return Detach::Done(sites);
@@ -787,6 +840,7 @@ impl Tracer {
             unmatched_start: v[CNT_UNMATCHED_START as usize],
             unmatched_end: v[CNT_UNMATCHED_END as usize],
             strs_dropped: v[CNT_STRS_DROPPED as usize],
+            strs_lost: v[CNT_STRS_LOST as usize],
             threads_full: v[CNT_THREADS_FULL as usize],
             threads_full_ends: v[CNT_THREADS_FULL_END as usize],
             id_full: v[CNT_ID_FULL as usize],
