@@ -271,12 +271,17 @@ fn hist_merge(into: &mut Hist, h: &Hist) {
 use crate::output::hist::delta_one as hist_delta;
 
 /// The kernel's `--by` histograms at one moment, cumulative: per key, and per span name the
-/// "other" histogram of spans whose key found no room.
+/// "other" histogram of spans whose key found no room (the map full), and the "unkeyed" one
+/// of spans whose key could not be kept though the map had room (no kernel memory at hand).
 #[derive(Clone, Default)]
 pub struct ByHists {
     pub keys: HashMap<ByKey, Hist>,
     pub other: Vec<Hist>,
+    pub unkeyed: Vec<Hist>,
 }
+
+/// Row label of spans (hits) whose key found no room in a map that was not full.
+const UNKEYED_LABEL: &str = "unkeyed (no kernel memory)";
 
 impl ByHists {
     /// What this snapshot adds to `before`.
@@ -295,15 +300,22 @@ impl ByHists {
                 .enumerate()
                 .map(|(i, h)| hist_delta(h, before.other.get(i).unwrap_or(&zero)))
                 .collect(),
+            unkeyed: self
+                .unkeyed
+                .iter()
+                .enumerate()
+                .map(|(i, h)| hist_delta(h, before.unkeyed.get(i).unwrap_or(&zero)))
+                .collect(),
         }
     }
 }
 
-/// One span name's rows: keys by count (largest first), then "other".
+/// One span name's rows: keys by count (largest first), then "other" and "unkeyed".
 pub struct KeyTable<T> {
     pub pair: usize,
     pub rows: Vec<(KeyVal, T)>,
     pub other: T,
+    pub unkeyed: T,
 }
 
 /// Groups a snapshot into one table per span name, keys merged by their printed value.
@@ -325,12 +337,18 @@ pub fn by_tables(plan: &Plan, kp: &KeyPlan, h: &ByHists) -> Vec<KeyTable<Hist>> 
         .filter(|(pair, _)| kp.by.kind != ByKind::Str || has_str(*pair))
         .filter_map(|(pair, m)| {
             let other = h.other.get(pair).copied().unwrap_or_default();
-            if m.is_empty() && other.count == 0 {
+            let unkeyed = h.unkeyed.get(pair).copied().unwrap_or_default();
+            if m.is_empty() && other.count == 0 && unkeyed.count == 0 {
                 return None;
             }
             let mut rows: Vec<(KeyVal, Hist)> = m.into_iter().collect();
             rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(&b.0)));
-            Some(KeyTable { pair, rows, other })
+            Some(KeyTable {
+                pair,
+                rows,
+                other,
+                unkeyed,
+            })
         })
         .collect()
 }
@@ -394,6 +412,9 @@ pub fn by_text(plan: &Plan, kp: &KeyPlan, tables: &[KeyTable<Hist>], max_keys: u
             let label = format!("other (beyond --max-keys {max_keys})");
             hist_stats_text(&mut s, &label, &t.other);
         }
+        if t.unkeyed.count > 0 {
+            hist_stats_text(&mut s, UNKEYED_LABEL, &t.unkeyed);
+        }
         s.push('\n');
     }
     s
@@ -410,7 +431,8 @@ fn hist_stats_json(out: &mut Vec<u8>, h: &Hist) {
 }
 
 /// `--hist --by` in JSON: one `{"type":"hist_by",...}` line per key, and one with
-/// `"other":true` (and `"key":null`) per span name that had keys beyond the map.
+/// `"other":true` (and `"key":null`) per span name that had keys beyond the map, and one with
+/// `"unkeyed":true` per span name whose keys the kernel could not keep for want of memory.
 pub fn by_json(
     out: &mut Vec<u8>,
     plan: &Plan,
@@ -444,6 +466,12 @@ pub fn by_json(
             hist_stats_json(out, &t.other);
             out.extend_from_slice(b"}\n");
         }
+        if t.unkeyed.count > 0 {
+            head(out);
+            out.extend_from_slice(b",\"key\":null,\"unkeyed\":true");
+            hist_stats_json(out, &t.unkeyed);
+            out.extend_from_slice(b"}\n");
+        }
     }
 }
 
@@ -454,8 +482,10 @@ pub struct Counts {
     pub sites: Vec<u64>,
     /// Per (site, key), with `--by`.
     pub keys: HashMap<ByKey, u64>,
-    /// Per site: hits whose key found no room.
+    /// Per site: hits whose key found no room (the map full).
     pub other: Vec<u64>,
+    /// Per site: hits whose key could not be kept though the map had room.
+    pub unkeyed: Vec<u64>,
 }
 
 impl Counts {
@@ -480,6 +510,7 @@ impl Counts {
                 .filter(|(_, c)| *c > 0)
                 .collect(),
             other: sub(&self.other, &before.other),
+            unkeyed: sub(&self.unkeyed, &before.unkeyed),
         }
     }
 }
@@ -491,6 +522,7 @@ pub struct ProbeCount {
     pub count: u64,
     pub keys: Vec<(KeyVal, u64)>,
     pub other: u64,
+    pub unkeyed: u64,
 }
 
 /// Per probe, largest count first; probes that never fired are left out.
@@ -512,6 +544,7 @@ pub fn count_table(plan: &Plan, kp: Option<&KeyPlan>, c: &Counts) -> Vec<ProbeCo
                         count: 0,
                         keys: Vec::new(),
                         other: 0,
+                        unkeyed: 0,
                     });
                     keys.push(HashMap::new());
                     rows.len() - 1
@@ -522,6 +555,7 @@ pub fn count_table(plan: &Plan, kp: Option<&KeyPlan>, c: &Counts) -> Vec<ProbeCo
         if let Some(r) = row_of(site, &mut rows, &mut keys) {
             rows[r].count += n;
             rows[r].other += c.other.get(site).copied().unwrap_or(0);
+            rows[r].unkeyed += c.unkeyed.get(site).copied().unwrap_or(0);
         }
     }
     if let Some(kp) = kp {
@@ -565,6 +599,9 @@ pub fn count_text(rows: &[ProbeCount], kp: Option<&KeyPlan>, max_keys: u32) -> S
                 let label = format!("other (beyond --max-keys {max_keys})");
                 let _ = writeln!(s, "  {label:<46} {:>12}", r.other);
             }
+            if r.unkeyed > 0 {
+                let _ = writeln!(s, "  {UNKEYED_LABEL:<46} {:>12}", r.unkeyed);
+            }
         }
     }
     s.push('\n');
@@ -572,7 +609,8 @@ pub fn count_text(rows: &[ProbeCount], kp: Option<&KeyPlan>, max_keys: u32) -> S
 }
 
 /// `--count` in JSON: `{"type":"count",...}` per probe, and with `--by` one per key (plus
-/// `"other":true` with `"key":null` for hits beyond the map).
+/// `"other":true` with `"key":null` for hits beyond the map, and `"unkeyed":true` for hits
+/// whose key the kernel could not keep).
 pub fn count_json(out: &mut Vec<u8>, rows: &[ProbeCount], kp: Option<&KeyPlan>, block: Block) {
     for r in rows {
         let head = |out: &mut Vec<u8>| {
@@ -603,6 +641,16 @@ pub fn count_json(out: &mut Vec<u8>, rows: &[ProbeCount], kp: Option<&KeyPlan>, 
                 Vec8(out),
                 ",\"key\":null,\"other\":true,\"count\":{}}}",
                 r.other
+            );
+        }
+        if r.unkeyed > 0 {
+            head(out);
+            out.extend_from_slice(b",\"by\":");
+            json_str(out, kp.by.text.as_bytes());
+            let _ = writeln!(
+                Vec8(out),
+                ",\"key\":null,\"unkeyed\":true,\"count\":{}}}",
+                r.unkeyed
             );
         }
     }
@@ -951,16 +999,19 @@ mod tests {
             sites: vec![5, 1],
             keys: [(key(0, 3), 5)].into(),
             other: vec![0, 0],
+            unkeyed: vec![0, 0],
         };
         let c1 = Counts {
             sites: vec![9, 1],
             keys: [(key(0, 3), 9)].into(),
             other: vec![2, 0],
+            unkeyed: vec![1, 0],
         };
         let d = c1.since(&c0);
         assert_eq!(d.sites, [4, 0]);
         assert_eq!(d.keys[&key(0, 3)], 4);
         assert_eq!(d.other, [2, 0]);
+        assert_eq!(d.unkeyed, [1, 0]);
     }
 
     #[test]
@@ -997,6 +1048,7 @@ mod tests {
             sites: vec![2, 2, 3, 4],
             keys: [(key(2, 0), 3), (key(3, 0), 4), (key(0, 9), 2)].into(),
             other: vec![0, 0, 0, 0],
+            unkeyed: vec![0, 0, 0, 0],
         };
         let rows = count_table(&p, Some(&kp), &c);
         let names: Vec<(&str, u64)> = rows.iter().map(|r| (r.name.as_str(), r.count)).collect();
@@ -1030,6 +1082,7 @@ mod tests {
             sites: vec![3, 0, 0],
             keys: [(k, 2)].into(),
             other: vec![1, 0, 0],
+            unkeyed: vec![0, 0, 0],
         };
         let mut out = Vec::new();
         count_json(&mut out, &count_table(&p, Some(&kp), &c), Some(&kp), None);

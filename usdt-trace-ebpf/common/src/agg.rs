@@ -97,11 +97,28 @@ impl NumKey {
 }
 
 /// `AGG_COUNTERS` indices.
-/// Spans counted in a span name's "other" histogram because `BY_HISTS` was full.
+/// Spans counted in a span name's "other" histogram because `BY_HISTS` was full (the insert
+/// said E2BIG: the only answer that means full).
 pub const AGG_CNT_BY_OTHER: u32 = 0;
 /// Hits counted in a site's "other" count because `BY_COUNTS` was full.
 pub const AGG_CNT_COUNT_OTHER: u32 = 1;
-pub const AGG_COUNTERS: u32 = 2;
+/// Keys of `--hist --by` the kernel could not insert for want of memory at hand (ENOMEM: a
+/// per-CPU value comes from a per-CPU cache that is refilled asynchronously, and runs dry when
+/// several new keys arrive on one CPU at once), put in the reserve map instead.
+pub const AGG_CNT_BY_SPILLED: u32 = 2;
+/// Keys of `--count --by` likewise put in the reserve count map.
+pub const AGG_CNT_COUNT_SPILLED: u32 = 3;
+/// Spans whose key found room in neither map for a reason other than a full map (the reserve
+/// was full too): counted in their name's "unkeyed" histogram, never in "other".
+pub const AGG_CNT_BY_UNKEYED: u32 = 4;
+/// Hits likewise counted in their site's "unkeyed" count.
+pub const AGG_CNT_COUNT_UNKEYED: u32 = 5;
+pub const AGG_COUNTERS: u32 = 6;
+
+/// Entries of the reserve maps (`BY_HISTS_SPILL` and the like), which are preallocated so an
+/// insert never needs memory: the keys whose first insert into the main map failed for want of
+/// memory. Small, as each entry holds a 4 KB histogram per CPU.
+pub const SPILL_KEYS: u32 = 32;
 
 /// Default `--max-keys`.
 pub const DEFAULT_MAX_KEYS: u32 = 1024;

@@ -296,6 +296,7 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
         ("stacks_failed", s.stacks_failed),
         ("hits", s.hits),
         ("by_other", s.by_other),
+        ("by_unkeyed", s.by_unkeyed),
         ("strings_dropped", s.strings_dropped),
     ] {
         if v > 0 {
@@ -601,5 +602,12 @@ mod golden {
         assert!(
             line(|o| summary_json(o, &s)).ends_with(",\"by_other\":12,\"strings_dropped\":13}\n")
         );
+        // --by: keys the kernel could not keep for want of memory, only when there are.
+        let s = Summary {
+            by_unkeyed: 14,
+            ..s
+        };
+        assert!(line(|o| summary_json(o, &s))
+            .ends_with(",\"by_other\":12,\"by_unkeyed\":14,\"strings_dropped\":13}\n"));
     }
 }
