@@ -215,6 +215,73 @@ fn by_keys_within_max_keys_are_never_other_with_tracers_side_by_side() {
     }
 }
 
+/// `--by str0` rows of agg_strs (see the program) under `args`, for spans (`--hist`, the
+/// start's kept string) and for hits (`--count`, read at the hit): key, count, and whether
+/// it says it was cut and escaped.
+fn string_rows(args: &[&str]) -> [Vec<(String, u64, bool, bool)>; 2] {
+    let bin = build_c("agg_strs", &["-O2"]);
+    let b = bin.to_str().unwrap();
+    let row = |r: &Value| {
+        (
+            r["key"].as_str().unwrap().to_string(),
+            r["count"].as_u64().unwrap(),
+            r["key_truncated"] == true,
+            r["key_escaped"] == true,
+        )
+    };
+    let run = |mode: &[&str], kind: &str| {
+        let mut a: Vec<&str> = mode.to_vec();
+        a.extend(args);
+        a.extend(["--by", "str0", "-c", b, b]);
+        if kind == "count" {
+            a.push("ls:q");
+        }
+        let out = watch::Watch::start(&a).finish();
+        assert!(out.status.success(), "{}", out.stderr);
+        let mut rows: Vec<_> = out
+            .of_type(kind)
+            .filter(|r| r.get("key").is_some())
+            .map(row)
+            .collect();
+        rows.sort();
+        rows
+    };
+    [
+        run(&["--hist", "--str", "q__start:1"], "hist_by"),
+        run(&["--count", "--str", "q:0"], "count"),
+    ]
+}
+
+#[test]
+#[ignore = "needs root"]
+fn string_keys_differing_after_byte_255_are_rows_of_their_own() {
+    let s = "S".repeat(256);
+    let d = "D".repeat(255);
+    let want = vec![
+        (format!("{d}éx"), 2, false, false),
+        (format!("{s}-alpha"), 7, false, false),
+        (format!("{s}-beta"), 3, false, false),
+    ];
+    for rows in string_rows(&["--str-max", "1024"]) {
+        assert_eq!(rows, want);
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn string_keys_cut_at_str_max_say_so_and_keep_their_bytes() {
+    // 256 bytes (the default --str-max): alpha and beta share their first 256, so they share
+    // a row, which says it was cut; delta's cut splits "é", whose first byte is kept as \xc3
+    // (never U+FFFD).
+    let want = vec![
+        (format!("{}\\xc3", "D".repeat(255)), 2, true, true),
+        ("S".repeat(256), 10, true, false),
+    ];
+    for rows in string_rows(&[]) {
+        assert_eq!(rows, want);
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn count_counts_hits_per_probe_and_key_in_the_kernel() {

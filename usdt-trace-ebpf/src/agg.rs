@@ -24,7 +24,8 @@ use usdt_trace_common::{
         BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_STR_LEN, BY_TID, CFG_AGG_ARGS, CFG_AGG_BY,
         SPILL_KEYS,
     },
-    Frame, Hist, IdKey, CFG_FILTER, CFG_STOPPED, MAX_ARGS, STRS_CUT, STRS_OK, STR_NONE,
+    Frame, Hist, IdKey, CFG_FILTER, CFG_STOPPED, MAX_ARGS, STRS_CUT, STRS_OK, STR_MAX_CAP,
+    STR_NONE,
 };
 
 use crate::{
@@ -113,7 +114,7 @@ pub static BY_COUNT_OTHER: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0
 pub static BY_COUNT_UNKEYED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 pub static AGG_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(AGG_COUNTERS, 0);
-/// Where a key is built: a ByKey (~150 bytes) does not fit the BPF stack beside the caller's.
+/// Where a key is built: a ByKey (over 1 KB) does not fit the BPF stack.
 #[map]
 static KEY_SCRATCH: PerCpuArray<ByKey> = PerCpuArray::with_max_entries(1, 0);
 #[map]
@@ -148,7 +149,9 @@ fn fresh_key(id: u32) -> Option<&'static mut ByKey> {
     k.id = id;
     k.str_len = 0;
     k.val = 0;
-    // One helper call from a zeroed map value, not a 128-step loop the verifier must walk.
+    k.str_state = 0;
+    k._pad = 0;
+    // One helper call from a zeroed map value, not a long loop the verifier must walk.
     let zero = ZERO_STR.get_ptr(0)?;
     // SAFETY: both are BY_STR_LEN-byte map values; the helper bounds the copy by `k.str`.
     unsafe { bpf_probe_read_kernel_buf(zero as *const u8, &mut k.str) }.ok()?;
@@ -300,7 +303,8 @@ pub extern "C" fn usdt_by_span(
 }
 
 /// The key's string from slot 0 of a span start's kept strings (nothing when it could not be
-/// read: the key is then the empty string).
+/// read: the key is then the empty string): as many bytes as were kept (`--str-max`), and
+/// whether they are all of it.
 #[inline(always)]
 fn key_from_set(k: &mut ByKey, set: &usdt_trace_common::StrSet) {
     let state = set.state[0];
@@ -308,29 +312,29 @@ fn key_from_set(k: &mut ByKey, set: &usdt_trace_common::StrSet) {
         return;
     }
     let n = set.len[0] as usize;
-    let n = if n > BY_STR_LEN - 1 {
-        BY_STR_LEN - 1
-    } else {
-        n
-    };
+    // Kept strings are at most STR_MAX_CAP bytes; the bound is for the verifier.
+    let n = if n > STR_MAX_CAP { STR_MAX_CAP } else { n };
     let Some(dst) = k.str.get_mut(..n) else {
         return;
     };
-    if n == 0 {
-        k.str_len = 1;
-        return;
+    if n > 0 {
+        // SAFETY: a live map value's bytes; the helper bounds the copy by `dst`.
+        if unsafe { bpf_probe_read_kernel_buf(set.data[0].as_ptr(), dst) }.is_err() {
+            return;
+        }
     }
-    // SAFETY: a live map value's bytes; the helper bounds the copy by `dst`.
-    if unsafe { bpf_probe_read_kernel_buf(set.data[0].as_ptr(), dst) }.is_ok() {
-        k.str_len = n as u32 + 1;
+    k.str_len = n as u32 + 1;
+    if state == STRS_CUT {
+        k.str_state = STRS_CUT as u32;
     }
 }
 
 /// The key's string from the first `--str` rule of `site`, read from the process with the
-/// site's arguments `a` (NUL-terminated, or as long as its length argument says).
+/// site's arguments `a` (NUL-terminated, or as long as its length argument says), keeping at
+/// most `--str-max` bytes as the span strings do.
 #[inline(always)]
 fn key_from_args(k: &mut ByKey, site: u32, a: &[u64; MAX_ARGS]) {
-    let Some(spec) = SITES.get(site) else {
+    let (Some(spec), Some(cfg)) = (SITES.get(site), CONFIG.get(0)) else {
         return;
     };
     if spec.nstrs == 0 {
@@ -340,9 +344,27 @@ fn key_from_args(k: &mut ByKey, site: u32, a: &[u64; MAX_ARGS]) {
     let Some(&ptr) = a.get(d.arg as usize) else {
         return;
     };
+    // From a map: the explicit bound keeps the slices below verifiable.
+    let max = cfg.str_max as usize;
+    let max = if max > STR_MAX_CAP { STR_MAX_CAP } else { max };
     if d.len_arg == STR_NONE {
-        // SAFETY: the helper checks the user address and bounds the copy by `k.str`.
-        if let Ok(s) = unsafe { bpf_probe_read_user_str_bytes(ptr as *const u8, &mut k.str) } {
+        // One byte more than kept, and the helper's NUL: a string that fills `max + 1` is cut.
+        let Some(dst) = k.str.get_mut(..max + 2) else {
+            return;
+        };
+        // SAFETY: the helper checks the user address and bounds the copy by `dst`.
+        let Ok(s) = (unsafe { bpf_probe_read_user_str_bytes(ptr as *const u8, dst) }) else {
+            return;
+        };
+        if s.len() > max {
+            // The byte past the kept ones is not part of the key: strings that begin alike
+            // share the cut key whatever follows.
+            if let Some(b) = k.str.get_mut(max) {
+                *b = 0;
+            }
+            k.str_len = max as u32 + 1;
+            k.str_state = STRS_CUT as u32;
+        } else {
             k.str_len = s.len() as u32 + 1;
         }
         return;
@@ -350,21 +372,21 @@ fn key_from_args(k: &mut ByKey, site: u32, a: &[u64; MAX_ARGS]) {
     let Some(&len) = a.get(d.len_arg as usize) else {
         return;
     };
-    let n = if len > (BY_STR_LEN - 1) as u64 {
-        BY_STR_LEN - 1
+    let (n, cut) = if len > max as u64 {
+        (max, true)
     } else {
-        len as usize
+        (len as usize, false)
     };
     let Some(dst) = k.str.get_mut(..n) else {
         return;
     };
-    if n == 0 {
-        k.str_len = 1;
+    // SAFETY: the helper checks the user address; the copy is bounded by `dst`.
+    if n > 0 && unsafe { bpf_probe_read_user_buf(ptr as *const u8, dst) }.is_err() {
         return;
     }
-    // SAFETY: the helper checks the user address; the copy is bounded by `dst`.
-    if unsafe { bpf_probe_read_user_buf(ptr as *const u8, dst) }.is_ok() {
-        k.str_len = n as u32 + 1;
+    k.str_len = n as u32 + 1;
+    if cut {
+        k.str_state = STRS_CUT as u32;
     }
 }
 

@@ -6,15 +6,16 @@
 //! numbers print signed when the argument is, and rows sort by count, largest first.
 
 use crate::output::hist::{percentile, PERCENTILES};
-use crate::output::json::{json_escape, json_str};
-use crate::output::{fmt_duration, ArgFmt};
+use crate::output::json::json_str;
+use crate::output::text::clean;
+use crate::output::{escape_invalid, fmt_duration, ArgFmt};
 use crate::plan::Plan;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use usdt_trace_common::agg::{
     ByKey, BY_ARG, BY_ARG_NONE, BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_TID,
 };
-use usdt_trace_common::{Hist, SiteRole, SpanRecord, MAX_ARGS};
+use usdt_trace_common::{Hist, SiteRole, SpanRecord, MAX_ARGS, STRS_CUT};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AggError {
@@ -214,10 +215,21 @@ impl KeyPlan {
         match self.by.kind {
             ByKind::Arg { .. } if signed => KeyVal::Int(k.val as i64),
             ByKind::Arg { .. } | ByKind::Pid | ByKind::Tid => KeyVal::Uint(k.val),
-            ByKind::Str | ByKind::Comm => {
+            // Exactly the bytes the kernel kept (the length counts a NUL after them): a string
+            // read by its length argument may hold NULs of its own.
+            ByKind::Str => {
+                let n = (k.str_len as usize).saturating_sub(1).min(k.str.len());
+                let b = k.str[..n].to_vec();
+                if k.str_state == u32::from(STRS_CUT) {
+                    KeyVal::CutStr(b)
+                } else {
+                    KeyVal::Str(b)
+                }
+            }
+            ByKind::Comm => {
                 let n = (k.str_len as usize).min(k.str.len());
                 let b = &k.str[..n];
-                // Up to the first NUL: the kernel counts it in the length.
+                // Up to the first NUL: a comm shorter than 16 bytes is padded with them.
                 let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
                 KeyVal::Str(b[..end].to_vec())
             }
@@ -235,26 +247,47 @@ pub enum KeyVal {
     Uint(u64),
     Int(i64),
     Str(Vec<u8>),
+    /// The first `--str-max` bytes of a longer string: the key of every string that begins
+    /// with them, so a row apart from an uncut string of the same bytes.
+    CutStr(Vec<u8>),
 }
 
 impl KeyVal {
+    /// As the text tables show it: strings quoted once, every byte recoverable (`\xNN` for
+    /// bytes that are not UTF-8, never U+FFFD), a cut one followed by `…` outside the quotes.
     fn text(&self) -> String {
         match self {
             KeyVal::Uint(v) => v.to_string(),
             KeyVal::Int(v) => v.to_string(),
-            KeyVal::Str(b) => {
-                let mut out = Vec::new();
-                json_escape(&mut out, b);
-                format!("\"{}\"", String::from_utf8_lossy(&out))
+            KeyVal::Str(b) | KeyVal::CutStr(b) => {
+                let mut s = String::new();
+                crate::output::text::quoted(&mut s, b);
+                if matches!(self, KeyVal::CutStr(_)) {
+                    s.push('…');
+                }
+                s
             }
         }
     }
 
+    /// `"key":VALUE` and, for strings, what a span's strings say beside them: `"key_truncated"`
+    /// when cut at `--str-max`, `"key_escaped"` when bytes that are not UTF-8 are written
+    /// `\\xNN` (as in span strings, never replaced by U+FFFD).
     fn json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b",\"key\":");
         match self {
             KeyVal::Uint(v) => out.extend_from_slice(v.to_string().as_bytes()),
             KeyVal::Int(v) => out.extend_from_slice(v.to_string().as_bytes()),
-            KeyVal::Str(b) => json_str(out, b),
+            KeyVal::Str(b) | KeyVal::CutStr(b) => {
+                let (s, escaped) = escape_invalid(b);
+                json_str(out, s.as_bytes());
+                if matches!(self, KeyVal::CutStr(_)) {
+                    out.extend_from_slice(b",\"key_truncated\":true");
+                }
+                if escaped {
+                    out.extend_from_slice(b",\"key_escaped\":true");
+                }
+            }
         }
     }
 }
@@ -406,7 +439,8 @@ pub fn by_text(plan: &Plan, kp: &KeyPlan, tables: &[KeyTable<Hist>], max_keys: u
             "KEY", "COUNT", "MEAN", "P50", "P90", "P99", "MAX"
         );
         for (k, h) in &t.rows {
-            hist_stats_text(&mut s, &crate::output::text::clean(&k.text()), h);
+            // Not `clean`ed: `text` escapes already, and a second pass doubled backslashes.
+            hist_stats_text(&mut s, &k.text(), h);
         }
         if t.other.count > 0 {
             let label = format!("other (beyond --max-keys {max_keys})");
@@ -455,7 +489,6 @@ pub fn by_json(
         };
         for (k, h) in &t.rows {
             head(out);
-            out.extend_from_slice(b",\"key\":");
             k.json(out);
             hist_stats_json(out, h);
             out.extend_from_slice(b"}\n");
@@ -592,8 +625,8 @@ pub fn count_text(rows: &[ProbeCount], kp: Option<&KeyPlan>, max_keys: u32) -> S
         );
         if let Some(kp) = kp {
             for (k, n) in &r.keys {
-                let label = format!("{} = {}", kp.by.text, k.text());
-                let _ = writeln!(s, "  {:<46} {:>12}", crate::output::text::clean(&label), n);
+                let label = format!("{} = {}", clean(&kp.by.text), k.text());
+                let _ = writeln!(s, "  {label:<46} {n:>12}");
             }
             if r.other > 0 {
                 let label = format!("other (beyond --max-keys {max_keys})");
@@ -629,7 +662,6 @@ pub fn count_json(out: &mut Vec<u8>, rows: &[ProbeCount], kp: Option<&KeyPlan>, 
             head(out);
             out.extend_from_slice(b",\"by\":");
             json_str(out, kp.by.text.as_bytes());
-            out.extend_from_slice(b",\"key\":");
             k.json(out);
             let _ = writeln!(Vec8(out), ",\"count\":{n}}}");
         }
@@ -941,6 +973,53 @@ mod tests {
             KeyVal::Str(b"ag:req__end".to_vec())
         );
         assert_eq!(kp("pid").value(&p, &key(0, 42)), KeyVal::Uint(42));
+    }
+
+    #[test]
+    fn string_keys_keep_every_byte_and_say_when_cut() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), false).unwrap();
+        let mut k = key(0, 0);
+        // Read by a length argument: a NUL of the string's own is kept, not an end.
+        k.str[..4].copy_from_slice(b"a\0b\xc3");
+        k.str_len = 5;
+        assert_eq!(kp.value(&p, &k), KeyVal::Str(b"a\0b\xc3".to_vec()));
+        k.str_state = STRS_CUT as u32;
+        let v = kp.value(&p, &k);
+        assert_eq!(v, KeyVal::CutStr(b"a\0b\xc3".to_vec()));
+        // Text: quoted once, the byte that is not UTF-8 as \xNN, the cut after the quotes.
+        assert_eq!(v.text(), "\"a\\u{0}b\\xc3\"…");
+        let mut out = Vec::new();
+        v.json(&mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#","key":"a\u0000b\\xc3","key_truncated":true,"key_escaped":true"#
+        );
+        // A whole string of the same bytes is another key.
+        assert_ne!(v, KeyVal::Str(b"a\0b\xc3".to_vec()));
+    }
+
+    #[test]
+    fn key_tables_escape_strings_once() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), false).unwrap();
+        let mut k = key(0, 0);
+        let q = b"say \"hi\"\n\\";
+        k.str[..q.len()].copy_from_slice(q);
+        k.str_len = q.len() as u32 + 1;
+        let mut h = ByHists::default();
+        h.keys.insert(k, hist(&[100]));
+        let text = by_text(&p, &kp, &by_tables(&p, &kp, &h), 4);
+        assert!(text.contains(r#""say \"hi\"\n\\""#), "{text}");
+        let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), true).unwrap();
+        let c = Counts {
+            sites: vec![1, 0, 0],
+            keys: [(k, 1)].into(),
+            other: vec![0, 0, 0],
+            unkeyed: vec![0, 0, 0],
+        };
+        let text = count_text(&count_table(&p, Some(&kp), &c), Some(&kp), 4);
+        assert!(text.contains(r#"str0 = "say \"hi\"\n\\""#), "{text}");
     }
 
     #[test]

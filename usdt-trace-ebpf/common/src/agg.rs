@@ -36,9 +36,11 @@ pub struct AggConfig {
     pub _pad: u32,
 }
 
-/// Bytes of a `--by str0` key, its NUL included: longer strings are keyed by their first
-/// `BY_STR_LEN - 1` bytes (a key is hashed whole, so it is kept short).
-pub const BY_STR_LEN: usize = 128;
+/// Bytes of a `--by str0` key's string: a whole string slot, so that a key is the string as
+/// `--str-max` keeps it (up to `STR_MAX_CAP`), read with the byte past it that tells a cut
+/// string. Keyed on fewer bytes (127, once), two strings that differ after them merged into one
+/// row, silently. The cost is hashing the whole key per span (a kilobyte).
+pub const BY_STR_LEN: usize = crate::STR_SLOT;
 
 /// One `--by` key: a span name (histograms) or a site (counts), and the key's value.
 /// Unused bytes are zero, so equal keys hash equal.
@@ -51,6 +53,10 @@ pub struct ByKey {
     pub str_len: u32,
     /// The number (BY_ARG, BY_PID, BY_TID, BY_PROBE).
     pub val: u64,
+    /// BY_STR: `STRS_CUT` when the string was longer than `--str-max` and `str` holds its
+    /// first `--str-max` bytes (all strings that begin so share the key), else 0.
+    pub str_state: u32,
+    pub _pad: u32,
     pub str: [u8; BY_STR_LEN],
 }
 
@@ -60,6 +66,8 @@ impl Default for ByKey {
             id: 0,
             str_len: 0,
             val: 0,
+            str_state: 0,
+            _pad: 0,
             str: [0; BY_STR_LEN],
         }
     }
