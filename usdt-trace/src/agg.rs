@@ -409,9 +409,64 @@ pub fn block_text(block: Block, t0: u64) -> String {
     }
 }
 
-fn hist_stats_text(s: &mut String, label: &str, h: &Hist) {
+/// Columns a (cleaned or quoted, so printable) label takes on a terminal: `format!`'s width
+/// counts chars, which misaligned keys of wide (CJK, emoji) or combining characters.
+fn display_width(s: &str) -> usize {
+    if s.is_ascii() {
+        return s.len();
+    }
+    s.chars()
+        .map(|c| match c as u32 {
+            0x0300..=0x036f
+            | 0x1ab0..=0x1aff
+            | 0x1dc0..=0x1dff
+            | 0x200b..=0x200d
+            | 0x20d0..=0x20ff
+            | 0xfe00..=0xfe0f
+            | 0xfe20..=0xfe2f => 0,
+            0x1100..=0x115f
+            | 0x2e80..=0x303e
+            | 0x3041..=0x33ff
+            | 0x3400..=0x4dbf
+            | 0x4e00..=0x9fff
+            | 0xa000..=0xa4cf
+            | 0xac00..=0xd7a3
+            | 0xf900..=0xfaff
+            | 0xfe30..=0xfe4f
+            | 0xff00..=0xff60
+            | 0xffe0..=0xffe6
+            | 0x1f300..=0x1f64f
+            | 0x1f900..=0x1f9ff
+            | 0x20000..=0x3fffd => 2,
+            _ => 1,
+        })
+        .sum()
+}
+
+/// Widest the key column of a `--by` table grows; a longer key gets a line of its own, its
+/// numbers under the columns on the next.
+const KEY_COLUMN_MAX: usize = 64;
+
+/// `indent` and `label` padded to `w` columns (by display width), or when wider, the label on
+/// a line of its own and `w` columns of spaces on the next: the numbers that follow stay in
+/// their columns either way.
+fn label_cell(s: &mut String, indent: &str, label: &str, w: usize) {
+    let lw = display_width(label);
+    s.push_str(indent);
+    s.push_str(label);
+    if lw > w {
+        s.push('\n');
+        s.push_str(indent);
+        s.push_str(&" ".repeat(w));
+    } else {
+        s.push_str(&" ".repeat(w - lw));
+    }
+}
+
+fn hist_stats_text(s: &mut String, label: &str, w: usize, h: &Hist) {
     let mean = h.sum.checked_div(h.count).unwrap_or(0);
-    let _ = write!(s, "  {label:<32} {:>9} {:>10}", h.count, fmt_duration(mean));
+    label_cell(s, "  ", label, w);
+    let _ = write!(s, " {:>9} {:>10}", h.count, fmt_duration(mean));
     for (_, q) in PERCENTILES {
         let _ = write!(s, " {:>10}", fmt_duration(percentile(h, q).unwrap_or(0)));
     }
@@ -433,21 +488,30 @@ pub fn by_text(plan: &Plan, kp: &KeyPlan, tables: &[KeyTable<Hist>], max_keys: u
             kp.by.text,
             t.rows.len()
         );
+        // Not `clean`ed: `text` escapes already, and a second pass doubled backslashes.
+        let keys: Vec<String> = t.rows.iter().map(|(k, _)| k.text()).collect();
+        let other = format!("other (beyond --max-keys {max_keys})");
+        let w = keys
+            .iter()
+            .map(|k| display_width(k))
+            .chain([display_width(&other), display_width(UNKEYED_LABEL), 32])
+            .filter(|&n| n <= KEY_COLUMN_MAX)
+            .max()
+            .unwrap_or(32);
+        label_cell(&mut s, "  ", "KEY", w);
         let _ = writeln!(
             s,
-            "  {:<32} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "KEY", "COUNT", "MEAN", "P50", "P90", "P99", "MAX"
+            " {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "COUNT", "MEAN", "P50", "P90", "P99", "MAX"
         );
-        for (k, h) in &t.rows {
-            // Not `clean`ed: `text` escapes already, and a second pass doubled backslashes.
-            hist_stats_text(&mut s, &k.text(), h);
+        for (k, (_, h)) in keys.iter().zip(&t.rows) {
+            hist_stats_text(&mut s, k, w, h);
         }
         if t.other.count > 0 {
-            let label = format!("other (beyond --max-keys {max_keys})");
-            hist_stats_text(&mut s, &label, &t.other);
+            hist_stats_text(&mut s, &other, w, &t.other);
         }
         if t.unkeyed.count > 0 {
-            hist_stats_text(&mut s, UNKEYED_LABEL, &t.unkeyed);
+            hist_stats_text(&mut s, UNKEYED_LABEL, w, &t.unkeyed);
         }
         s.push('\n');
     }
@@ -617,23 +681,22 @@ pub fn count_text(rows: &[ProbeCount], kp: Option<&KeyPlan>, max_keys: u32) -> S
     let _ = writeln!(s, "{:<48} {:>12}", "PROBE", "COUNT");
     for r in rows {
         let probe = format!("{}:{}", r.provider, r.name);
-        let _ = writeln!(
-            s,
-            "{:<48} {:>12}",
-            crate::output::text::clean(&probe),
-            r.count
-        );
+        label_cell(&mut s, "", &clean(&probe), 48);
+        let _ = writeln!(s, " {:>12}", r.count);
         if let Some(kp) = kp {
             for (k, n) in &r.keys {
                 let label = format!("{} = {}", clean(&kp.by.text), k.text());
-                let _ = writeln!(s, "  {label:<46} {n:>12}");
+                label_cell(&mut s, "  ", &label, 46);
+                let _ = writeln!(s, " {n:>12}");
             }
             if r.other > 0 {
                 let label = format!("other (beyond --max-keys {max_keys})");
-                let _ = writeln!(s, "  {label:<46} {:>12}", r.other);
+                label_cell(&mut s, "  ", &label, 46);
+                let _ = writeln!(s, " {:>12}", r.other);
             }
             if r.unkeyed > 0 {
-                let _ = writeln!(s, "  {UNKEYED_LABEL:<46} {:>12}", r.unkeyed);
+                label_cell(&mut s, "  ", UNKEYED_LABEL, 46);
+                let _ = writeln!(s, " {:>12}", r.unkeyed);
             }
         }
     }
@@ -997,6 +1060,41 @@ mod tests {
         );
         // A whole string of the same bytes is another key.
         assert_ne!(v, KeyVal::Str(b"a\0b\xc3".to_vec()));
+    }
+
+    #[test]
+    fn key_table_columns_align_for_long_and_wide_keys() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), false).unwrap();
+        let mut h = ByHists::default();
+        let long = "q".repeat(200);
+        for (i, s) in [
+            "é".repeat(40),
+            "漢字キー".into(),
+            long.clone(),
+            "e\u{301}".into(),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let mut k = key(0, 0);
+            k.str[..s.len()].copy_from_slice(s.as_bytes());
+            k.str_len = s.len() as u32 + 1;
+            h.keys.insert(k, hist(&vec![1000; i + 1]));
+        }
+        let text = by_text(&p, &kp, &by_tables(&p, &kp, &h), 4);
+        let lines: Vec<&str> = text.lines().skip(1).filter(|l| !l.is_empty()).collect();
+        // The 200-byte key has a line of its own; every other line (the header, and each
+        // row's numbers) ends at the same column.
+        let ends: Vec<usize> = lines
+            .iter()
+            .filter(|l| !l.contains(&long))
+            .map(|l| display_width(l))
+            .collect();
+        assert_eq!(ends.len(), 5, "{text}");
+        assert!(ends.iter().all(|&e| e == ends[0]), "{ends:?}\n{text}");
+        assert_eq!(display_width("漢字"), 4);
+        assert_eq!(display_width("e\u{301}"), 1);
     }
 
     #[test]
