@@ -1098,6 +1098,52 @@ mod tests {
     }
 
     #[test]
+    fn unkeyed_spans_and_hits_get_rows_of_their_own_never_other() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("arg1").unwrap(), false).unwrap();
+        let mut h = ByHists::default();
+        h.keys.insert(key(0, 1), hist(&[100]));
+        h.other = vec![Hist::default()];
+        h.unkeyed = vec![hist(&[200, 300])];
+        let t = by_tables(&p, &kp, &h);
+        let text = by_text(&p, &kp, &t, 4);
+        assert!(!text.contains("other"), "{text}");
+        let row = text.lines().find(|l| l.contains(UNKEYED_LABEL)).unwrap();
+        assert!(row.contains(" 2 "), "{text}");
+        let mut out = Vec::new();
+        by_json(&mut out, &p, &kp, &t, None);
+        let last = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap()
+            .to_string();
+        assert!(
+            last.contains(r#""key":null,"unkeyed":true,"count":2,"#),
+            "{last}"
+        );
+        let kp = KeyPlan::new(&p, &By::parse("arg0").unwrap(), true).unwrap();
+        let c = Counts {
+            sites: vec![3, 0, 0],
+            keys: [(key(0, 9), 2)].into(),
+            other: vec![0, 0, 0],
+            unkeyed: vec![1, 0, 0],
+        };
+        let rows = count_table(&p, Some(&kp), &c);
+        let text = count_text(&rows, Some(&kp), 4);
+        assert!(
+            !text.contains("other") && text.contains(UNKEYED_LABEL),
+            "{text}"
+        );
+        let mut out = Vec::new();
+        count_json(&mut out, &rows, Some(&kp), None);
+        assert!(String::from_utf8(out).unwrap().ends_with(
+            r#""by":"arg0","key":null,"unkeyed":true,"count":1}
+"#
+        ),);
+    }
+
+    #[test]
     fn key_tables_escape_strings_once() {
         let p = plan();
         let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), false).unwrap();
