@@ -19,10 +19,13 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     agg::{
-        AggConfig, ByKey, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, AGG_COUNTERS, BY_ARG,
+        AggConfig, ByKey, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_BY_SPILLED, AGG_CNT_BY_UNKEYED,
+        AGG_CNT_COUNT_OTHER, AGG_CNT_COUNT_SPILLED, AGG_CNT_COUNT_UNKEYED, AGG_COUNTERS, BY_ARG,
         BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_STR_LEN, BY_TID, CFG_AGG_ARGS, CFG_AGG_BY,
+        SPILL_KEYS,
     },
-    Frame, Hist, IdKey, CFG_FILTER, CFG_STOPPED, MAX_ARGS, STRS_CUT, STRS_OK, STR_NONE,
+    Frame, Hist, IdKey, CFG_FILTER, CFG_STOPPED, MAX_ARGS, STRS_CUT, STRS_OK, STR_MAX_CAP,
+    STR_NONE,
 };
 
 use crate::{
@@ -67,9 +70,24 @@ pub static BY_HISTS: PerCpuHashMap<NumKey, Hist> =
 #[map]
 pub static BY_HISTS_STR: PerCpuHashMap<ByKey, Hist> =
     PerCpuHashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
-/// Per span name: the spans whose key found no room in BY_HISTS. Sized like the span names.
+/// The reserves of BY_HISTS and BY_HISTS_STR: keys whose insert there failed for want of
+/// memory (not because the map was full). Preallocated, so an insert here needs none; user
+/// space adds a key's histogram here to its histogram there. Sized SPILL_KEYS when in use.
+#[map]
+pub static BY_HISTS_SPILL: PerCpuHashMap<NumKey, Hist> =
+    PerCpuHashMap::with_max_entries(SPILL_KEYS, 0);
+#[map]
+pub static BY_HISTS_STR_SPILL: PerCpuHashMap<ByKey, Hist> =
+    PerCpuHashMap::with_max_entries(SPILL_KEYS, 0);
+/// Per span name: the spans whose key found no room in BY_HISTS because it was full. Sized
+/// like the span names.
 #[map]
 pub static BY_OTHER: PerCpuArray<Hist> = PerCpuArray::with_max_entries(1, 0);
+/// Per span name: the spans whose key could be kept in neither map though BY_HISTS was not
+/// full (no memory, and the reserve full). Apart from BY_OTHER: these keys were within
+/// --max-keys. Sized like the span names.
+#[map]
+pub static BY_UNKEYED: PerCpuArray<Hist> = PerCpuArray::with_max_entries(1, 0);
 /// `--count`: hits per site (cookie). Sized like SITES.
 #[map]
 pub static SITE_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -80,12 +98,23 @@ pub static BY_COUNTS: PerCpuHashMap<NumKey, u64> =
 #[map]
 pub static BY_COUNTS_STR: PerCpuHashMap<ByKey, u64> =
     PerCpuHashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);
-/// Per site: hits whose key found no room in BY_COUNTS. Sized like SITES.
+/// The reserves of BY_COUNTS and BY_COUNTS_STR, as BY_HISTS_SPILL is BY_HISTS'.
+#[map]
+pub static BY_COUNTS_SPILL: PerCpuHashMap<NumKey, u64> =
+    PerCpuHashMap::with_max_entries(SPILL_KEYS, 0);
+#[map]
+pub static BY_COUNTS_STR_SPILL: PerCpuHashMap<ByKey, u64> =
+    PerCpuHashMap::with_max_entries(SPILL_KEYS, 0);
+/// Per site: hits whose key found no room in BY_COUNTS because it was full. Sized like SITES.
 #[map]
 pub static BY_COUNT_OTHER: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+/// Per site: hits whose key could be kept in neither count map though BY_COUNTS was not full
+/// (as BY_UNKEYED). Sized like SITES.
+#[map]
+pub static BY_COUNT_UNKEYED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 pub static AGG_COUNTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(AGG_COUNTERS, 0);
-/// Where a key is built: a ByKey (~150 bytes) does not fit the BPF stack beside the caller's.
+/// Where a key is built: a ByKey (over 1 KB) does not fit the BPF stack.
 #[map]
 static KEY_SCRATCH: PerCpuArray<ByKey> = PerCpuArray::with_max_entries(1, 0);
 #[map]
@@ -120,7 +149,9 @@ fn fresh_key(id: u32) -> Option<&'static mut ByKey> {
     k.id = id;
     k.str_len = 0;
     k.val = 0;
-    // One helper call from a zeroed map value, not a 128-step loop the verifier must walk.
+    k.str_state = 0;
+    k._pad = 0;
+    // One helper call from a zeroed map value, not a long loop the verifier must walk.
     let zero = ZERO_STR.get_ptr(0)?;
     // SAFETY: both are BY_STR_LEN-byte map values; the helper bounds the copy by `k.str`.
     unsafe { bpf_probe_read_kernel_buf(zero as *const u8, &mut k.str) }.ok()?;
@@ -191,7 +222,7 @@ fn hit_arg(site: u32, n: usize) -> Option<u64> {
 /// `--hist --by`: counts a closed span of duration `dur` under its key. `f` is its frame,
 /// `kept`/`id_key` where its start strings are kept (as for `strs::usdt_emit_strs`),
 /// `end_site` the cookie of the end that closed it. 1 when the span went to its name's
-/// "other" histogram.
+/// "other" or "unkeyed" histogram.
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn usdt_by_span(
@@ -220,7 +251,7 @@ pub extern "C" fn usdt_by_span(
     // into the name's duration histogram, which the kernel does not update under --by. So a
     // key that cannot be built (its scratch missing: never seen) goes to "other" too.
     let h = if by == BY_STR {
-        fresh_key(f.pair_id).and_then(|k| {
+        fresh_key(f.pair_id).map(|k| {
             // str0 is the start's first string when the start has strings, else the end's
             // first.
             match crate::strs::kept_set(kept, id_key) {
@@ -232,10 +263,10 @@ pub extern "C" fn usdt_by_span(
                 }
                 None => {}
             }
-            keyed(&BY_HISTS_STR, k)
+            keyed(&BY_HISTS_STR, &BY_HISTS_STR_SPILL, k)
         })
     } else {
-        fresh_num(f.pair_id).and_then(|k| {
+        fresh_num(f.pair_id).map(|k| {
             match by {
                 BY_ARG => match (by_arg(f.site), by_arg(end_site)) {
                     (Some(n), _) => k.val[0] = f.args[n],
@@ -245,12 +276,20 @@ pub extern "C" fn usdt_by_span(
                 BY_PROBE => k.val[0] = end_site as u64,
                 by => task_key(k, by),
             }
-            keyed(&BY_HISTS, k)
+            keyed(&BY_HISTS, &BY_HISTS_SPILL, k)
         })
     };
     let (h, other) = match h {
-        Some(h) => (h, 0),
-        None => {
+        Some(Ok(h)) => (h, 0),
+        Some(Err(Miss::NoRoom)) => {
+            bump(&AGG_COUNTS, AGG_CNT_BY_UNKEYED);
+            match BY_UNKEYED.get_ptr_mut(f.pair_id) {
+                Some(h) => (h, 1),
+                None => return 1,
+            }
+        }
+        // A full map, or a key that could not be built (its scratch missing: never seen).
+        _ => {
             bump(&AGG_COUNTS, AGG_CNT_BY_OTHER);
             match BY_OTHER.get_ptr_mut(f.pair_id) {
                 Some(h) => (h, 1),
@@ -264,7 +303,8 @@ pub extern "C" fn usdt_by_span(
 }
 
 /// The key's string from slot 0 of a span start's kept strings (nothing when it could not be
-/// read: the key is then the empty string).
+/// read: the key is then the empty string): as many bytes as were kept (`--str-max`), and
+/// whether they are all of it.
 #[inline(always)]
 fn key_from_set(k: &mut ByKey, set: &usdt_trace_common::StrSet) {
     let state = set.state[0];
@@ -272,29 +312,29 @@ fn key_from_set(k: &mut ByKey, set: &usdt_trace_common::StrSet) {
         return;
     }
     let n = set.len[0] as usize;
-    let n = if n > BY_STR_LEN - 1 {
-        BY_STR_LEN - 1
-    } else {
-        n
-    };
+    // Kept strings are at most STR_MAX_CAP bytes; the bound is for the verifier.
+    let n = if n > STR_MAX_CAP { STR_MAX_CAP } else { n };
     let Some(dst) = k.str.get_mut(..n) else {
         return;
     };
-    if n == 0 {
-        k.str_len = 1;
-        return;
+    if n > 0 {
+        // SAFETY: a live map value's bytes; the helper bounds the copy by `dst`.
+        if unsafe { bpf_probe_read_kernel_buf(set.data[0].as_ptr(), dst) }.is_err() {
+            return;
+        }
     }
-    // SAFETY: a live map value's bytes; the helper bounds the copy by `dst`.
-    if unsafe { bpf_probe_read_kernel_buf(set.data[0].as_ptr(), dst) }.is_ok() {
-        k.str_len = n as u32 + 1;
+    k.str_len = n as u32 + 1;
+    if state == STRS_CUT {
+        k.str_state = STRS_CUT as u32;
     }
 }
 
 /// The key's string from the first `--str` rule of `site`, read from the process with the
-/// site's arguments `a` (NUL-terminated, or as long as its length argument says).
+/// site's arguments `a` (NUL-terminated, or as long as its length argument says), keeping at
+/// most `--str-max` bytes as the span strings do.
 #[inline(always)]
 fn key_from_args(k: &mut ByKey, site: u32, a: &[u64; MAX_ARGS]) {
-    let Some(spec) = SITES.get(site) else {
+    let (Some(spec), Some(cfg)) = (SITES.get(site), CONFIG.get(0)) else {
         return;
     };
     if spec.nstrs == 0 {
@@ -304,9 +344,27 @@ fn key_from_args(k: &mut ByKey, site: u32, a: &[u64; MAX_ARGS]) {
     let Some(&ptr) = a.get(d.arg as usize) else {
         return;
     };
+    // From a map: the explicit bound keeps the slices below verifiable.
+    let max = cfg.str_max as usize;
+    let max = if max > STR_MAX_CAP { STR_MAX_CAP } else { max };
     if d.len_arg == STR_NONE {
-        // SAFETY: the helper checks the user address and bounds the copy by `k.str`.
-        if let Ok(s) = unsafe { bpf_probe_read_user_str_bytes(ptr as *const u8, &mut k.str) } {
+        // One byte more than kept, and the helper's NUL: a string that fills `max + 1` is cut.
+        let Some(dst) = k.str.get_mut(..max + 2) else {
+            return;
+        };
+        // SAFETY: the helper checks the user address and bounds the copy by `dst`.
+        let Ok(s) = (unsafe { bpf_probe_read_user_str_bytes(ptr as *const u8, dst) }) else {
+            return;
+        };
+        if s.len() > max {
+            // The byte past the kept ones is not part of the key: strings that begin alike
+            // share the cut key whatever follows.
+            if let Some(b) = k.str.get_mut(max) {
+                *b = 0;
+            }
+            k.str_len = max as u32 + 1;
+            k.str_state = STRS_CUT as u32;
+        } else {
             k.str_len = s.len() as u32 + 1;
         }
         return;
@@ -314,76 +372,128 @@ fn key_from_args(k: &mut ByKey, site: u32, a: &[u64; MAX_ARGS]) {
     let Some(&len) = a.get(d.len_arg as usize) else {
         return;
     };
-    let n = if len > (BY_STR_LEN - 1) as u64 {
-        BY_STR_LEN - 1
+    let (n, cut) = if len > max as u64 {
+        (max, true)
     } else {
-        len as usize
+        (len as usize, false)
     };
     let Some(dst) = k.str.get_mut(..n) else {
         return;
     };
-    if n == 0 {
-        k.str_len = 1;
+    // SAFETY: the helper checks the user address; the copy is bounded by `dst`.
+    if n > 0 && unsafe { bpf_probe_read_user_buf(ptr as *const u8, dst) }.is_err() {
         return;
     }
-    // SAFETY: the helper checks the user address; the copy is bounded by `dst`.
-    if unsafe { bpf_probe_read_user_buf(ptr as *const u8, dst) }.is_ok() {
-        k.str_len = n as u32 + 1;
+    k.str_len = n as u32 + 1;
+    if cut {
+        k.str_state = STRS_CUT as u32;
     }
 }
 
 /// EEXIST: the insert lost a race with another CPU inserting the same key.
 const EEXIST: i64 = 17;
+/// E2BIG: the map holds its maximum of keys. The only insert error that means full: the
+/// others (ENOMEM when the per-CPU value cache has run dry, EBUSY/EDEADLK from a bucket lock)
+/// pass, and taking them for "full" sent keys well within --max-keys to "other" for the rest
+/// of the run (measured: ENOMEM, with four tracers side by side, in half the runs).
+const E2BIG: i64 = 7;
 
-/// Whether this CPU already found BY_HISTS full: keys are never removed while tracing, so a
-/// new key would fail again, and its insert attempt (a locked bucket walk) is skipped.
+/// Why a key has no value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Miss {
+    /// The main map is full: the span or hit goes to "other".
+    Full,
+    /// Neither map could take the key, though the main one is not full: "unkeyed".
+    NoRoom,
+}
+
+/// Whether this CPU already found the main map full (E2BIG): keys are never removed while
+/// tracing, so a new key would fail again, and its insert attempt (a locked bucket walk) is
+/// skipped.
 #[inline(always)]
 fn seen_full(idx: u32) -> bool {
     AGG_COUNTS.get(idx).is_some_and(|n| *n > 0)
 }
 
-/// The value under `k`, inserted zeroed when new; None when the map is full.
+/// Inserts `k` with value `v` unless it is there (another CPU may have inserted it since the
+/// lookup); then its value. `Err(e)`: the insert's error.
 #[inline(always)]
-fn keyed<K>(map: &PerCpuHashMap<K, Hist>, k: &K) -> Option<*mut Hist> {
-    if let Some(h) = map.get_ptr_mut(k) {
-        return Some(h);
-    }
-    if seen_full(AGG_CNT_BY_OTHER) {
-        return None;
-    }
-    let zero = ZERO_HIST.get_ptr(0)?;
-    // SAFETY: a valid per-CPU map value that nothing writes. BPF_NOEXIST: another CPU may
-    // have inserted the key since the lookup; then the lookup below finds it. Any other
-    // failure is a full map: no second lookup, the span goes to "other".
-    match map.insert(k, unsafe { &*zero }, BPF_NOEXIST as u64) {
-        Err(e) if e as i64 != -EEXIST => None,
-        _ => map.get_ptr_mut(k),
+fn insert_get<K, V>(map: &PerCpuHashMap<K, V>, k: &K, v: &V) -> Result<*mut V, i64> {
+    match map.insert(k, v, BPF_NOEXIST as u64) {
+        Err(e) if e as i64 != -EEXIST => Err(e as i64),
+        // Deleted in between cannot happen: keys are never removed while tracing.
+        _ => map.get_ptr_mut(k).ok_or(-EEXIST),
     }
 }
 
-/// Adds one to the count under `k` (inserted when new); false when the map is full.
+/// The value under `k`: in `main`, else in its reserve `spill`, inserted as `v` where there
+/// is room. Counts a key put in the reserve in `AGG_COUNTS[spilled]`; `full` is the counter
+/// whose being nonzero says `main` was found full on this CPU.
 #[inline(always)]
-fn count_keyed<K>(map: &PerCpuHashMap<K, u64>, k: &K) -> bool {
-    if let Some(c) = map.get_ptr_mut(k) {
-        // SAFETY: this CPU's value of a live entry.
-        unsafe { *c += 1 };
-        return true;
+fn value_of<K, V>(
+    main: &PerCpuHashMap<K, V>,
+    spill: &PerCpuHashMap<K, V>,
+    k: &K,
+    v: &V,
+    full: u32,
+    spilled: u32,
+) -> Result<*mut V, Miss> {
+    if let Some(h) = main.get_ptr_mut(k) {
+        return Ok(h);
     }
-    if seen_full(AGG_CNT_COUNT_OTHER) {
-        return false;
+    // Empty nearly always: a lookup of a key that is not there is a short bucket walk.
+    if let Some(h) = spill.get_ptr_mut(k) {
+        return Ok(h);
     }
-    match map.insert(k, &1, BPF_NOEXIST as u64) {
-        Ok(()) => true,
-        Err(e) if e as i64 == -EEXIST => match map.get_ptr_mut(k) {
-            // SAFETY: as above.
-            Some(c) => {
-                unsafe { *c += 1 };
-                true
+    if seen_full(full) {
+        return Err(Miss::Full);
+    }
+    match insert_get(main, k, v) {
+        Ok(h) => Ok(h),
+        Err(e) if e == -E2BIG => Err(Miss::Full),
+        // A passing failure (no memory at hand, a busy bucket): the key is kept in the
+        // preallocated reserve, which needs no memory, so its spans stay under their key.
+        Err(_) => match insert_get(spill, k, v) {
+            Ok(h) => {
+                bump(&AGG_COUNTS, spilled);
+                Ok(h)
             }
-            None => false,
+            Err(_) => Err(Miss::NoRoom),
         },
-        Err(_) => false,
     }
+}
+
+/// The histogram under `k`, inserted zeroed when new.
+#[inline(always)]
+fn keyed<K>(
+    map: &PerCpuHashMap<K, Hist>,
+    spill: &PerCpuHashMap<K, Hist>,
+    k: &K,
+) -> Result<*mut Hist, Miss> {
+    let zero = ZERO_HIST.get_ptr(0).ok_or(Miss::Full)?;
+    // SAFETY: a valid per-CPU map value that nothing writes.
+    let zero = unsafe { &*zero };
+    value_of(map, spill, k, zero, AGG_CNT_BY_OTHER, AGG_CNT_BY_SPILLED)
+}
+
+/// Adds one to the count under `k` (inserted as 0 when new).
+#[inline(always)]
+fn count_keyed<K>(
+    map: &PerCpuHashMap<K, u64>,
+    spill: &PerCpuHashMap<K, u64>,
+    k: &K,
+) -> Result<(), Miss> {
+    let c = value_of(
+        map,
+        spill,
+        k,
+        &0,
+        AGG_CNT_COUNT_OTHER,
+        AGG_CNT_COUNT_SPILLED,
+    )?;
+    // SAFETY: this CPU's value of a live entry.
+    unsafe { *c += 1 };
+    Ok(())
 }
 
 /// `--count`: one hit at `site`, counted (and under its `--by` key). The caller copied the
@@ -409,14 +519,14 @@ pub extern "C" fn usdt_count(site: u32) -> u32 {
     let Some(agg) = AGG.get(0) else {
         return 0;
     };
-    let ok = if agg.by == BY_STR {
+    let ok: Result<(), Miss> = if agg.by == BY_STR {
         let Some(k) = fresh_key(site) else {
             return 0;
         };
         if let Some(a) = hit_args(site) {
             key_from_args(k, site, a);
         }
-        count_keyed(&BY_COUNTS_STR, k)
+        count_keyed(&BY_COUNTS_STR, &BY_COUNTS_STR_SPILL, k)
     } else {
         let Some(k) = fresh_num(site) else {
             return 0;
@@ -430,11 +540,18 @@ pub extern "C" fn usdt_count(site: u32) -> u32 {
             BY_PROBE => k.val[0] = site as u64,
             by => task_key(k, by),
         }
-        count_keyed(&BY_COUNTS, k)
+        count_keyed(&BY_COUNTS, &BY_COUNTS_SPILL, k)
     };
-    if !ok {
-        bump(&AGG_COUNTS, AGG_CNT_COUNT_OTHER);
-        bump(&BY_COUNT_OTHER, site);
+    match ok {
+        Ok(()) => {}
+        Err(Miss::Full) => {
+            bump(&AGG_COUNTS, AGG_CNT_COUNT_OTHER);
+            bump(&BY_COUNT_OTHER, site);
+        }
+        Err(Miss::NoRoom) => {
+            bump(&AGG_COUNTS, AGG_CNT_COUNT_UNKEYED);
+            bump(&BY_COUNT_UNKEYED, site);
+        }
     }
     0
 }

@@ -6,15 +6,16 @@
 //! numbers print signed when the argument is, and rows sort by count, largest first.
 
 use crate::output::hist::{percentile, PERCENTILES};
-use crate::output::json::{json_escape, json_str};
-use crate::output::{fmt_duration, ArgFmt};
+use crate::output::json::json_str;
+use crate::output::text::clean;
+use crate::output::{escape_invalid, fmt_duration, ArgFmt};
 use crate::plan::Plan;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use usdt_trace_common::agg::{
     ByKey, BY_ARG, BY_ARG_NONE, BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_TID,
 };
-use usdt_trace_common::{Hist, SiteRole, SpanRecord, MAX_ARGS};
+use usdt_trace_common::{Hist, SiteRole, SpanRecord, MAX_ARGS, STRS_CUT};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AggError {
@@ -235,10 +236,21 @@ impl KeyPlan {
         match self.by.kind {
             ByKind::Arg { .. } if signed => KeyVal::Int(k.val as i64),
             ByKind::Arg { .. } | ByKind::Pid | ByKind::Tid => KeyVal::Uint(k.val),
-            ByKind::Str | ByKind::Comm => {
+            // Exactly the bytes the kernel kept (the length counts a NUL after them): a string
+            // read by its length argument may hold NULs of its own.
+            ByKind::Str => {
+                let n = (k.str_len as usize).saturating_sub(1).min(k.str.len());
+                let b = k.str[..n].to_vec();
+                if k.str_state == u32::from(STRS_CUT) {
+                    KeyVal::CutStr(b)
+                } else {
+                    KeyVal::Str(b)
+                }
+            }
+            ByKind::Comm => {
                 let n = (k.str_len as usize).min(k.str.len());
                 let b = &k.str[..n];
-                // Up to the first NUL: the kernel counts it in the length.
+                // Up to the first NUL: a comm shorter than 16 bytes is padded with them.
                 let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
                 KeyVal::Str(b[..end].to_vec())
             }
@@ -256,26 +268,47 @@ pub enum KeyVal {
     Uint(u64),
     Int(i64),
     Str(Vec<u8>),
+    /// The first `--str-max` bytes of a longer string: the key of every string that begins
+    /// with them, so a row apart from an uncut string of the same bytes.
+    CutStr(Vec<u8>),
 }
 
 impl KeyVal {
+    /// As the text tables show it: strings quoted once, every byte recoverable (`\xNN` for
+    /// bytes that are not UTF-8, never U+FFFD), a cut one followed by `…` outside the quotes.
     fn text(&self) -> String {
         match self {
             KeyVal::Uint(v) => v.to_string(),
             KeyVal::Int(v) => v.to_string(),
-            KeyVal::Str(b) => {
-                let mut out = Vec::new();
-                json_escape(&mut out, b);
-                format!("\"{}\"", String::from_utf8_lossy(&out))
+            KeyVal::Str(b) | KeyVal::CutStr(b) => {
+                let mut s = String::new();
+                crate::output::text::quoted(&mut s, b);
+                if matches!(self, KeyVal::CutStr(_)) {
+                    s.push('…');
+                }
+                s
             }
         }
     }
 
+    /// `"key":VALUE` and, for strings, what a span's strings say beside them: `"key_truncated"`
+    /// when cut at `--str-max`, `"key_escaped"` when bytes that are not UTF-8 are written
+    /// `\\xNN` (as in span strings, never replaced by U+FFFD).
     fn json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b",\"key\":");
         match self {
             KeyVal::Uint(v) => out.extend_from_slice(v.to_string().as_bytes()),
             KeyVal::Int(v) => out.extend_from_slice(v.to_string().as_bytes()),
-            KeyVal::Str(b) => json_str(out, b),
+            KeyVal::Str(b) | KeyVal::CutStr(b) => {
+                let (s, escaped) = escape_invalid(b);
+                json_str(out, s.as_bytes());
+                if matches!(self, KeyVal::CutStr(_)) {
+                    out.extend_from_slice(b",\"key_truncated\":true");
+                }
+                if escaped {
+                    out.extend_from_slice(b",\"key_escaped\":true");
+                }
+            }
         }
     }
 }
@@ -292,12 +325,17 @@ fn hist_merge(into: &mut Hist, h: &Hist) {
 use crate::output::hist::delta_one as hist_delta;
 
 /// The kernel's `--by` histograms at one moment, cumulative: per key, and per span name the
-/// "other" histogram of spans whose key found no room.
+/// "other" histogram of spans whose key found no room (the map full), and the "unkeyed" one
+/// of spans whose key could not be kept though the map had room (no kernel memory at hand).
 #[derive(Clone, Default)]
 pub struct ByHists {
     pub keys: HashMap<ByKey, Hist>,
     pub other: Vec<Hist>,
+    pub unkeyed: Vec<Hist>,
 }
+
+/// Row label of spans (hits) whose key found no room in a map that was not full.
+const UNKEYED_LABEL: &str = "unkeyed (no kernel memory)";
 
 impl ByHists {
     /// What this snapshot adds to `before`.
@@ -316,15 +354,22 @@ impl ByHists {
                 .enumerate()
                 .map(|(i, h)| hist_delta(h, before.other.get(i).unwrap_or(&zero)))
                 .collect(),
+            unkeyed: self
+                .unkeyed
+                .iter()
+                .enumerate()
+                .map(|(i, h)| hist_delta(h, before.unkeyed.get(i).unwrap_or(&zero)))
+                .collect(),
         }
     }
 }
 
-/// One span name's rows: keys by count (largest first), then "other".
+/// One span name's rows: keys by count (largest first), then "other" and "unkeyed".
 pub struct KeyTable<T> {
     pub pair: usize,
     pub rows: Vec<(KeyVal, T)>,
     pub other: T,
+    pub unkeyed: T,
 }
 
 /// Groups a snapshot into one table per span name, keys merged by their printed value.
@@ -346,12 +391,18 @@ pub fn by_tables(plan: &Plan, kp: &KeyPlan, h: &ByHists) -> Vec<KeyTable<Hist>> 
         .filter(|(pair, _)| kp.by.kind != ByKind::Str || has_str(*pair))
         .filter_map(|(pair, m)| {
             let other = h.other.get(pair).copied().unwrap_or_default();
-            if m.is_empty() && other.count == 0 {
+            let unkeyed = h.unkeyed.get(pair).copied().unwrap_or_default();
+            if m.is_empty() && other.count == 0 && unkeyed.count == 0 {
                 return None;
             }
             let mut rows: Vec<(KeyVal, Hist)> = m.into_iter().collect();
             rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(&b.0)));
-            Some(KeyTable { pair, rows, other })
+            Some(KeyTable {
+                pair,
+                rows,
+                other,
+                unkeyed,
+            })
         })
         .collect()
 }
@@ -379,9 +430,64 @@ pub fn block_text(block: Block, t0: u64) -> String {
     }
 }
 
-fn hist_stats_text(s: &mut String, label: &str, h: &Hist) {
+/// Columns a (cleaned or quoted, so printable) label takes on a terminal: `format!`'s width
+/// counts chars, which misaligned keys of wide (CJK, emoji) or combining characters.
+fn display_width(s: &str) -> usize {
+    if s.is_ascii() {
+        return s.len();
+    }
+    s.chars()
+        .map(|c| match c as u32 {
+            0x0300..=0x036f
+            | 0x1ab0..=0x1aff
+            | 0x1dc0..=0x1dff
+            | 0x200b..=0x200d
+            | 0x20d0..=0x20ff
+            | 0xfe00..=0xfe0f
+            | 0xfe20..=0xfe2f => 0,
+            0x1100..=0x115f
+            | 0x2e80..=0x303e
+            | 0x3041..=0x33ff
+            | 0x3400..=0x4dbf
+            | 0x4e00..=0x9fff
+            | 0xa000..=0xa4cf
+            | 0xac00..=0xd7a3
+            | 0xf900..=0xfaff
+            | 0xfe30..=0xfe4f
+            | 0xff00..=0xff60
+            | 0xffe0..=0xffe6
+            | 0x1f300..=0x1f64f
+            | 0x1f900..=0x1f9ff
+            | 0x20000..=0x3fffd => 2,
+            _ => 1,
+        })
+        .sum()
+}
+
+/// Widest the key column of a `--by` table grows; a longer key gets a line of its own, its
+/// numbers under the columns on the next.
+const KEY_COLUMN_MAX: usize = 64;
+
+/// `indent` and `label` padded to `w` columns (by display width), or when wider, the label on
+/// a line of its own and `w` columns of spaces on the next: the numbers that follow stay in
+/// their columns either way.
+fn label_cell(s: &mut String, indent: &str, label: &str, w: usize) {
+    let lw = display_width(label);
+    s.push_str(indent);
+    s.push_str(label);
+    if lw > w {
+        s.push('\n');
+        s.push_str(indent);
+        s.push_str(&" ".repeat(w));
+    } else {
+        s.push_str(&" ".repeat(w - lw));
+    }
+}
+
+fn hist_stats_text(s: &mut String, label: &str, w: usize, h: &Hist) {
     let mean = h.sum.checked_div(h.count).unwrap_or(0);
-    let _ = write!(s, "  {label:<32} {:>9} {:>10}", h.count, fmt_duration(mean));
+    label_cell(s, "  ", label, w);
+    let _ = write!(s, " {:>9} {:>10}", h.count, fmt_duration(mean));
     for (_, q) in PERCENTILES {
         let _ = write!(s, " {:>10}", fmt_duration(percentile(h, q).unwrap_or(0)));
     }
@@ -403,17 +509,30 @@ pub fn by_text(plan: &Plan, kp: &KeyPlan, tables: &[KeyTable<Hist>], max_keys: u
             kp.by.text,
             t.rows.len()
         );
+        // Not `clean`ed: `text` escapes already, and a second pass doubled backslashes.
+        let keys: Vec<String> = t.rows.iter().map(|(k, _)| k.text()).collect();
+        let other = format!("other (beyond --max-keys {max_keys})");
+        let w = keys
+            .iter()
+            .map(|k| display_width(k))
+            .chain([display_width(&other), display_width(UNKEYED_LABEL), 32])
+            .filter(|&n| n <= KEY_COLUMN_MAX)
+            .max()
+            .unwrap_or(32);
+        label_cell(&mut s, "  ", "KEY", w);
         let _ = writeln!(
             s,
-            "  {:<32} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "KEY", "COUNT", "MEAN", "P50", "P90", "P99", "MAX"
+            " {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "COUNT", "MEAN", "P50", "P90", "P99", "MAX"
         );
-        for (k, h) in &t.rows {
-            hist_stats_text(&mut s, &crate::output::text::clean(&k.text()), h);
+        for (k, (_, h)) in keys.iter().zip(&t.rows) {
+            hist_stats_text(&mut s, k, w, h);
         }
         if t.other.count > 0 {
-            let label = format!("other (beyond --max-keys {max_keys})");
-            hist_stats_text(&mut s, &label, &t.other);
+            hist_stats_text(&mut s, &other, w, &t.other);
+        }
+        if t.unkeyed.count > 0 {
+            hist_stats_text(&mut s, UNKEYED_LABEL, w, &t.unkeyed);
         }
         s.push('\n');
     }
@@ -431,7 +550,8 @@ fn hist_stats_json(out: &mut Vec<u8>, h: &Hist) {
 }
 
 /// `--hist --by` in JSON: one `{"type":"hist_by",...}` line per key, and one with
-/// `"other":true` (and `"key":null`) per span name that had keys beyond the map.
+/// `"other":true` (and `"key":null`) per span name that had keys beyond the map, and one with
+/// `"unkeyed":true` per span name whose keys the kernel could not keep for want of memory.
 pub fn by_json(
     out: &mut Vec<u8>,
     plan: &Plan,
@@ -454,7 +574,6 @@ pub fn by_json(
         };
         for (k, h) in &t.rows {
             head(out);
-            out.extend_from_slice(b",\"key\":");
             k.json(out);
             hist_stats_json(out, h);
             out.extend_from_slice(b"}\n");
@@ -463,6 +582,12 @@ pub fn by_json(
             head(out);
             out.extend_from_slice(b",\"key\":null,\"other\":true");
             hist_stats_json(out, &t.other);
+            out.extend_from_slice(b"}\n");
+        }
+        if t.unkeyed.count > 0 {
+            head(out);
+            out.extend_from_slice(b",\"key\":null,\"unkeyed\":true");
+            hist_stats_json(out, &t.unkeyed);
             out.extend_from_slice(b"}\n");
         }
     }
@@ -475,8 +600,10 @@ pub struct Counts {
     pub sites: Vec<u64>,
     /// Per (site, key), with `--by`.
     pub keys: HashMap<ByKey, u64>,
-    /// Per site: hits whose key found no room.
+    /// Per site: hits whose key found no room (the map full).
     pub other: Vec<u64>,
+    /// Per site: hits whose key could not be kept though the map had room.
+    pub unkeyed: Vec<u64>,
 }
 
 impl Counts {
@@ -501,6 +628,7 @@ impl Counts {
                 .filter(|(_, c)| *c > 0)
                 .collect(),
             other: sub(&self.other, &before.other),
+            unkeyed: sub(&self.unkeyed, &before.unkeyed),
         }
     }
 }
@@ -512,6 +640,7 @@ pub struct ProbeCount {
     pub count: u64,
     pub keys: Vec<(KeyVal, u64)>,
     pub other: u64,
+    pub unkeyed: u64,
 }
 
 /// Per probe, largest count first; probes that never fired are left out.
@@ -533,6 +662,7 @@ pub fn count_table(plan: &Plan, kp: Option<&KeyPlan>, c: &Counts) -> Vec<ProbeCo
                         count: 0,
                         keys: Vec::new(),
                         other: 0,
+                        unkeyed: 0,
                     });
                     keys.push(HashMap::new());
                     rows.len() - 1
@@ -543,6 +673,7 @@ pub fn count_table(plan: &Plan, kp: Option<&KeyPlan>, c: &Counts) -> Vec<ProbeCo
         if let Some(r) = row_of(site, &mut rows, &mut keys) {
             rows[r].count += n;
             rows[r].other += c.other.get(site).copied().unwrap_or(0);
+            rows[r].unkeyed += c.unkeyed.get(site).copied().unwrap_or(0);
         }
     }
     if let Some(kp) = kp {
@@ -571,20 +702,22 @@ pub fn count_text(rows: &[ProbeCount], kp: Option<&KeyPlan>, max_keys: u32) -> S
     let _ = writeln!(s, "{:<48} {:>12}", "PROBE", "COUNT");
     for r in rows {
         let probe = format!("{}:{}", r.provider, r.name);
-        let _ = writeln!(
-            s,
-            "{:<48} {:>12}",
-            crate::output::text::clean(&probe),
-            r.count
-        );
+        label_cell(&mut s, "", &clean(&probe), 48);
+        let _ = writeln!(s, " {:>12}", r.count);
         if let Some(kp) = kp {
             for (k, n) in &r.keys {
-                let label = format!("{} = {}", kp.by.text, k.text());
-                let _ = writeln!(s, "  {:<46} {:>12}", crate::output::text::clean(&label), n);
+                let label = format!("{} = {}", clean(&kp.by.text), k.text());
+                label_cell(&mut s, "  ", &label, 46);
+                let _ = writeln!(s, " {n:>12}");
             }
             if r.other > 0 {
                 let label = format!("other (beyond --max-keys {max_keys})");
-                let _ = writeln!(s, "  {label:<46} {:>12}", r.other);
+                label_cell(&mut s, "  ", &label, 46);
+                let _ = writeln!(s, " {:>12}", r.other);
+            }
+            if r.unkeyed > 0 {
+                label_cell(&mut s, "  ", UNKEYED_LABEL, 46);
+                let _ = writeln!(s, " {:>12}", r.unkeyed);
             }
         }
     }
@@ -593,7 +726,8 @@ pub fn count_text(rows: &[ProbeCount], kp: Option<&KeyPlan>, max_keys: u32) -> S
 }
 
 /// `--count` in JSON: `{"type":"count",...}` per probe, and with `--by` one per key (plus
-/// `"other":true` with `"key":null` for hits beyond the map).
+/// `"other":true` with `"key":null` for hits beyond the map, and `"unkeyed":true` for hits
+/// whose key the kernel could not keep).
 pub fn count_json(out: &mut Vec<u8>, rows: &[ProbeCount], kp: Option<&KeyPlan>, block: Block) {
     for r in rows {
         let head = |out: &mut Vec<u8>| {
@@ -612,7 +746,6 @@ pub fn count_json(out: &mut Vec<u8>, rows: &[ProbeCount], kp: Option<&KeyPlan>, 
             head(out);
             out.extend_from_slice(b",\"by\":");
             json_str(out, kp.by.text.as_bytes());
-            out.extend_from_slice(b",\"key\":");
             k.json(out);
             let _ = writeln!(Vec8(out), ",\"count\":{n}}}");
         }
@@ -624,6 +757,16 @@ pub fn count_json(out: &mut Vec<u8>, rows: &[ProbeCount], kp: Option<&KeyPlan>, 
                 Vec8(out),
                 ",\"key\":null,\"other\":true,\"count\":{}}}",
                 r.other
+            );
+        }
+        if r.unkeyed > 0 {
+            head(out);
+            out.extend_from_slice(b",\"by\":");
+            json_str(out, kp.by.text.as_bytes());
+            let _ = writeln!(
+                Vec8(out),
+                ",\"key\":null,\"unkeyed\":true,\"count\":{}}}",
+                r.unkeyed
             );
         }
     }
@@ -942,6 +1085,134 @@ mod tests {
     }
 
     #[test]
+    fn string_keys_keep_every_byte_and_say_when_cut() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), false).unwrap();
+        let mut k = key(0, 0);
+        // Read by a length argument: a NUL of the string's own is kept, not an end.
+        k.str[..4].copy_from_slice(b"a\0b\xc3");
+        k.str_len = 5;
+        assert_eq!(kp.value(&p, &k), KeyVal::Str(b"a\0b\xc3".to_vec()));
+        k.str_state = STRS_CUT as u32;
+        let v = kp.value(&p, &k);
+        assert_eq!(v, KeyVal::CutStr(b"a\0b\xc3".to_vec()));
+        // Text: quoted once, the byte that is not UTF-8 as \xNN, the cut after the quotes.
+        assert_eq!(v.text(), "\"a\\u{0}b\\xc3\"…");
+        let mut out = Vec::new();
+        v.json(&mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#","key":"a\u0000b\\xc3","key_truncated":true,"key_escaped":true"#
+        );
+        // A whole string of the same bytes is another key.
+        assert_ne!(v, KeyVal::Str(b"a\0b\xc3".to_vec()));
+    }
+
+    #[test]
+    fn key_table_columns_align_for_long_and_wide_keys() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), false).unwrap();
+        let mut h = ByHists::default();
+        let long = "q".repeat(200);
+        for (i, s) in [
+            "é".repeat(40),
+            "漢字キー".into(),
+            long.clone(),
+            "e\u{301}".into(),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let mut k = key(0, 0);
+            k.str[..s.len()].copy_from_slice(s.as_bytes());
+            k.str_len = s.len() as u32 + 1;
+            h.keys.insert(k, hist(&vec![1000; i + 1]));
+        }
+        let text = by_text(&p, &kp, &by_tables(&p, &kp, &h), 4);
+        let lines: Vec<&str> = text.lines().skip(1).filter(|l| !l.is_empty()).collect();
+        // The 200-byte key has a line of its own; every other line (the header, and each
+        // row's numbers) ends at the same column.
+        let ends: Vec<usize> = lines
+            .iter()
+            .filter(|l| !l.contains(&long))
+            .map(|l| display_width(l))
+            .collect();
+        assert_eq!(ends.len(), 5, "{text}");
+        assert!(ends.iter().all(|&e| e == ends[0]), "{ends:?}\n{text}");
+        assert_eq!(display_width("漢字"), 4);
+        assert_eq!(display_width("e\u{301}"), 1);
+    }
+
+    #[test]
+    fn unkeyed_spans_and_hits_get_rows_of_their_own_never_other() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("arg1").unwrap(), false).unwrap();
+        let mut h = ByHists::default();
+        h.keys.insert(key(0, 1), hist(&[100]));
+        h.other = vec![Hist::default()];
+        h.unkeyed = vec![hist(&[200, 300])];
+        let t = by_tables(&p, &kp, &h);
+        let text = by_text(&p, &kp, &t, 4);
+        assert!(!text.contains("other"), "{text}");
+        let row = text.lines().find(|l| l.contains(UNKEYED_LABEL)).unwrap();
+        assert!(row.contains(" 2 "), "{text}");
+        let mut out = Vec::new();
+        by_json(&mut out, &p, &kp, &t, None);
+        let last = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap()
+            .to_string();
+        assert!(
+            last.contains(r#""key":null,"unkeyed":true,"count":2,"#),
+            "{last}"
+        );
+        let kp = KeyPlan::new(&p, &By::parse("arg0").unwrap(), true).unwrap();
+        let c = Counts {
+            sites: vec![3, 0, 0],
+            keys: [(key(0, 9), 2)].into(),
+            other: vec![0, 0, 0],
+            unkeyed: vec![1, 0, 0],
+        };
+        let rows = count_table(&p, Some(&kp), &c);
+        let text = count_text(&rows, Some(&kp), 4);
+        assert!(
+            !text.contains("other") && text.contains(UNKEYED_LABEL),
+            "{text}"
+        );
+        let mut out = Vec::new();
+        count_json(&mut out, &rows, Some(&kp), None);
+        assert!(String::from_utf8(out).unwrap().ends_with(
+            r#""by":"arg0","key":null,"unkeyed":true,"count":1}
+"#
+        ),);
+    }
+
+    #[test]
+    fn key_tables_escape_strings_once() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), false).unwrap();
+        let mut k = key(0, 0);
+        let q = b"say \"hi\"\n\\";
+        k.str[..q.len()].copy_from_slice(q);
+        k.str_len = q.len() as u32 + 1;
+        let mut h = ByHists::default();
+        h.keys.insert(k, hist(&[100]));
+        let text = by_text(&p, &kp, &by_tables(&p, &kp, &h), 4);
+        assert!(text.contains(r#""say \"hi\"\n\\""#), "{text}");
+        let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), true).unwrap();
+        let c = Counts {
+            sites: vec![1, 0, 0],
+            keys: [(k, 1)].into(),
+            other: vec![0, 0, 0],
+            unkeyed: vec![0, 0, 0],
+        };
+        let text = count_text(&count_table(&p, Some(&kp), &c), Some(&kp), 4);
+        assert!(text.contains(r#"str0 = "say \"hi\"\n\\""#), "{text}");
+    }
+
+    #[test]
     fn tables_merge_keys_sort_by_count_and_keep_other() {
         let p = plan();
         let kp = KeyPlan::new(&p, &By::parse("probe").unwrap(), false).unwrap();
@@ -997,16 +1268,19 @@ mod tests {
             sites: vec![5, 1],
             keys: [(key(0, 3), 5)].into(),
             other: vec![0, 0],
+            unkeyed: vec![0, 0],
         };
         let c1 = Counts {
             sites: vec![9, 1],
             keys: [(key(0, 3), 9)].into(),
             other: vec![2, 0],
+            unkeyed: vec![1, 0],
         };
         let d = c1.since(&c0);
         assert_eq!(d.sites, [4, 0]);
         assert_eq!(d.keys[&key(0, 3)], 4);
         assert_eq!(d.other, [2, 0]);
+        assert_eq!(d.unkeyed, [1, 0]);
     }
 
     #[test]
@@ -1043,6 +1317,7 @@ mod tests {
             sites: vec![2, 2, 3, 4],
             keys: [(key(2, 0), 3), (key(3, 0), 4), (key(0, 9), 2)].into(),
             other: vec![0, 0, 0, 0],
+            unkeyed: vec![0, 0, 0, 0],
         };
         let rows = count_table(&p, Some(&kp), &c);
         let names: Vec<(&str, u64)> = rows.iter().map(|r| (r.name.as_str(), r.count)).collect();
@@ -1076,6 +1351,7 @@ mod tests {
             sites: vec![3, 0, 0],
             keys: [(k, 2)].into(),
             other: vec![1, 0, 0],
+            unkeyed: vec![0, 0, 0],
         };
         let mut out = Vec::new();
         count_json(&mut out, &count_table(&p, Some(&kp), &c), Some(&kp), None);

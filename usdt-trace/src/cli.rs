@@ -208,8 +208,9 @@ pub struct WatchArgs {
     /// Do not pair probes by name (X__start/X__end, X__entry/X__return, ...); only --span rules.
     #[arg(long)]
     pub no_auto_span: bool,
-    /// Keep log2 histograms of span durations and their on-CPU/run-queue/sleep/I/O split in
-    /// the kernel instead of printing each span; draw them at exit.
+    /// Keep log-linear histograms (8 buckets per power of two: percentiles within 6.25%, max
+    /// exact) of span durations and their on-CPU/run-queue/sleep/I/O split in the kernel
+    /// instead of printing each span; draw them at exit, in log2 rows.
     #[arg(long)]
     pub hist: bool,
     /// With --hist, --count or --top, also print what each interval added, every DURATION
@@ -1145,6 +1146,24 @@ mod tests {
                 ),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn hist_help_says_log_linear_as_the_buckets_are() {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        cmd.build();
+        let help = cmd
+            .find_subcommand_mut("watch")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        let hist = help.split("--hist").nth(1).unwrap_or("");
+        assert!(
+            hist.contains("log-linear histograms") && hist.contains("6.25%"),
+            "{help}"
+        );
+        assert!(!help.contains("log2 histograms"), "{help}");
     }
 
     #[test]

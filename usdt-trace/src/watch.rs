@@ -999,6 +999,22 @@ fn end_warnings(
             summary.strings_lost
         );
     }
+    for (n, what) in [(ac.by_unkeyed, "spans"), (ac.count_unkeyed, "hits")] {
+        if n > 0 {
+            eprintln!(
+                "warning: --by: {n} {what} are counted as \"unkeyed\": the kernel had no memory at hand for their new keys, and its reserve of {} keys was full",
+                usdt_trace_common::agg::SPILL_KEYS
+            );
+        }
+    }
+    // Exact, but worth knowing: a run that fills the reserve gets "unkeyed" rows.
+    let spilled = ac.by_spilled + ac.count_spilled;
+    if spilled > 0 {
+        eprintln!(
+            "note: --by: {spilled} keys are kept in the kernel's reserve map (room for {}): it had no memory at hand when they were new; their counts are exact",
+            usdt_trace_common::agg::SPILL_KEYS
+        );
+    }
     if summary.lost > 0 {
         let ring = summary.lost - out_lost;
         let mut why = Vec::new();
@@ -1208,6 +1224,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         frames_unnamed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.unnamed),
         hits: reader.agg.hits,
         by_other: ac.by_other + ac.count_other,
+        by_unkeyed: ac.by_unkeyed + ac.count_unkeyed,
     };
     reader.sinks.finish(&summary)?;
     drop(reader);

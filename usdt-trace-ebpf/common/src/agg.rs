@@ -36,9 +36,11 @@ pub struct AggConfig {
     pub _pad: u32,
 }
 
-/// Bytes of a `--by str0` key, its NUL included: longer strings are keyed by their first
-/// `BY_STR_LEN - 1` bytes (a key is hashed whole, so it is kept short).
-pub const BY_STR_LEN: usize = 128;
+/// Bytes of a `--by str0` key's string: a whole string slot, so that a key is the string as
+/// `--str-max` keeps it (up to `STR_MAX_CAP`), read with the byte past it that tells a cut
+/// string. Keyed on fewer bytes (127, once), two strings that differ after them merged into one
+/// row, silently. The cost is hashing the whole key per span (a kilobyte).
+pub const BY_STR_LEN: usize = crate::STR_SLOT;
 
 /// One `--by` key: a span name (histograms) or a site (counts), and the key's value.
 /// Unused bytes are zero, so equal keys hash equal.
@@ -51,6 +53,10 @@ pub struct ByKey {
     pub str_len: u32,
     /// The number (BY_ARG, BY_PID, BY_TID, BY_PROBE).
     pub val: u64,
+    /// BY_STR: `STRS_CUT` when the string was longer than `--str-max` and `str` holds its
+    /// first `--str-max` bytes (all strings that begin so share the key), else 0.
+    pub str_state: u32,
+    pub _pad: u32,
     pub str: [u8; BY_STR_LEN],
 }
 
@@ -60,6 +66,8 @@ impl Default for ByKey {
             id: 0,
             str_len: 0,
             val: 0,
+            str_state: 0,
+            _pad: 0,
             str: [0; BY_STR_LEN],
         }
     }
@@ -97,11 +105,28 @@ impl NumKey {
 }
 
 /// `AGG_COUNTERS` indices.
-/// Spans counted in a span name's "other" histogram because `BY_HISTS` was full.
+/// Spans counted in a span name's "other" histogram because `BY_HISTS` was full (the insert
+/// said E2BIG: the only answer that means full).
 pub const AGG_CNT_BY_OTHER: u32 = 0;
 /// Hits counted in a site's "other" count because `BY_COUNTS` was full.
 pub const AGG_CNT_COUNT_OTHER: u32 = 1;
-pub const AGG_COUNTERS: u32 = 2;
+/// Keys of `--hist --by` the kernel could not insert for want of memory at hand (ENOMEM: a
+/// per-CPU value comes from a per-CPU cache that is refilled asynchronously, and runs dry when
+/// several new keys arrive on one CPU at once), put in the reserve map instead.
+pub const AGG_CNT_BY_SPILLED: u32 = 2;
+/// Keys of `--count --by` likewise put in the reserve count map.
+pub const AGG_CNT_COUNT_SPILLED: u32 = 3;
+/// Spans whose key found room in neither map for a reason other than a full map (the reserve
+/// was full too): counted in their name's "unkeyed" histogram, never in "other".
+pub const AGG_CNT_BY_UNKEYED: u32 = 4;
+/// Hits likewise counted in their site's "unkeyed" count.
+pub const AGG_CNT_COUNT_UNKEYED: u32 = 5;
+pub const AGG_COUNTERS: u32 = 6;
+
+/// Entries of the reserve maps (`BY_HISTS_SPILL` and the like), which are preallocated so an
+/// insert never needs memory: the keys whose first insert into the main map failed for want of
+/// memory. Small, as each entry holds a 4 KB histogram per CPU.
+pub const SPILL_KEYS: u32 = 32;
 
 /// Default `--max-keys`.
 pub const DEFAULT_MAX_KEYS: u32 = 1024;

@@ -308,6 +308,7 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
         ("frames_unnamed", s.frames_unnamed),
         ("hits", s.hits),
         ("by_other", s.by_other),
+        ("by_unkeyed", s.by_unkeyed),
         ("strings_dropped", s.strings_dropped),
         ("strings_lost", s.strings_lost),
     ] {
@@ -636,5 +637,12 @@ mod golden {
         assert!(
             line(|o| summary_json(o, &s)).ends_with(",\"by_other\":12,\"strings_dropped\":13}\n")
         );
+        // --by: keys the kernel could not keep for want of memory, only when there are.
+        let s = Summary {
+            by_unkeyed: 14,
+            ..s
+        };
+        assert!(line(|o| summary_json(o, &s))
+            .ends_with(",\"by_other\":12,\"by_unkeyed\":14,\"strings_dropped\":13}\n"));
     }
 }

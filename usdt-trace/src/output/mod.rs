@@ -268,6 +268,9 @@ pub struct Summary {
     pub hits: u64,
     /// `--by`: spans and hits whose key found no room (`--max-keys`), counted as "other".
     pub by_other: u64,
+    /// `--by`: spans and hits whose key the kernel could keep nowhere though the map was not
+    /// full (no memory at hand, and the reserve full), counted as "unkeyed".
+    pub by_unkeyed: u64,
     /// `--str`: spans recorded without their start strings, which the kernel could not keep
     /// until the end (the string map full, or out of memory at that moment).
     pub strings_dropped: u64,

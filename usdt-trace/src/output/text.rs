@@ -209,11 +209,17 @@ pub fn summary_text(s: &Summary) -> String {
     } else {
         String::new()
     };
-    let other = if s.by_other > 0 {
+    let mut other = if s.by_other > 0 {
         format!(", {} counted as \"other\" (--max-keys)", s.by_other)
     } else {
         String::new()
     };
+    if s.by_unkeyed > 0 {
+        other.push_str(&format!(
+            ", {} counted as \"unkeyed\" (no kernel memory)",
+            s.by_unkeyed
+        ));
+    }
     if s.stacks_failed > 0 {
         filtered.push_str(&format!(", {} stacks not read", s.stacks_failed));
     }

@@ -6,8 +6,9 @@ use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap};
 use aya::EbpfLoader;
 use std::collections::HashMap;
 use usdt_trace_common::agg::{
-    AggConfig, ByKey, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_COUNT_OTHER, BY_STR, CFG_AGG_ARGS,
-    CFG_AGG_BY, CFG_AGG_COUNT,
+    AggConfig, ByKey, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_BY_SPILLED, AGG_CNT_BY_UNKEYED,
+    AGG_CNT_COUNT_OTHER, AGG_CNT_COUNT_SPILLED, AGG_CNT_COUNT_UNKEYED, AGG_COUNTERS, BY_STR,
+    CFG_AGG_ARGS, CFG_AGG_BY, CFG_AGG_COUNT, SPILL_KEYS,
 };
 use usdt_trace_common::{Config, Hist};
 
@@ -50,18 +51,22 @@ impl AggLoad {
             1
         };
         let str_keys = self.by == BY_STR;
-        // Only the keyed map this run uses gets --max-keys entries.
-        let size = |count: bool, strs: bool| {
-            if count == self.count && strs == str_keys {
-                keys
-            } else {
-                1
-            }
-        };
+        // Only the keyed map this run uses gets --max-keys entries, and its reserve (which is
+        // preallocated) SPILL_KEYS.
+        let used =
+            |count: bool, strs: bool| self.by != 0 && count == self.count && strs == str_keys;
+        let size = |count: bool, strs: bool| if used(count, strs) { keys } else { 1 };
+        let spill = |count: bool, strs: bool| if used(count, strs) { SPILL_KEYS } else { 1 };
         l.map_max_entries("BY_SITES", nsites)
             .map_max_entries("BY_HISTS", size(false, false))
             .map_max_entries("BY_HISTS_STR", size(false, true))
+            .map_max_entries("BY_HISTS_SPILL", spill(false, false))
+            .map_max_entries("BY_HISTS_STR_SPILL", spill(false, true))
+            .map_max_entries("BY_COUNTS_SPILL", spill(true, false))
+            .map_max_entries("BY_COUNTS_STR_SPILL", spill(true, true))
             .map_max_entries("BY_OTHER", hist_pairs.max(1))
+            .map_max_entries("BY_UNKEYED", hist_pairs.max(1))
+            .map_max_entries("BY_COUNT_UNKEYED", if self.count { nsites } else { 1 })
             .map_max_entries("SITE_COUNTS", if self.count { nsites } else { 1 })
             .map_max_entries("BY_COUNTS", size(true, false))
             .map_max_entries("BY_COUNTS_STR", size(true, true))
@@ -76,6 +81,13 @@ pub struct AggCounters {
     pub by_other: u64,
     /// Hits counted as "other" (BY_COUNTS full).
     pub count_other: u64,
+    /// Keys of spans (hits) put in the reserve map: the main one had no memory at hand when
+    /// they were new. Their counts are exact; said so that the reserve's size can be judged.
+    pub by_spilled: u64,
+    pub count_spilled: u64,
+    /// Spans (hits) whose key could be kept nowhere though the main map was not full.
+    pub by_unkeyed: u64,
+    pub count_unkeyed: u64,
 }
 
 pub(super) fn sum_hist(into: &mut Hist, h: &Hist) {
@@ -142,94 +154,105 @@ impl Tracer {
     }
 
     pub fn agg_counters(&self) -> Result<AggCounters, TraceError> {
-        let v = self.per_cpu_array_u64("AGG_COUNTS", 2)?;
+        let v = self.per_cpu_array_u64("AGG_COUNTS", AGG_COUNTERS as usize)?;
         let at = |i: u32| v.get(i as usize).copied().unwrap_or(0);
         Ok(AggCounters {
             by_other: at(AGG_CNT_BY_OTHER),
             count_other: at(AGG_CNT_COUNT_OTHER),
+            by_spilled: at(AGG_CNT_BY_SPILLED),
+            count_spilled: at(AGG_CNT_COUNT_SPILLED),
+            by_unkeyed: at(AGG_CNT_BY_UNKEYED),
+            count_unkeyed: at(AGG_CNT_COUNT_UNKEYED),
         })
+    }
+
+    /// Every (key, per-CPU values) of the per-CPU hash map `name`, `f` applied to each.
+    fn each_key<K: aya::Pod, V: aya::Pod>(
+        &self,
+        name: &'static str,
+        mut f: impl FnMut(K, &[V]),
+    ) -> Result<(), TraceError> {
+        let map: PerCpuHashMap<&MapData, K, V> =
+            PerCpuHashMap::try_from(self.ebpf.map(name).ok_or(TraceError::MissingMap(name))?)
+                .map_err(map_err(name))?;
+        for item in map.iter() {
+            let (k, v) = item.map_err(map_err(name))?;
+            f(k, &v);
+        }
+        Ok(())
     }
 
     /// `--count`: hits per site, and per (site, key) and per site beyond the keys.
     pub fn counts(&self, nsites: usize) -> Result<crate::agg::Counts, TraceError> {
         let sites = self.per_cpu_array_u64("SITE_COUNTS", nsites)?;
         let other = self.per_cpu_array_u64("BY_COUNT_OTHER", nsites)?;
-        let mut keys = HashMap::new();
+        let unkeyed = self.per_cpu_array_u64("BY_COUNT_UNKEYED", nsites)?;
+        let mut keys: HashMap<ByKey, u64> = HashMap::new();
+        // A key's count is in the main map or its reserve (or partly in each: it may enter
+        // the reserve on one CPU while another inserts it into the main map): the sum.
         if self.agg_by == BY_STR {
-            let map: PerCpuHashMap<&MapData, ByKey, u64> = PerCpuHashMap::try_from(
-                self.ebpf
-                    .map("BY_COUNTS_STR")
-                    .ok_or(TraceError::MissingMap("BY_COUNTS_STR"))?,
-            )
-            .map_err(map_err("BY_COUNTS_STR"))?;
-            for item in map.iter() {
-                let (k, v) = item.map_err(map_err("BY_COUNTS_STR"))?;
-                *keys.entry(k).or_insert(0) += v.iter().sum::<u64>();
+            for name in ["BY_COUNTS_STR", "BY_COUNTS_STR_SPILL"] {
+                self.each_key(name, |k: ByKey, v: &[u64]| {
+                    *keys.entry(k).or_insert(0) += v.iter().sum::<u64>();
+                })?;
             }
         } else if self.agg_by != 0 {
-            let map: PerCpuHashMap<&MapData, NumKey, u64> = PerCpuHashMap::try_from(
-                self.ebpf
-                    .map("BY_COUNTS")
-                    .ok_or(TraceError::MissingMap("BY_COUNTS"))?,
-            )
-            .map_err(map_err("BY_COUNTS"))?;
-            for item in map.iter() {
-                let (k, v) = item.map_err(map_err("BY_COUNTS"))?;
-                *keys.entry(k.to_by_key(self.agg_by)).or_insert(0) += v.iter().sum::<u64>();
+            for name in ["BY_COUNTS", "BY_COUNTS_SPILL"] {
+                self.each_key(name, |k: NumKey, v: &[u64]| {
+                    *keys.entry(k.to_by_key(self.agg_by)).or_insert(0) += v.iter().sum::<u64>();
+                })?;
             }
         }
-        Ok(crate::agg::Counts { sites, keys, other })
+        Ok(crate::agg::Counts {
+            sites,
+            keys,
+            other,
+            unkeyed,
+        })
     }
 
-    /// `--hist --by`: the histogram per key, and per span name the "other" one.
-    pub fn by_hists(&self, npairs: usize) -> Result<crate::agg::ByHists, TraceError> {
-        let mut keys: HashMap<ByKey, Hist> = HashMap::new();
-        if self.agg_by == BY_STR {
-            let map: PerCpuHashMap<&MapData, ByKey, Hist> = PerCpuHashMap::try_from(
-                self.ebpf
-                    .map("BY_HISTS_STR")
-                    .ok_or(TraceError::MissingMap("BY_HISTS_STR"))?,
-            )
-            .map_err(map_err("BY_HISTS_STR"))?;
-            for item in map.iter() {
-                let (k, v) = item.map_err(map_err("BY_HISTS_STR"))?;
-                let slot = keys.entry(k).or_default();
-                for h in v.iter() {
-                    sum_hist(slot, h);
-                }
-            }
-        } else if self.agg_by != 0 {
-            let map: PerCpuHashMap<&MapData, NumKey, Hist> = PerCpuHashMap::try_from(
-                self.ebpf
-                    .map("BY_HISTS")
-                    .ok_or(TraceError::MissingMap("BY_HISTS"))?,
-            )
-            .map_err(map_err("BY_HISTS"))?;
-            for item in map.iter() {
-                let (k, v) = item.map_err(map_err("BY_HISTS"))?;
-                let slot = keys.entry(k.to_by_key(self.agg_by)).or_default();
-                for h in v.iter() {
-                    sum_hist(slot, h);
-                }
-            }
-        }
-        let other_map: PerCpuArray<&MapData, Hist> = PerCpuArray::try_from(
-            self.ebpf
-                .map("BY_OTHER")
-                .ok_or(TraceError::MissingMap("BY_OTHER"))?,
-        )
-        .map_err(map_err("BY_OTHER"))?;
-        let n = npairs.min(other_map.len() as usize).min(self.hist_pairs);
-        let mut other = vec![Hist::default(); npairs];
-        for (i, slot) in other.iter_mut().enumerate().take(n) {
-            for h in other_map
-                .get(&(i as u32), 0)
-                .map_err(map_err("BY_OTHER"))?
-                .iter()
-            {
+    /// Per span name, the histograms of the per-CPU array `name` (BY_OTHER, BY_UNKEYED).
+    fn pair_hists(&self, name: &'static str, npairs: usize) -> Result<Vec<Hist>, TraceError> {
+        let map: PerCpuArray<&MapData, Hist> =
+            PerCpuArray::try_from(self.ebpf.map(name).ok_or(TraceError::MissingMap(name))?)
+                .map_err(map_err(name))?;
+        let n = npairs.min(map.len() as usize).min(self.hist_pairs);
+        let mut out = vec![Hist::default(); npairs];
+        for (i, slot) in out.iter_mut().enumerate().take(n) {
+            for h in map.get(&(i as u32), 0).map_err(map_err(name))?.iter() {
                 sum_hist(slot, h);
             }
         }
-        Ok(crate::agg::ByHists { keys, other })
+        Ok(out)
+    }
+
+    /// `--hist --by`: the histogram per key, and per span name the "other" and "unkeyed" ones.
+    pub fn by_hists(&self, npairs: usize) -> Result<crate::agg::ByHists, TraceError> {
+        let mut keys: HashMap<ByKey, Hist> = HashMap::new();
+        // As for counts: a key's histogram is the sum of its main and reserve entries.
+        if self.agg_by == BY_STR {
+            for name in ["BY_HISTS_STR", "BY_HISTS_STR_SPILL"] {
+                self.each_key(name, |k: ByKey, v: &[Hist]| {
+                    let slot = keys.entry(k).or_default();
+                    for h in v {
+                        sum_hist(slot, h);
+                    }
+                })?;
+            }
+        } else if self.agg_by != 0 {
+            for name in ["BY_HISTS", "BY_HISTS_SPILL"] {
+                self.each_key(name, |k: NumKey, v: &[Hist]| {
+                    let slot = keys.entry(k.to_by_key(self.agg_by)).or_default();
+                    for h in v {
+                        sum_hist(slot, h);
+                    }
+                })?;
+            }
+        }
+        Ok(crate::agg::ByHists {
+            keys,
+            other: self.pair_hists("BY_OTHER", npairs)?,
+            unkeyed: self.pair_hists("BY_UNKEYED", npairs)?,
+        })
     }
 }

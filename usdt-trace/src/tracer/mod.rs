@@ -909,7 +909,7 @@ impl Tracer {
             out.push(comps);
         }
         // Under --by the kernel counts a span's duration once, in its key's histogram or its
-        // name's "other", not again in the name's own: the name's is their sum (exact: both
+        // name's "other" or "unkeyed", not again in the name's own: the name's is their sum (exact: both
         // are read here, and every span goes to one of them).
         if self.agg_by != 0 {
             let by = self.by_hists(npairs)?;
@@ -918,8 +918,10 @@ impl Tracer {
                     agg::sum_hist(&mut comps[HIST_DURATION], h);
                 }
             }
-            for (comps, h) in out.iter_mut().zip(&by.other) {
-                agg::sum_hist(&mut comps[HIST_DURATION], h);
+            for hists in [&by.other, &by.unkeyed] {
+                for (comps, h) in out.iter_mut().zip(hists) {
+                    agg::sum_hist(&mut comps[HIST_DURATION], h);
+                }
             }
         }
         Ok(out)
