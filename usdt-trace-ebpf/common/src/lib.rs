@@ -1729,7 +1729,7 @@ mod tests {
             (ArgKind::CONST.0, ArgKind::RIP.0, ArgKind::UNSUPPORTED.0),
             (1, 4, 5)
         );
-        assert_eq!(NUM_COUNTERS, 14);
+        assert_eq!(NUM_COUNTERS, 15);
         assert_eq!(core::mem::size_of::<FilterTerm>(), 32);
     }
 
