@@ -14,7 +14,7 @@ function, in one run:
 (higher is better: more requests served while traced). Medians of --reps interleaved runs.
 Not a test.
 """
-import argparse, os, re, signal, statistics, subprocess, sys, time
+import argparse, os, re, signal, statistics, subprocess, sys, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVER = "/usr/bin/redis-server"
@@ -32,17 +32,22 @@ def start_server(port):
 
 
 def attach(cmd, ready):
-    """Starts a tracer and waits for its readiness line on stderr."""
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    t0 = time.time()
-    while time.time() - t0 < 60:
-        line = p.stderr.readline()
-        if not line:
-            break
-        if ready in line:
-            return p
-    p.kill()
-    sys.exit(f"{cmd[0]} did not attach: {line!r}")
+    """Starts a tracer and waits for its readiness line (usdt-trace says it on stderr,
+    bpftrace on stdout); the rest of both streams is drained so the tracer never blocks."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = threading.Event()
+
+    def drain(stream):
+        for line in stream:
+            if ready in line:
+                seen.set()
+
+    for s in (p.stdout, p.stderr):
+        threading.Thread(target=drain, args=(s,), daemon=True).start()
+    if not seen.wait(60):
+        p.kill()
+        sys.exit(f"{cmd[0]} did not attach within 60 s")
+    return p
 
 
 def detach(p):
