@@ -1018,6 +1018,47 @@ mod tests {
     }
 
     #[test]
+    fn prometheus_flags() {
+        let c = watch(&["/bin/true", "--hist", "--prometheus", "127.0.0.1:9435"]).unwrap();
+        let p = c.prometheus.unwrap();
+        assert_eq!(p.addr.to_string(), "127.0.0.1:9435");
+        assert_eq!(p.per_octave, 8);
+        let c = watch(&[
+            "/bin/true",
+            "--hist",
+            "--prometheus=[::1]:9",
+            "--prometheus-buckets=2",
+        ])
+        .unwrap();
+        assert_eq!(c.prometheus.unwrap().per_octave, 2);
+        assert!(watch(&["/bin/true"]).unwrap().prometheus.is_none());
+        assert!(matches!(
+            watch(&["/bin/true", "--hist", "--prometheus", "9435"]),
+            Err(UsageError::Prometheus(_))
+        ));
+        assert!(matches!(
+            watch(&[
+                "/bin/true",
+                "--hist",
+                "--prometheus",
+                "127.0.0.1:9",
+                "--prometheus-buckets",
+                "3"
+            ]),
+            Err(UsageError::PromBuckets(3))
+        ));
+        // The exported histograms are the kernel's: only --hist keeps them.
+        for args in [
+            &["watch", "--prometheus", "127.0.0.1:9", "/bin/true"][..],
+            &["watch", "--hist", "--prometheus-buckets", "2", "/bin/true"][..],
+        ] {
+            let mut v = vec!["usdt-trace"];
+            v.extend_from_slice(args);
+            assert!(Cli::try_parse_from(v).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
     fn export_flags() {
         let c = watch(&[
             "/bin/true",
