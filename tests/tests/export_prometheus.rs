@@ -237,3 +237,100 @@ fn prometheus_scrapes_kernel_histograms_quantile_rate_and_split_agree_with_the_w
     within("on-CPU + runq (s/s)", oncpu + runq, 0.095, 0.015);
     within("sleep (s/s)", sleep, 0.030, 0.006);
 }
+
+/// One scrape of `/metrics`: series (name and labels as written) → value.
+fn scrape(addr: &str) -> std::collections::BTreeMap<String, f64> {
+    let out = Command::new("curl")
+        .args(["-s", "-f", "--max-time", "5"])
+        .arg(format!("http://{addr}/metrics"))
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "scrape of {addr} failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, v) = l.rsplit_once(' ').expect("sample line");
+            (series.to_string(), v.parse().expect("value"))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn by_keys_beyond_max_keys_are_one_other_series_and_nothing_goes_backwards() {
+    // arg0 is the span's index: a new key every span, so all but 3 go to "other".
+    let bin = build_c("prom_load", &["-O2"]);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let cmd = format!("{} 4", bin.display());
+    let w = Watch::start(&[
+        "--hist",
+        "--by",
+        "arg0",
+        "--max-keys",
+        "3",
+        "--prometheus",
+        &addr,
+        "--prometheus-buckets",
+        "2",
+        "-c",
+        &cmd,
+    ]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let a = scrape(&addr);
+    std::thread::sleep(Duration::from_millis(1000));
+    let b = scrape(&addr);
+    let out = w.finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    // Every series of the first scrape is in the second, none smaller (gauges aside).
+    for (k, v) in &a {
+        if k.starts_with("usdt_attached_sites") || k.starts_with("usdt_span_names") {
+            continue;
+        }
+        let now = b.get(k).unwrap_or_else(|| panic!("{k} gone"));
+        assert!(now >= v, "{k}: {v} then {now}");
+    }
+    let count = |m: &std::collections::BTreeMap<String, f64>, key: &str| {
+        m.iter()
+            .filter(|(k, _)| k.starts_with("usdt_span_duration_seconds_count{") && k.contains(key))
+            .map(|(_, v)| *v)
+            .sum::<f64>()
+    };
+    let keys: Vec<&String> = b
+        .keys()
+        .filter(|k| k.starts_with("usdt_span_duration_seconds_count{"))
+        .collect();
+    // Three keys and the one "other" series: cardinality is --max-keys + 1.
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    let other = count(&b, "other=\"true\"");
+    assert_eq!(b["usdt_keys_other_spans_total"], other);
+    assert_eq!(b["usdt_keys_max"], 3.0);
+    assert!(other > 100.0, "{other}");
+    // Keys plus other are every span closed so far (read a moment apart within the scrape:
+    // a span or two may close between the two reads, at 100 a second).
+    within(
+        "spans in the histograms vs spans closed",
+        count(&b, "span=\"req\""),
+        b["usdt_spans_total"],
+        2.0,
+    );
+    // Buckets at every 4th kernel bound: 29 bounds from 255 ns to 68.7 s, then +Inf.
+    let buckets = b
+        .keys()
+        .filter(|k| {
+            k.starts_with("usdt_span_duration_seconds_bucket{") && k.contains("other=\"true\"")
+        })
+        .count();
+    assert_eq!(buckets, 2 * 28 + 1 + 1);
+    // The tool's own totals at exit agree with the last scrape's per-key counts so far.
+    let rows: Vec<&Value> = out.of_type("hist_by").collect();
+    let own_other = rows
+        .iter()
+        .find(|r| r["other"] == true)
+        .and_then(|r| r["count"].as_f64())
+        .expect("other row");
+    assert!(own_other >= other, "{own_other} < {other}");
+    for key in ["0", "1", "2"] {
+        assert_eq!(count(&b, &format!("key=\"{key}\"")), 1.0, "key {key}");
+    }
+}
