@@ -8,7 +8,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -52,6 +52,8 @@ pub struct Server {
     requests: Receiver<Scrape>,
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
+    /// The connection being served, so that stopping need not wait out its timeouts.
+    current: Arc<Mutex<Option<TcpStream>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -69,6 +71,8 @@ impl Server {
         let (tx, requests) = mpsc::sync_channel(1);
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        let current: Arc<Mutex<Option<TcpStream>>> = Arc::default();
+        let current2 = current.clone();
         let thread = std::thread::Builder::new()
             .name("prometheus".into())
             .spawn(move || {
@@ -79,7 +83,13 @@ impl Server {
                     // Accept errors (a reset before accept, out of descriptors) end only
                     // that connection.
                     if let Ok(c) = conn {
+                        if let Ok(mut slot) = current2.lock() {
+                            *slot = c.try_clone().ok();
+                        }
                         let _ = handle(c, &tx);
+                        if let Ok(mut slot) = current2.lock() {
+                            *slot = None;
+                        }
                     }
                 }
             })
@@ -91,6 +101,7 @@ impl Server {
             requests,
             addr,
             stop,
+            current,
             thread: Some(thread),
         })
     }
@@ -109,13 +120,16 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        // Wakes the accept; a thread busy with a client finishes it within its timeouts
-        // (its scrape's answer channel is closed by now, so it answers 503 at once).
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        // A client being served is cut off (a slow one would hold the join for its whole
+        // timeout), a scrape waiting for its answer gets none (503), and the accept is woken.
+        if let Some(c) = self.current.lock().ok().and_then(|mut c| c.take()) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
         drop(std::mem::replace(
             &mut self.requests,
             mpsc::sync_channel(1).1,
         ));
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -295,8 +309,13 @@ mod tests {
         big.extend(std::iter::repeat_n(b'a', MAX_REQUEST + 10));
         assert!(get(addr, &big).starts_with("HTTP/1.1 431"));
         let server = owner.join().expect("owner");
-        // Dropping it stops listening.
+        // A client that sends nothing does not hold up stopping for its 5 s.
+        let _slow = TcpStream::connect(addr).expect("connect");
+        std::thread::sleep(Duration::from_millis(100));
+        let t = Instant::now();
         drop(server);
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // Dropping it stops listening.
         assert!(TcpStream::connect(addr).is_err());
     }
 
