@@ -307,6 +307,17 @@ pub struct WatchArgs {
     /// With --otlp: how many spans may wait for the exporter before new ones are dropped.
     #[arg(long, value_name = "SPANS", requires = "otlp", default_value_t = crate::output::otlp::DEFAULT_QUEUE)]
     pub otlp_queue: usize,
+    /// With --hist: serve Prometheus metrics at http://ADDR/metrics while tracing (ADDR is
+    /// HOST:PORT, e.g. 127.0.0.1:9435): per span name (and --by key) a duration histogram
+    /// whose buckets are the kernel's own, the time split as counters, events, losses and the
+    /// tracer's health. Each scrape reads the kernel's histograms; nothing is added per span.
+    #[arg(long, value_name = "ADDR", requires = "hist")]
+    pub prometheus: Option<String>,
+    /// With --prometheus: histogram buckets exported per power of two, each a kernel bucket
+    /// bound from 256 ns to 68.7 s: 8 (every kernel bucket: the error --hist has), 4, 2 or 1.
+    /// Fewer make fewer series and coarser quantiles.
+    #[arg(long, value_name = "N", requires = "prometheus", default_value_t = 8)]
+    pub prometheus_buckets: u32,
     /// Benchmarks only: attach a program that only returns (`usdt_null`), so nothing is
     /// recorded; what any handler pays for the hit itself (bench/handler.py, bench/goals.py).
     /// Hidden from --help, and said on stderr when used: it must never be what a user runs by
@@ -395,6 +406,12 @@ pub enum UsageError {
     OutFile(#[from] crate::outfile::OutFileError),
     #[error(transparent)]
     Otlp(#[from] crate::output::otlp::http::UrlError),
+    #[error(transparent)]
+    Prometheus(#[from] crate::output::prometheus::serve::ServeError),
+    #[error(
+        "--prometheus-buckets {0}: expected 1, 2, 4 or 8 (kernel bucket bounds per power of two)"
+    )]
+    PromBuckets(u32),
 }
 
 /// Split positional arguments into files and patterns, by one rule that never guesses from
@@ -783,7 +800,23 @@ impl WatchArgs {
             }
             None => None,
         };
+        if !crate::output::prometheus::BUCKETS_PER_OCTAVE.contains(&self.prometheus_buckets) {
+            return Err(UsageError::PromBuckets(self.prometheus_buckets));
+        }
+        let prometheus = self
+            .prometheus
+            .as_deref()
+            .map(|a| {
+                crate::output::prometheus::serve::parse_addr(a).map(|addr| {
+                    crate::watch::PromConfig {
+                        addr,
+                        per_octave: self.prometheus_buckets,
+                    }
+                })
+            })
+            .transpose()?;
         Ok(WatchConfig {
+            prometheus,
             json: self.json,
             perfetto: self.perfetto.clone(),
             otlp,
@@ -983,6 +1016,47 @@ mod tests {
         let e = Cli::try_parse_from(["usdt-trace", "watch", "--attach", "kprobe", "/bin/true"])
             .unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
+    }
+
+    #[test]
+    fn prometheus_flags() {
+        let c = watch(&["/bin/true", "--hist", "--prometheus", "127.0.0.1:9435"]).unwrap();
+        let p = c.prometheus.unwrap();
+        assert_eq!(p.addr.to_string(), "127.0.0.1:9435");
+        assert_eq!(p.per_octave, 8);
+        let c = watch(&[
+            "/bin/true",
+            "--hist",
+            "--prometheus=[::1]:9",
+            "--prometheus-buckets=2",
+        ])
+        .unwrap();
+        assert_eq!(c.prometheus.unwrap().per_octave, 2);
+        assert!(watch(&["/bin/true"]).unwrap().prometheus.is_none());
+        assert!(matches!(
+            watch(&["/bin/true", "--hist", "--prometheus", "9435"]),
+            Err(UsageError::Prometheus(_))
+        ));
+        assert!(matches!(
+            watch(&[
+                "/bin/true",
+                "--hist",
+                "--prometheus",
+                "127.0.0.1:9",
+                "--prometheus-buckets",
+                "3"
+            ]),
+            Err(UsageError::PromBuckets(3))
+        ));
+        // The exported histograms are the kernel's: only --hist keeps them.
+        for args in [
+            &["watch", "--prometheus", "127.0.0.1:9", "/bin/true"][..],
+            &["watch", "--hist", "--prometheus-buckets", "2", "/bin/true"][..],
+        ] {
+            let mut v = vec!["usdt-trace"];
+            v.extend_from_slice(args);
+            assert!(Cli::try_parse_from(v).is_err(), "{args:?}");
+        }
     }
 
     #[test]

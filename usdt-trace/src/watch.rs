@@ -78,6 +78,16 @@ pub struct WatchConfig {
     pub wait_for_probes: bool,
     /// `--bench-null-program` (hidden): attach `usdt_null`, which records nothing.
     pub bench_null_program: bool,
+    /// `--prometheus ADDR`: serve the kernel's histograms at ADDR/metrics.
+    pub prometheus: Option<PromConfig>,
+}
+
+/// `--prometheus ADDR` and `--prometheus-buckets`.
+#[derive(Debug, Clone)]
+pub struct PromConfig {
+    pub addr: std::net::SocketAddr,
+    /// Kernel bucket bounds exported per power of two (1, 2, 4 or 8).
+    pub per_octave: u32,
 }
 
 /// The aggregation flags (see `crate::agg`).
@@ -252,6 +262,8 @@ pub enum WatchError {
     Output(#[from] io::Error),
     #[error(transparent)]
     OutFile(#[from] outfile::OutFileError),
+    #[error(transparent)]
+    Prometheus(#[from] crate::output::prometheus::serve::ServeError),
 }
 
 impl WatchError {
@@ -931,6 +943,76 @@ impl Reader {
         self.agg_block(tracer, now, false, true)
     }
 
+    /// What one `--prometheus` scrape exports: the kernel's cumulative histograms and
+    /// counters, read now (never reset, so nothing exported goes backwards). `out_lost`: the
+    /// records the output queue dropped so far.
+    fn prom_snapshot(
+        &self,
+        tracer: &Tracer,
+        out_lost: u64,
+        ring_bytes: u32,
+    ) -> Result<output::prometheus::Snapshot, WatchError> {
+        use output::prometheus::{ByKeys, Counters, Health, Snapshot};
+        let n = self.plan.pairs.len();
+        let hists = tracer.hists(n)?;
+        let by = match &self.agg.key {
+            Some(kp) => {
+                let b = tracer.by_hists(n)?;
+                Some(ByKeys {
+                    by: kp.by.text.clone(),
+                    keys: b
+                        .keys
+                        .iter()
+                        .map(|(k, h)| (k.id as usize, kp.value(&self.plan, k), *h))
+                        .collect(),
+                    other: b.other,
+                    max_keys: self.agg.max_keys,
+                })
+            }
+            None => None,
+        };
+        let c = tracer.counters()?;
+        let ac = tracer.agg_counters()?;
+        Ok(Snapshot {
+            pairs: self.plan.pairs.iter().cloned().zip(hists).collect(),
+            by,
+            counters: Counters {
+                events: c.events,
+                spans: c.spans,
+                records_lost: c.lost + self.bad_records + out_lost,
+                unmatched_ends: c.unmatched_end,
+                dropped_threads_full: c.threads_full,
+                dropped_open_ids_full: c.id_full,
+                dropped_depth: c.depth,
+                hits_missed: tracer.missed_hits().unwrap_or(0),
+                strings_dropped: c.strs_dropped,
+                keys_other: ac.by_other,
+            },
+            health: Health {
+                sites: tracer.attached_sites() as u64,
+                span_names: n as u64,
+                ring_bytes: ring_bytes.into(),
+                cpu_ns: clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID),
+            },
+        })
+    }
+
+    /// Answers the `--prometheus` scrapes waiting, between batches.
+    fn serve_scrapes(
+        &self,
+        server: &output::prometheus::serve::Server,
+        cfg: &PromConfig,
+        tracer: &Tracer,
+        out_lost: u64,
+        ring_bytes: u32,
+    ) -> Result<(), WatchError> {
+        while let Some(scrape) = server.pending() {
+            let snap = self.prom_snapshot(tracer, out_lost, ring_bytes)?;
+            scrape.answer(output::prometheus::render(snap, cfg.per_octave));
+        }
+        Ok(())
+    }
+
     /// The whole run's histograms, at the end.
     fn totals(&mut self, tracer: &Tracer, intervals: bool) -> Result<(), WatchError> {
         let now = monotonic_ns();
@@ -1097,6 +1179,12 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .transpose()?;
     // Before anything is attached: a bad -o path fails first.
     let (sinks, output, mut out_files) = cfg.sinks(&plan)?;
+    // Listening before attach too: an address in use fails the run before it starts.
+    let prom = cfg
+        .prometheus
+        .as_ref()
+        .map(|p| output::prometheus::serve::Server::bind(p.addr).map(|s| (s, p)))
+        .transpose()?;
 
     // Times count from before the first probe can fire, so none is ever negative.
     let t0 = monotonic_ns();
@@ -1178,6 +1266,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let mut last_hist = Instant::now();
     while !should_stop(cfg, started, child.as_mut()) {
         reader.batch(&mut tracer, Duration::from_millis(50))?;
+        if let Some((server, p)) = &prom {
+            reader.serve_scrapes(server, p, &tracer, output.lost(), cfg.ring_bytes)?;
+        }
         if cfg.interval.is_some_and(|iv| last_hist.elapsed() >= iv) {
             last_hist = Instant::now();
             reader.interval(&tracer)?;

@@ -20,6 +20,7 @@ pub mod hist;
 pub mod json;
 pub mod otlp;
 pub mod perfetto;
+pub mod prometheus;
 pub mod sink;
 pub mod text;
 

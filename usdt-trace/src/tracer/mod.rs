@@ -585,6 +585,11 @@ impl Tracer {
         self.wake_fds.extend(fds);
     }
 
+    /// Probe sites attached so far (one per process for a per-process uprobe).
+    pub fn attached_sites(&self) -> usize {
+        self.sites
+    }
+
     /// Span names the histograms have room for.
     pub fn hist_capacity(&self) -> usize {
         self.hist_pairs

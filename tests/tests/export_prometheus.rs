@@ -1,0 +1,336 @@
+//! `watch --prometheus`: scraped by a real Prometheus (Debian's `prometheus`, installed by
+//! scripts/setup.sh) every second on loopback, and asked over its HTTP API what a user would
+//! ask: the 99th percentile from the buckets, the request rate, the time split. The target is
+//! prom_load: 100 spans a second on an absolute clock, 19 in 20 busy for 1 ms, 1 in 20
+//! asleep for 6 ms.
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use usdt_trace_common::{hist_bucket, hist_bucket_range};
+use usdt_trace_tests::markers::free_port;
+use usdt_trace_tests::proc;
+use usdt_trace_tests::watch::Watch;
+use usdt_trace_tests::watch_util::build_c;
+
+/// How long the workload runs: the queries below look at a window inside it.
+const RUN_SECONDS: u64 = 40;
+/// The `rate()` window: a scrape a second gives ~20 samples in it.
+const WINDOW: &str = "20s";
+
+/// A Prometheus server of our own: its own port, its own storage, killed at drop.
+struct Prometheus {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    fn start(target: &str) -> Prometheus {
+        assert!(
+            Command::new("prometheus")
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success()),
+            "prometheus is not installed: run scripts/setup.sh"
+        );
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("usdt-trace-prom-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("prometheus dir");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: usdt\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .expect("config");
+        let child = proc::spawn(
+            Command::new("prometheus")
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join("data").display()
+                ))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .arg("--log.level=warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        let p = Prometheus { child, port, dir };
+        proc::wait_until("prometheus ready", Duration::from_secs(60), || {
+            p.get("/-/ready").is_some_and(|b| b.contains("Ready"))
+        });
+        p
+    }
+
+    fn get(&self, path_and_query: &str) -> Option<String> {
+        let out = Command::new("curl")
+            .args(["-s", "-f", "--max-time", "5"])
+            .arg(format!("http://127.0.0.1:{}{path_and_query}", self.port))
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// An instant query at `at` (Unix seconds): each series' labels and value.
+    fn query(&self, expr: &str, at: f64) -> Vec<(Value, f64)> {
+        let out = Command::new("curl")
+            .args(["-s", "-f", "--max-time", "10", "--data-urlencode"])
+            .arg(format!("query={expr}"))
+            .args(["--data-urlencode", &format!("time={at:.3}")])
+            .arg(format!("http://127.0.0.1:{}/api/v1/query", self.port))
+            .output()
+            .expect("curl");
+        let body = String::from_utf8_lossy(&out.stdout);
+        let v: Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("query {expr}: {e}: {body}"));
+        assert_eq!(v["status"], "success", "{expr}: {body}");
+        let rows: Vec<(Value, f64)> = v["data"]["result"]
+            .as_array()
+            .expect("vector")
+            .iter()
+            .map(|r| {
+                let val = r["value"][1]
+                    .as_str()
+                    .expect("value")
+                    .parse()
+                    .expect("number");
+                (r["metric"].clone(), val)
+            })
+            .collect();
+        // What a person would see at the prompt: kept in the test's output (--nocapture).
+        eprintln!("PromQL> {expr}\n        {rows:?}");
+        rows
+    }
+
+    fn one(&self, expr: &str, at: f64) -> f64 {
+        let rows = self.query(expr, at);
+        assert_eq!(rows.len(), 1, "{expr}: {rows:?}");
+        rows[0].1
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        proc::kill_and_reap(&mut self.child);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
+}
+
+fn within(what: &str, got: f64, want: f64, tolerance: f64) {
+    assert!(
+        (got - want).abs() <= tolerance,
+        "{what}: got {got}, want {want} ± {tolerance}"
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn prometheus_scrapes_kernel_histograms_quantile_rate_and_split_agree_with_the_workload() {
+    let bin = build_c("prom_load", &["-O2"]);
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let cmd = format!("{} {RUN_SECONDS}", bin.display());
+    let w = Watch::start(&["--hist", "--prometheus", &addr, "-c", &cmd]);
+    let started = Instant::now();
+    let prom = Prometheus::start(&addr);
+    // Wait until the window is full of samples, well inside the run.
+    let at = loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = unix_now() - 1.0;
+        let n = prom.query(
+            "count_over_time(usdt_span_duration_seconds_count{span=\"req\"}[30s])",
+            now,
+        );
+        if n.first().is_some_and(|r| r.1 >= 25.0) {
+            break now;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(RUN_SECONDS - 5),
+            "Prometheus did not get 25 scrapes in time: {n:?}"
+        );
+    };
+    assert_eq!(prom.one("up{job=\"usdt\"}", at), 1.0);
+    // Counters never go backwards: the kernel maps are read, never reset.
+    assert_eq!(
+        prom.one(
+            "sum(resets(usdt_span_duration_seconds_bucket[30s])) + sum(resets(usdt_span_time_seconds_total[30s]))",
+            at
+        ),
+        0.0
+    );
+    let q99 = prom.one(
+        &format!(
+            "histogram_quantile(0.99, rate(usdt_span_duration_seconds_bucket{{span=\"req\"}}[{WINDOW}]))"
+        ),
+        at,
+    );
+    let rate = prom.one(
+        &format!("rate(usdt_span_duration_seconds_count{{span=\"req\"}}[{WINDOW}])"),
+        at,
+    );
+    let dur = prom.one(
+        &format!("rate(usdt_span_duration_seconds_sum{{span=\"req\"}}[{WINDOW}])"),
+        at,
+    );
+    let parts = prom.one(
+        &format!("sum(rate(usdt_span_time_seconds_total{{span=\"req\"}}[{WINDOW}]))"),
+        at,
+    );
+    let state = |s: &str| {
+        prom.one(
+            &format!("rate(usdt_span_time_seconds_total{{span=\"req\",state=\"{s}\"}}[{WINDOW}])"),
+            at,
+        )
+    };
+    let (oncpu, runq, sleep) = (state("oncpu"), state("runq"), state("sleep"));
+    prom.query(
+        "histogram_quantile(0.5, rate(usdt_span_duration_seconds_bucket[20s]))",
+        at,
+    );
+    prom.query("rate(process_cpu_seconds_total[20s])", at);
+
+    let out = w.finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    // The workload's own count and time, and the tool's own p99 over the whole run (the
+    // workload is the same every second, so over any window).
+    let own = out
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("spans "))
+        .unwrap_or_else(|| panic!("no workload line: {}", out.stderr));
+    let mut it = own.split(' ');
+    let n: f64 = it.next().and_then(|v| v.parse().ok()).expect("spans");
+    let secs: f64 = it.nth(1).and_then(|v| v.parse().ok()).expect("seconds");
+    let hist = out
+        .of_type("hist")
+        .find(|r| r["name"] == "req")
+        .unwrap_or_else(|| panic!("no hist record: {:?}", out.records));
+    let p99_ns = hist["duration"]["p99_ns"].as_u64().expect("p99_ns");
+    let (lo, hi) = hist_bucket_range(hist_bucket(p99_ns));
+    eprintln!("workload: {n} spans in {secs} s; tool's own p99 {p99_ns} ns (bucket [{lo}, {hi}))");
+
+    // The quantile within one kernel bucket of the tool's own p99 (both read the same buckets;
+    // Prometheus interpolates inside one, the tool quotes its midpoint).
+    within("p99 (s)", q99, p99_ns as f64 / 1e9, (hi - lo) as f64 / 1e9);
+    // Known work: a 6 ms sleep is the slowest 5% of spans.
+    within("p99 near 6 ms", q99, 0.006, 0.0015);
+    within("rate (spans/s)", rate, n / secs, 0.03 * n / secs);
+    within("rate is the workload's 100/s", rate, 100.0, 3.0);
+    // The split adds up to the duration: every span runs on one thread, so every one is split.
+    within("split vs duration (s/s)", parts, dur, 0.01 * dur);
+    within("states add up", oncpu + runq + sleep, parts, 0.01 * parts);
+    // 95 spans/s busy 1 ms, 5 spans/s asleep 6 ms (a busy machine moves some to the run queue).
+    within("on-CPU + runq (s/s)", oncpu + runq, 0.095, 0.015);
+    within("sleep (s/s)", sleep, 0.030, 0.006);
+}
+
+/// One scrape of `/metrics`: series (name and labels as written) → value.
+fn scrape(addr: &str) -> std::collections::BTreeMap<String, f64> {
+    let out = Command::new("curl")
+        .args(["-s", "-f", "--max-time", "5"])
+        .arg(format!("http://{addr}/metrics"))
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "scrape of {addr} failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, v) = l.rsplit_once(' ').expect("sample line");
+            (series.to_string(), v.parse().expect("value"))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn by_keys_beyond_max_keys_are_one_other_series_and_nothing_goes_backwards() {
+    // arg0 is the span's index: a new key every span, so all but 3 go to "other".
+    let bin = build_c("prom_load", &["-O2"]);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let cmd = format!("{} 4", bin.display());
+    let w = Watch::start(&[
+        "--hist",
+        "--by",
+        "arg0",
+        "--max-keys",
+        "3",
+        "--prometheus",
+        &addr,
+        "--prometheus-buckets",
+        "2",
+        "-c",
+        &cmd,
+    ]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let a = scrape(&addr);
+    std::thread::sleep(Duration::from_millis(1000));
+    let b = scrape(&addr);
+    let out = w.finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    // Every series of the first scrape is in the second, none smaller (gauges aside).
+    for (k, v) in &a {
+        if k.starts_with("usdt_attached_sites") || k.starts_with("usdt_span_names") {
+            continue;
+        }
+        let now = b.get(k).unwrap_or_else(|| panic!("{k} gone"));
+        assert!(now >= v, "{k}: {v} then {now}");
+    }
+    let count = |m: &std::collections::BTreeMap<String, f64>, key: &str| {
+        m.iter()
+            .filter(|(k, _)| k.starts_with("usdt_span_duration_seconds_count{") && k.contains(key))
+            .map(|(_, v)| *v)
+            .sum::<f64>()
+    };
+    let keys: Vec<&String> = b
+        .keys()
+        .filter(|k| k.starts_with("usdt_span_duration_seconds_count{"))
+        .collect();
+    // Three keys and the one "other" series: cardinality is --max-keys + 1.
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    let other = count(&b, "other=\"true\"");
+    assert_eq!(b["usdt_keys_other_spans_total"], other);
+    assert_eq!(b["usdt_keys_max"], 3.0);
+    assert!(other > 100.0, "{other}");
+    // Keys plus other are every span closed so far (read a moment apart within the scrape:
+    // a span or two may close between the two reads, at 100 a second).
+    within(
+        "spans in the histograms vs spans closed",
+        count(&b, "span=\"req\""),
+        b["usdt_spans_total"],
+        2.0,
+    );
+    // Buckets at every 4th kernel bound: 29 bounds from 255 ns to 68.7 s, then +Inf.
+    let buckets = b
+        .keys()
+        .filter(|k| {
+            k.starts_with("usdt_span_duration_seconds_bucket{") && k.contains("other=\"true\"")
+        })
+        .count();
+    assert_eq!(buckets, 2 * 28 + 1 + 1);
+    // The tool's own totals at exit agree with the last scrape's per-key counts so far.
+    let rows: Vec<&Value> = out.of_type("hist_by").collect();
+    let own_other = rows
+        .iter()
+        .find(|r| r["other"] == true)
+        .and_then(|r| r["count"].as_f64())
+        .expect("other row");
+    assert!(own_other >= other, "{own_other} < {other}");
+    for key in ["0", "1", "2"] {
+        assert_eq!(count(&b, &format!("key=\"{key}\"")), 1.0, "key {key}");
+    }
+}

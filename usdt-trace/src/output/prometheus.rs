@@ -1,0 +1,635 @@
+//! `--prometheus ADDR`: the kernel's histograms and counters as Prometheus metrics.   (pure)
+//!
+//! Nothing here reads the kernel: `watch` reads the maps on each scrape into a [`Snapshot`]
+//! (the same cumulative reads `--hist` makes at exit), and this module renders it with the
+//! `prometheus-client` crate in the classic text format. The maps are only ever read, never
+//! reset, so every counter and bucket is monotonic across scrapes for as long as `watch` runs.
+//!
+//! Buckets: the kernel keeps 8 log-linear buckets per power of two. Each exported `le` is the
+//! last nanosecond one of the kernel's buckets holds (durations are whole nanoseconds, so a
+//! kernel bucket `[lo, hi)` is `le = hi - 1` exactly): a cumulative count at a kernel bound is
+//! exact, with no re-binning. The set of bounds is fixed for the run (a bucket series that
+//! appeared later would start mid-count and skew `rate()`), from [`LE_MIN_NS`] to
+//! [`LE_MAX_NS`], at every kernel bound or every 2nd, 4th or 8th (`--prometheus-buckets`).
+
+pub mod serve;
+
+use crate::agg::KeyVal;
+use crate::output::PairInfo;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::BTreeMap;
+use usdt_trace_common::{hist_bucket, hist_bucket_range, Hist, HIST_COMPONENTS, HIST_SUB};
+
+/// `Content-Type` of what [`render`] writes.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Lowest exported bound: the kernel bucket ending at 256 ns. Shorter spans are all counted
+/// in it (the first bucket holds everything below its bound).
+pub const LE_MIN_NS: u64 = 1 << 8;
+/// Highest exported bound: the kernel bucket ending at 2^36 ns (68.7 s). Longer spans are
+/// counted in `+Inf` only.
+pub const LE_MAX_NS: u64 = 1 << 36;
+
+/// `--prometheus-buckets`: kernel bounds exported per power of two.
+pub const BUCKETS_PER_OCTAVE: [u32; 4] = [1, 2, 4, 8];
+
+/// The exported bounds: per bound, the index of the last kernel bucket it covers and `le` in
+/// seconds. Every `8 / per_octave`-th kernel bound from [`LE_MIN_NS`] to [`LE_MAX_NS`].
+pub fn bounds(per_octave: u32) -> Vec<(usize, f64)> {
+    let step = (HIST_SUB as u32 / per_octave.clamp(1, HIST_SUB as u32)).max(1) as usize;
+    let first = hist_bucket(LE_MIN_NS) - 1;
+    let last = hist_bucket(LE_MAX_NS) - 1;
+    (first..=last)
+        .step_by(step)
+        .map(|b| {
+            let (_, hi) = hist_bucket_range(b);
+            (b, (hi - 1) as f64 / 1e9)
+        })
+        .collect()
+}
+
+/// One histogram as the encoder takes it: per exported bound, the kernel buckets counted
+/// since the previous bound (the encoder accumulates them); and the total, which is the
+/// `+Inf` bucket and `_count`. Both come from the same bucket array, so they always agree.
+fn buckets(h: &Hist, bounds: &[(usize, f64)]) -> (Vec<(f64, u64)>, u64) {
+    let mut out = Vec::with_capacity(bounds.len());
+    let mut from = 0;
+    for &(b, le) in bounds {
+        let n: u64 = h.buckets[from..=b].iter().sum();
+        out.push((le, n));
+        from = b + 1;
+    }
+    (out, h.buckets.iter().sum())
+}
+
+/// One span name's (or key's) duration histogram, with its labels.
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub labels: Vec<(&'static str, String)>,
+    pub hist: Hist,
+}
+
+/// What one scrape exports, read from the kernel by `watch`. Every number is cumulative
+/// since tracing started.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Per span name: its names and its histograms (duration, then the split), as
+    /// `Tracer::hists` returns them.
+    pub pairs: Vec<(PairInfo, [Hist; HIST_COMPONENTS])>,
+    /// `--by`: the key's text and, per span name, each key's duration histogram and the
+    /// "other" one (spans whose key found no room).
+    pub by: Option<ByKeys>,
+    pub counters: Counters,
+    pub health: Health,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ByKeys {
+    pub by: String,
+    /// (pair index into `Snapshot::pairs`, key, histogram).
+    pub keys: Vec<(usize, KeyVal, Hist)>,
+    /// Per pair (same order as `Snapshot::pairs`).
+    pub other: Vec<Hist>,
+    /// `--max-keys`.
+    pub max_keys: u32,
+}
+
+/// The kernel's and the reader's counters.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub events: u64,
+    pub spans: u64,
+    /// Records lost: ring buffer full, undecodable, or the output's reader too slow.
+    pub records_lost: u64,
+    pub unmatched_ends: u64,
+    pub dropped_threads_full: u64,
+    pub dropped_open_ids_full: u64,
+    pub dropped_depth: u64,
+    /// Probe hits the kernel ran no program for (another BPF program was running).
+    pub hits_missed: u64,
+    pub strings_dropped: u64,
+    /// `--by`: spans counted as "other" (beyond `--max-keys`).
+    pub keys_other: u64,
+}
+
+/// The tracer's own state.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Health {
+    pub sites: u64,
+    pub span_names: u64,
+    pub ring_bytes: u64,
+    /// This process's CPU time (user + system), nanoseconds.
+    pub cpu_ns: u64,
+}
+
+/// Names of the split components (indices 1.. of a span name's histograms), as `state`.
+const STATES: [&str; HIST_COMPONENTS - 1] = ["oncpu", "runq", "sleep", "io", "idle"];
+
+fn ns_to_s(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// A key's label value: numbers in decimal, strings as they are (invalid UTF-8 replaced).
+pub fn key_label(k: &KeyVal) -> String {
+    match k {
+        KeyVal::Uint(v) => v.to_string(),
+        KeyVal::Int(v) => v.to_string(),
+        KeyVal::Str(b) => String::from_utf8_lossy(b).into_owned(),
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The exposition, built per scrape from a [`Snapshot`] (a `Collector` of the crate).
+#[derive(Debug)]
+struct Exposition {
+    snap: Snapshot,
+    bounds: Vec<(usize, f64)>,
+}
+
+fn span_labels(p: &PairInfo) -> Labels {
+    vec![("provider", p.provider.clone()), ("span", p.stem.clone())]
+}
+
+/// Adds `h` into `into` (the duration histograms of keys whose labels turn out equal: two
+/// kernel keys can print alike, e.g. strings that differ only in invalid UTF-8).
+fn merge(into: &mut Hist, h: &Hist) {
+    for (a, b) in into.buckets.iter_mut().zip(h.buckets.iter()) {
+        *a += b;
+    }
+    into.count += h.count;
+    into.sum += h.sum;
+    into.max = into.max.max(h.max);
+}
+
+impl Exposition {
+    /// The duration histograms: per span name, or per span name and key with `--by`. Merged
+    /// by label set, so no series is written twice.
+    fn duration_series(&self) -> BTreeMap<Labels, Hist> {
+        let mut out: BTreeMap<Labels, Hist> = BTreeMap::new();
+        match &self.snap.by {
+            None => {
+                for (p, h) in &self.snap.pairs {
+                    if h[0].count > 0 {
+                        merge(out.entry(span_labels(p)).or_default(), &h[0]);
+                    }
+                }
+            }
+            Some(by) => {
+                for (i, k, h) in &by.keys {
+                    let Some((p, _)) = self.snap.pairs.get(*i) else {
+                        continue;
+                    };
+                    let mut l = span_labels(p);
+                    l.push(("by", by.by.clone()));
+                    l.push(("key", key_label(k)));
+                    merge(out.entry(l).or_default(), h);
+                }
+                for ((p, _), h) in self.snap.pairs.iter().zip(&by.other) {
+                    if h.count == 0 {
+                        continue;
+                    }
+                    // A label of its own as well as the value: a real string key "other"
+                    // stays a series apart.
+                    let mut l = span_labels(p);
+                    l.push(("by", by.by.clone()));
+                    l.push(("key", "other".into()));
+                    l.push(("other", "true".into()));
+                    merge(out.entry(l).or_default(), h);
+                }
+            }
+        }
+        out
+    }
+}
+
+fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    rows: &[(Labels, f64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
+    for (l, v) in rows {
+        m.encode_family(l)?
+            .encode_counter::<NoLabelSet, _, f64>(v, None)?;
+    }
+    Ok(())
+}
+
+fn counter_u64(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (l, v) in rows {
+        m.encode_family(l)?
+            .encode_counter::<NoLabelSet, _, f64>(v, None)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    v: i64,
+) -> Result<(), std::fmt::Error> {
+    enc.encode_descriptor(name, help, unit, MetricType::Gauge)?
+        .encode_gauge(&v)
+}
+
+impl prometheus_client::collector::Collector for Exposition {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.snap;
+        {
+            let mut m = enc.encode_descriptor(
+                "usdt_span_duration",
+                "Span durations from the kernel's histograms: each le is the last nanosecond of one of its buckets.",
+                Some(&Unit::Seconds),
+                MetricType::Histogram,
+            )?;
+            for (l, h) in self.duration_series() {
+                let (b, count) = buckets(&h, &self.bounds);
+                m.encode_family(&l)?.encode_histogram::<NoLabelSet>(
+                    ns_to_s(h.sum),
+                    count,
+                    &b,
+                    None,
+                )?;
+            }
+        }
+        // The split is kept per span name only (the kernel's per-key histograms are of the
+        // duration alone).
+        let split: Vec<_> = s.pairs.iter().filter(|(_, h)| h[1].count > 0).collect();
+        let mut time = Vec::new();
+        for (p, h) in &split {
+            for (state, x) in STATES.iter().zip(&h[1..]) {
+                let mut l = span_labels(p);
+                l.push(("state", (*state).into()));
+                time.push((l, ns_to_s(x.sum)));
+            }
+        }
+        counter(
+            &mut enc,
+            "usdt_span_time",
+            "Time of split spans by state (oncpu, runq, sleep, io, idle): per span name, the states add up to the duration of its usdt_span_split spans.",
+            Some(&Unit::Seconds),
+            &time,
+        )?;
+        let n: Vec<_> = split
+            .iter()
+            .map(|(p, h)| (span_labels(p), h[1].count))
+            .collect();
+        counter_u64(
+            &mut enc,
+            "usdt_span_split",
+            "Spans whose time was split into states (one thread ran them, or their polls were marked).",
+            &n,
+        )?;
+        let d: Vec<_> = split
+            .iter()
+            .map(|(p, h)| {
+                let parts: u64 = h[1..].iter().map(|x| x.sum).sum();
+                (span_labels(p), ns_to_s(parts))
+            })
+            .collect();
+        counter(
+            &mut enc,
+            "usdt_span_split_duration",
+            "Duration of the split spans: the sum of their usdt_span_time over states.",
+            Some(&Unit::Seconds),
+            &d,
+        )?;
+        let c = &s.counters;
+        let none = Labels::new();
+        let reason = |r: &str| vec![("reason", r.to_string())];
+        for (name, help, rows) in [
+            (
+                "usdt_events",
+                "Events (probes that are not part of a span) the kernel counted.",
+                vec![(none.clone(), c.events)],
+            ),
+            (
+                "usdt_spans",
+                "Spans the kernel closed.",
+                vec![(none.clone(), c.spans)],
+            ),
+            (
+                "usdt_records_lost",
+                "Records lost: ring buffer full, undecodable, or output not read in time.",
+                vec![(none.clone(), c.records_lost)],
+            ),
+            (
+                "usdt_span_ends_unmatched",
+                "Span ends with no start.",
+                vec![(none.clone(), c.unmatched_ends)],
+            ),
+            (
+                "usdt_spans_dropped",
+                "Span starts dropped: threads_full (--max-threads), open_ids_full (--max-open-ids), depth (nesting too deep).",
+                vec![
+                    (reason("threads_full"), c.dropped_threads_full),
+                    (reason("open_ids_full"), c.dropped_open_ids_full),
+                    (reason("depth"), c.dropped_depth),
+                ],
+            ),
+            (
+                "usdt_hits_missed",
+                "Probe hits the kernel ran no program for (another BPF program was running on that CPU).",
+                vec![(none.clone(), c.hits_missed)],
+            ),
+            (
+                "usdt_strings_dropped",
+                "Span starts whose --str strings could not be kept until their end.",
+                vec![(none.clone(), c.strings_dropped)],
+            ),
+        ] {
+            counter_u64(&mut enc, name, help, &rows)?;
+        }
+        if let Some(by) = &s.by {
+            counter_u64(
+                &mut enc,
+                "usdt_keys_other_spans",
+                "Spans whose --by key found no room (beyond --max-keys), counted under key=\"other\".",
+                &[(none.clone(), c.keys_other)],
+            )?;
+            gauge(
+                &mut enc,
+                "usdt_keys_max",
+                "--max-keys: key values kept per run before the rest count as other.",
+                None,
+                by.max_keys as i64,
+            )?;
+        }
+        let h = &s.health;
+        gauge(
+            &mut enc,
+            "usdt_attached_sites",
+            "Probe sites attached.",
+            None,
+            h.sites as i64,
+        )?;
+        gauge(
+            &mut enc,
+            "usdt_span_names",
+            "Span names traced.",
+            None,
+            h.span_names as i64,
+        )?;
+        gauge(
+            &mut enc,
+            "usdt_ring_buffer_size",
+            "Size of the ring buffer records go through.",
+            Some(&Unit::Bytes),
+            h.ring_bytes as i64,
+        )?;
+        counter(
+            &mut enc,
+            "process_cpu",
+            "CPU time (user and system) of the tracer itself.",
+            Some(&Unit::Seconds),
+            &[(none, ns_to_s(h.cpu_ns))],
+        )
+    }
+}
+
+/// The text exposition of one scrape.
+pub fn render(snap: Snapshot, per_octave: u32) -> String {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(Exposition {
+        snap,
+        bounds: bounds(per_octave),
+    }));
+    let mut out = String::new();
+    // Writing into a String cannot fail, and every value above is finite.
+    let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &reg);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(provider: &str, stem: &str) -> PairInfo {
+        PairInfo {
+            provider: provider.into(),
+            stem: stem.into(),
+            start: format!("{stem}__start"),
+            ends: vec![format!("{stem}__end")],
+        }
+    }
+
+    fn hist_of(values: &[u64]) -> Hist {
+        let mut h = Hist::default();
+        for &v in values {
+            h.add(v);
+        }
+        h
+    }
+
+    /// The lines of `text` that start with `prefix`.
+    fn lines<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+        text.lines().filter(|l| l.starts_with(prefix)).collect()
+    }
+
+    fn value(text: &str, series: &str) -> f64 {
+        let l = text
+            .lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"));
+        l.rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("value")
+    }
+
+    #[test]
+    fn bounds_are_kernel_bounds() {
+        let b = bounds(8);
+        assert_eq!(b.len(), 28 * 8 + 1);
+        // Each le is the last nanosecond of a kernel bucket: it and the next value fall in
+        // adjacent buckets.
+        for &(k, le) in &b {
+            let ns = (le * 1e9).round() as u64;
+            assert_eq!(hist_bucket(ns), k);
+            assert_eq!(hist_bucket(ns + 1), k + 1);
+        }
+        assert_eq!(b[0].1, 255e-9);
+        assert_eq!(bounds(1).len(), 29);
+        assert_eq!(bounds(2).len(), 57);
+        // Every 8th kernel bound is a power of two (minus the nanosecond).
+        for (_, le) in bounds(1) {
+            let ns = (le * 1e9).round() as u64 + 1;
+            assert!(ns.is_power_of_two(), "{ns}");
+        }
+    }
+
+    #[test]
+    fn bucket_counts_are_exact_and_total_is_count() {
+        // 100 spans of 1 ms, 10 of 10 ms, 1 of 200 s (beyond the last bound), 5 of 100 ns
+        // (below the first).
+        let mut v = vec![1_000_000u64; 100];
+        v.extend([10_000_000; 10]);
+        v.push(200_000_000_000);
+        v.extend([100; 5]);
+        let h = hist_of(&v);
+        let b = bounds(8);
+        let (per, total) = buckets(&h, &b);
+        assert_eq!(total, 116);
+        assert_eq!(per.iter().map(|x| x.1).sum::<u64>(), 115);
+        assert_eq!(per[0].1, 5);
+        // The 1 ms spans sit in the bucket whose bound is the first at or above 1 ms.
+        let i = b.iter().position(|&(_, le)| le >= 1e-3).expect("bound");
+        assert_eq!(per[i].1, 100);
+    }
+
+    #[test]
+    fn renders_histogram_split_and_counters() {
+        let mut comps = [Hist::default(); HIST_COMPONENTS];
+        comps[0] = hist_of(&[3_000_000, 5_000_000]);
+        comps[1] = hist_of(&[1_000_000, 2_000_000]);
+        comps[2] = hist_of(&[0, 500_000]);
+        comps[3] = hist_of(&[2_000_000, 2_500_000]);
+        comps[4] = hist_of(&[0, 0]);
+        let snap = Snapshot {
+            pairs: vec![
+                (pair("demo", "request"), comps),
+                // Nothing closed yet: no series.
+                (pair("demo", "idle"), [Hist::default(); HIST_COMPONENTS]),
+            ],
+            counters: Counters {
+                events: 7,
+                spans: 2,
+                records_lost: 1,
+                ..Counters::default()
+            },
+            health: Health {
+                sites: 4,
+                span_names: 2,
+                ring_bytes: 1 << 24,
+                cpu_ns: 1_500_000_000,
+            },
+            by: None,
+        };
+        let t = render(snap, 8);
+        assert!(t.contains("# TYPE usdt_span_duration_seconds histogram"));
+        let s = "usdt_span_duration_seconds";
+        assert_eq!(
+            value(
+                &t,
+                &format!("{s}_bucket{{provider=\"demo\",span=\"request\",le=\"+Inf\"}}")
+            ),
+            2.0
+        );
+        assert_eq!(
+            value(
+                &t,
+                &format!("{s}_count{{provider=\"demo\",span=\"request\"}}")
+            ),
+            2.0
+        );
+        assert_eq!(
+            value(
+                &t,
+                &format!("{s}_sum{{provider=\"demo\",span=\"request\"}}")
+            ),
+            0.008
+        );
+        assert!(lines(&t, &format!("{s}_count{{provider=\"demo\",span=\"idle\"")).is_empty());
+        // Buckets are cumulative and never decrease.
+        let cum: Vec<f64> = lines(
+            &t,
+            &format!("{s}_bucket{{provider=\"demo\",span=\"request\""),
+        )
+        .iter()
+        .map(|l| {
+            l.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .expect("v")
+        })
+        .collect();
+        assert_eq!(cum.len(), bounds(8).len() + 1);
+        assert!(cum.windows(2).all(|w| w[0] <= w[1]));
+        let st = |state: &str| {
+            value(
+                &t,
+                &format!(
+                    "usdt_span_time_seconds_total{{provider=\"demo\",span=\"request\",state=\"{state}\"}}"
+                ),
+            )
+        };
+        assert_eq!(st("oncpu"), 0.003);
+        assert_eq!(st("runq"), 0.0005);
+        assert_eq!(st("sleep"), 0.0045);
+        assert_eq!(st("io"), 0.0);
+        assert_eq!(
+            value(
+                &t,
+                "usdt_span_split_duration_seconds_total{provider=\"demo\",span=\"request\"}"
+            ),
+            0.008
+        );
+        assert_eq!(
+            value(
+                &t,
+                "usdt_span_split_total{provider=\"demo\",span=\"request\"}"
+            ),
+            2.0
+        );
+        assert_eq!(value(&t, "usdt_events_total"), 7.0);
+        assert_eq!(value(&t, "usdt_records_lost_total"), 1.0);
+        assert_eq!(value(&t, "usdt_spans_dropped_total{reason=\"depth\"}"), 0.0);
+        assert_eq!(value(&t, "usdt_attached_sites"), 4.0);
+        assert_eq!(value(&t, "usdt_ring_buffer_size_bytes"), 16777216.0);
+        assert_eq!(value(&t, "process_cpu_seconds_total"), 1.5);
+        // No --by: no key series, no key counters.
+        assert!(!t.contains("key=\""));
+        assert!(!t.contains("usdt_keys_max"));
+    }
+
+    #[test]
+    fn by_keys_other_and_escaping() {
+        let comps = [Hist::default(); HIST_COMPONENTS];
+        let snap = Snapshot {
+            pairs: vec![(pair("demo", "request"), comps)],
+            by: Some(ByKeys {
+                by: "str0".into(),
+                keys: vec![
+                    (0, KeyVal::Str(b"/a\"b\n".to_vec()), hist_of(&[1000])),
+                    (0, KeyVal::Str(b"other".to_vec()), hist_of(&[1000, 2000])),
+                    // Two kernel keys that print alike merge into one series.
+                    (0, KeyVal::Str(b"x\xff".to_vec()), hist_of(&[1000])),
+                    (0, KeyVal::Str(b"x\xfe".to_vec()), hist_of(&[1000])),
+                ],
+                other: vec![hist_of(&[5000, 6000, 7000])],
+                max_keys: 3,
+            }),
+            counters: Counters {
+                keys_other: 3,
+                ..Counters::default()
+            },
+            health: Health::default(),
+        };
+        let t = render(snap, 1);
+        let c = |labels: &str| {
+            value(
+                &t,
+                &format!("usdt_span_duration_seconds_count{{provider=\"demo\",span=\"request\",by=\"str0\",{labels}}}"),
+            )
+        };
+        assert_eq!(c("key=\"/a\\\"b\\n\""), 1.0);
+        assert_eq!(c("key=\"other\""), 2.0);
+        assert_eq!(c("key=\"other\",other=\"true\""), 3.0);
+        assert_eq!(c("key=\"x\u{fffd}\""), 2.0);
+        assert_eq!(value(&t, "usdt_keys_other_spans_total"), 3.0);
+        assert_eq!(value(&t, "usdt_keys_max"), 3.0);
+    }
+}
