@@ -131,13 +131,38 @@ fn ns_to_s(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-/// A key's label value: numbers in decimal, strings as they are (invalid UTF-8 replaced).
+/// A key's label value: numbers in decimal, strings as they are, a byte that is not UTF-8 as
+/// `\xNN` (never U+FFFD: two different strings must not print alike), a string cut at
+/// `--str-max` followed by `…`.
 pub fn key_label(k: &KeyVal) -> String {
     match k {
         KeyVal::Uint(v) => v.to_string(),
         KeyVal::Int(v) => v.to_string(),
-        KeyVal::Str(b) => String::from_utf8_lossy(b).into_owned(),
+        KeyVal::Str(b) => bytes_label(b),
+        KeyVal::CutStr(b) => bytes_label(b) + "…",
     }
+}
+
+fn bytes_label(mut b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    while !b.is_empty() {
+        match std::str::from_utf8(b) {
+            Ok(s) => {
+                out.push_str(s);
+                break;
+            }
+            Err(e) => {
+                let (good, rest) = b.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(good).unwrap_or_default());
+                let bad = e.error_len().unwrap_or(rest.len()).max(1);
+                for byte in &rest[..bad] {
+                    out.push_str(&format!("\\x{byte:02x}"));
+                }
+                b = &rest[bad..];
+            }
+        }
+    }
+    out
 }
 
 type Labels = Vec<(&'static str, String)>;
@@ -451,6 +476,13 @@ mod tests {
     }
 
     #[test]
+    fn string_key_labels_keep_every_byte_and_mark_a_cut() {
+        assert_eq!(key_label(&KeyVal::Str(b"caf\xc3\xa9".to_vec())), "café");
+        assert_eq!(key_label(&KeyVal::CutStr(vec![b'a', 0xc3])), "a\\xc3…");
+        assert_eq!(key_label(&KeyVal::Str(vec![0xff, b'z'])), "\\xffz");
+    }
+
+    #[test]
     fn bounds_are_kernel_bounds() {
         let b = bounds(8);
         assert_eq!(b.len(), 28 * 8 + 1);
@@ -628,7 +660,9 @@ mod tests {
         assert_eq!(c("key=\"/a\\\"b\\n\""), 1.0);
         assert_eq!(c("key=\"other\""), 2.0);
         assert_eq!(c("key=\"other\",other=\"true\""), 3.0);
-        assert_eq!(c("key=\"x\u{fffd}\""), 2.0);
+        // Two strings that differ only in bytes that are not UTF-8 stay two series.
+        assert_eq!(c("key=\"x\\\\xff\""), 1.0);
+        assert_eq!(c("key=\"x\\\\xfe\""), 1.0);
         assert_eq!(value(&t, "usdt_keys_other_spans_total"), 3.0);
         assert_eq!(value(&t, "usdt_keys_max"), 3.0);
     }
