@@ -289,3 +289,47 @@ fn c_functions_in_a_cgo_binary_use_the_c_calling_convention() {
         (0..5).map(|i| (json!(i), json!(3), json!(3 * i))).collect();
     assert_eq!(got, want);
 }
+
+/// A stripped Go program (as distributions ship them) has no `.symtab`: its functions come
+/// from the runtime's own `.gopclntab`, at the same addresses with the same `ret`s.
+#[test]
+#[ignore = "needs root"]
+fn a_stripped_go_program_lists_its_functions_from_gopclntab() {
+    let bin = build_gohttp();
+    let stripped = bin.with_file_name("gohttp-stripped");
+    std::fs::copy(&bin, &stripped).unwrap();
+    assert!(Command::new("strip")
+        .arg(&stripped)
+        .status()
+        .unwrap()
+        .success());
+    let list = |p: &std::path::Path| -> Value {
+        let out = watch::run(&[
+            "list",
+            "--functions",
+            "--json",
+            p.to_str().unwrap(),
+            "main.deep",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (full, bare) = (list(&bin), list(&stripped));
+    assert_eq!(bare["table"], "gopclntab");
+    assert_eq!(full["table"], "symtab");
+    for k in ["address", "file_offset", "go_layout", "end"] {
+        assert_eq!(bare[k], full[k], "{k}");
+    }
+    let out = watch::run(&[
+        "list",
+        "--functions",
+        stripped.to_str().unwrap(),
+        "main.deep",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Go functions from .gopclntab"), "{text}");
+}

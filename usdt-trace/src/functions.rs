@@ -158,7 +158,11 @@ pub fn fn_warnings(funcs: &Functions, found: &FnSites) -> Vec<String> {
             ));
         }
     }
-    if found.sites.is_empty() && found.refused.is_empty() && !funcs.has_symtab {
+    let pclntab = funcs
+        .functions
+        .iter()
+        .any(|f| f.table == elf::SymbolTable::Gopclntab);
+    if found.sites.is_empty() && found.refused.is_empty() && !funcs.has_symtab && !pclntab {
         out.push(
             "has no symbol table (stripped): only its exported (.dynsym) functions can be matched"
                 .into(),
@@ -295,10 +299,14 @@ fn write_text(
         0 => String::new(),
         n => format!(", {n} not traced"),
     };
-    let stripped = if funcs.has_symtab {
-        ""
-    } else {
-        " (no symbol table: exported functions only)"
+    let pclntab = funcs
+        .functions
+        .iter()
+        .any(|f| f.table == elf::SymbolTable::Gopclntab);
+    let stripped = match (funcs.has_symtab, pclntab) {
+        (true, _) => "",
+        (false, true) => " (no symbol table: Go functions from .gopclntab)",
+        (false, false) => " (no symbol table: exported functions only)",
     };
     writeln!(
         out,

@@ -16,6 +16,7 @@
 
 use super::fnshape::{self, Shape};
 use super::gofunc::{self, GoLayout, GO_ARGS};
+use super::gopclntab;
 use super::sites;
 use super::{linked_header, malformed, ElfError, Site, SiteInsn};
 use crate::argspec::{parse_arg, Arch, ArgSpec};
@@ -88,6 +89,8 @@ impl SiteKind {
 pub enum SymbolTable {
     Dynsym,
     Symtab,
+    /// Go's runtime function table, in a Go program without `.symtab`.
+    Gopclntab,
 }
 
 /// One function: a defined, sized function symbol in an executable segment.
@@ -217,6 +220,69 @@ pub fn functions_file(path: &std::path::Path) -> Result<Functions, ElfError> {
     })
 }
 
+/// What building a [`Function`] from a symbol needs of its object.
+struct Ctx<'a> {
+    data: &'a [u8],
+    loads: &'a [sites::Load],
+    arch: Arch,
+    go: bool,
+    entry: u64,
+}
+
+impl Ctx<'_> {
+    /// The function at `address` (`size` bytes), decoded; None outside every executable
+    /// segment.
+    fn function(
+        &self,
+        name: String,
+        symbol: String,
+        table: SymbolTable,
+        address: u64,
+        size: u64,
+    ) -> Option<Function> {
+        let (data, arch) = (self.data, self.arch);
+        let (seg, file_offset) = sites::probe_offset(self.loads, address).ok()?;
+        let (insn, insn_bytes) = sites::classify_site(data, seg, file_offset, address, arch);
+        // Never past the segment's file image.
+        let end = seg.offset.saturating_add(seg.filesz);
+        let stop = file_offset.saturating_add(size).min(end);
+        let code = usize::try_from(file_offset)
+            .ok()
+            .zip(usize::try_from(stop).ok())
+            .and_then(|(a, b)| data.get(a..b))
+            .unwrap_or(&[]);
+        let go_abi = self.go && gofunc::is_go_name(&name);
+        // A cut-short image is not the whole function: its rets are not all known.
+        let shape = if stop.saturating_sub(file_offset) == size && !go_abi {
+            fnshape::shape(arch, code, address, file_offset)
+        } else {
+            Shape::default()
+        };
+        let go_layout = (go_abi && arch == Arch::X86_64).then(|| {
+            let layout = gofunc::layout(code, address, file_offset);
+            let entry_pc = address + (layout.entry_offset - file_offset);
+            let (entry_insn, _) =
+                sites::classify_site(data, seg, layout.entry_offset, entry_pc, arch);
+            GoProbes { layout, entry_insn }
+        });
+        Some(Function {
+            names: vec![name.clone()],
+            name,
+            symbol,
+            table,
+            address,
+            size,
+            file_offset,
+            insn,
+            insn_bytes,
+            go_layout,
+            shape,
+            entry_point: address == self.entry,
+            go_abi,
+        })
+    }
+}
+
 fn functions_class<Elf: FileHeader<Endian = Endianness>>(
     data: &[u8],
 ) -> Result<Functions, ElfError> {
@@ -282,53 +348,52 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
                 }
                 continue;
             }
-            let Ok((seg, file_offset)) = sites::probe_offset(&loads, address) else {
-                continue;
+            let ctx = Ctx {
+                data,
+                loads: &loads,
+                arch,
+                go,
+                entry,
             };
-            let (insn, insn_bytes) = sites::classify_site(data, seg, file_offset, address, arch);
-            // Never past the segment's file image.
-            let end = seg.offset.saturating_add(seg.filesz);
-            let stop = file_offset.saturating_add(size).min(end);
-            let code = usize::try_from(file_offset)
-                .ok()
-                .zip(usize::try_from(stop).ok())
-                .and_then(|(a, b)| data.get(a..b))
-                .unwrap_or(&[]);
-            // A cut-short image is not the whole function: its rets are not all known.
-            let mut shape = if stop - file_offset == size {
-                fnshape::shape(arch, code, address, file_offset)
-            } else {
-                Shape::default()
-            };
-            let go_abi = go && gofunc::is_go_name(&name);
-            if go_abi {
-                shape = Shape::default();
+            if let Some(f) = ctx.function(name, raw.into_owned(), table, address, size) {
+                by_addr.insert(address, f);
             }
-            let go_layout = (go_abi && arch == Arch::X86_64).then(|| {
-                let layout = gofunc::layout(code, address, file_offset);
-                let entry_pc = address + (layout.entry_offset - file_offset);
-                let (entry_insn, _) =
-                    sites::classify_site(data, seg, layout.entry_offset, entry_pc, arch);
-                GoProbes { layout, entry_insn }
-            });
-            by_addr.insert(
-                address,
-                Function {
-                    names: vec![name.clone()],
-                    name,
-                    symbol: raw.into_owned(),
-                    table,
-                    address,
-                    size,
-                    file_offset,
-                    insn,
-                    insn_bytes,
-                    go_layout,
-                    shape,
-                    entry_point: address == entry,
-                    go_abi,
-                },
-            );
+        }
+    }
+    // A stripped Go program still has the runtime's own function table.
+    if go && !has_symtab {
+        let text = sections
+            .iter()
+            .find(|s| {
+                sections
+                    .section_name(endian, s)
+                    .is_ok_and(|n| n == b".text")
+            })
+            .map_or(0, |s| s.sh_addr(endian).into());
+        let table = sections.iter().find(|s| {
+            sections
+                .section_name(endian, s)
+                .is_ok_and(|n| n == b".gopclntab")
+        });
+        if let Some(bytes) = table.and_then(|s| s.data(endian, data).ok()) {
+            let ctx = Ctx {
+                data,
+                loads: &loads,
+                arch,
+                go,
+                entry,
+            };
+            for g in gopclntab::functions(bytes, text) {
+                if g.size == 0 || by_addr.contains_key(&g.address) {
+                    continue;
+                }
+                let symbol = g.name.clone();
+                if let Some(f) =
+                    ctx.function(g.name, symbol, SymbolTable::Gopclntab, g.address, g.size)
+                {
+                    by_addr.insert(g.address, f);
+                }
+            }
         }
     }
     Ok(Functions {

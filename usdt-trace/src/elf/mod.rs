@@ -56,6 +56,7 @@
 pub mod fnshape;
 pub mod functions;
 mod gofunc;
+mod gopclntab;
 mod notes;
 mod sites;
 mod sparse;
