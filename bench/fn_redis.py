@@ -7,6 +7,7 @@ function, in one run:
   - usdt-trace `--hist` with each `--fn-returns` mode: `auto` (the default: a return probe on
     leaf functions, an ordinary probe on each `ret` elsewhere), `ret-insn` (never a return
     probe) and `return-probe` (the risky one, for comparison);
+  - usdt-trace `--hist --no-sched` (durations only, as bpftrace's hist());
   - bpftrace `uprobe:F { @s[tid] = nsecs } uretprobe:F /@s[tid]/ { @h = hist(...) }`.
 
 `createStringObject` tail-calls (its call ends at the `ret` of the function it jumps to);
@@ -88,6 +89,10 @@ def main():
                 configs.append((f"usdt-trace --hist --fn-returns {mode}",
                                 [a.usdt_trace, "watch", "--hist", "--fn-returns", mode,
                                  "-p", pid, SERVER, f"fn:{fn}"], "Attached"))
+            # Durations only, what bpftrace's hist() measures (no scheduler hooks).
+            configs.append(("usdt-trace --hist --no-sched (auto)",
+                            [a.usdt_trace, "watch", "--hist", "--no-sched",
+                             "-p", pid, SERVER, f"fn:{fn}"], "Attached"))
             if have_bt:
                 prog = (f"uprobe:{SERVER}:{fn} /pid == {pid}/ {{ @s[tid] = nsecs; }} "
                         f"uretprobe:{SERVER}:{fn} /@s[tid]/ {{ @h = hist(nsecs - @s[tid]); "
