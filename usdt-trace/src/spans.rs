@@ -142,7 +142,7 @@ pub enum SpanError {
     },
     #[error("--key {0}: the key is an argument index, 0 to 11")]
     KeyIndex(usize),
-    #[error("too many span names ({0}); at most {1} can be tracked")]
+    #[error("too many span names ({0}); at most {1} can be tracked (each has kernel histograms of its own): narrow the patterns, e.g. fn:main.* rather than fn:*")]
     TooManyPairs(usize, u32),
 }
 
