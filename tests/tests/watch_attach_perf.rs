@@ -48,6 +48,8 @@ fn doctor_reports_both_attach_paths() {
     assert_eq!(v["features"]["privileges"]["value"], "yes");
     assert_eq!(v["features"]["bpf_cookie"]["value"], "yes");
     assert_eq!(v["features"]["ref_ctr_offset"]["value"], "yes");
+    // Decided from the running kernel (this one emulates a probed `push %reg`).
+    assert_eq!(v["features"]["push_emulate"]["value"], "yes");
     assert_eq!(v["watch"]["attach_perf"]["value"], "perf");
     assert_eq!(v["watch"]["ready"]["value"], "yes", "{v}");
     let text = watch::run(&["doctor"]);

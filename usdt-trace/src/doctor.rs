@@ -55,6 +55,7 @@ pub fn feature_rows(f: &Features) -> Vec<Row> {
             "uprobe nop5 optimize",
             &f.uprobe_optimize,
         ),
+        Row::feature("push_emulate", "uprobe push emulate", &f.push_emulate),
     ]
 }
 
@@ -218,17 +219,17 @@ mod tests {
             "ref_ctr_offset        yes  uprobe PMU format config:32-63"
         );
         assert_eq!(
-            lines[12],
+            lines[13],
             "--attach auto         uprobe_multi  one uprobe_multi link per object (the default)"
         );
         assert_eq!(
-            lines[14],
+            lines[15],
             "--attach perf         perf          one perf-event uprobe + BPF link per site"
         );
-        // kernel + 9 features + blank + title + 6 watch rows.
-        assert_eq!(lines.len(), 1 + 9 + 2 + 6, "{text}");
-        assert_eq!(lines[10], "");
-        assert_eq!(lines[11], "what watch will use:");
+        // kernel + 10 features + blank + title + 6 watch rows.
+        assert_eq!(lines.len(), 1 + 10 + 2 + 6, "{text}");
+        assert_eq!(lines[11], "");
+        assert_eq!(lines[12], "what watch will use:");
         // Every value starts in the same column, after the widest label and two spaces.
         for l in lines.iter().filter(|l| !l.is_empty() && !l.ends_with(':')) {
             assert_eq!(&l[20..22], "  ", "misaligned: {l:?}");

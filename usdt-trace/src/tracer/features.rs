@@ -208,6 +208,9 @@ pub struct Features {
     pub tp_btf: Feature,
     /// The kernel rewrites a 5-byte nop at a uprobe into a call (`sys_uprobe`).
     pub uprobe_optimize: Feature,
+    /// The kernel emulates a probed `push %reg` rather than single-stepping it: what a
+    /// function entry starting with one costs.
+    pub push_emulate: Feature,
 }
 
 impl Features {
@@ -278,6 +281,15 @@ impl Features {
             (unknown(), unknown(), tp)
         };
         let uprobe_optimize = uprobe_optimize();
+        let push_emulate = if push_emulated() {
+            Feature::yes(format!(
+                "push_emulate_op in {KALLSYMS}: a function entry on `push %reg` costs a trap, not a single-step"
+            ))
+        } else {
+            Feature::no(format!(
+                "no push_emulate_op in {KALLSYMS}: `push %reg` entries are single-stepped"
+            ))
+        };
         Features {
             kernel_release,
             privileges,
@@ -291,6 +303,7 @@ impl Features {
             uprobe_multi,
             tp_btf,
             uprobe_optimize,
+            push_emulate,
         }
     }
 
@@ -563,6 +576,7 @@ pub(crate) fn sample(multi: Support, perf: Support) -> Features {
         uprobe_multi: f(multi, "multi detail"),
         tp_btf: Feature::yes("tp_btf detail"),
         uprobe_optimize: Feature::no("no sys_uprobe"),
+        push_emulate: Feature::no("no push_emulate_op"),
     }
 }
 
