@@ -496,7 +496,7 @@ pub fn function_end(
             "its instructions could not be decoded to its end, so its ret instructions are not known (--fn-returns return-probe traces it, at some risk)".into(),
         ),
         _ if rets.is_empty() && tail_rets.is_empty() => refuse(
-            "it has no ret instruction: it never returns, or leaves only by an indirect jump (--fn-returns return-probe traces it, at some risk)".into(),
+            "no ret instruction of its own, nor in a function it jumps to that this object names: it never returns, or leaves by a jump the tracer cannot follow (--fn-returns return-probe traces it, at some risk)".into(),
         ),
         FnReturns::Auto if sh.leaf && !twice => FnEnd::ReturnProbe,
         _ => by_rets(),
