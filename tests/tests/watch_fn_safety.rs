@@ -37,10 +37,12 @@ fn traced(
     extra: &[&str],
     argv: &[&str],
 ) -> (Run, Vec<Value>, String) {
+    // One directory per run: the tests of this file run at once.
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "usdt-fn-safety-{}-{}",
         std::process::id(),
-        argv[0].rsplit('/').next().unwrap_or("x")
+        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let rec = dir.join(format!(
