@@ -385,7 +385,8 @@ pub struct Acct {
     pub io: u64,
 }
 
-/// An open span. Its `--str` strings, when it has any, are in `STRS` under [`str_key`].
+/// An open span. Its `--str` strings, when it has any, are in `STRS` under its id key, or
+/// under [`str_key_thread`].
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Frame {
