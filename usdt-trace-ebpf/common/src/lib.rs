@@ -1634,7 +1634,7 @@ mod tests {
 
     #[test]
     fn thread_state_size_is_known() {
-        // The README's memory figures come from this: a change must update them.
+        // The memory figures in docs/reference.md (Limits) come from this: a change must update them.
         assert_eq!(core::mem::size_of::<Frame>(), 192);
         assert_eq!(core::mem::size_of::<ThreadState>(), 112 + 192 * MAX_DEPTH);
         // With the hash map's element header, one 16 KB (order-2) allocation.
