@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The attribution table of the README: each scenario of tests/testprogs/attrib_scen.c run under
+# The attribution table of docs/time-a-span.md: each scenario of tests/testprogs/attrib_scen.c run under
 # `usdt-trace watch --json -c`, with every span's wall time split into on-CPU, run-queue, sleep
 # and I/O. Usage: bench/attrib_table.sh [path/to/usdt-trace]   (root)
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The performance goals of the README's table, measured in one run (root, ~2 minutes; not a
+"""The goal table of docs/performance.md, measured in one run (root, ~2 minutes; not a
 test, nothing is asserted). On usdt_markers.h spans (tests/testprogs/bench_markers_loop.c,
 `nop; nop5` sites that a 6.18+ kernel optimizes into a call), the target's own CPU time per
 start/end pair minus the untraced loop's:

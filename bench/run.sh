@@ -15,7 +15,7 @@ fi
 echo "building usdt-trace (release)..." >&2
 cargo build --release -q -p usdt-trace >&2
 python3 bench/bench.py --usdt-trace target/release/usdt-trace "$@"
-# The README's goal table: usdt-markers spans, ratios against bpftrace and the null-program floor.
+# The goal table of docs/performance.md: usdt-markers spans, ratios against bpftrace and the null-program floor.
 goals_args=()
 [[ " $* " == *" --quick "* ]] && goals_args=(--reps 1 --pairs 100000 --untraced-iters 20000000)
 python3 bench/goals.py --usdt-trace target/release/usdt-trace "${goals_args[@]}"

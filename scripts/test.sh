@@ -6,6 +6,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/setup.sh)"
+
+# The habits the tests do not check: formatting, lints, and docs that build without warnings.
+# Each runs before the (long) tests and stops the run at once, saying which check failed and
+# the command that reproduces it.
+check() {
+    local what=$1
+    shift
+    echo "test.sh: $what: $*" >&2
+    if ! "$@"; then
+        echo "test.sh: FAILED: $what ($*); fix it before the tests run" >&2
+        exit 1
+    fi
+}
+check "formatting" cargo fmt --all --check
+check "clippy" cargo clippy --workspace --all-targets --quiet -- -D warnings
+check "rustdoc" env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
 # The e2e tests run the usdt-trace binary built next to them.
 cargo build --workspace --quiet
 args=("$@")

@@ -184,7 +184,7 @@ pub struct WatchArgs {
     pub spans: Vec<String>,
     /// Pair the --span rules by argument N (0-based) instead of per thread: a start is closed by
     /// the end whose argument N is equal, for instances that overlap or end in start order
-    /// (like bpftrace's @start[argN]).
+    /// (like bpftrace's `@start[argN]`).
     #[arg(long, value_name = "N", requires = "spans")]
     pub key: Option<usize>,
     /// Read argument N of PROBE as a NUL-terminated string (repeatable: up to 4 strings per
@@ -296,7 +296,7 @@ pub struct WatchArgs {
     // --hist keeps spans in the kernel: there would be nothing to write.
     #[arg(long, value_name = "FILE", conflicts_with = "hist")]
     pub perfetto: Option<PathBuf>,
-    /// Also export spans over OTLP/HTTP (protobuf) to this collector: http://HOST[:PORT][/PATH]
+    /// Also export spans over OTLP/HTTP (protobuf) to this collector: `http://HOST[:PORT][/PATH]`
     /// (port 4318 and path /v1/traces by default; no TLS). Sent from a background thread: a
     /// slow or dead collector drops spans (counted), it never slows tracing.
     #[arg(long, value_name = "URL", conflicts_with = "hist")]

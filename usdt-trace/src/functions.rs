@@ -1,5 +1,6 @@
 //! Function probes for `list --functions` and `watch 'fn:GLOB'`: the I/O around the pure
-//! [`crate::elf::functions`] (reading an opened object, printing the table).
+//! [`crate::elf::functions`](mod@crate::elf::functions) (reading an opened object, printing the
+//! table).
 //!
 //! Every name printed as text passes through [`clean`]: symbol names come from someone else's
 //! file.

@@ -31,6 +31,9 @@ pub mod cli;
 pub mod doctor;
 pub mod elf;
 pub mod filter;
+// docs/flags.md from the clap definitions, and the test that keeps it current.
+#[cfg(test)]
+mod flagsdoc;
 pub mod functions;
 pub mod late;
 pub mod libhint;

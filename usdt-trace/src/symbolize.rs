@@ -2,10 +2,10 @@
 //!
 //! An address is placed in the process's mappings (`/proc/PID/maps`), turned into an offset
 //! in the mapped file, and looked up among that file's function symbols
-//! ([`crate::elf::functions`], demangled), which carry their file offsets too: no segment
-//! arithmetic is needed beyond what the ELF reader already did. Return addresses (every frame
-//! but the innermost) are looked up one byte back: a call that is a function's last
-//! instruction returns to the next function's first byte.
+//! ([`crate::elf::functions`](mod@crate::elf::functions), demangled), which carry their file
+//! offsets too: no segment arithmetic is needed beyond what the ELF reader already did.
+//! Return addresses (every frame but the innermost) are looked up one byte back: a call that is
+//! a function's last instruction returns to the next function's first byte.
 //!
 //! The mappings are read when a stack arrives (a process may `dlopen` or exec at any time) and
 //! kept for one that has exited since: its stack is still named. Objects' symbols are read once

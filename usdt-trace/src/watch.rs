@@ -4,7 +4,7 @@
 //!    uprobes attach through the same descriptor, so the kernel resolves the inode we parsed);
 //! 2. [`plan`]: the chosen sites → one kernel spec and one printer record per cookie, and the
 //!    attach points per object;
-//! 3. [`child`]: the `-c` command, forked and held until the probes are live;
+//! 3. [`crate::child`]: the `-c` command, forked and held until the probes are live;
 //! 4. [`Tracer`]: load, attach, read the ring buffer, detach (the only kernel-facing stage);
 //! 5. sinks ([`crate::output::Sink`]): every record, resolved by the plan, goes to them; the
 //!    loop does not know which output mode is in use.

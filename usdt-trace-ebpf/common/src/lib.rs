@@ -385,7 +385,8 @@ pub struct Acct {
     pub io: u64,
 }
 
-/// An open span. Its `--str` strings, when it has any, are in `STRS` under [`str_key`].
+/// An open span. Its `--str` strings, when it has any, are in `STRS` under its id key, or
+/// under [`str_key_thread`].
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Frame {
@@ -1633,7 +1634,7 @@ mod tests {
 
     #[test]
     fn thread_state_size_is_known() {
-        // The README's memory figures come from this: a change must update them.
+        // The memory figures in docs/reference.md (Limits) come from this: a change must update them.
         assert_eq!(core::mem::size_of::<Frame>(), 192);
         assert_eq!(core::mem::size_of::<ThreadState>(), 112 + 192 * MAX_DEPTH);
         // With the hash map's element header, one 16 KB (order-2) allocation.

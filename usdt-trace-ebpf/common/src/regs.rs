@@ -47,7 +47,8 @@ pub mod x86_64 {
     pub const SS: u8 = 20;
 }
 
-/// aarch64 `struct user_pt_regs` word indices. `x0`..`x30` are words 0..30: [`x`] maps them.
+/// aarch64 `struct user_pt_regs` word indices. `x0`..`x30` are words 0..30:
+/// [`x`](aarch64::x) maps them.
 pub mod aarch64 {
     /// The highest general register number (`x30`, the link register).
     pub const X_LAST: u8 = 30;

@@ -17,7 +17,8 @@
 //! its own `ret`, so no exception or `longjmp` can cross its frame.
 //!
 //! This module decodes one function (x86_64 with iced-x86, aarch64 by its fixed-width
-//! encodings) and reports its shape; [`super::functions`] decides from it. Pure.
+//! encodings) and reports its shape; [`super::functions`](mod@super::functions) decides from
+//! it. Pure.
 
 use crate::argspec::Arch;
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Mnemonic, OpKind};

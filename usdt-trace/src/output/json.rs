@@ -357,9 +357,9 @@ pub(crate) fn stack_json(out: &mut Vec<u8>, st: &SpanStack) {
     }
 }
 
-/// Golden lines: the NDJSON schema the README documents, byte for byte. A change here is a
+/// Golden lines: the NDJSON schema docs/reference.md documents, byte for byte. A change here is a
 /// change of the schema that users' `jq` scripts read, and must be deliberate (and
-/// documented in the README's schema section).
+/// documented in docs/reference.md's schema section).
 #[cfg(test)]
 mod golden {
     use super::*;

@@ -497,7 +497,7 @@ impl Tracer {
     }
 
     /// Instructions the verifier processed for the uprobe program (see
-    /// [`sys::prog_verified_insns`]).
+    /// `sys::prog_verified_insns`).
     pub fn verified_insns(&self) -> Option<u32> {
         let fd = self
             .multi_prog
