@@ -205,7 +205,7 @@ impl WatchConfig {
         if let Some(path) = &self.perfetto {
             let (file, p) = outfile::open("--perfetto", path)?;
             pending.push(p);
-            sinks.push(Box::new(PerfettoSink::new(file)));
+            sinks.push(Box::new(PerfettoSink::new(file, self.marked_starts(plan))));
         }
         if let Some(otlp) = &self.otlp {
             sinks.push(Box::new(OtlpSink::new(
