@@ -306,6 +306,11 @@ pub struct WatchArgs {
     /// With --otlp: how many spans may wait for the exporter before new ones are dropped.
     #[arg(long, value_name = "SPANS", requires = "otlp", default_value_t = crate::output::otlp::DEFAULT_QUEUE)]
     pub otlp_queue: usize,
+    /// With --otlp: how long one POST may take, from connecting to the collector's answer. A
+    /// batch sent whole without an answer in time is not resent (the collector may have it;
+    /// resending could duplicate its spans): it is counted as unanswered.
+    #[arg(long, value_name = "SECS", requires = "otlp", default_value_t = DEFAULT_OTLP_TIMEOUT)]
+    pub otlp_timeout: u64,
     /// Benchmarks only: attach a program that only returns (`usdt_null`), so nothing is
     /// recorded; what any handler pays for the hit itself (bench/handler.py, bench/goals.py).
     /// Hidden from --help, and said on stderr when used: it must never be what a user runs by
@@ -339,6 +344,9 @@ const MAX_OPEN_IDS_LIMIT: u32 = 1 << 22;
 /// Largest `--otlp-queue`: the channel takes room for every slot up front (~350 bytes a span),
 /// so 1M spans are ~350 MB; 4 billion asked for 1.4 TB and aborted.
 const MAX_OTLP_QUEUE: usize = 1 << 20;
+const DEFAULT_OTLP_TIMEOUT: u64 = crate::output::otlp::DEFAULT_TIMEOUT.as_secs();
+/// Largest `--otlp-timeout`: an hour is no longer a timeout.
+const MAX_OTLP_TIMEOUT: u64 = 3600;
 
 /// A command-line mistake, reported as one line.
 #[derive(Debug, thiserror::Error)]
@@ -774,10 +782,18 @@ impl WatchArgs {
                         max: MAX_OTLP_QUEUE as u64,
                     });
                 }
+                if !(1..=MAX_OTLP_TIMEOUT).contains(&self.otlp_timeout) {
+                    return Err(UsageError::Limit {
+                        flag: "otlp-timeout",
+                        value: self.otlp_timeout,
+                        max: MAX_OTLP_TIMEOUT,
+                    });
+                }
                 Some(OtlpConfig {
                     endpoint: Endpoint::parse(url)?,
                     service: self.otlp_service.clone(),
                     queue: self.otlp_queue,
+                    timeout: std::time::Duration::from_secs(self.otlp_timeout),
                 })
             }
             None => None,
@@ -998,6 +1014,17 @@ mod tests {
         assert_eq!(o.endpoint.to_string(), "http://127.0.0.1:9/x");
         assert_eq!(o.service.as_deref(), Some("s"));
         assert_eq!(o.queue, crate::output::otlp::DEFAULT_QUEUE);
+        assert_eq!(o.timeout, std::time::Duration::from_secs(5));
+        let t = watch(&["/bin/true", "--otlp", "http://x", "--otlp-timeout", "12"]).unwrap();
+        assert_eq!(t.otlp.unwrap().timeout, std::time::Duration::from_secs(12));
+        assert!(matches!(
+            watch(&["/bin/true", "--otlp", "http://x", "--otlp-timeout", "0"]),
+            Err(UsageError::Limit {
+                flag: "otlp-timeout",
+                value: 0,
+                max: 3600
+            })
+        ));
         assert!(matches!(
             watch(&["/bin/true", "--otlp", "https://x"]),
             Err(UsageError::Otlp(_))
