@@ -93,7 +93,10 @@ struct Counts {
 
 struct Stats {
     counts: std::sync::Mutex<Counts>,
-    /// Messages in the channel (so a full queue costs no conversion).
+    /// Messages in the channel, and spans the exporter took from it and has not done with
+    /// (held for their parent, batched, in a POST): `--otlp-queue` bounds them all, so a
+    /// collector that is down fills it as fast as it did with one POST at a time (and a full
+    /// queue costs no conversion).
     queued: AtomicUsize,
     /// Once the run has ended: nanoseconds after `base` when everything stops (0: running).
     stop_at_ns: AtomicU64,
@@ -481,7 +484,6 @@ impl Sink for OtlpSink {
                 exported,
                 unanswered,
                 (refused, code),
-                self.cfg.timeout
             )
         );
         Ok(())
@@ -496,7 +498,6 @@ fn totals_line(
     exported: u64,
     unanswered: u64,
     (refused, code): (u64, u16),
-    timeout: Duration,
 ) -> String {
     // Whatever was not acknowledged, left unanswered or refused by now never will be: the
     // queue was full, or it was still waiting for a dead collector at the end.
@@ -508,8 +509,7 @@ fn totals_line(
     if unanswered > 0 {
         let _ = write!(
             line,
-            ", unanswered {unanswered} (sent, no answer within {}: not resent, the collector may have them)",
-            http::secs(timeout)
+            ", unanswered {unanswered} (sent, no answer in time: not resent, the collector may have them)"
         );
     }
     if refused > 0 {
@@ -559,18 +559,16 @@ impl Exporter {
         while open || !self.ready.is_empty() {
             if open {
                 match rx.recv_timeout(Duration::from_millis(100)) {
-                    Ok(m) => {
-                        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-                        match m {
-                            Msg::Process(p) => {
-                                if self.processes.len() >= 4096 {
-                                    self.processes.clear();
-                                }
-                                self.processes.insert(p.pid, p.resource);
+                    Ok(m) => match m {
+                        Msg::Process(p) => {
+                            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                            if self.processes.len() >= 4096 {
+                                self.processes.clear();
                             }
-                            Msg::Span(item) => self.tree.add(item, Instant::now(), &mut self.ready),
+                            self.processes.insert(p.pid, p.resource);
                         }
-                    }
+                        Msg::Span(item) => self.tree.add(item, Instant::now(), &mut self.ready),
+                    },
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => {
                         open = false;
@@ -601,6 +599,7 @@ impl Exporter {
                         Err(TrySendError::Disconnected(_)) => return,
                     }
                     if self.stats.stopped() {
+                        // Dropped: the sink counts what was not exported.
                         drop(btx);
                         for t in senders {
                             let _ = t.join();
@@ -671,7 +670,9 @@ impl Sender {
                 },
                 Err(_) => return,
             };
+            let n = b.spans as usize;
             self.send(b);
+            self.stats.queued.fetch_sub(n, Ordering::Relaxed);
         }
     }
 
@@ -683,8 +684,13 @@ impl Sender {
         let mut delay = BACKOFF.0;
         loop {
             let mut deadline = Instant::now() + self.timeout;
-            if let Some(s) = st.stop_at() {
-                deadline = deadline.min(s);
+            let mut why = format!("timed out after {}", http::secs(self.timeout));
+            if let Some(s) = st.stop_at().filter(|&s| s < deadline) {
+                deadline = s;
+                why = format!(
+                    "cut at the end of the {} the exporter gets after the run",
+                    http::secs(FINISH_WAIT)
+                );
             }
             st.count(|c| c.in_flight += n);
             let posted = http::post(
@@ -692,7 +698,7 @@ impl Sender {
                 "application/x-protobuf",
                 &b.body,
                 deadline,
-                self.timeout,
+                &why,
             );
             match posted {
                 Posted::Ok => {
@@ -763,17 +769,16 @@ mod tests {
     #[test]
     fn totals_line_counts_unanswered_and_refused_apart_from_dropped() {
         let url = "http://127.0.0.1:4318/v1/traces";
-        let t = Duration::from_secs(5);
         assert_eq!(
-            totals_line(url, 10, 10, 0, (0, 0), t),
+            totals_line(url, 10, 10, 0, (0, 0)),
             "otlp: exported 10 spans to http://127.0.0.1:4318/v1/traces, dropped 0"
         );
         assert_eq!(
-            totals_line(url, 2000, 0, 1536, (0, 0), t),
-            "otlp: exported 0 spans to http://127.0.0.1:4318/v1/traces, dropped 464 (not sent: the queue was full, or the collector was unreachable), unanswered 1536 (sent, no answer within 5 s: not resent, the collector may have them)"
+            totals_line(url, 2000, 0, 1536, (0, 0)),
+            "otlp: exported 0 spans to http://127.0.0.1:4318/v1/traces, dropped 464 (not sent: the queue was full, or the collector was unreachable), unanswered 1536 (sent, no answer in time: not resent, the collector may have them)"
         );
         assert_eq!(
-            totals_line(url, 700, 100, 0, (600, 400), t),
+            totals_line(url, 700, 100, 0, (600, 400)),
             "otlp: exported 100 spans to http://127.0.0.1:4318/v1/traces, dropped 0, refused 600 (HTTP 400)"
         );
     }

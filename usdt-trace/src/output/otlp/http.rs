@@ -95,18 +95,16 @@ const MAX_RESPONSE: u64 = 1 << 20;
 
 /// POSTs `body` with `Connection: close` (one connection per batch: reading to EOF needs no
 /// chunked-encoding parser; several batches go out at once on their own connections). Gives
-/// up at `deadline`; `timeout` is only what a timeout is reported as.
+/// up at `deadline`; `timed_out` is what reaching it is reported as.
 pub fn post(
     ep: &Endpoint,
     content_type: &str,
     body: &[u8],
     deadline: Instant,
-    timeout: Duration,
+    timed_out: &str,
 ) -> Posted {
     let timed_out = |e: io::Error| match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-            format!("timed out after {}", secs(timeout))
-        }
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out.to_string(),
         _ => e.to_string(),
     };
     let mut s = match connect(ep, deadline) {
@@ -271,7 +269,7 @@ mod tests {
             path: "/v1/traces".into(),
         };
         let t = Duration::from_secs(1);
-        let got = post(&ep, "x", b"", Instant::now() + t, t);
+        let got = post(&ep, "x", b"", Instant::now() + t, "timed out");
         assert!(matches!(got, Posted::Retry(_)), "{got:?}");
     }
 
@@ -298,7 +296,13 @@ mod tests {
         });
         let t = Duration::from_millis(300);
         let started = Instant::now();
-        let got = post(&ep, "x", b"body", Instant::now() + t, t);
+        let got = post(
+            &ep,
+            "x",
+            b"body",
+            Instant::now() + t,
+            "timed out after 0.3 s",
+        );
         let took = started.elapsed();
         match got {
             Posted::Unanswered(why) => assert_eq!(why, "timed out after 0.3 s"),
