@@ -12,8 +12,9 @@ log() { echo "setup: $*" >&2; }
 need_pkgs=()
 # clang: the red-zone tests build the C header with both compilers; golang-go: the Go
 # net/http server that the function-probe tests build; redis-server: a real program the
-# function-probe safety tests trace whole (fn:*) and the function-probe benchmark runs.
-for p in build-essential binutils clang systemtap-sdt-dev bpftrace curl wrk jq golang-go redis-server; do
+# function-probe safety tests trace whole (fn:*) and the function-probe benchmark runs; zsh,
+# fish: the completion tests load the generated scripts in the real shells.
+for p in build-essential binutils clang systemtap-sdt-dev bpftrace curl wrk jq golang-go redis-server zsh fish; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
