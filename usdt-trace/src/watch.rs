@@ -1164,6 +1164,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         clock_zero_unix_ns: monotonic_zero_unix_ns(),
         sites: reader.plan.sites.len(),
         span_names: reader.plan.pairs.len(),
+        split: cfg.sched,
     })?;
     let late_rules = crate::late::Rules {
         patterns: &cfg.patterns,
