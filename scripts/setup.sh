@@ -30,6 +30,12 @@ if ! python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/de
     python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore perfetto >/dev/null
 fi
 
+# --- rotel: a real OpenTelemetry collector for the --otlp test and bench/otlp_rotel.sh.
+if ! python3 -c 'import rotel' 2>/dev/null; then
+    log "installing the rotel Python package (an OpenTelemetry collector)"
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore rotel >/dev/null
+fi
+
 # --- tracefs: uprobes and tracepoints are managed through it.
 if [ ! -e /sys/kernel/tracing/events ] && [ "$(id -u)" = 0 ]; then
     mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
