@@ -57,11 +57,7 @@ pub fn shape(arch: Arch, code: &[u8], address: u64, offset: u64) -> Shape {
 
 /// `push %reg` (with or without REX.B): the kernel emulates it (`push_emulate_op`).
 pub fn is_push_reg(bytes: &[u8]) -> bool {
-    match bytes {
-        [0x50..=0x57, ..] => true,
-        [0x41, 0x50..=0x57, ..] => true,
-        _ => false,
-    }
+    matches!(bytes, [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..])
 }
 
 const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
@@ -154,7 +150,7 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
 fn shape_aarch64(code: &[u8], address: u64, offset: u64) -> Shape {
     let end = address + code.len() as u64;
     let mut out = Shape {
-        decoded: code.len() % 4 == 0 && address % 4 == 0,
+        decoded: code.len().is_multiple_of(4) && address.is_multiple_of(4),
         leaf: true,
         ..Shape::default()
     };
