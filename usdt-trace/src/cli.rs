@@ -381,7 +381,8 @@ pub struct WatchArgs {
     /// With --otlp: the resource's service.name (default: the traced executable's file name).
     #[arg(long, value_name = "NAME", requires = "otlp")]
     pub otlp_service: Option<String>,
-    /// With --otlp: how many spans may wait for the exporter before new ones are dropped.
+    /// With --otlp: how many spans may wait for the exporter (queued, waiting for their
+    /// parent, batched or in a POST) before new ones are dropped.
     #[arg(long, value_name = "SPANS", requires = "otlp", default_value_t = crate::output::otlp::DEFAULT_QUEUE)]
     pub otlp_queue: usize,
     /// With --otlp: how long one POST may take, from connecting to the collector's answer. A
