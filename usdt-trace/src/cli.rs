@@ -103,7 +103,9 @@ pub fn man_page(command: Option<&str>) -> Result<Vec<u8>, ManError> {
             // The page's title and its NAME section: `usdt-trace-watch`. Leaked: clap takes
             // names as &'static str without its `string` feature, and this runs once.
             .name(&*format!("usdt-trace-{name}").leak())
-            .bin_name(format!("usdt-trace {name}")),
+            .bin_name(format!("usdt-trace {name}"))
+            // The footer's version, as on the top-level page.
+            .version(VERSION),
     };
     let mut out = Vec::new();
     clap_mangen::Man::new(cmd)
@@ -1358,11 +1360,8 @@ mod tests {
             let name = sub.get_name();
             assert!(top.contains(&format!("usdt\\-trace\\-{name}(1)")), "{name}");
             let page = String::from_utf8(man_page(Some(name)).unwrap()).unwrap();
-            assert!(
-                page.contains(&format!(".TH usdt-trace-{name} 1")),
-                "{}",
-                &page[..200]
-            );
+            let th = format!(".TH usdt-trace-{name} 1  \"usdt-trace-{name} {VERSION}\"");
+            assert!(page.contains(&th), "{th}\n{}", &page[..200]);
             let mut flags = 0;
             for a in sub.get_arguments().filter(|a| !a.is_hide_set()) {
                 if let Some(l) = a.get_long() {
