@@ -338,7 +338,11 @@ impl<W: Write> PerfettoSink<W> {
             v.insert(keep, Placed { placed, ..span });
         }
         if v.len() > THREAD_HISTORY {
-            v.remove(0);
+            // The oldest span drawn elsewhere goes first: forgetting one only spares a later
+            // span the unrelated check, forgetting a placed slice could let a later one cross
+            // it (a busy worker ends many polled requests between two of its own slices).
+            let i = v.iter().position(|p| !p.placed).unwrap_or(0);
+            v.remove(i);
         }
         self.thread_slices.insert(tid, v);
         placed
@@ -736,6 +740,20 @@ mod tests {
         s.parents.insert((pid, 6), 0);
         assert!(s.nests(pid, 8, 20, 30, Some(5)));
         assert!(s.nests(pid, 8, 10, 40, Some(6)));
+        // Many requests drawn elsewhere end on thread 11 after a slice of its own: that slice
+        // is still remembered, so a span crossing it stays off the track.
+        assert!(s.nests(pid, 11, 100, 200, None));
+        for i in 0..(THREAD_HISTORY as u64 * 2) {
+            s.parents.insert((pid, 1000 + i), 0);
+            let r = Placed {
+                start: 300 + i,
+                end: 301 + i,
+                id: Some(1000 + i),
+                placed: false,
+            };
+            assert!(!s.place_on_thread(pid, 11, r, false));
+        }
+        assert!(!s.nests(pid, 11, 150, 1000, None), "crosses 100..200");
         // An unmarked span encloses whatever the kernel paired inside it on its thread.
         assert!(s.nests(pid, 10, 20, 30, Some(2)));
         assert!(s.nests(pid, 10, 10, 40, None));
