@@ -13,8 +13,9 @@ need_pkgs=()
 # clang: the red-zone tests build the C header with both compilers; golang-go: the Go
 # net/http server that the function-probe tests build; redis-server: a real program the
 # function-probe safety tests trace whole (fn:*) and the function-probe benchmark runs;
-# prometheus: the --prometheus test has a real one scrape watch and answers its queries.
-for p in build-essential binutils clang systemtap-sdt-dev bpftrace curl wrk jq golang-go redis-server prometheus; do
+# prometheus: the --prometheus test has a real one scrape watch and answers its queries; zsh,
+# fish: the completion tests load the generated scripts in the real shells.
+for p in build-essential binutils clang systemtap-sdt-dev bpftrace curl wrk jq golang-go redis-server prometheus zsh fish; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -28,6 +29,12 @@ fi
 if ! python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
     log "installing the perfetto Python package"
     python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore perfetto >/dev/null
+fi
+
+# --- rotel: a real OpenTelemetry collector for the --otlp test and bench/otlp_rotel.sh.
+if ! python3 -c 'import rotel' 2>/dev/null; then
+    log "installing the rotel Python package (an OpenTelemetry collector)"
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore rotel >/dev/null
 fi
 
 # --- tracefs: uprobes and tracepoints are managed through it.

@@ -5,7 +5,10 @@ and print what the export tests check, as one JSON object:
   packets, seq_ids (trusted_packet_sequence_id of every packet), event_clock_ids,
   first (the first packet: sequence flags, default clock, clock snapshot),
   tracks [{uuid, parent, name, pid, tid, process_name, thread_name}],
-  slices [{track, name, categories, ts, end, depth, args}] rebuilt from BEGIN/END per track,
+  slices [{track, name, categories, ts, end, depth, parent, args}] rebuilt from BEGIN/END per
+    track as the trace processor does (parent: the index in slices of the enclosing slice),
+  flows [[from, to]] (slice indexes) from flow_ids / terminating_flow_ids, linked as the
+    trace processor links them: in timestamp order, each id from its last slice to the next,
   instants [{track, name, ts, args}], errors [...]
 
 Usage: perfetto_dump.py TRACE_FILE
@@ -56,12 +59,23 @@ def main(path):
             res["event_clock_ids"].append(p.timestamp_clock_id)
             events.append((p.timestamp, i, p.track_event.track_uuid, p.track_event))
     stacks = {}
+    res["flows"] = []
+    pending = {}  # flow id -> the slice it was last seen on
     for ts, _, track, ev in sorted(events, key=lambda e: (e[0], e[1])):
         if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
+            st = stacks.get(track, [])
             s = {"track": track, "name": ev.name, "categories": list(ev.categories), "ts": ts,
-                 "end": None, "depth": len(stacks.get(track, [])), "args": annotations(ev)}
+                 "end": None, "depth": len(st), "parent": st[-1]["index"] if st else None,
+                 "args": annotations(ev), "index": len(res["slices"])}
             stacks.setdefault(track, []).append(s)
             res["slices"].append(s)
+            for f in ev.flow_ids:
+                if f in pending:
+                    res["flows"].append([pending[f], s["index"]])
+                pending[f] = s["index"]
+            for f in ev.terminating_flow_ids:
+                if f in pending:
+                    res["flows"].append([pending.pop(f), s["index"]])
         elif ev.type == TrackEvent.TYPE_SLICE_END:
             st = stacks.get(track)
             if not st:

@@ -4,6 +4,7 @@
 //! on its own track, instants for events, arguments and the time split (with a polled span's idle time, polls and
 //! threads) as annotations.
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -106,26 +107,39 @@ fn check_against_ndjson(d: &Value, out: &Output) {
     let slices = d["slices"].as_array().unwrap();
     let spans = out.spans();
     assert_eq!(slices.len(), spans.len(), "one slice per span");
+    // Indexed: a busy run has tens of thousands.
+    let by_start: HashMap<(&str, u64), &Value> = slices
+        .iter()
+        .map(|x| ((x["name"].as_str().unwrap(), x["ts"].as_u64().unwrap()), x))
+        .collect();
+    let tracks: HashMap<u64, &Value> = d["tracks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["uuid"].as_u64().unwrap(), t))
+        .collect();
     for s in &spans {
         let name = format!(
             "{}:{}",
             s["provider"].as_str().unwrap(),
             s["name"].as_str().unwrap()
         );
-        let sl = slices
-            .iter()
-            .find(|x| x["name"] == name.as_str() && x["ts"] == s["start_ns"])
+        let sl = *by_start
+            .get(&(name.as_str(), s["start_ns"].as_u64().unwrap()))
             .unwrap_or_else(|| panic!("no slice for {s}"));
         assert_eq!(sl["end"], s["end_ns"], "{s}\n{sl}");
         assert_eq!(sl["categories"], json!([s["provider"]]));
-        let t = track(d, &sl["track"]);
+        let t = tracks[&sl["track"].as_u64().unwrap()];
         let proc_track = process_track(d, &s["pid"]);
         assert_eq!(t["parent"], proc_track["uuid"], "{t}");
-        if s.get("start_tid").is_some() {
-            // Crossed threads: its own track under the process, not a thread's.
+        if s.get("start_tid").is_some() || s.get("polls").is_some() {
+            // Crossed threads, or polled (it left its thread between polls): an async track
+            // under the process, not a thread's.
             assert!(t["tid"].is_null(), "{t}");
-            assert_eq!(t["name"], format!("{name} (async 1)").as_str());
-            assert_eq!(sl["args"]["start_tid"], s["start_tid"]);
+            let lane = t["name"].as_str().unwrap();
+            assert!(lane.starts_with(&format!("{name} (async ")), "{t}");
+            let start_tid = s.get("start_tid").unwrap_or(&s["tid"]);
+            assert_eq!(&sl["args"]["start_tid"], start_tid);
             assert_eq!(sl["args"]["end_tid"], s["tid"]);
         } else {
             assert_eq!(t["tid"], s["tid"], "{t}");
@@ -246,4 +260,88 @@ fn perfetto_trace_is_valid_after_ctrl_c() {
     let _ = std::fs::remove_file(&path);
     assert!(out.spans().len() >= 8, "{}", out.spans().len());
     check_against_ndjson(&d, &out);
+}
+
+/// The Rust demo server under concurrent load (wrk, 16 connections on its multi-threaded
+/// runtime): requests interleave on the tokio workers. Checked against the NDJSON of the same
+/// run: every slice drawn inside another is inside its own parent (the markers parent id in
+/// argument 1 is the enclosing slice's id in argument 0), never inside an unrelated request;
+/// a `send_message` not drawn inside its request has a flow arrow from it.
+#[test]
+#[ignore = "needs root"]
+fn concurrent_requests_nest_only_under_their_own_parents() {
+    use usdt_trace_tests::markers::{demo_servers, free_port, start_server};
+    assert!(
+        usdt_trace_tests::markers::have("wrk"),
+        "wrk (scripts/setup.sh)"
+    );
+    let bin = &demo_servers().0;
+    let port = free_port();
+    let _server = start_server(bin, port, None);
+    let path = trace_path("perfetto-concurrent");
+    let w = watch::Watch::start(&["--perfetto", path.to_str().unwrap(), bin.to_str().unwrap()]);
+    let wrk = Command::new("wrk")
+        .args(["-t2", "-c16", "-d1s", &format!("http://127.0.0.1:{port}/")])
+        .output()
+        .expect("wrk");
+    assert!(
+        wrk.status.success(),
+        "{}",
+        String::from_utf8_lossy(&wrk.stderr)
+    );
+    let out = w.stop();
+    let d = dump(&path);
+    let _ = std::fs::remove_file(&path);
+    check_against_ndjson(&d, &out);
+    let slices = d["slices"].as_array().unwrap();
+    let requests = slices
+        .iter()
+        .filter(|s| s["name"] == "httpserver:request")
+        .count();
+    assert!(requests >= 1000, "a busy run: {requests} requests");
+    // Per markers id: its slice.
+    let by_id: HashMap<u64, &Value> = slices
+        .iter()
+        .filter(|s| s["name"] == "httpserver:request")
+        .map(|s| (s["args"]["arg0"].as_u64().unwrap(), s))
+        .collect();
+    let flows: std::collections::HashSet<(u64, u64)> = d["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f[0].as_u64().unwrap(), f[1].as_u64().unwrap()))
+        .collect();
+    let (mut nested, mut same_name, mut linked) = (0, 0, 0);
+    for s in slices {
+        let parent_id = s["args"]["arg1"].as_u64().unwrap();
+        if let Some(p) = s["parent"].as_u64() {
+            let p = &slices[p as usize];
+            assert_eq!(
+                p["args"]["arg0"].as_u64(),
+                Some(parent_id),
+                "{} drawn inside {}, not its parent {parent_id}",
+                s,
+                p
+            );
+            nested += 1;
+            same_name += (p["name"] == s["name"]) as usize;
+        } else if s["name"] == "httpserver:send_message" {
+            let req = by_id[&parent_id];
+            let from = req["index"].as_u64().unwrap();
+            assert!(
+                flows.contains(&(from, s["index"].as_u64().unwrap())),
+                "{s}: no flow from its request {req}"
+            );
+            linked += 1;
+        }
+    }
+    eprintln!("{requests} requests: {nested} slices nested, {linked} linked by flows");
+    // The Perfetto SQL: select count(*) from slice s join slice p on s.parent_id =
+    // p.id where s.name = p.name.
+    assert_eq!(same_name, 0);
+    assert_eq!(
+        nested + linked,
+        slices.len() - requests,
+        "every send_message is drawn in or linked to its request"
+    );
 }

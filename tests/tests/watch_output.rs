@@ -151,3 +151,44 @@ fn hist_text_counts_every_span() {
         .unwrap()
         .starts_with("20 spans, 0 events, 0 lost"));
 }
+
+/// A span that crossed threads (export_demo's `job`, paired by key from the main thread to the
+/// worker) has no time split; in text it says why, and spans that have one say nothing.
+#[test]
+#[ignore = "needs root"]
+fn text_span_without_a_split_says_it_ended_on_another_thread() {
+    let bin = build_c("export_demo", &["-O2", "-pthread"]);
+    let b = bin.to_str().unwrap();
+    let out = run(&[
+        "watch",
+        "--span",
+        "ex:job__start=ex:job__end",
+        "--key",
+        "0",
+        "-c",
+        b,
+        b,
+    ]);
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no {name}:\n{stdout}"))
+    };
+    let job = line("ex:job ");
+    assert!(
+        job.contains("  no split: ended on another thread  (started on tid "),
+        "{job}"
+    );
+    for name in ["ex:outer ", "ex:inner ", "ex:work "] {
+        let l = line(name);
+        assert!(l.contains("  cpu "), "{l}");
+        assert!(!l.contains("no split"), "{l}");
+    }
+}

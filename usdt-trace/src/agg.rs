@@ -833,7 +833,11 @@ pub fn top_text(plan: &Plan, top: &TopN, block: Block, t0: u64) -> String {
             ..
         }) = plan.resolve(crate::output::Record::Span(r, None))
         {
-            s.push_str(&crate::output::span_text(pair, start, end, rec, None, t0));
+            // `false`: the --top list does not say why a span has no split (the block is
+            // built without the run's settings).
+            s.push_str(&crate::output::span_text(
+                pair, start, end, rec, None, t0, false,
+            ));
         }
     }
     s.push('\n');

@@ -51,8 +51,88 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) to stdout: `usdt-trace man | man -l -`.
-    Man,
+    /// Print a man page (roff) to stdout: `usdt-trace man | man -l -`, `usdt-trace man watch`
+    /// for a command's page (every flag); or write them all with --dir.
+    Man {
+        /// The command whose page to print (list, watch, doctor, completions, man); the
+        /// top-level page without one.
+        #[arg(value_name = "COMMAND", conflicts_with = "dir")]
+        command: Option<String>,
+        /// Write every page into this directory: usdt-trace.1, usdt-trace-watch.1, ...
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// clap_complete's bash script for a hyphenated binary sets `cmd` to `usdt__trace__subcmd__watch`
+/// but its `case` tests `usdt__subcmd__trace__subcmd__watch` (the `-` in the name is turned
+/// into `__subcmd__` once more), so no subcommand's options were ever offered. The labels are
+/// rewritten to what `cmd` is set to.
+pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "usdt-trace", &mut out);
+    if shell == clap_complete::Shell::Bash {
+        let s = String::from_utf8_lossy(&out).replace("usdt__subcmd__trace", "usdt__trace");
+        return s.into_bytes();
+    }
+    out
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManError {
+    #[error("man {0}: no such command (list, watch, doctor, completions, man)")]
+    NoCommand(String),
+    #[error("rendering the man page: {0}")]
+    Render(std::io::Error),
+}
+
+/// The top-level page, or one command's (`usdt-trace-watch(1)`, which the top-level page
+/// points to), with every flag.
+pub fn man_page(command: Option<&str>) -> Result<Vec<u8>, ManError> {
+    use clap::CommandFactory;
+    let mut top = Cli::command();
+    top.build();
+    let cmd = match command {
+        None => top,
+        Some(name) => top
+            .get_subcommands()
+            .find(|c| c.get_name() == name && name != "help")
+            .cloned()
+            .ok_or_else(|| ManError::NoCommand(name.to_string()))?
+            // The page's title and its NAME section: `usdt-trace-watch`. Leaked: clap takes
+            // names as &'static str without its `string` feature, and this runs once.
+            .name(&*format!("usdt-trace-{name}").leak())
+            .bin_name(format!("usdt-trace {name}"))
+            // The footer's version, as on the top-level page.
+            .version(VERSION),
+    };
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd)
+        .render(&mut out)
+        .map_err(ManError::Render)?;
+    Ok(out)
+}
+
+/// Every page into `dir`; how many.
+fn man_dir(dir: &Path) -> Result<usize, String> {
+    use clap::CommandFactory;
+    let names: Vec<String> = Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .filter(|n| n != "help")
+        .collect();
+    let mut n = 0;
+    for name in std::iter::once(None).chain(names.iter().map(|n| Some(n.as_str()))) {
+        let page = man_page(name).map_err(|e| e.to_string())?;
+        let file = match name {
+            None => dir.join("usdt-trace.1"),
+            Some(c) => dir.join(format!("usdt-trace-{c}.1")),
+        };
+        std::fs::write(&file, page).map_err(|e| format!("man --dir: {}: {e}", file.display()))?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// Arguments clap defines only when their subcommand is the one used (`Command::defer`):
@@ -304,7 +384,8 @@ pub struct WatchArgs {
     /// With --otlp: the resource's service.name (default: the traced executable's file name).
     #[arg(long, value_name = "NAME", requires = "otlp")]
     pub otlp_service: Option<String>,
-    /// With --otlp: how many spans may wait for the exporter before new ones are dropped.
+    /// With --otlp: how many spans may wait for the exporter (queued, waiting for their
+    /// parent, batched or in a POST) before new ones are dropped.
     #[arg(long, value_name = "SPANS", requires = "otlp", default_value_t = crate::output::otlp::DEFAULT_QUEUE)]
     pub otlp_queue: usize,
     /// With --hist: serve Prometheus metrics at http://ADDR/metrics while tracing (ADDR is
@@ -318,6 +399,11 @@ pub struct WatchArgs {
     /// Fewer make fewer series and coarser quantiles.
     #[arg(long, value_name = "N", requires = "prometheus", default_value_t = 8)]
     pub prometheus_buckets: u32,
+    /// With --otlp: how long one POST may take, from connecting to the collector's answer. A
+    /// batch sent whole without an answer in time is not resent (the collector may have it;
+    /// resending could duplicate its spans): it is counted as unanswered.
+    #[arg(long, value_name = "SECS", requires = "otlp", default_value_t = DEFAULT_OTLP_TIMEOUT)]
+    pub otlp_timeout: u64,
     /// Benchmarks only: attach a program that only returns (`usdt_null`), so nothing is
     /// recorded; what any handler pays for the hit itself (bench/handler.py, bench/goals.py).
     /// Hidden from --help, and said on stderr when used: it must never be what a user runs by
@@ -351,6 +437,9 @@ const MAX_OPEN_IDS_LIMIT: u32 = 1 << 22;
 /// Largest `--otlp-queue`: the channel takes room for every slot up front (~350 bytes a span),
 /// so 1M spans are ~350 MB; 4 billion asked for 1.4 TB and aborted.
 const MAX_OTLP_QUEUE: usize = 1 << 20;
+const DEFAULT_OTLP_TIMEOUT: u64 = crate::output::otlp::DEFAULT_TIMEOUT.as_secs();
+/// Largest `--otlp-timeout`: an hour is no longer a timeout.
+const MAX_OTLP_TIMEOUT: u64 = 3600;
 
 /// A command-line mistake, reported as one line.
 #[derive(Debug, thiserror::Error)]
@@ -792,10 +881,18 @@ impl WatchArgs {
                         max: MAX_OTLP_QUEUE as u64,
                     });
                 }
+                if !(1..=MAX_OTLP_TIMEOUT).contains(&self.otlp_timeout) {
+                    return Err(UsageError::Limit {
+                        flag: "otlp-timeout",
+                        value: self.otlp_timeout,
+                        max: MAX_OTLP_TIMEOUT,
+                    });
+                }
                 Some(OtlpConfig {
                     endpoint: Endpoint::parse(url)?,
                     service: self.otlp_service.clone(),
                     queue: self.otlp_queue,
+                    timeout: std::time::Duration::from_secs(self.otlp_timeout),
                 })
             }
             None => None,
@@ -916,20 +1013,16 @@ pub fn main() -> i32 {
                 Err(e) => Err(format!("writing output: {e}")),
             }
         }
-        Command::Completions { shell } => {
-            use clap::CommandFactory;
-            let mut out = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "usdt-trace", &mut out);
-            write_stdout(&out)
-        }
-        Command::Man => {
-            use clap::CommandFactory;
-            let mut out = Vec::new();
-            match clap_mangen::Man::new(Cli::command()).render(&mut out) {
-                Ok(()) => write_stdout(&out),
-                Err(e) => Err(format!("rendering the man page: {e}")),
-            }
-        }
+        Command::Completions { shell } => write_stdout(&completion_script(shell)),
+        Command::Man { command, dir } => match (command, dir) {
+            (_, Some(dir)) => man_dir(&dir).map(|n| {
+                eprintln!("usdt-trace: wrote {n} man pages to {}", dir.display());
+                0
+            }),
+            (command, None) => man_page(command.as_deref())
+                .map_err(|e| e.to_string())
+                .and_then(|page| write_stdout(&page)),
+        },
     };
     match result {
         Ok(code) => code,
@@ -1073,6 +1166,17 @@ mod tests {
         assert_eq!(o.endpoint.to_string(), "http://127.0.0.1:9/x");
         assert_eq!(o.service.as_deref(), Some("s"));
         assert_eq!(o.queue, crate::output::otlp::DEFAULT_QUEUE);
+        assert_eq!(o.timeout, std::time::Duration::from_secs(5));
+        let t = watch(&["/bin/true", "--otlp", "http://x", "--otlp-timeout", "12"]).unwrap();
+        assert_eq!(t.otlp.unwrap().timeout, std::time::Duration::from_secs(12));
+        assert!(matches!(
+            watch(&["/bin/true", "--otlp", "http://x", "--otlp-timeout", "0"]),
+            Err(UsageError::Limit {
+                flag: "otlp-timeout",
+                value: 0,
+                max: 3600
+            })
+        ));
         assert!(matches!(
             watch(&["/bin/true", "--otlp", "https://x"]),
             Err(UsageError::Otlp(_))
@@ -1262,5 +1366,108 @@ mod tests {
         // Quoted, they are arguments.
         let (argv, _) = command_argv("grep 'a|b' > o").unwrap();
         assert_eq!(argv[2], "exec grep 'a|b' > o");
+    }
+
+    /// Runs `shell` with `script` and returns stdout; None when the shell is not installed
+    /// (scripts/setup.sh installs bash, zsh and fish).
+    fn run_shell(shell: &str, args: &[&str], script: &[u8]) -> Option<String> {
+        let path = std::env::temp_dir().join(format!(
+            "usdt-trace-completion-{}-{shell}",
+            std::process::id()
+        ));
+        std::fs::write(&path, script).unwrap();
+        let mut cmd = std::process::Command::new(shell);
+        cmd.args(args).env("SCRIPT", &path);
+        let out = cmd.output();
+        let _ = std::fs::remove_file(&path);
+        let out = out.ok()?;
+        assert!(
+            out.status.success(),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(String::from_utf8(out.stdout).unwrap())
+    }
+
+    /// In a real bash: the function is registered for the command, and a subcommand's options
+    /// are offered (before, only the top-level words ever were).
+    #[test]
+    fn bash_completion_offers_a_subcommands_options() {
+        let script = completion_script(clap_complete::Shell::Bash);
+        let got = run_shell(
+            "bash",
+            &[
+                "-c",
+                r#"source "$SCRIPT"; complete -p usdt-trace
+                COMP_WORDS=(usdt-trace watch --otlp-t); COMP_CWORD=2; COMP_LINE="usdt-trace watch --otlp-t"
+                COMP_POINT=${#COMP_LINE}; _usdt__trace usdt-trace --otlp-t watch
+                printf 'reply %s\n' "${COMPREPLY[@]}"
+                COMP_WORDS=(usdt-trace list --fu); COMP_CWORD=2; _usdt__trace usdt-trace --fu list
+                printf 'reply %s\n' "${COMPREPLY[@]}""#,
+            ],
+            &script,
+        )
+        .expect("bash");
+        let lines: Vec<&str> = got.lines().collect();
+        assert!(lines[0].starts_with("complete "), "{got}");
+        assert!(lines[0].ends_with(" -F _usdt__trace usdt-trace"), "{got}");
+        assert_eq!(
+            lines[1..],
+            ["reply --otlp-timeout", "reply --functions"],
+            "{got}"
+        );
+    }
+
+    #[test]
+    fn fish_and_zsh_completion_offer_a_subcommands_options() {
+        let fish = completion_script(clap_complete::Shell::Fish);
+        if let Some(got) = run_shell(
+            "fish",
+            &[
+                "-c",
+                "source $SCRIPT; complete -C 'usdt-trace watch --otlp-t'",
+            ],
+            &fish,
+        ) {
+            assert!(got.starts_with("--otlp-timeout\t"), "{got}");
+            assert_eq!(got.lines().count(), 1, "{got}");
+        }
+        let zsh = completion_script(clap_complete::Shell::Zsh);
+        // A syntax check in a real zsh; the watch options' spec is in the script.
+        if let Some(got) = run_shell("zsh", &["-n", "-c", "source $SCRIPT"], &zsh) {
+            assert_eq!(got, "");
+        }
+        let text = String::from_utf8(zsh).unwrap();
+        assert!(text.contains("'--otlp-timeout=[With --otlp"), "{text}");
+    }
+
+    /// `usdt-trace man watch`: the page the top-level one points to, with every flag of the
+    /// command that --help shows.
+    #[test]
+    fn man_has_a_page_per_command_with_every_flag() {
+        use clap::CommandFactory;
+        let top = String::from_utf8(man_page(None).unwrap()).unwrap();
+        let mut cli = Cli::command();
+        cli.build();
+        for sub in cli.get_subcommands().filter(|c| c.get_name() != "help") {
+            let name = sub.get_name();
+            assert!(top.contains(&format!("usdt\\-trace\\-{name}(1)")), "{name}");
+            let page = String::from_utf8(man_page(Some(name)).unwrap()).unwrap();
+            let th = format!(".TH usdt-trace-{name} 1  \"usdt-trace-{name} {VERSION}\"");
+            assert!(page.contains(&th), "{th}\n{}", &page[..200]);
+            let mut flags = 0;
+            for a in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+                if let Some(l) = a.get_long() {
+                    let roff = format!("\\-\\-{}", l.replace('-', "\\-"));
+                    assert!(page.contains(&roff), "{name}: {roff}");
+                    flags += 1;
+                }
+            }
+            if name == "watch" {
+                assert!(flags > 30, "{flags}");
+                assert!(!page.contains("bench\\-null"), "hidden flags stay hidden");
+            }
+        }
+        assert!(matches!(man_page(Some("nope")), Err(ManError::NoCommand(n)) if n == "nope"));
     }
 }

@@ -215,7 +215,7 @@ impl WatchConfig {
         if let Some(path) = &self.perfetto {
             let (file, p) = outfile::open("--perfetto", path)?;
             pending.push(p);
-            sinks.push(Box::new(PerfettoSink::new(file)));
+            sinks.push(Box::new(PerfettoSink::new(file, self.marked_starts(plan))));
         }
         if let Some(otlp) = &self.otlp {
             sinks.push(Box::new(OtlpSink::new(
@@ -1253,6 +1253,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         clock_zero_unix_ns: monotonic_zero_unix_ns(),
         sites: reader.plan.sites.len(),
         span_names: reader.plan.pairs.len(),
+        split: cfg.sched,
     })?;
     let late_rules = crate::late::Rules {
         patterns: &cfg.patterns,

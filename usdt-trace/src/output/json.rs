@@ -478,6 +478,34 @@ mod golden {
         );
     }
 
+    /// In text, a span of a run that splits time but without a split of its own says why;
+    /// with --no-sched (no split for any span) nothing is said per span.
+    #[test]
+    fn text_span_without_a_split_says_why() {
+        use crate::output::text::span_text;
+        let start = info("request__start", &[ArgFmt::Unsigned], &[]);
+        let end = info("request__end", &[], &[]);
+        let crossed = span_text(&pair(), &start, &end, &span(0, 99), None, 0, true);
+        assert!(
+            crossed.ends_with("(42)  no split: ended on another thread  (started on tid 99)\n"),
+            "{crossed}"
+        );
+        let here = span_text(&pair(), &start, &end, &span(0, 101), None, 0, true);
+        assert!(
+            here.ends_with(
+                "(42)  no split: its thread had no state (--max-threads full, or it started before tracing)\n"
+            ),
+            "{here}"
+        );
+        let no_sched = span_text(&pair(), &start, &end, &span(0, 99), None, 0, false);
+        assert!(
+            no_sched.ends_with("(42)  (started on tid 99)\n"),
+            "{no_sched}"
+        );
+        let split = span_text(&pair(), &start, &end, &span(1, 101), None, 0, true);
+        assert!(!split.contains("no split"), "{split}");
+    }
+
     #[test]
     fn a_polled_span_that_crossed_threads_has_its_split_and_idle_time() {
         let start = info("request__start", &[ArgFmt::Unsigned], &[]);
@@ -502,7 +530,7 @@ mod golden {
             .map(|k| v[k].as_u64().unwrap())
             .sum::<u64>();
         assert_eq!(sum, v["duration_ns"].as_u64().unwrap());
-        let text = crate::output::text::span_text(&pair(), &start, &end, &r, None, 0);
+        let text = crate::output::text::span_text(&pair(), &start, &end, &r, None, 0, true);
         assert!(
             text.contains("cpu 25% runq 6% sleep 0% io 6% idle 62% (3 polls on 2 threads)"),
             "{text}"
@@ -524,7 +552,7 @@ mod golden {
                 && json.ends_with(",\"strs_lost\":true}\n"),
             "{json}"
         );
-        let text = crate::output::text::span_text(&pair(), &start, &end, &r, None, 0);
+        let text = crate::output::text::span_text(&pair(), &start, &end, &r, None, 0, true);
         assert!(text.contains("[strings lost: ring buffer full]"), "{text}");
         // A span without strings says nothing of them.
         r.has_strs = 0;
@@ -556,7 +584,7 @@ mod golden {
             r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_ns":1000,"end_ns":9000,"duration_ns":8000,"args":{"file":"/very/long/pa","func":"f\\xff\\\\g","line":139637976731648,"arg3":42},"end_args":[200,"done"],"truncated":["arg0"],"escaped":["arg1"]}
 "#
         );
-        let text = crate::output::text::span_text(&pair(), &start, &end, &r, Some(&strs), 0);
+        let text = crate::output::text::span_text(&pair(), &start, &end, &r, Some(&strs), 0, true);
         assert!(
             text.contains(r#"(file="/very/long/pa"…, func="f\xff\\g", line=139637976731648, arg3=42) -> (200, "done")"#),
             "{text}"
@@ -587,6 +615,7 @@ mod golden {
             clock_zero_unix_ns: 1_700_000_000_000_000_000,
             sites: 4,
             span_names: 2,
+            split: true,
         };
         assert_eq!(
             line(|o| start_json(o, &r)),

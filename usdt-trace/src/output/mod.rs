@@ -244,6 +244,8 @@ pub struct RunInfo {
     pub clock_zero_unix_ns: u64,
     pub sites: usize,
     pub span_names: usize,
+    /// The scheduler hooks split spans' time (no --no-sched; not written to the NDJSON).
+    pub split: bool,
 }
 
 /// Totals printed at exit.
@@ -516,8 +518,10 @@ mod tests {
             &r,
             None,
             0,
+            true,
         );
         assert!(line.contains("httpserver:request"), "{line}");
+        assert!(!line.contains("no split"), "{line}");
         assert!(line.contains("cpu 25% runq 12% sleep 50% io 12%"), "{line}");
     }
 

@@ -2,11 +2,15 @@
 //! message definitions from `opentelemetry-proto`).
 //!
 //! The tracing loop only converts a span and offers it to a bounded queue; a background
-//! thread links parents ([`tree`]), batches, POSTs and retries with backoff. When the
-//! collector is down the thread keeps retrying its batch, the queue fills, and further spans
-//! are dropped and counted: memory stays bounded and the loop never waits. At the end the
-//! thread gets a bounded time to send what it has; the totals (exported, dropped) go to
-//! stderr.
+//! thread links parents ([`tree`]) and encodes batches, and [`SENDERS`] threads POST them,
+//! several at once (a collector's answer takes longer than encoding the next batch). A batch
+//! that was not delivered (collector down, 429, 5xx) is retried with backoff; one sent whole
+//! that got no answer within `--otlp-timeout` is never resent (the collector may have it:
+//! sending it again could duplicate its spans) and is counted as unanswered. When the
+//! collector is down the queue fills and further spans are dropped and counted: memory stays
+//! bounded and the loop never waits. At the end the exporter gets [`FINISH_WAIT`] to send what
+//! it has, every POST included; the totals go to stderr: acknowledged (exported), unanswered,
+//! refused, dropped, adding up to the spans of the run.
 //!
 //! Events (probes that pair with nothing) are not exported: OTLP has no place for an event
 //! outside a span.
@@ -23,6 +27,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, Instrumentatio
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, ResourceSpans, ScopeSpans, Span};
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -40,17 +45,23 @@ pub struct OtlpConfig {
     pub service: Option<String>,
     /// `--otlp-queue`: spans that may wait for the exporter before new ones are dropped.
     pub queue: usize,
+    /// `--otlp-timeout`: how long a POST may take, connecting to answer.
+    pub timeout: Duration,
 }
 
 pub const DEFAULT_QUEUE: usize = 8192;
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// POSTs in flight at once, each on its own connection.
+const SENDERS: usize = 4;
 /// Spans per request.
 const BATCH: usize = 512;
 /// A batch not full is sent after this long.
 const BATCH_AGE: Duration = Duration::from_millis(500);
 /// Backoff between retries of a failed POST: doubles from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
-/// At the end: how long the exporter may still take to send what it has.
-const FINISH_WAIT: Duration = Duration::from_secs(3);
+/// At the end: how long the exporter may still take to send what it has. POSTs are cut at
+/// this deadline too, so `finish` returns within it (and a little scheduling).
+pub const FINISH_WAIT: Duration = Duration::from_secs(3);
 
 /// Per-process resource attributes, sent once with the first span of the process.
 struct Process {
@@ -65,14 +76,75 @@ enum Msg {
     Span(Item),
 }
 
-#[derive(Default)]
+/// Spans by what became of their POST; one lock, so that a reading is never between two
+/// categories (a few batches a second take it).
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    /// Acknowledged by the collector (2xx).
+    exported: u64,
+    /// Sent whole, no answer in time: not resent.
+    unanswered: u64,
+    /// Refused by the collector (4xx but 429), and the last status it gave.
+    refused: u64,
+    refused_code: u16,
+    /// In a POST right now (counted as unanswered if the run ends before it returns).
+    in_flight: u64,
+}
+
 struct Stats {
-    exported: AtomicU64,
-    /// Rejected by the collector, or given up at the end.
-    failed: AtomicU64,
-    /// Messages in the channel (so a full queue costs no conversion).
+    counts: std::sync::Mutex<Counts>,
+    /// Messages in the channel, and spans the exporter took from it and has not done with
+    /// (held for their parent, batched, in a POST): `--otlp-queue` bounds them all, so a
+    /// collector that is down fills it as fast as it did with one POST at a time (and a full
+    /// queue costs no conversion).
     queued: AtomicUsize,
-    stopping: AtomicBool,
+    /// Once the run has ended: nanoseconds after `base` when everything stops (0: running).
+    stop_at_ns: AtomicU64,
+    base: Instant,
+    /// Warnings said once: unreachable (until it answers again), no answer, refused.
+    warned_retry: AtomicBool,
+    warned_unanswered: AtomicBool,
+    warned_refused: AtomicBool,
+}
+
+impl Stats {
+    fn new() -> Stats {
+        Stats {
+            counts: Default::default(),
+            queued: AtomicUsize::new(0),
+            stop_at_ns: AtomicU64::new(0),
+            base: Instant::now(),
+            warned_retry: AtomicBool::new(false),
+            warned_unanswered: AtomicBool::new(false),
+            warned_refused: AtomicBool::new(false),
+        }
+    }
+
+    fn stop_at(&self) -> Option<Instant> {
+        match self.stop_at_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(self.base + Duration::from_nanos(ns)),
+        }
+    }
+
+    fn stop_within(&self, d: Duration) {
+        let ns = (Instant::now() + d).duration_since(self.base).as_nanos() as u64;
+        self.stop_at_ns.store(ns.max(1), Ordering::Relaxed);
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Counts)) {
+        if let Ok(mut c) = self.counts.lock() {
+            f(&mut c)
+        }
+    }
+
+    fn counts(&self) -> Counts {
+        self.counts.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop_at().is_some_and(|s| Instant::now() >= s)
+    }
 }
 
 pub struct OtlpSink {
@@ -108,15 +180,14 @@ impl OtlpSink {
     pub fn new(cfg: OtlpConfig, marked: Vec<bool>) -> io::Result<OtlpSink> {
         let (tx, rx) = mpsc::sync_channel(cfg.queue);
         let (done_tx, done) = mpsc::channel();
-        let stats = Arc::new(Stats::default());
+        let stats = Arc::new(Stats::new());
         let exporter = Exporter {
             endpoint: cfg.endpoint.clone(),
+            timeout: cfg.timeout,
             stats: stats.clone(),
             processes: HashMap::new(),
             tree: Assembler::default(),
             ready: Vec::new(),
-            warned: false,
-            stop_at: None,
         };
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
@@ -388,67 +459,116 @@ impl Sink for OtlpSink {
     }
 
     fn finish(&mut self, _s: &Summary) -> io::Result<()> {
-        self.stats.stopping.store(true, Ordering::Relaxed);
+        self.stats.stop_within(FINISH_WAIT);
         // Disconnecting tells the exporter to send what it has and stop.
         self.tx = None;
-        let finished = self
-            .done
-            .take()
-            .is_some_and(|d| d.recv_timeout(FINISH_WAIT + Duration::from_secs(1)).is_ok());
+        // Every POST is cut at the deadline: a little more is scheduling, not a collector.
+        let finished = self.done.take().is_some_and(|d| {
+            d.recv_timeout(FINISH_WAIT + Duration::from_millis(250))
+                .is_ok()
+        });
         if finished {
             if let Some(t) = self.thread.take() {
                 let _ = t.join();
             }
         }
-        let exported = self.stats.exported.load(Ordering::Relaxed);
-        // Whatever was not exported by now never will be: queue full, rejected, or still
-        // waiting for a dead collector.
-        let dropped = self.spans.saturating_sub(exported);
+        let c = self.stats.counts();
+        // A POST still out now was sent, or is being sent: the collector may get it.
+        let (exported, unanswered) = (c.exported, c.unanswered + c.in_flight);
+        let (refused, code) = (c.refused, c.refused_code);
         eprintln!(
-            "otlp: exported {exported} spans to {}, dropped {dropped}{}",
-            self.cfg.endpoint,
-            if dropped > 0 {
-                " (collector unreachable or too slow: the queue was full, or it refused them)"
-            } else {
-                ""
-            }
+            "{}",
+            totals_line(
+                &self.cfg.endpoint.to_string(),
+                self.spans,
+                exported,
+                unanswered,
+                (refused, code),
+            )
         );
         Ok(())
     }
 }
 
-/// The background half: parents, batches, POSTs.
+/// `otlp: exported N spans to URL, dropped M` and, when there were any, the unanswered and
+/// refused ones: the four add up to `spans`.
+fn totals_line(
+    url: &str,
+    spans: u64,
+    exported: u64,
+    unanswered: u64,
+    (refused, code): (u64, u16),
+) -> String {
+    // Whatever was not acknowledged, left unanswered or refused by now never will be: the
+    // queue was full, or it was still waiting for a dead collector at the end.
+    let dropped = spans.saturating_sub(exported + unanswered + refused);
+    let mut line = format!("otlp: exported {exported} spans to {url}, dropped {dropped}");
+    if dropped > 0 {
+        line.push_str(" (not sent: the queue was full, or the collector was unreachable)");
+    }
+    if unanswered > 0 {
+        let _ = write!(
+            line,
+            ", unanswered {unanswered} (sent, no answer in time: not resent, the collector may have them)"
+        );
+    }
+    if refused > 0 {
+        let _ = write!(line, ", refused {refused} (HTTP {code})");
+    }
+    line
+}
+
+/// The background half: parents, batches; [`Sender`]s POST them.
 struct Exporter {
     endpoint: Endpoint,
+    timeout: Duration,
     stats: Arc<Stats>,
     processes: HashMap<u32, Resource>,
     tree: Assembler,
     /// Spans released by the tree, waiting to be sent, oldest first.
     ready: Vec<(u32, Span)>,
-    warned: bool,
-    /// Once the run has ended: when to stop retrying.
-    stop_at: Option<Instant>,
+}
+
+/// One encoded batch.
+struct Batch {
+    spans: u64,
+    body: Vec<u8>,
 }
 
 impl Exporter {
     fn run(mut self, rx: Receiver<Msg>) {
+        // Bounded: a slow collector holds up the exporter, and then the sink's queue fills.
+        let (btx, brx) = mpsc::sync_channel::<Batch>(SENDERS);
+        let brx = Arc::new(std::sync::Mutex::new(brx));
+        let senders: Vec<JoinHandle<()>> = (0..SENDERS)
+            .filter_map(|i| {
+                let s = Sender {
+                    endpoint: self.endpoint.clone(),
+                    timeout: self.timeout,
+                    stats: self.stats.clone(),
+                };
+                let rx = brx.clone();
+                std::thread::Builder::new()
+                    .name(format!("otlp-send-{i}"))
+                    .spawn(move || s.run(&rx))
+                    .ok()
+            })
+            .collect();
         let mut oldest: Option<Instant> = None;
         let mut open = true;
         while open || !self.ready.is_empty() {
             if open {
                 match rx.recv_timeout(Duration::from_millis(100)) {
-                    Ok(m) => {
-                        self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-                        match m {
-                            Msg::Process(p) => {
-                                if self.processes.len() >= 4096 {
-                                    self.processes.clear();
-                                }
-                                self.processes.insert(p.pid, p.resource);
+                    Ok(m) => match m {
+                        Msg::Process(p) => {
+                            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                            if self.processes.len() >= 4096 {
+                                self.processes.clear();
                             }
-                            Msg::Span(item) => self.tree.add(item, Instant::now(), &mut self.ready),
+                            self.processes.insert(p.pid, p.resource);
                         }
-                    }
+                        Msg::Span(item) => self.tree.add(item, Instant::now(), &mut self.ready),
+                    },
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => {
                         open = false;
@@ -466,12 +586,34 @@ impl Exporter {
             if self.ready.len() >= BATCH || now.duration_since(since) >= BATCH_AGE || !open {
                 let n = self.ready.len().min(BATCH);
                 let batch: Vec<(u32, Span)> = self.ready.drain(..n).collect();
-                if !self.send(batch) {
-                    // The run is over and the collector still fails: the rest is dropped.
-                    return;
+                let mut b = Batch {
+                    spans: n as u64,
+                    body: prost::Message::encode_to_vec(&self.request(batch)),
+                };
+                // Wait for a sender, but not past the end of the run's grace period: what is
+                // still here then is dropped (the sink counts it).
+                loop {
+                    match btx.try_send(b) {
+                        Ok(()) => break,
+                        Err(TrySendError::Full(back)) => b = back,
+                        Err(TrySendError::Disconnected(_)) => return,
+                    }
+                    if self.stats.stopped() {
+                        // Dropped: the sink counts what was not exported.
+                        drop(btx);
+                        for t in senders {
+                            let _ = t.join();
+                        }
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
                 }
                 oldest = (!self.ready.is_empty()).then(Instant::now);
             }
+        }
+        drop(btx);
+        for t in senders {
+            let _ = t.join();
         }
     }
 
@@ -509,56 +651,135 @@ impl Exporter {
             .collect();
         ExportTraceServiceRequest { resource_spans }
     }
+}
 
-    /// POSTs one batch, retrying with backoff until it is accepted, refused, or the run has
-    /// ended and [`FINISH_WAIT`] is over (the sink counts what was not exported); false then.
-    fn send(&mut self, batch: Vec<(u32, Span)>) -> bool {
-        let n = batch.len() as u64;
-        let body = prost::Message::encode_to_vec(&self.request(batch));
+/// One POST at a time, on its own connection.
+struct Sender {
+    endpoint: Endpoint,
+    timeout: Duration,
+    stats: Arc<Stats>,
+}
+
+impl Sender {
+    fn run(self, rx: &std::sync::Mutex<Receiver<Batch>>) {
+        loop {
+            let b = match rx.lock() {
+                Ok(rx) => match rx.recv() {
+                    Ok(b) => b,
+                    Err(_) => return,
+                },
+                Err(_) => return,
+            };
+            let n = b.spans as usize;
+            self.send(b);
+            self.stats.queued.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
+    /// POSTs one batch: retried with backoff while it was not delivered, until the end of
+    /// the run's grace period (then the sink counts it as dropped); never resent once it went
+    /// out whole without an answer.
+    fn send(&self, b: Batch) {
+        let (n, st) = (b.spans, &self.stats);
         let mut delay = BACKOFF.0;
         loop {
-            match http::post(&self.endpoint, "application/x-protobuf", &body) {
+            let mut deadline = Instant::now() + self.timeout;
+            let mut why = format!("timed out after {}", http::secs(self.timeout));
+            if let Some(s) = st.stop_at().filter(|&s| s < deadline) {
+                deadline = s;
+                why = format!(
+                    "cut at the end of the {} the exporter gets after the run",
+                    http::secs(FINISH_WAIT)
+                );
+            }
+            st.count(|c| c.in_flight += n);
+            let posted = http::post(
+                &self.endpoint,
+                "application/x-protobuf",
+                &b.body,
+                deadline,
+                &why,
+            );
+            match posted {
                 Posted::Ok => {
-                    self.stats.exported.fetch_add(n, Ordering::Relaxed);
-                    if self.warned {
+                    st.count(|c| {
+                        c.in_flight -= n;
+                        c.exported += n;
+                    });
+                    if st.warned_retry.swap(false, Ordering::Relaxed) {
                         eprintln!("otlp: {} reachable again", self.endpoint);
-                        self.warned = false;
                     }
-                    return true;
+                    return;
                 }
                 Posted::Rejected(code) => {
-                    eprintln!(
-                        "otlp: warning: {} refused {n} spans (HTTP {code}); not retried",
-                        self.endpoint
-                    );
-                    self.stats.failed.fetch_add(n, Ordering::Relaxed);
-                    return true;
+                    st.count(|c| {
+                        c.in_flight -= n;
+                        c.refused += n;
+                        c.refused_code = code;
+                    });
+                    if !st.warned_refused.swap(true, Ordering::Relaxed) {
+                        eprintln!(
+                            "otlp: warning: {} refused {n} spans (HTTP {code}); not retried (all refusals are counted at the end)",
+                            self.endpoint
+                        );
+                    }
+                    return;
+                }
+                Posted::Unanswered(why) => {
+                    st.count(|c| {
+                        c.in_flight -= n;
+                        c.unanswered += n;
+                    });
+                    if !st.warned_unanswered.swap(true, Ordering::Relaxed) {
+                        eprintln!(
+                            "otlp: warning: POST {}: no answer, {why}; not resent, as the collector may have the spans (counted as unanswered; see --otlp-timeout)",
+                            self.endpoint
+                        );
+                    }
+                    return;
                 }
                 Posted::Retry(why) => {
-                    if !self.warned {
+                    st.count(|c| c.in_flight -= n);
+                    if !st.warned_retry.swap(true, Ordering::Relaxed) {
                         eprintln!(
                             "otlp: warning: POST {}: {why}; retrying (spans are dropped while the queue is full)",
                             self.endpoint
                         );
-                        self.warned = true;
                     }
                 }
             }
             // Sleep in steps so the end of the run is noticed.
             let wake = Instant::now() + delay;
             while Instant::now() < wake {
-                if self.stats.stopping.load(Ordering::Relaxed) {
-                    let s = *self
-                        .stop_at
-                        .get_or_insert_with(|| Instant::now() + FINISH_WAIT);
-                    if Instant::now() >= s {
-                        self.stats.failed.fetch_add(n, Ordering::Relaxed);
-                        return false;
-                    }
+                if st.stopped() {
+                    return; // not delivered: the sink counts it as dropped
                 }
                 std::thread::sleep(Duration::from_millis(20).min(delay));
             }
             delay = (delay * 2).min(BACKOFF.1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The four categories add up to the spans of the run; the timeout is said as set.
+    #[test]
+    fn totals_line_counts_unanswered_and_refused_apart_from_dropped() {
+        let url = "http://127.0.0.1:4318/v1/traces";
+        assert_eq!(
+            totals_line(url, 10, 10, 0, (0, 0)),
+            "otlp: exported 10 spans to http://127.0.0.1:4318/v1/traces, dropped 0"
+        );
+        assert_eq!(
+            totals_line(url, 2000, 0, 1536, (0, 0)),
+            "otlp: exported 0 spans to http://127.0.0.1:4318/v1/traces, dropped 464 (not sent: the queue was full, or the collector was unreachable), unanswered 1536 (sent, no answer in time: not resent, the collector may have them)"
+        );
+        assert_eq!(
+            totals_line(url, 700, 100, 0, (600, 400)),
+            "otlp: exported 100 spans to http://127.0.0.1:4318/v1/traces, dropped 0, refused 600 (HTTP 400)"
+        );
     }
 }

@@ -10,11 +10,17 @@
 //! and REALTIME read together, so the trace processor converts to its own (boot) clock and can
 //! show wall time.
 //!
-//! Tracks: one per process, one per thread under it. A span that starts and ends on one
-//! thread and nests properly with the other spans of that thread is a slice on the thread's
-//! track; a span that crossed threads (or overlaps a sibling without nesting, as spans paired
-//! by key can) goes on an async track under its process, reused by later spans that do not
-//! overlap it, so no track ever holds crossing slices.
+//! Tracks: one per process, one per thread under it. A slice sits on a thread's track only if
+//! it nests strictly there: it started and ended on that thread, it was not polled (a polled
+//! span — an async task's — left the thread between its polls, so whatever ran there in
+//! between would be drawn as its child), it nests in time with the thread's other slices, and
+//! every usdt-markers span it would enclose is its own descendant (two requests interleaved on
+//! one worker enclose each other in time without being related). Everything else goes on an
+//! async track under its process, reused by later spans that do not overlap it, so no track
+//! ever holds crossing slices.
+//!
+//! Parent links that the tracks cannot show are flows: a markers span whose parent (argument
+//! 1) is not the slice enclosing it on its track gets a flow arrow from that parent.
 //!
 //! The encoder is written by hand from the field numbers of Perfetto's `.proto` files
 //! (protos/perfetto/trace/...); the e2e test decodes the file with Perfetto's own generated
@@ -50,6 +56,11 @@ pub mod pb {
     /// int32/int64 fields: two's complement as a 10-byte varint when negative.
     pub fn int(out: &mut Vec<u8>, field: u32, v: i64) {
         uint(out, field, v as u64);
+    }
+
+    pub fn fixed64(out: &mut Vec<u8>, field: u32, v: u64) {
+        key(out, field, 1);
+        out.extend_from_slice(&v.to_le_bytes());
     }
 
     pub fn bytes(out: &mut Vec<u8>, field: u32, b: &[u8]) {
@@ -108,6 +119,9 @@ mod event {
     pub const TRACK_UUID: u32 = 11;
     pub const CATEGORIES: u32 = 22;
     pub const NAME: u32 = 23;
+    /// `repeated fixed64`: flows starting or passing here, and flows ending here.
+    pub const FLOW_IDS: u32 = 47;
+    pub const TERMINATING_FLOW_IDS: u32 = 48;
     pub const SLICE_BEGIN: u64 = 1;
     pub const SLICE_END: u64 = 2;
     pub const INSTANT: u64 = 3;
@@ -133,6 +147,15 @@ fn async_uuid(n: u64) -> u64 {
     (3 << 60) | n
 }
 
+/// The flow from a markers span's parent to it: its (pid, id), mixed (splitmix64's finalizer)
+/// so that ids of different processes do not collide in practice; never 0.
+fn flow_id(pid: u32, id: u64) -> u64 {
+    let mut z = id ^ ((pid as u64) << 40) ^ 0x9e37_79b9_7f4a_7c15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)).max(1)
+}
+
 /// How many non-nested intervals per thread are remembered to place later spans. Spans come
 /// in end order per thread, so only intervals still open when a later span started matter;
 /// an old, forgotten one can at worst let a slice mis-nest in the viewer.
@@ -140,6 +163,28 @@ const THREAD_HISTORY: usize = 64;
 
 /// Threads (and processes) remembered as described; see [`PerfettoSink::tracks_for`].
 const MAX_TRACKS: usize = 1 << 16;
+
+/// Markers span ids remembered (with their parents, and the flows waiting for a parent);
+/// past this many the tables start over, which at worst loses a flow arrow or lets a slice
+/// that would enclose a forgotten span's sibling stay on a thread track.
+const MAX_MARKED: usize = 1 << 16;
+
+/// A slice on a thread track, as later spans of that thread see it.
+#[derive(Clone, Copy)]
+struct Placed {
+    start: u64,
+    end: u64,
+    /// Its markers span id, if paired by one.
+    id: Option<u64>,
+    /// On the thread's track; else drawn elsewhere but ran here (a markers span only).
+    placed: bool,
+}
+
+/// A markers child waiting for its parent: the flow that will link them and the child's track.
+struct Waiting {
+    flow: u64,
+    track: u64,
+}
 
 /// One async lane: the spans of one name in one process that fit end to start.
 struct Lane {
@@ -153,21 +198,31 @@ pub struct PerfettoSink<W: Write> {
     buf: Vec<u8>,
     processes: HashSet<u32>,
     threads: HashSet<u32>,
-    /// Per thread: top-level intervals of its slices so far (start, end), oldest first.
-    thread_slices: HashMap<u32, Vec<(u64, u64)>>,
+    /// Per thread: top-level slices so far, oldest first.
+    thread_slices: HashMap<u32, Vec<Placed>>,
+    /// Per start site: paired by a usdt-markers span id (argument 0, parent in argument 1).
+    marked: Vec<bool>,
+    /// (pid, markers id) → parent id, for the spans seen.
+    parents: HashMap<(u32, u64), u64>,
+    /// (pid, parent's markers id) → its children that ended before it.
+    waiting: HashMap<(u32, u64), Vec<Waiting>>,
     /// Per (pid, span name): async lanes.
     lanes: HashMap<(u32, String), Vec<Lane>>,
     next_lane: u64,
 }
 
 impl<W: Write> PerfettoSink<W> {
-    pub fn new(out: W) -> Self {
+    /// `marked[start_site]`: see the field.
+    pub fn new(out: W, marked: Vec<bool>) -> Self {
         PerfettoSink {
             out,
             buf: Vec::with_capacity(1 << 16),
             processes: HashSet::new(),
             threads: HashSet::new(),
             thread_slices: HashMap::new(),
+            marked,
+            parents: HashMap::new(),
+            waiting: HashMap::new(),
             lanes: HashMap::new(),
             next_lane: 1,
         }
@@ -237,23 +292,60 @@ impl<W: Write> PerfettoSink<W> {
         }
     }
 
-    /// Whether a span of this thread nests with what the thread's track already holds, and
-    /// remembers it if so.
-    fn nests_on_thread(&mut self, tid: u32, start: u64, end: u64) -> bool {
-        let v = self.thread_slices.entry(tid).or_default();
-        // Slices that started inside this one ended before it (end order): they nest in it.
-        let keep = v.iter().position(|&(s, _)| s >= start).unwrap_or(v.len());
-        if let Some(&(_, e)) = v[..keep].last() {
-            if e > start {
-                return false; // started inside an earlier slice and ends after it
+    /// Whether `id` (a markers span of `pid`) descends from `ancestor`, as far as the spans
+    /// seen tell.
+    fn descends(&self, pid: u32, mut id: u64, ancestor: u64) -> bool {
+        // Bounded: a parent table with a cycle (ids reused by a long-running program) ends.
+        for _ in 0..64 {
+            match self.parents.get(&(pid, id)) {
+                Some(&p) if p == ancestor => return true,
+                Some(&p) if p != 0 => id = p,
+                _ => return false,
             }
         }
-        v.truncate(keep);
-        v.push((start, end));
-        if v.len() > THREAD_HISTORY {
-            v.remove(0);
+        false
+    }
+
+    /// Whether a span that ran on this thread nests strictly with what the thread's track
+    /// already holds, and remembers it either way. `eligible`: it started and ended here and
+    /// was not polled. `id`: its markers span id; a markers span that would enclose a markers
+    /// span of this thread not its descendant (another request that ran on this worker while
+    /// this one waited, wherever that one is drawn) does not nest.
+    fn place_on_thread(&mut self, pid: u32, tid: u32, span: Placed, eligible: bool) -> bool {
+        let mut v = self.thread_slices.remove(&tid).unwrap_or_default();
+        // Slices that started inside this one ended before it (end order): they nest in it.
+        let keep = v
+            .iter()
+            .position(|p| p.start >= span.start)
+            .unwrap_or(v.len());
+        let crosses = v[..keep]
+            .iter()
+            .rev()
+            .find(|p| p.placed)
+            .is_some_and(|p| p.end > span.start);
+        let unrelated = span.id.is_some_and(|me| {
+            v[keep..]
+                .iter()
+                .any(|c| c.id.is_some_and(|cid| !self.descends(pid, cid, me)))
+        });
+        let placed = eligible && !crosses && !unrelated;
+        if placed {
+            // What it encloses is checked against it already: a span enclosing it later and
+            // not an ancestor of those is not one of this span either.
+            v.truncate(keep);
+            v.push(Placed { placed, ..span });
+        } else if span.id.is_some() {
+            v.insert(keep, Placed { placed, ..span });
         }
-        true
+        if v.len() > THREAD_HISTORY {
+            // The oldest span drawn elsewhere goes first: forgetting one only spares a later
+            // span the unrelated check, forgetting a placed slice could let a later one cross
+            // it (a busy worker ends many polled requests between two of its own slices).
+            let i = v.iter().position(|p| !p.placed).unwrap_or(0);
+            v.remove(i);
+        }
+        self.thread_slices.insert(tid, v);
+        placed
     }
 
     /// An async track for a span of `name` in `pid` over [start, end].
@@ -287,6 +379,7 @@ impl<W: Write> PerfettoSink<W> {
         uuid: u64,
         name: Option<(&str, &str)>,
         annotations: &[u8],
+        (flows, terminating): (&[u64], Option<u64>),
     ) {
         self.packet(|p| {
             pb::uint(p, packet::TIMESTAMP, ts);
@@ -299,6 +392,12 @@ impl<W: Write> PerfettoSink<W> {
                     pb::string(e, event::NAME, format!("{provider}:{name}").as_bytes());
                 }
                 e.extend_from_slice(annotations);
+                for &f in flows {
+                    pb::fixed64(e, event::FLOW_IDS, f);
+                }
+                if let Some(f) = terminating {
+                    pb::fixed64(e, event::TERMINATING_FLOW_IDS, f);
+                }
             });
         });
     }
@@ -340,13 +439,15 @@ fn span_annotations(
     end: &SiteInfo,
     r: &SpanRecord,
     strs: Option<&StrSet>,
+    on_async: bool,
 ) {
     args_annotations(out, "arg", start, &r.args, strs);
     args_annotations(out, "end_arg", end, &r.end_args, strs);
     annotation(out, "end", |a| {
         pb::string(a, annot::STRING, end.name.as_bytes())
     });
-    if r.start_tid != r.hdr.tid {
+    // Off its thread's track, the threads it started and ended on are only said here.
+    if on_async || r.start_tid != r.hdr.tid {
         annotation(out, "start_tid", |a| {
             pb::uint(a, annot::UINT, r.start_tid as u64)
         });
@@ -443,6 +544,7 @@ impl<W: Write> Sink for PerfettoSink<W> {
                     thread_uuid(h.tid),
                     Some((&site.provider, &site.name)),
                     &ann,
+                    (&[], None),
                 );
             }
             View::Span {
@@ -456,17 +558,68 @@ impl<W: Write> Sink for PerfettoSink<W> {
                 let h = &rec.hdr;
                 self.tracks_for(h.pid, h.tid, cstr(&h.comm));
                 let (t0, t1) = (rec.start_ns, h.ts_ns.max(rec.start_ns));
-                let uuid = if rec.start_tid == h.tid && self.nests_on_thread(h.tid, t0, t1) {
+                let marker = self
+                    .marked
+                    .get(rec.start_site as usize)
+                    .copied()
+                    .unwrap_or(false)
+                    .then(|| (rec.args[0], rec.args[1]));
+                if self.parents.len() >= MAX_MARKED || self.waiting.len() >= MAX_MARKED {
+                    self.parents.clear();
+                    self.waiting.clear();
+                }
+                if let Some((id, parent)) = marker {
+                    self.parents.insert((h.pid, id), parent);
+                }
+                let here = Placed {
+                    start: t0,
+                    end: t1,
+                    id: marker.map(|m| m.0),
+                    placed: false,
+                };
+                let eligible = rec.start_tid == h.tid && rec.polls == 0;
+                let uuid = if self.place_on_thread(h.pid, h.tid, here, eligible) {
                     thread_uuid(h.tid)
                 } else {
                     let name = format!("{}:{}", pair.provider, pair.stem);
                     self.lane(h.pid, &name, t0, t1)
                 };
+                // Children that ended before it, on another track than its own: a flow from
+                // it to each. Its own link to its parent is made when the parent ends.
+                let flows: Vec<u64> = match marker {
+                    Some((id, _)) => self
+                        .waiting
+                        .remove(&(h.pid, id))
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|w| w.track != uuid)
+                        .map(|w| w.flow)
+                        .collect(),
+                    None => Vec::new(),
+                };
+                let terminating = match marker {
+                    Some((id, parent)) if parent != 0 => {
+                        let flow = flow_id(h.pid, id);
+                        self.waiting
+                            .entry((h.pid, parent))
+                            .or_default()
+                            .push(Waiting { flow, track: uuid });
+                        Some(flow)
+                    }
+                    _ => None,
+                };
                 let mut ann = Vec::new();
-                span_annotations(&mut ann, start, end, rec, strs);
+                span_annotations(&mut ann, start, end, rec, strs, uuid != thread_uuid(h.tid));
                 let name = Some((pair.provider.as_str(), pair.stem.as_str()));
-                self.track_event(t0, event::SLICE_BEGIN, uuid, name, &ann);
-                self.track_event(t1, event::SLICE_END, uuid, None, &[]);
+                self.track_event(
+                    t0,
+                    event::SLICE_BEGIN,
+                    uuid,
+                    name,
+                    &ann,
+                    (&flows, terminating),
+                );
+                self.track_event(t1, event::SLICE_END, uuid, None, &[], (&[], None));
             }
         }
         Ok(())
@@ -534,18 +687,30 @@ mod tests {
         assert_eq!(o, [0x0a, 0x04, b'a', 0xef, 0xbf, 0xbd]);
     }
 
+    impl<W: Write> PerfettoSink<W> {
+        fn nests(&mut self, pid: u32, tid: u32, start: u64, end: u64, id: Option<u64>) -> bool {
+            let span = Placed {
+                start,
+                end,
+                id,
+                placed: false,
+            };
+            self.place_on_thread(pid, tid, span, true)
+        }
+    }
+
     #[test]
     fn thread_nesting_and_lanes() {
-        let mut s = PerfettoSink::new(Vec::new());
+        let mut s = PerfettoSink::new(Vec::new(), Vec::new());
         // Children end first: inner (20..30), then outer (10..40) contains it.
-        assert!(s.nests_on_thread(1, 20, 30));
-        assert!(s.nests_on_thread(1, 10, 40));
+        assert!(s.nests(0, 1, 20, 30, None));
+        assert!(s.nests(0, 1, 10, 40, None));
         // A sibling after it.
-        assert!(s.nests_on_thread(1, 50, 60));
+        assert!(s.nests(0, 1, 50, 60, None));
         // Starts inside 50..60 and ends after: crossing, so not on the thread track.
-        assert!(!s.nests_on_thread(1, 55, 70));
+        assert!(!s.nests(0, 1, 55, 70, None));
         // Another thread is independent.
-        assert!(s.nests_on_thread(2, 55, 70));
+        assert!(s.nests(0, 2, 55, 70, None));
         // Lanes: overlapping spans get different lanes, a later one reuses the first.
         let a = s.lane(7, "p:x", 0, 10);
         let b = s.lane(7, "p:x", 5, 15);
@@ -553,5 +718,172 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a, c);
         assert_ne!(s.lane(8, "p:x", 0, 1), a);
+    }
+
+    /// Two requests interleaved on one worker: request 2 ran (and ended) while request 1
+    /// waited, so in time it lies inside request 1. Request 1 is not its parent: it may not
+    /// enclose it on the thread track. Its own child (send 3, parent 1) may be enclosed.
+    #[test]
+    fn a_markers_span_never_encloses_an_unrelated_one_on_a_thread_track() {
+        let mut s = PerfettoSink::new(Vec::new(), Vec::new());
+        let (pid, tid) = (7, 1);
+        s.parents.insert((pid, 2), 0);
+        s.parents.insert((pid, 3), 1);
+        s.parents.insert((pid, 1), 0);
+        assert!(s.nests(pid, tid, 20, 30, Some(2)));
+        assert!(!s.nests(pid, tid, 10, 40, Some(1)));
+        // Its own child alone is fine, and so is a grandchild through a span placed elsewhere.
+        assert!(s.nests(pid, 9, 20, 30, Some(3)));
+        assert!(s.nests(pid, 9, 10, 40, Some(1)));
+        s.parents.insert((pid, 5), 4);
+        s.parents.insert((pid, 4), 6);
+        s.parents.insert((pid, 6), 0);
+        assert!(s.nests(pid, 8, 20, 30, Some(5)));
+        assert!(s.nests(pid, 8, 10, 40, Some(6)));
+        // Many requests drawn elsewhere end on thread 11 after a slice of its own: that slice
+        // is still remembered, so a span crossing it stays off the track.
+        assert!(s.nests(pid, 11, 100, 200, None));
+        for i in 0..(THREAD_HISTORY as u64 * 2) {
+            s.parents.insert((pid, 1000 + i), 0);
+            let r = Placed {
+                start: 300 + i,
+                end: 301 + i,
+                id: Some(1000 + i),
+                placed: false,
+            };
+            assert!(!s.place_on_thread(pid, 11, r, false));
+        }
+        assert!(!s.nests(pid, 11, 150, 1000, None), "crosses 100..200");
+        // An unmarked span encloses whatever the kernel paired inside it on its thread.
+        assert!(s.nests(pid, 10, 20, 30, Some(2)));
+        assert!(s.nests(pid, 10, 10, 40, None));
+    }
+
+    /// The slice begins in `buf`, in file order: (ts, track, flow_ids, terminating flow).
+    fn slice_begins(buf: &[u8]) -> Vec<(u64, u64, Vec<u64>, Option<u64>)> {
+        fn varint(b: &[u8], i: &mut usize) -> u64 {
+            let mut v = 0;
+            let mut shift = 0;
+            loop {
+                let x = b[*i];
+                *i += 1;
+                v |= ((x & 0x7f) as u64) << shift;
+                shift += 7;
+                if x < 0x80 {
+                    return v;
+                }
+            }
+        }
+        /// (field, varint or fixed64 value, or the bytes of a length-delimited field).
+        fn fields(b: &[u8]) -> Vec<(u32, u64, &[u8])> {
+            let (mut i, mut out) = (0, Vec::new());
+            while i < b.len() {
+                let k = varint(b, &mut i);
+                let f = (k >> 3) as u32;
+                match k & 7 {
+                    0 => out.push((f, varint(b, &mut i), &b[..0])),
+                    1 => {
+                        let v = u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+                        i += 8;
+                        out.push((f, v, &b[..0]));
+                    }
+                    2 => {
+                        let n = varint(b, &mut i) as usize;
+                        out.push((f, 0, &b[i..i + n]));
+                        i += n;
+                    }
+                    w => panic!("wire type {w}"),
+                }
+            }
+            out
+        }
+        let mut got = Vec::new();
+        for (_, _, p) in fields(buf) {
+            let p = fields(p);
+            let ts = p.iter().find(|f| f.0 == packet::TIMESTAMP).map(|f| f.1);
+            let Some(ev) = p.iter().find(|f| f.0 == packet::TRACK_EVENT) else {
+                continue;
+            };
+            let ev = fields(ev.2);
+            let get = |n| {
+                ev.iter()
+                    .filter(move |f: &&(u32, u64, &[u8])| f.0 == n)
+                    .map(|f| f.1)
+            };
+            if get(event::TYPE).next() == Some(event::SLICE_BEGIN) {
+                got.push((
+                    ts.unwrap(),
+                    get(event::TRACK_UUID).next().unwrap(),
+                    get(event::FLOW_IDS).collect(),
+                    get(event::TERMINATING_FLOW_IDS).next(),
+                ));
+            }
+        }
+        got
+    }
+
+    /// Through the sink: interleaved requests and a polled one go on async tracks; a child
+    /// whose parent is on another track gets a flow from it.
+    #[test]
+    fn polled_and_interleaved_requests_are_async_with_flows_to_their_children() {
+        use super::super::PairInfo;
+        use crate::output::ArgFmt;
+        // Sites 0 and 2 start markers spans (id, parent); 1 ends them.
+        let mut s = PerfettoSink::new(Vec::new(), vec![true, false, true]);
+        let site = |name: &str| SiteInfo::for_test("srv", name, &[ArgFmt::Unsigned; 2], &[]);
+        let (req_s, end, send_s) = (site("request__start"), site("x__end"), site("send__start"));
+        let pair = |stem: &str| PairInfo {
+            provider: "srv".into(),
+            stem: stem.into(),
+            start: format!("{stem}__start"),
+            ends: vec!["x__end".into()],
+        };
+        let (pair_req, pair_send) = (pair("request"), pair("send"));
+        let rec = |site: u32, id: u64, parent: u64, t0: u64, t1: u64, polls: u32| {
+            // SAFETY: a plain-data record; all zeroes is a valid one.
+            let mut r: SpanRecord = unsafe { std::mem::zeroed() };
+            r.start_site = site;
+            r.args[0] = id;
+            r.args[1] = parent;
+            r.start_ns = t0;
+            r.hdr.ts_ns = t1;
+            r.hdr.pid = 7;
+            r.hdr.tid = 1;
+            r.start_tid = 1;
+            r.polls = polls;
+            r
+        };
+        let mut put = |pair: &PairInfo, start: &SiteInfo, r: SpanRecord| {
+            let v = View::Span {
+                pair,
+                start,
+                end: &end,
+                rec: &r,
+                strs: None,
+                stack: None,
+            };
+            s.record(&v).unwrap();
+        };
+        // send 3 (child of request 1) inside request 2, inside request 1, all on thread 1.
+        put(&pair_send, &send_s, rec(2, 3, 1, 25, 26, 0));
+        put(&pair_req, &req_s, rec(0, 2, 0, 20, 30, 0));
+        put(&pair_req, &req_s, rec(0, 1, 0, 10, 40, 0));
+        // A polled request alone on thread 1: still async.
+        put(&pair_req, &req_s, rec(0, 4, 0, 50, 60, 2));
+        let got = slice_begins(&s.buf);
+        let thread = thread_uuid(1);
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[0], (25, thread, vec![], Some(flow_id(7, 3))));
+        assert_ne!(got[1].1, thread, "request 2 would enclose request 1's send");
+        assert_ne!(got[2].1, thread, "request 1 would enclose request 2");
+        assert_ne!(got[2].1, got[1].1, "so on its own lane");
+        assert_eq!(
+            got[2].2,
+            vec![flow_id(7, 3)],
+            "a flow from request 1 to its send"
+        );
+        assert!(got[1].2.is_empty(), "and none from request 2");
+        assert_ne!(got[3].1, thread, "a polled request");
+        assert_eq!(got[3].1, got[1].1, "request 2's lane, reused");
     }
 }

@@ -87,6 +87,8 @@ pub struct TextSink<W: Write> {
     t0: u64,
     /// Print the column header (not in histogram mode, where no span lines follow).
     header: bool,
+    /// Spans carry a time split (not --no-sched): one without says why.
+    split: bool,
 }
 
 impl<W: Write> TextSink<W> {
@@ -96,6 +98,7 @@ impl<W: Write> TextSink<W> {
             buf: Vec::with_capacity(1 << 16),
             t0: 0,
             header,
+            split: false,
         }
     }
 
@@ -107,6 +110,7 @@ impl<W: Write> TextSink<W> {
 impl<W: Write> Sink for TextSink<W> {
     fn begin(&mut self, run: &RunInfo) -> io::Result<()> {
         self.t0 = run.t0_ns;
+        self.split = run.split;
         if self.header {
             self.out.write_all(text::text_header().as_bytes())?;
             self.out.flush()?;
@@ -125,7 +129,7 @@ impl<W: Write> Sink for TextSink<W> {
                 strs,
                 stack,
             } => {
-                let mut line = text::span_text(pair, start, end, rec, strs, self.t0);
+                let mut line = text::span_text(pair, start, end, rec, strs, self.t0, self.split);
                 if let Some(st) = stack {
                     text::stack_text(&mut line, st);
                 }

@@ -125,6 +125,7 @@ pub fn span_text(
     r: &SpanRecord,
     strs: Option<&StrSet>,
     t0: u64,
+    split: bool,
 ) -> String {
     use std::fmt::Write as _;
     let dur = r.hdr.ts_ns.saturating_sub(r.start_ns);
@@ -181,11 +182,27 @@ pub fn span_text(
             );
         }
     }
+    // The run splits spans (no --no-sched) but this one has none: say why, rather than
+    // leave it looking like a span with nothing to split.
+    if split && r.acct_valid == 0 && dur > 0 {
+        let _ = write!(s, "  no split: {}", no_split_reason(r));
+    }
     if r.start_tid != r.hdr.tid {
         let _ = write!(s, "  (started on tid {})", r.start_tid);
     }
     s.push('\n');
     s
+}
+
+/// Why a span of a run with the time split on carries none (`usdt-trace-ebpf`'s `end_id`:
+/// an unpolled span is split only when one thread ran it from start to end, and only from
+/// that thread's state).
+pub fn no_split_reason(r: &SpanRecord) -> &'static str {
+    if r.start_tid != r.hdr.tid {
+        "ended on another thread"
+    } else {
+        "its thread had no state (--max-threads full, or it started before tracing)"
+    }
 }
 
 /// The text summary at exit.

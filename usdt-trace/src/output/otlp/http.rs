@@ -3,7 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where OTLP/HTTP requests go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,41 +81,81 @@ pub enum Posted {
     Ok,
     /// The collector refused the data itself (4xx other than 429): retrying cannot help.
     Rejected(u16),
-    /// Unreachable, timed out, 429 or 5xx: worth retrying.
+    /// Not delivered — unreachable, cut before the whole body was written, 429 or 5xx (the
+    /// collector answered that it did not take it): sending it again cannot duplicate it.
     Retry(String),
+    /// Sent whole but no answer came (timed out, or the connection closed first): the
+    /// collector may have the spans, so sending them again could duplicate them.
+    Unanswered(String),
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// A response longer than this is not a collector's; stop reading.
 const MAX_RESPONSE: u64 = 1 << 20;
 
-/// POSTs `body` with `Connection: close` (one connection per batch: batches are seconds apart,
-/// and reading to EOF needs no chunked-encoding parser).
-pub fn post(ep: &Endpoint, content_type: &str, body: &[u8]) -> Posted {
-    match try_post(ep, content_type, body) {
+/// POSTs `body` with `Connection: close` (one connection per batch: reading to EOF needs no
+/// chunked-encoding parser; several batches go out at once on their own connections). Gives
+/// up at `deadline`; `timed_out` is what reaching it is reported as.
+pub fn post(
+    ep: &Endpoint,
+    content_type: &str,
+    body: &[u8],
+    deadline: Instant,
+    timed_out: &str,
+) -> Posted {
+    let timed_out = |e: io::Error| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out.to_string(),
+        _ => e.to_string(),
+    };
+    let mut s = match connect(ep, deadline) {
+        Ok(s) => s,
+        Err(e) => return Posted::Retry(timed_out(e)),
+    };
+    if let Err(e) = send(&mut s, ep, content_type, body, deadline) {
+        return Posted::Retry(timed_out(e));
+    }
+    match answer(&mut s, deadline) {
         Ok(code) if (200..300).contains(&code) => Posted::Ok,
         Ok(code) if code == 429 || code >= 500 => Posted::Retry(format!("HTTP {code}")),
         Ok(code) => Posted::Rejected(code),
-        Err(e) => Posted::Retry(e.to_string()),
+        Err(e) => Posted::Unanswered(timed_out(e)),
     }
 }
 
-fn try_post(ep: &Endpoint, content_type: &str, body: &[u8]) -> io::Result<u16> {
+/// `5 s`, `1.5 s`.
+pub fn secs(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
+}
+
+/// What is left until `deadline`, or a timeout error once it has passed (a zero socket
+/// timeout would mean none at all).
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        Err(io::Error::new(io::ErrorKind::TimedOut, "timed out"))
+    } else {
+        Ok(d)
+    }
+}
+
+fn connect(ep: &Endpoint, deadline: Instant) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
-    let mut stream = None;
     for addr in (ep.host.as_str(), ep.port).to_socket_addrs()? {
-        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
+        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT.min(left(deadline)?)) {
+            Ok(s) => return Ok(s),
             Err(e) => last = e,
         }
     }
-    let mut s = stream.ok_or(last)?;
-    s.set_read_timeout(Some(IO_TIMEOUT))?;
-    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    Err(last)
+}
+
+fn send(
+    s: &mut TcpStream,
+    ep: &Endpoint,
+    content_type: &str,
+    body: &[u8],
+    deadline: Instant,
+) -> io::Result<()> {
     let host = if ep.host.contains(':') {
         format!("[{}]", ep.host)
     } else {
@@ -128,10 +168,34 @@ fn try_post(ep: &Endpoint, content_type: &str, body: &[u8]) -> io::Result<u16> {
         body.len(),
         env!("CARGO_PKG_VERSION")
     );
-    s.write_all(head.as_bytes())?;
-    s.write_all(body)?;
+    let mut rest: &[u8] = &[head.as_bytes(), body].concat();
+    // Written in pieces so that the deadline holds for the whole body, not per write.
+    while !rest.is_empty() {
+        s.set_write_timeout(Some(left(deadline)?))?;
+        let n = s.write(rest)?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        rest = &rest[n..];
+    }
+    Ok(())
+}
+
+fn answer(s: &mut TcpStream, deadline: Instant) -> io::Result<u16> {
     let mut resp = Vec::new();
-    s.take(MAX_RESPONSE).read_to_end(&mut resp)?;
+    let mut buf = [0u8; 4096];
+    loop {
+        s.set_read_timeout(Some(left(deadline)?))?;
+        let n = s.read(&mut buf)?;
+        if n == 0 || resp.len() as u64 > MAX_RESPONSE {
+            break;
+        }
+        resp.extend_from_slice(&buf[..n]);
+        // The status line is all that is needed.
+        if resp.contains(&b'\n') {
+            break;
+        }
+    }
     status_code(&resp)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no HTTP status line"))
 }
@@ -204,6 +268,47 @@ mod tests {
             port,
             path: "/v1/traces".into(),
         };
-        assert!(matches!(post(&ep, "x", b""), Posted::Retry(_)));
+        let t = Duration::from_secs(1);
+        let got = post(&ep, "x", b"", Instant::now() + t, "timed out");
+        assert!(matches!(got, Posted::Retry(_)), "{got:?}");
+    }
+
+    /// A collector that reads the whole request and never answers: the spans may be there,
+    /// so the POST is unanswered (not retried), and the timeout is said as the user set it.
+    #[test]
+    fn post_that_gets_no_answer_is_unanswered_and_says_the_timeout() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ep = Endpoint {
+            host: "127.0.0.1".into(),
+            port: l.local_addr().unwrap().port(),
+            path: "/v1/traces".into(),
+        };
+        let held = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut all = Vec::new();
+            let mut b = [0u8; 4096];
+            while !all.ends_with(b"body") {
+                let n = c.read(&mut b).unwrap();
+                all.extend_from_slice(&b[..n]);
+            }
+            std::thread::sleep(Duration::from_millis(600));
+            all
+        });
+        let t = Duration::from_millis(300);
+        let started = Instant::now();
+        let got = post(
+            &ep,
+            "x",
+            b"body",
+            Instant::now() + t,
+            "timed out after 0.3 s",
+        );
+        let took = started.elapsed();
+        match got {
+            Posted::Unanswered(why) => assert_eq!(why, "timed out after 0.3 s"),
+            other => panic!("{other:?}"),
+        }
+        assert!(took < Duration::from_millis(500), "{took:?}");
+        assert!(held.join().unwrap().ends_with(b"\r\n\r\nbody"));
     }
 }
