@@ -221,7 +221,8 @@ pub struct Verdict {
     /// A stable key: `more_work`, `cpu_contention`, `no_change`, ...
     pub cause: &'static str,
     pub words: String,
-    /// The dominant part's share of the change of the (split spans') mean, 0..=1.
+    /// The dominant part's share of the parts that moved in the direction of the change of
+    /// the mean, 0..=1.
     pub share: f64,
 }
 
@@ -283,16 +284,20 @@ fn compare(name: String, before: Option<Stats>, after: Option<Stats>) -> Compari
                     x.total_cmp(&y)
                 })
                 .unwrap_or((0, 0.0));
-            let split_change = a.split_mean_ns - b.split_mean_ns;
-            let share = if split_change != 0.0 {
-                (dmax / split_change).clamp(0.0, 1.0)
+            // Its share of the parts that moved the same way: parts can also move against
+            // the change (a waiter that sleeps longer waits less for a CPU), and a share of
+            // the net change would then exceed 100%.
+            let same_way: f64 = d.iter().filter(|x| (**x > 0.0) == grew).sum();
+            let share = if same_way != 0.0 {
+                (dmax / same_way).clamp(0.0, 1.0)
             } else {
                 0.0
             };
             let (cause, what) = PARTS[i].cause(grew);
+            let dir = if grew { "growth" } else { "drop" };
             Verdict {
                 cause,
-                words: format!("{what} ({:.0}% of the change)", share * 100.0),
+                words: format!("{what} ({:.0}% of the {dir})", share * 100.0),
                 share,
             }
         })
@@ -546,7 +551,7 @@ mod tests {
         // One span each: no variance, the change is 100% of the mean.
         assert_eq!(c[0].verdict.as_ref().unwrap().cause, "waiting", "{text}");
         assert!(text.contains("verdict: waiting: sleep grew"), "{text}");
-        assert!(text.contains("(96% of the change)"), "{text}");
+        assert!(text.contains("(96% of the growth)"), "{text}");
     }
 
     #[test]
