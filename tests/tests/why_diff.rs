@@ -79,7 +79,10 @@ fn a_hog_on_the_same_cpu_is_cpu_contention() {
 #[ignore = "needs root"]
 fn a_mutex_held_by_another_thread_is_waiting() {
     let v = check("lock", "waiting");
-    assert!(v["delta"]["parts"]["sleep_ns"].as_i64().unwrap() >= 8_000_000, "{v}");
+    assert!(
+        v["delta"]["parts"]["sleep_ns"].as_i64().unwrap() >= 8_000_000,
+        "{v}"
+    );
 }
 
 #[test]

@@ -47,6 +47,7 @@ pub mod procmem;
 pub mod semaphores;
 pub mod spans;
 pub mod symbolize;
+pub mod syscalls;
 pub mod target;
 pub mod terminal;
 pub mod tracer;

@@ -203,6 +203,25 @@ pub fn span_json(
             out.extend_from_slice(b"\":");
             push_u64(out, v);
         }
+        // What the sleep and io above waited on, only for kinds it waited on (a span that never
+        // slept in a known syscall has no `waits`): {"lock":{"ns":..,"n":..},...}.
+        let mut first = true;
+        for (name, ns, n, _) in super::wait_kinds(a) {
+            if ns == 0 && n == 0 {
+                continue;
+            }
+            out.extend_from_slice(if first { b",\"waits\":{\"" } else { b",\"" });
+            first = false;
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\":{\"ns\":");
+            push_u64(out, ns);
+            out.extend_from_slice(b",\"n\":");
+            push_u64(out, n as u64);
+            out.push(b'}');
+        }
+        if !first {
+            out.push(b'}');
+        }
         // A polled span: the split above is its polls' time; the rest was between polls.
         if r.polls > 0 {
             for (k, v) in [
@@ -407,6 +426,7 @@ mod golden {
                 runq: 1_000,
                 sleep: 3_500,
                 io: 500,
+                ..Acct::default()
             },
             acct_valid,
             waker_pid: 7,
@@ -488,6 +508,7 @@ mod golden {
             runq: 500,
             sleep: 0,
             io: 500,
+            ..Acct::default()
         };
         r.longest_off_ns = 0;
         (r.idle_ns, r.polls, r.threads) = (5_000, 3, 2);

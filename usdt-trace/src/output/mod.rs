@@ -333,6 +333,30 @@ impl Dropped {
     }
 }
 
+/// The kinds of off-CPU wait of a span's split (`Acct::wait_ns`, `Acct::waits`): name, ns,
+/// count, and whether the kind is part of sleep (else of io). A kind the span never waited on
+/// has 0 of both.
+pub fn wait_kinds(a: &usdt_trace_common::Acct) -> [(&'static str, u64, u32, bool); 4] {
+    use usdt_trace_common::{WAIT_DISK, WAIT_LOCK, WAIT_NET, WAIT_TIMER};
+    let k = |kind: u32| (kind - 1) as usize;
+    [
+        ("lock", a.wait_ns[k(WAIT_LOCK)], a.waits[k(WAIT_LOCK)], true),
+        ("net", a.wait_ns[k(WAIT_NET)], a.waits[k(WAIT_NET)], true),
+        (
+            "timer",
+            a.wait_ns[k(WAIT_TIMER)],
+            a.waits[k(WAIT_TIMER)],
+            true,
+        ),
+        (
+            "disk",
+            a.wait_ns[k(WAIT_DISK)],
+            a.waits[k(WAIT_DISK)],
+            false,
+        ),
+    ]
+}
+
 /// Human-readable duration: `812ns`, `12.3us`, `4.56ms`, `1.234s`.
 pub fn fmt_duration(ns: u64) -> String {
     if ns < 1_000 {
@@ -463,6 +487,7 @@ mod tests {
                 runq: 500,
                 sleep: 2000,
                 io: 500,
+                ..Acct::default()
             },
             acct_valid: 1,
             waker_pid: 77,
