@@ -4,7 +4,10 @@
 //!
 //! Pure: reads two files, writes text or NDJSON. Only `{"type":"span"}` lines count; the
 //! split comes from their `oncpu_ns`, `runq_ns`, `sleep_ns`, `io_ns` and `idle_ns` fields,
-//! which add up to `duration_ns` (see the README, "Where did the time go?").
+//! which add up to `duration_ns` (see the README, "Where did the time go?"), and what the
+//! sleep and io waited on from their `waits` (lock, net, timer within sleep; disk within io):
+//! when one kind explains at least half of the part that grew, the verdict names it (lock
+//! contention, the network, timers, more I/O or a busier disk).
 //!
 //! The explanation uses only spans that have a split (a span that crossed threads without
 //! poll markers has none): their mean parts add up to their mean duration, so the part deltas
@@ -55,6 +58,14 @@ pub enum Part {
 }
 
 pub const PARTS: [Part; 5] = [Part::OnCpu, Part::RunQ, Part::Sleep, Part::Io, Part::Idle];
+
+/// The kinds of off-CPU wait of a span line's `waits` object, and the part each is in.
+pub const KINDS: [(&str, Part); 4] = [
+    ("lock", Part::Sleep),
+    ("net", Part::Sleep),
+    ("timer", Part::Sleep),
+    ("disk", Part::Io),
+];
 
 impl Part {
     /// The span line's field.
@@ -113,6 +124,9 @@ struct Samples {
     split_n: u64,
     split_dur: u128,
     parts: [u128; PARTS.len()],
+    /// Per kind (`KINDS`): time and number of waits, over the spans that have a split.
+    kind_ns: [u128; KINDS.len()],
+    kind_n: [u128; KINDS.len()],
 }
 
 /// The summary of one name in one run.
@@ -127,6 +141,9 @@ pub struct Stats {
     pub split_count: u64,
     pub split_mean_ns: f64,
     pub parts_ns: [f64; PARTS.len()],
+    /// Per kind of wait (`KINDS`), the mean time and the mean number of waits per split span.
+    pub kinds_ns: [f64; KINDS.len()],
+    pub kinds_n: [f64; KINDS.len()],
 }
 
 impl Samples {
@@ -148,6 +165,12 @@ impl Samples {
         for (p, s) in parts_ns.iter_mut().zip(self.parts) {
             *p = s as f64 / sn;
         }
+        let mut kinds_ns = [0.0; KINDS.len()];
+        let mut kinds_n = [0.0; KINDS.len()];
+        for k in 0..KINDS.len() {
+            kinds_ns[k] = self.kind_ns[k] as f64 / sn;
+            kinds_n[k] = self.kind_n[k] as f64 / sn;
+        }
         Stats {
             count: n,
             mean_ns: mean,
@@ -156,6 +179,8 @@ impl Samples {
             split_count: self.split_n,
             split_mean_ns: self.split_dur as f64 / sn,
             parts_ns,
+            kinds_ns,
+            kinds_n,
         }
     }
 }
@@ -206,6 +231,11 @@ fn read_run(path: &Path, r: impl BufRead) -> Result<BTreeMap<String, Stats>, Dif
             s.split_dur += dur as u128;
             for (sum, p) in s.parts.iter_mut().zip(PARTS) {
                 *sum += v[p.field()].as_u64().unwrap_or(0) as u128;
+            }
+            // Absent: no wait of that kind (or a run recorded before kinds were known).
+            for (k, (kind, _)) in KINDS.iter().enumerate() {
+                s.kind_ns[k] += v["waits"][kind]["ns"].as_u64().unwrap_or(0) as u128;
+                s.kind_n[k] += v["waits"][kind]["n"].as_u64().unwrap_or(0) as u128;
             }
         }
     }
@@ -293,8 +323,14 @@ fn compare(name: String, before: Option<Stats>, after: Option<Stats>) -> Compari
             } else {
                 0.0
             };
-            let (cause, what) = PARTS[i].cause(grew);
             let dir = if grew { "growth" } else { "drop" };
+            let (cause, what) = match grew.then(|| kind_cause(PARTS[i], dmax, b, a)).flatten() {
+                Some((cause, what)) => (cause, what),
+                None => {
+                    let (c, w) = PARTS[i].cause(grew);
+                    (c, w.to_string())
+                }
+            };
             Verdict {
                 cause,
                 words: format!("{what} ({:.0}% of the {dir})", share * 100.0),
@@ -309,6 +345,64 @@ fn compare(name: String, before: Option<Stats>, after: Option<Stats>) -> Compari
         part_deltas: deltas,
         verdict,
     }
+}
+
+/// When `part` grew by `grew_ns` and the runs know what their waits were: the kind of wait
+/// that grew the most within it, as a cause and in words. None when no kind explains at least
+/// half of the part's growth (the rest of sleep and io is "other": a pipe, a page fault, ...).
+fn kind_cause(part: Part, grew_ns: f64, b: &Stats, a: &Stats) -> Option<(&'static str, String)> {
+    let (k, d) = KINDS
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, p))| *p == part)
+        .map(|(k, _)| (k, a.kinds_ns[k] - b.kinds_ns[k]))
+        .max_by(|x, y| x.1.total_cmp(&y.1))?;
+    if d < 0.5 * grew_ns {
+        return None;
+    }
+    let share_of_time = 100.0 * a.kinds_ns[k] / a.split_mean_ns.max(1.0);
+    let per_span = fmt_signed(d);
+    Some(match KINDS[k].0 {
+        "lock" => (
+            "lock_contention",
+            format!("lock contention: {share_of_time:.0}% of the time waiting on futexes ({per_span} per span)"),
+        ),
+        "net" => (
+            "network",
+            format!("waiting on the network: {share_of_time:.0}% of the time in socket and poll waits ({per_span} per span)"),
+        ),
+        "timer" => (
+            "timer",
+            format!("sleeping on timers: {share_of_time:.0}% of the time in nanosleep ({per_span} per span)"),
+        ),
+        _ => {
+            // More waits of the same length, or as many waits that each take longer: split
+            // the growth d = Δn·t_before + n_after·Δt and name the larger term.
+            let (nb, na) = (b.kinds_n[k], a.kinds_n[k]);
+            let tb = if nb > 0.0 { b.kinds_ns[k] / nb } else { 0.0 };
+            let ta = if na > 0.0 { a.kinds_ns[k] / na } else { 0.0 };
+            let more = (na - nb) * tb;
+            let longer = na * (ta - tb);
+            if nb == 0.0 || more >= longer {
+                (
+                    "more_io",
+                    format!(
+                        "more I/O: {nb:.1} → {na:.1} disk waits per span, {} each ({per_span} per span)",
+                        fmt_mean(ta)
+                    ),
+                )
+            } else {
+                (
+                    "busy_disk",
+                    format!(
+                        "a busier disk: each disk wait {} → {}, {na:.1} per span ({per_span} per span)",
+                        fmt_mean(tb),
+                        fmt_mean(ta)
+                    ),
+                )
+            }
+        }
+    })
 }
 
 /// Compare two runs read from `before` and `after`.
@@ -417,7 +511,22 @@ pub fn to_text(c: &Comparison) -> String {
                 s.push_str(": ");
                 let words: Vec<String> = parts
                     .iter()
-                    .map(|(p, x)| format!("{} {}", fmt_signed(*x), p.words()))
+                    .map(|(p, x)| {
+                        let kinds: Vec<String> = KINDS
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, (_, kp))| kp == p)
+                            .map(|(k, (name, _))| (name, a.kinds_ns[k] - b.kinds_ns[k]))
+                            .filter(|(_, d)| d.abs() >= 1_000.0)
+                            .map(|(name, d)| format!("{name} {}", fmt_signed(d)))
+                            .collect();
+                        let kinds = if kinds.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", kinds.join(", "))
+                        };
+                        format!("{} {}{kinds}", fmt_signed(*x), p.words())
+                    })
                     .collect();
                 s.push_str(&words.join(", "));
             }
@@ -452,12 +561,20 @@ fn stats_json(s: &Stats) -> Value {
     for (p, x) in PARTS.iter().zip(s.parts_ns) {
         parts.insert(p.field().into(), json!(x.round() as u64));
     }
+    let mut waits = serde_json::Map::new();
+    for (k, (kind, _)) in KINDS.iter().enumerate() {
+        waits.insert(
+            (*kind).into(),
+            json!({"ns": s.kinds_ns[k].round() as u64, "n": (s.kinds_n[k] * 1000.0).round() / 1000.0}),
+        );
+    }
     json!({
         "count": s.count,
         "mean_ns": s.mean_ns.round() as u64,
         "p99_ns": s.p99_ns,
         "split_count": s.split_count,
         "parts": parts,
+        "waits": waits,
     })
 }
 
@@ -482,6 +599,14 @@ pub fn to_json(c: &Comparison) -> Value {
                 parts.insert(p.field().into(), json!(x.round() as i64));
             }
             delta.insert("parts".into(), Value::Object(parts));
+            let mut waits = serde_json::Map::new();
+            for (k, (kind, _)) in KINDS.iter().enumerate() {
+                waits.insert(
+                    (*kind).into(),
+                    json!((a.kinds_ns[k] - b.kinds_ns[k]).round() as i64),
+                );
+            }
+            delta.insert("waits_ns".into(), Value::Object(waits));
         }
         v["delta"] = Value::Object(delta);
     }
@@ -682,6 +807,94 @@ mod tests {
         assert_eq!(v["delta"]["parts"]["runq_ns"], 0);
         assert_eq!(v["verdict"]["cause"], "waiting");
         assert_eq!(v["verdict"]["share"], 0.961);
+    }
+
+    /// A span line with `waits`: (kind, ns, n) triples, inside its sleep and io.
+    fn span_waits(oncpu: u64, sleep: u64, io: u64, waits: &[(&str, u64, u64)]) -> String {
+        let w: Vec<String> = waits
+            .iter()
+            .map(|(k, ns, n)| format!(r#""{k}":{{"ns":{ns},"n":{n}}}"#))
+            .collect();
+        format!(
+            r#"{{"type":"span","provider":"app","name":"x","duration_ns":{},"oncpu_ns":{oncpu},"offcpu_ns":{},"runq_ns":0,"sleep_ns":{sleep},"io_ns":{io},"waits":{{{}}},"args":[]}}"#,
+            oncpu + sleep + io,
+            sleep + io,
+            w.join(",")
+        ) + "\n"
+    }
+
+    #[test]
+    fn sleep_that_grew_in_futexes_is_lock_contention() {
+        let b = run_of(&[span_waits(1_000_000, 20_000, 0, &[("timer", 20_000, 1)])]);
+        let a = run_of(&[span_waits(
+            1_000_000,
+            1_620_000,
+            0,
+            &[("timer", 20_000, 1), ("lock", 1_600_000, 3)],
+        )]);
+        let c = &diff(&b, &a)[0];
+        let text = to_text(c);
+        assert!(
+            text.starts_with("app:x: 1.02ms → 2.62ms: +1.60ms sleeping (lock +1.60ms)\n"),
+            "{text}"
+        );
+        // 1.6 of 2.62 ms: 61% of the after run's time.
+        assert!(
+            text.contains("verdict: lock contention: 61% of the time waiting on futexes (+1.60ms per span) (100% of the growth)"),
+            "{text}"
+        );
+        assert_eq!(c.verdict.as_ref().unwrap().cause, "lock_contention");
+        let v = to_json(c);
+        assert_eq!(v["delta"]["waits_ns"]["lock"], 1_600_000);
+        assert_eq!(v["after"]["waits"]["lock"]["n"], 3.0);
+    }
+
+    #[test]
+    fn more_disk_waits_is_more_io_and_longer_ones_a_busy_disk() {
+        let base = run_of(&many_waits(1_000_000, 8, 100_000));
+        // Twice the reads, each as long.
+        let more = run_of(&many_waits(1_000_000, 16, 100_000));
+        let c = &diff(&base, &more)[0];
+        assert_eq!(
+            c.verdict.as_ref().unwrap().cause,
+            "more_io",
+            "{}",
+            to_text(c)
+        );
+        assert!(to_text(c).contains("more I/O: 8.0 → 16.0 disk waits per span, 100.0us each"));
+        // As many reads, each 2.5 times as long.
+        let busy = run_of(&many_waits(1_000_000, 8, 250_000));
+        let c = &diff(&base, &busy)[0];
+        assert_eq!(
+            c.verdict.as_ref().unwrap().cause,
+            "busy_disk",
+            "{}",
+            to_text(c)
+        );
+        assert!(
+            to_text(c).contains("a busier disk: each disk wait 100.0us → 250.0us, 8.0 per span")
+        );
+    }
+
+    /// Ten spans of `oncpu` plus `n` disk waits of `each` ns.
+    fn many_waits(oncpu: u64, n: u64, each: u64) -> Vec<String> {
+        (0..10)
+            .map(|_| span_waits(oncpu, 0, n * each, &[("disk", n * each, n)]))
+            .collect()
+    }
+
+    #[test]
+    fn sleep_in_no_known_kind_stays_plain_waiting() {
+        // The sleep grew by 1 ms, its futex part by 0.2 ms: less than half, no kind named.
+        let b = run_of(&[span_waits(1_000_000, 0, 0, &[])]);
+        let a = run_of(&[span_waits(1_000_000, 1_000_000, 0, &[("lock", 200_000, 1)])]);
+        let c = &diff(&b, &a)[0];
+        assert_eq!(
+            c.verdict.as_ref().unwrap().cause,
+            "waiting",
+            "{}",
+            to_text(c)
+        );
     }
 
     #[test]

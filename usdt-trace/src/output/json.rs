@@ -488,6 +488,23 @@ mod golden {
     }
 
     #[test]
+    fn span_line_names_the_kinds_of_wait_it_had_and_only_those() {
+        let start = info("request__start", &[ArgFmt::Unsigned], &[]);
+        let end = info("request__end", &[ArgFmt::Unsigned, ArgFmt::Signed], &[]);
+        let mut r = span(1, 101);
+        // Of sleep 3500: 3000 in two futex waits; of io 500: 400 in one disk read.
+        r.acct.wait_ns = [3000, 0, 0, 400];
+        r.acct.waits = [2, 0, 0, 1];
+        let got = line(|o| span_json(o, &pair(), &start, &end, &r, None, None));
+        assert!(
+            got.contains(
+                r#""io_ns":500,"waits":{"lock":{"ns":3000,"n":2},"disk":{"ns":400,"n":1}},"waker""#
+            ),
+            "{got}"
+        );
+    }
+
+    #[test]
     fn span_line_that_crossed_threads_has_start_tid_and_no_split() {
         let start = info("request__start", &[ArgFmt::Unsigned], &[]);
         let end = info("request__end", &[], &[]);

@@ -544,6 +544,22 @@ mod tests {
         );
         assert!(line.contains("httpserver:request"), "{line}");
         assert!(line.contains("cpu 25% runq 12% sleep 50% io 12%"), "{line}");
+        // The kinds of wait follow the part they are in: lock, net and timer in sleep, disk in io.
+        let mut r = r;
+        r.acct.wait_ns = [1240, 360, 0, 500];
+        r.acct.waits = [3, 1, 0, 2];
+        let line = span_text(
+            &pair,
+            &site(&[ArgFmt::Unsigned], None),
+            &site(&[], None),
+            &r,
+            None,
+            0,
+        );
+        assert!(
+            line.contains("cpu 25% runq 12% sleep 50% (lock 31%, net 9%) io 12% (disk 12%)"),
+            "{line}"
+        );
     }
 
     #[test]
