@@ -7,7 +7,7 @@
 //! The kinds of wait are also checked against the program's own clocks: the time it spent
 //! inside pthread_mutex_lock, nanosleep and pread, from its `truth` lines.
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use usdt_trace_tests::{testprogs, watch};
 
@@ -144,11 +144,11 @@ fn check_kinds(out: &watch::Output) {
 }
 
 /// `usdt-trace diff --json BASE AFTER` for the one span name, and the text form for the log.
-fn diff(after: &PathBuf) -> Value {
+fn diff(after: &Path) -> Value {
     diff_files(baseline(), after)
 }
 
-fn diff_files(base: &PathBuf, after: &PathBuf) -> Value {
+fn diff_files(base: &Path, after: &Path) -> Value {
     let text = watch::run(&["diff", base.to_str().unwrap(), after.to_str().unwrap()]);
     assert!(text.status.success(), "{text:?}");
     eprintln!("{}", String::from_utf8_lossy(&text.stdout));
@@ -177,7 +177,7 @@ fn check(mode: &str, cause: &str) -> Value {
 }
 
 /// `mode` against `base`: the verdict, and a growth of the mean about `grew_ms` when given.
-fn check_against(base: &PathBuf, mode: &str, cause: &str, grew_ms: Option<f64>) -> Value {
+fn check_against(base: &Path, mode: &str, cause: &str, grew_ms: Option<f64>) -> Value {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (after, out) = record_out(mode, &mode.replace([' ', '/'], "_"));
     check_kinds(&out);
