@@ -8,7 +8,7 @@
  *   why_scen lock    [N]   wait ~10 ms for a mutex another thread holds, then 10 ms of CPU work
  *   why_scen sleep   [N]   nanosleep 10 ms, then 10 ms of CPU work
  *   why_scen disk FILE [N [R]]  R (default 8) pread()s of 64 KiB with O_DIRECT from FILE (at
- *                          least 16 MiB), then 10 ms of CPU work
+ *                          least 16 MiB), then 1 ms of CPU work
  *
  * "CPU work" spins until the thread's own CPU clock advanced by the amount, so it is the same
  * work with or without a competitor. Each span prints (on stderr; stdout is the tracer's)
@@ -168,7 +168,8 @@ int main(int argc, char **argv) {
                 preads++;
             }
         }
-        cpu_work_ms(strcmp(mode, "work") == 0 ? 20 : 10);
+        /* Only 1 ms for disk, so that the reads' fraction of a millisecond is most of the span. */
+        cpu_work_ms(strcmp(mode, "work") == 0 ? 20 : disk ? 1 : 10);
         DTRACE_PROBE1(why, req__end, r);
         fprintf(stderr, "truth req lock_ns %llu sleep_ns %llu pread_ns %llu preads %llu call_cpu_ns %llu\n",
                 (unsigned long long)lock_ns, (unsigned long long)slp_ns,
