@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     task_slot, Config, Hist, IdFrame, IdKey, IdSlot, SiteSpec, StrSet, ThreadState,
-    HIST_COMPONENTS, MAX_ARGS, MAX_PAIRS, NUM_COUNTERS,
+    HIST_COMPONENTS, MAX_ARGS, MAX_PAIRS, NUM_COUNTERS, SYSCALL_CLASS_LEN,
 };
 
 use crate::args::REGS_WORDS;
@@ -37,6 +37,10 @@ pub fn current_comm_into(dst: &mut [u8; 16]) {
 pub static SITES: Array<SiteSpec> = Array::with_max_entries(1, 0);
 #[map]
 pub static CONFIG: Array<Config> = Array::with_max_entries(1, 0);
+/// `SC_*` per syscall number: what a thread that sleeps in that syscall waits on. User space
+/// fills it for the machine's architecture; unfilled entries are `SC_NONE`.
+#[map]
+pub static SYSCALL_CLASS: Array<u8> = Array::with_max_entries(SYSCALL_CLASS_LEN, 0);
 /// Span stack and scheduler accounting per thread id; an entry exists from a thread's first
 /// span start until it exits. User space sizes it (`--max-threads`); past that, starts on new
 /// threads are dropped and counted.

@@ -12,19 +12,22 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, bpf_task_pt_regs,
     },
     programs::BtfTracePointContext,
 };
 use usdt_trace_common::{
-    str_key_thread, ThreadState, CNT_UNMATCHED_START, MAX_DEPTH, TS_RUNNING, TS_RUNQ,
+    off_cpu_state, str_key_thread, ThreadState, CNT_UNMATCHED_START, MAX_DEPTH, SC_NONE,
+    SYSCALL_CLASS_LEN, TS_RUNNING, TS_RUNQ,
 };
 
 use crate::{
     irq,
     maps::{
         any_tracked, count_n, current_comm_into, enter_filter, existing_thread, leave_filter,
-        maybe_tracked, opaque, untrack, CONFIG, NO_STATE_TIDS, OPAQUE_SCHED, STRS, THREADS,
+        maybe_tracked, opaque, untrack, CONFIG, NO_STATE_TIDS, OPAQUE_SCHED, STRS, SYSCALL_CLASS,
+        THREADS,
     },
 };
 
@@ -60,6 +63,29 @@ fn task_counters(task: *const u8) -> (Option<u64>, Option<u64>) {
             task_u64(task, cfg.task_delay_off),
         ),
         None => (None, None),
+    }
+}
+
+/// The class (`SC_*`) of the syscall the current task is in, from the syscall number its
+/// entry saved in its user registers (`orig_ax` on x86_64; -1 outside a syscall, e.g. in a
+/// page fault). Only called for a traced thread that goes to sleep.
+#[inline(always)]
+fn current_syscall_class() -> u8 {
+    let off = match CONFIG.get(0) {
+        Some(c) if c.regs_nr_off != 0 => c.regs_nr_off as u64,
+        _ => return SC_NONE,
+    };
+    // SAFETY: the helpers have no preconditions; the registers are only read through
+    // bpf_probe_read_kernel, which checks the address.
+    let nr = unsafe {
+        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as u64;
+        bpf_probe_read_kernel((regs + off) as *const i64)
+    };
+    match nr {
+        Ok(nr) if (0..SYSCALL_CLASS_LEN as i64).contains(&nr) => {
+            SYSCALL_CLASS.get(nr as u32).copied().unwrap_or(SC_NONE)
+        }
+        _ => SC_NONE,
     }
 }
 
@@ -140,7 +166,15 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             st.catch_up_running(now, exec, delay, true);
             st.snap_counters(exec, delay);
             // `preempt` is a bool widened to a register: only its low bit is defined.
-            st.switch_out(now, preempt & 1 != 0, prev_state as u32);
+            let preempt = preempt & 1 != 0;
+            // What it waits on matters only when it goes to sleep: a preempted thread is in
+            // the run queue whatever syscall it is in.
+            let class = if off_cpu_state(preempt, prev_state as u32) == TS_RUNQ {
+                SC_NONE
+            } else {
+                current_syscall_class()
+            };
+            st.switch_out(now, preempt, prev_state as u32, class);
         } else {
             // No span open: until it opens one, its switches cost no lookup.
             leave_filter(st);

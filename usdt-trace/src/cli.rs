@@ -46,6 +46,9 @@ pub enum Command {
     Watch(Deferred<WatchArgs>),
     /// Show what this kernel supports for tracing and what `watch` will use (no root needed).
     Doctor(DoctorArgs),
+    /// Compare two `watch --json` runs per span name: mean, p99, which parts of the time
+    /// split explain the change, and the dominant cause.
+    Diff(DiffArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions {
         #[arg(value_enum)]
@@ -174,6 +177,17 @@ impl<T: clap::FromArgMatches> clap::FromArgMatches for Deferred<T> {
     fn update_from_arg_matches_mut(&mut self, m: &mut clap::ArgMatches) -> Result<(), clap::Error> {
         self.0.update_from_arg_matches_mut(m)
     }
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The baseline run: NDJSON written by `usdt-trace watch --json`.
+    pub before: PathBuf,
+    /// The run to explain, in the same form.
+    pub after: PathBuf,
+    /// One JSON object per span name per line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -1004,6 +1018,15 @@ pub fn main() -> i32 {
                 Err(e) => Err(e.to_string()),
             },
         },
+        Command::Diff(a) => {
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            match crate::diff::run(&a.before, &a.after, a.json, &mut out) {
+                Ok(()) => Ok(0),
+                Err(e) if e.is_broken_pipe() => Ok(0),
+                Err(e) => Err(e.to_string()),
+            }
+        }
         Command::Doctor(a) => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();

@@ -17,6 +17,7 @@
 //! | [`spans`] | start/end pairing rules → roles and span names | yes |
 //! | [`plan`] | chosen sites and roles → kernel specs, printer info and attach points per cookie | yes |
 //! | [`output`] | text and NDJSON records, histograms | yes |
+//! | [`diff`] | two runs' NDJSON → per span name, what changed and why | yes |
 //! | [`child`] | the `-c` command: fork, hold until the probes are live, reap | no |
 //! | [`tracer`] | load the eBPF object, attach uprobes (with semaphores), read the ring buffer | no |
 
@@ -28,6 +29,7 @@ pub mod btf;
 pub mod changes;
 pub mod child;
 pub mod cli;
+pub mod diff;
 pub mod doctor;
 pub mod elf;
 pub mod filter;
@@ -48,6 +50,7 @@ pub mod procmem;
 pub mod semaphores;
 pub mod spans;
 pub mod symbolize;
+pub mod syscalls;
 pub mod target;
 pub mod terminal;
 pub mod tracer;

@@ -350,6 +350,11 @@ pub struct Config {
     pub task_delay_off: u32,
     /// `--str-max`: bytes kept of each string (at most `STR_MAX_CAP`).
     pub str_max: u32,
+    /// Offset in `struct pt_regs` of the syscall number of a task inside a syscall (x86_64's
+    /// `orig_ax`), 0 when unknown: sched_switch reads it to tell what a sleeping thread waits
+    /// on (`SYSCALL_CLASS`).
+    pub regs_nr_off: u32,
+    pub _pad: u32,
     /// `--min`: spans shorter than this many ns make no record (0: every span does).
     pub min_ns: u64,
 }
@@ -383,6 +388,55 @@ pub struct Acct {
     pub runq: u64,
     pub sleep: u64,
     pub io: u64,
+    /// Of `sleep + io`, the time off CPU by what the thread waited on (`WAIT_*` index); the
+    /// rest is "other" (a pipe, a page fault, a wait outside any known syscall).
+    pub wait_ns: [u64; WAIT_KINDS],
+    /// How many off-CPU intervals of each kind began (so more waits tell from longer ones).
+    pub waits: [u32; WAIT_KINDS],
+}
+
+/// Kinds of off-CPU wait, from the syscall the thread sleeps in (`SYSCALL_CLASS`): a futex
+/// (a lock), the network or a poll, a timer (the nanosleep family), and file I/O that put it
+/// in uninterruptible sleep (the disk). `Acct::wait_ns[kind - 1]` and `Acct::waits[kind - 1]`.
+pub const WAIT_LOCK: u32 = 1;
+pub const WAIT_NET: u32 = 2;
+pub const WAIT_TIMER: u32 = 3;
+pub const WAIT_DISK: u32 = 4;
+pub const WAIT_KINDS: usize = 4;
+/// `ThreadState::off_kind` of an off-CPU interval of no known kind, or of a thread not off CPU
+/// at all. Zero, the value of a fresh (zeroed) ThreadState. It has no slot of its own: "other"
+/// is `sleep + io` less the kinds (kept out of `Acct` so that a frame stays small enough for a
+/// ThreadState to fit its 16 KB allocation).
+pub const WAIT_OTHER: u32 = 0;
+
+/// Values of the `SYSCALL_CLASS` map, one per syscall number, filled by user space for the
+/// machine's architecture.
+pub const SC_NONE: u8 = 0;
+pub const SC_LOCK: u8 = 1;
+pub const SC_NET: u8 = 2;
+pub const SC_TIMER: u8 = 3;
+/// read/write/fsync and friends: the disk when the thread sleeps uninterruptibly in them, "other"
+/// (a pipe, a tty, a socket read through `read`) when it sleeps interruptibly.
+pub const SC_FILE: u8 = 4;
+/// Entries of `SYSCALL_CLASS`: above every syscall number of x86_64 and aarch64.
+pub const SYSCALL_CLASS_LEN: u32 = 512;
+
+/// The kind of an off-CPU interval that began in state `off_state` (`TS_*`) inside a syscall
+/// of class `class` (`SC_*`).
+#[inline(always)]
+pub fn wait_kind(class: u8, off_state: u32) -> u32 {
+    if off_state != TS_SLEEP && off_state != TS_IO {
+        return WAIT_OTHER;
+    }
+    // Each kind nests in one part of the split (lock, net and timer in sleep, disk in io), so
+    // that the parts' "other" remainders are never negative.
+    match (class, off_state) {
+        (SC_LOCK, TS_SLEEP) => WAIT_LOCK,
+        (SC_NET, TS_SLEEP) => WAIT_NET,
+        (SC_TIMER, TS_SLEEP) => WAIT_TIMER,
+        (SC_FILE, TS_IO) => WAIT_DISK,
+        _ => WAIT_OTHER,
+    }
 }
 
 /// An open span. Its `--str` strings, when it has any, are in `STRS` under its id key, or
@@ -566,6 +620,7 @@ impl PollAcct {
         self.acct.runq += d.runq;
         self.acct.sleep += d.sleep;
         self.acct.io += d.io;
+        self.acct.add_waits(&acct_now, &self.enter_acct);
         self.run_ns += now.saturating_sub(self.enter_ns);
         self.enter_tid = 0;
         true
@@ -604,6 +659,10 @@ pub struct ThreadState {
     pub acct: Acct,
     /// When the thread last left the CPU (start of the current off-CPU interval).
     pub off_start_ns: u64,
+    /// `WAIT_*`: what the thread waits on in the off-CPU interval in progress (`WAIT_OTHER`
+    /// when running, in the run queue, or unknown).
+    pub off_kind: u32,
+    pub _pad: u32,
     /// Who last woke this thread (recorded by sched_waking).
     pub last_waker_pid: u32,
     pub last_waker_tid: u32,
@@ -627,14 +686,46 @@ impl Acct {
         }
     }
 
+    /// Adds `d` ns of off-CPU time waiting on `kind` (`WAIT_*`; `WAIT_OTHER` adds nothing).
+    #[inline(always)]
+    pub fn add_wait(&mut self, kind: u32, d: u64) {
+        // WAIT_OTHER (0) wraps to an index past the end: no slot.
+        if let Some(x) = self.wait_ns.get_mut((kind as usize).wrapping_sub(1)) {
+            *x += d;
+        }
+    }
+
+    /// An off-CPU interval waiting on `kind` begins.
+    #[inline(always)]
+    pub fn count_wait(&mut self, kind: u32) {
+        if let Some(x) = self.waits.get_mut((kind as usize).wrapping_sub(1)) {
+            *x = x.wrapping_add(1);
+        }
+    }
+
     /// The time accrued since `start`, an earlier snapshot of the same thread's totals.
     #[inline(always)]
     pub fn since(&self, start: &Acct) -> Acct {
-        Acct {
+        let mut d = Acct {
             oncpu: self.oncpu.saturating_sub(start.oncpu),
             runq: self.runq.saturating_sub(start.runq),
             sleep: self.sleep.saturating_sub(start.sleep),
             io: self.io.saturating_sub(start.io),
+            wait_ns: [0; WAIT_KINDS],
+            waits: [0; WAIT_KINDS],
+        };
+        d.add_waits(self, start);
+        d
+    }
+
+    /// Adds the waits `end` accrued since `start` (the counts wrap like the thread's totals).
+    #[inline(always)]
+    pub fn add_waits(&mut self, end: &Acct, start: &Acct) {
+        let mut k = 0;
+        while k < WAIT_KINDS {
+            self.wait_ns[k] += end.wait_ns[k].saturating_sub(start.wait_ns[k]);
+            self.waits[k] = self.waits[k].wrapping_add(end.waits[k].wrapping_sub(start.waits[k]));
+            k += 1;
         }
     }
 }
@@ -663,7 +754,10 @@ impl ThreadState {
     #[inline(always)]
     pub fn acct_at(&self, now: u64) -> Acct {
         let mut a = self.acct;
-        a.add(self.state, now.saturating_sub(self.since_ns));
+        let d = now.saturating_sub(self.since_ns);
+        a.add(self.state, d);
+        // `off_kind` is WAIT_OTHER unless the thread sleeps (switch_out sets it).
+        a.add_wait(self.off_kind, d);
         a
     }
 
@@ -673,6 +767,8 @@ impl ThreadState {
         self.acct = self.acct_at(now);
         self.since_ns = now;
         self.state = state;
+        // Only switch_out starts a wait; any other change (a wakeup, a switch-in) ends it.
+        self.off_kind = WAIT_OTHER;
     }
 
     /// A span opens on this thread. Accounting only runs while a span is open, so when none
@@ -681,6 +777,7 @@ impl ThreadState {
     pub fn resume_accounting(&mut self, now: u64) {
         if !self.active() {
             self.state = TS_RUNNING;
+            self.off_kind = WAIT_OTHER;
             self.since_ns = now;
             self.last_waker_pid = 0;
         }
@@ -688,8 +785,13 @@ impl ThreadState {
 
     /// The thread leaves the CPU (sched_switch, as `prev`): an off-CPU interval starts.
     #[inline(always)]
-    pub fn switch_out(&mut self, now: u64, preempt: bool, prev_state: u32) {
-        self.set_state(now, off_cpu_state(preempt, prev_state));
+    ///
+    /// `class` (`SC_*`): the syscall the thread sleeps in, which names what it waits on.
+    pub fn switch_out(&mut self, now: u64, preempt: bool, prev_state: u32, class: u8) {
+        let state = off_cpu_state(preempt, prev_state);
+        self.set_state(now, state);
+        self.off_kind = wait_kind(class, state);
+        self.acct.count_wait(self.off_kind);
         self.off_start_ns = now;
         self.last_waker_pid = 0;
         zero_comm(&mut self.last_waker_comm);
@@ -751,6 +853,7 @@ impl ThreadState {
         }
         self.since_ns = now;
         self.state = TS_RUNNING;
+        self.off_kind = WAIT_OTHER;
     }
 
     /// Remembers the kernel's counters as the thread leaves the CPU, for
@@ -1309,8 +1412,63 @@ mod tests {
             runq: 2,
             sleep: 3,
             io: 4,
+            ..Acct::default()
         };
         assert_eq!(a, want);
+    }
+
+    #[test]
+    fn sleeps_are_split_by_the_syscall_they_wait_in() {
+        let mut st = thread();
+        st.depth = 1;
+        st.resume_accounting(0);
+        st.depth = 1;
+        // 100 ns in a futex, 50 ns running, 30 ns in pread on a disk (D state), 20 ns in
+        // nanosleep, 10 ns preempted in a futex call (run queue: no wait), 40 ns in read on a
+        // pipe (interruptible: other).
+        st.switch_out(0, false, 1, SC_LOCK);
+        st.set_state(100, TS_RUNQ);
+        st.switch_in(100);
+        st.switch_out(150, false, TASK_UNINTERRUPTIBLE, SC_FILE);
+        st.switch_in(180);
+        st.switch_out(180, false, 1, SC_TIMER);
+        st.switch_in(200);
+        st.switch_out(200, true, 1, SC_LOCK);
+        st.switch_in(210);
+        st.switch_out(210, false, 1, SC_FILE);
+        let a = st.acct_at(250);
+        assert_eq!((a.oncpu, a.runq, a.sleep, a.io), (50, 10, 160, 30));
+        assert_eq!(a.wait_ns, [100, 0, 20, 30]);
+        assert_eq!(a.waits, [1, 0, 1, 1]);
+        // A span that began after the futex wait sees only its own waits.
+        let start = {
+            let mut s = st;
+            s.switch_in(250);
+            s.acct_at(250)
+        };
+        st.switch_in(250);
+        st.switch_out(260, false, 1, SC_NET);
+        st.switch_in(300);
+        let d = st.acct_at(300).since(&start);
+        assert_eq!(d.wait_ns, [0, 40, 0, 0]);
+        assert_eq!(d.waits, [0, 1, 0, 0]);
+        assert_eq!(d.sleep, 40);
+    }
+
+    #[test]
+    fn a_missed_switch_in_keeps_only_the_slept_part_as_a_wait() {
+        let mut st = thread();
+        st.depth = 1;
+        st.resume_accounting(0);
+        st.snap_counters(Some(0), Some(0));
+        st.switch_out(0, false, 1, SC_LOCK);
+        // Seen running at 100 with 30 ns of CPU since: the futex wait was 70 ns.
+        st.catch_up_running(100, Some(30), Some(0), false);
+        let a = st.acct_at(100);
+        assert_eq!((a.oncpu, a.sleep), (30, 70));
+        assert_eq!(a.wait_ns[WAIT_LOCK as usize - 1], 70);
+        // Running now: nothing more accrues to the lock.
+        assert_eq!(st.acct_at(150).wait_ns[WAIT_LOCK as usize - 1], 70);
     }
 
     #[test]
@@ -1320,12 +1478,14 @@ mod tests {
             runq: 5,
             sleep: 0,
             io: 7,
+            ..Acct::default()
         };
         let start = Acct {
             oncpu: 4,
             runq: 6,
             sleep: 0,
             io: 7,
+            ..Acct::default()
         };
         let d = end.since(&start);
         assert_eq!((d.oncpu, d.runq, d.sleep, d.io), (6, 0, 0, 0));
@@ -1353,7 +1513,7 @@ mod tests {
         st.since_ns = 100;
         st.resume_accounting(150);
         assert_eq!(st.since_ns, 100);
-        st.switch_out(130, false, 1);
+        st.switch_out(130, false, 1, SC_NONE);
         assert_eq!(st.state, TS_SLEEP);
         assert_eq!(st.acct.oncpu, 30);
         st.set_state(170, TS_RUNQ);
@@ -1365,6 +1525,7 @@ mod tests {
             runq: 5,
             sleep: 40,
             io: 0,
+            ..Acct::default()
         };
         assert_eq!(a, want);
         // A clock that went backwards adds nothing rather than wrapping.
@@ -1389,7 +1550,7 @@ mod tests {
         let mut st = thread();
         push(&mut st, 0);
         push(&mut st, 1);
-        st.switch_out(100, false, TASK_UNINTERRUPTIBLE);
+        st.switch_out(100, false, TASK_UNINTERRUPTIBLE, SC_NONE);
         assert_eq!(st.state, TS_IO);
         st.last_waker_pid = 7;
         st.last_waker_tid = 8;
@@ -1402,7 +1563,7 @@ mod tests {
         // Frames above the depth are not open: untouched.
         assert_eq!(st.frames[2].longest_off_ns, 0);
         // switch_out forgets the waker; a shorter interval keeps the longer one's.
-        st.switch_out(500, true, 1);
+        st.switch_out(500, true, 1, SC_NONE);
         assert_eq!((st.last_waker_pid, st.last_waker_comm[0]), (0, 0));
         st.last_waker_pid = 70;
         st.switch_in(550);
@@ -1420,7 +1581,7 @@ mod tests {
         let mut st = thread();
         st.depth = 1;
         st.snap_counters(Some(5_000), Some(200));
-        st.switch_out(1_000, true, 0);
+        st.switch_out(1_000, true, 0, SC_NONE);
         assert_eq!(st.state, TS_RUNQ);
         // Seen running at t=11000: the kernel says it waited 3000 ns more, so it ran 7000.
         st.catch_up_running(11_000, Some(12_000), Some(3_200), true);
@@ -1431,7 +1592,7 @@ mod tests {
         assert_eq!((a.oncpu, a.runq), (8_000, 3_000));
         // Asleep, then seen running: CPU time is what sum_exec_runtime grew by.
         st.snap_counters(Some(12_000), Some(3_200));
-        st.switch_out(11_000, false, 1);
+        st.switch_out(11_000, false, 1, SC_NONE);
         assert_eq!(st.state, TS_SLEEP);
         st.catch_up_running(21_000, Some(14_000), Some(3_700), true);
         let b = st.acct_at(21_000).since(&a);
@@ -1439,7 +1600,7 @@ mod tests {
         // Without counters the interval keeps its state, and the thread runs from now on.
         st.snap_counters(None, None);
         let at_switch = st.acct_at(21_000);
-        st.switch_out(21_000, true, 0);
+        st.switch_out(21_000, true, 0, SC_NONE);
         st.catch_up_running(22_000, Some(1), Some(1), true);
         let c = st.acct_at(22_000).since(&at_switch);
         assert_eq!(st.state, TS_RUNNING);
@@ -1635,13 +1796,14 @@ mod tests {
     #[test]
     fn thread_state_size_is_known() {
         // The memory figures in docs/reference.md (Limits) come from this: a change must update them.
-        assert_eq!(core::mem::size_of::<Frame>(), 192);
-        assert_eq!(core::mem::size_of::<ThreadState>(), 112 + 192 * MAX_DEPTH);
+        assert_eq!(core::mem::size_of::<Acct>(), 80);
+        assert_eq!(core::mem::size_of::<Frame>(), 240);
+        assert_eq!(core::mem::size_of::<ThreadState>(), 168 + 240 * MAX_DEPTH);
         // With the hash map's element header, one 16 KB (order-2) allocation.
         assert!(core::mem::size_of::<ThreadState>() + 64 <= 16 * 1024);
-        assert_eq!(core::mem::size_of::<PollAcct>(), 112);
-        assert_eq!(core::mem::size_of::<IdFrame>(), 192 + 112);
-        assert_eq!(core::mem::size_of::<IdSlot>(), 8 + 16 + 192 + 112);
+        assert_eq!(core::mem::size_of::<PollAcct>(), 208);
+        assert_eq!(core::mem::size_of::<IdFrame>(), 240 + 208);
+        assert_eq!(core::mem::size_of::<IdSlot>(), 8 + 16 + 240 + 208);
         assert_eq!(core::mem::size_of::<StrSet>(), 16 + STR_SLOT * MAX_STRS);
     }
 
@@ -1743,7 +1905,7 @@ mod tests {
             core::mem::size_of::<SiteSpec>(),
             16 + 16 * MAX_ARGS + 4 * MAX_STRS
         );
-        assert_eq!(core::mem::size_of::<SpanRecord>(), 336);
+        assert_eq!(core::mem::size_of::<SpanRecord>(), 384);
         assert_eq!(core::mem::size_of::<EventRecord>(), 144);
         assert_eq!(
             core::mem::size_of::<StrsRecord>(),
@@ -1763,6 +1925,7 @@ mod tests {
             runq,
             sleep,
             io,
+            ..Acct::default()
         }
     }
 

@@ -203,6 +203,25 @@ pub fn span_json(
             out.extend_from_slice(b"\":");
             push_u64(out, v);
         }
+        // What the sleep and io above waited on, only for kinds it waited on (a span that never
+        // slept in a known syscall has no `waits`): {"lock":{"ns":..,"n":..},...}.
+        let mut first = true;
+        for (name, ns, n, _) in super::wait_kinds(a) {
+            if ns == 0 && n == 0 {
+                continue;
+            }
+            out.extend_from_slice(if first { b",\"waits\":{\"" } else { b",\"" });
+            first = false;
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\":{\"ns\":");
+            push_u64(out, ns);
+            out.extend_from_slice(b",\"n\":");
+            push_u64(out, n as u64);
+            out.push(b'}');
+        }
+        if !first {
+            out.push(b'}');
+        }
         // A polled span: the split above is its polls' time; the rest was between polls.
         if r.polls > 0 {
             for (k, v) in [
@@ -407,6 +426,7 @@ mod golden {
                 runq: 1_000,
                 sleep: 3_500,
                 io: 500,
+                ..Acct::default()
             },
             acct_valid,
             waker_pid: 7,
@@ -468,6 +488,23 @@ mod golden {
     }
 
     #[test]
+    fn span_line_names_the_kinds_of_wait_it_had_and_only_those() {
+        let start = info("request__start", &[ArgFmt::Unsigned], &[]);
+        let end = info("request__end", &[ArgFmt::Unsigned, ArgFmt::Signed], &[]);
+        let mut r = span(1, 101);
+        // Of sleep 3500: 3000 in two futex waits; of io 500: 400 in one disk read.
+        r.acct.wait_ns = [3000, 0, 0, 400];
+        r.acct.waits = [2, 0, 0, 1];
+        let got = line(|o| span_json(o, &pair(), &start, &end, &r, None, None));
+        assert!(
+            got.contains(
+                r#""io_ns":500,"waits":{"lock":{"ns":3000,"n":2},"disk":{"ns":400,"n":1}},"waker""#
+            ),
+            "{got}"
+        );
+    }
+
+    #[test]
     fn span_line_that_crossed_threads_has_start_tid_and_no_split() {
         let start = info("request__start", &[ArgFmt::Unsigned], &[]);
         let end = info("request__end", &[], &[]);
@@ -516,6 +553,7 @@ mod golden {
             runq: 500,
             sleep: 0,
             io: 500,
+            ..Acct::default()
         };
         r.longest_off_ns = 0;
         (r.idle_ns, r.polls, r.threads) = (5_000, 3, 2);

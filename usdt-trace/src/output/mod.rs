@@ -335,6 +335,30 @@ impl Dropped {
     }
 }
 
+/// The kinds of off-CPU wait of a span's split (`Acct::wait_ns`, `Acct::waits`): name, ns,
+/// count, and whether the kind is part of sleep (else of io). A kind the span never waited on
+/// has 0 of both.
+pub fn wait_kinds(a: &usdt_trace_common::Acct) -> [(&'static str, u64, u32, bool); 4] {
+    use usdt_trace_common::{WAIT_DISK, WAIT_LOCK, WAIT_NET, WAIT_TIMER};
+    let k = |kind: u32| (kind - 1) as usize;
+    [
+        ("lock", a.wait_ns[k(WAIT_LOCK)], a.waits[k(WAIT_LOCK)], true),
+        ("net", a.wait_ns[k(WAIT_NET)], a.waits[k(WAIT_NET)], true),
+        (
+            "timer",
+            a.wait_ns[k(WAIT_TIMER)],
+            a.waits[k(WAIT_TIMER)],
+            true,
+        ),
+        (
+            "disk",
+            a.wait_ns[k(WAIT_DISK)],
+            a.waits[k(WAIT_DISK)],
+            false,
+        ),
+    ]
+}
+
 /// Human-readable duration: `812ns`, `12.3us`, `4.56ms`, `1.234s`.
 pub fn fmt_duration(ns: u64) -> String {
     if ns < 1_000 {
@@ -465,6 +489,7 @@ mod tests {
                 runq: 500,
                 sleep: 2000,
                 io: 500,
+                ..Acct::default()
             },
             acct_valid: 1,
             waker_pid: 77,
@@ -523,6 +548,23 @@ mod tests {
         assert!(line.contains("httpserver:request"), "{line}");
         assert!(!line.contains("no split"), "{line}");
         assert!(line.contains("cpu 25% runq 12% sleep 50% io 12%"), "{line}");
+        // The kinds of wait follow the part they are in: lock, net and timer in sleep, disk in io.
+        let mut r = r;
+        r.acct.wait_ns = [1240, 360, 0, 500];
+        r.acct.waits = [3, 1, 0, 2];
+        let line = span_text(
+            &pair,
+            &site(&[ArgFmt::Unsigned], None),
+            &site(&[], None),
+            &r,
+            None,
+            0,
+            true,
+        );
+        assert!(
+            line.contains("cpu 25% runq 12% sleep 50% (lock 31%, net 9%) io 12% (disk 12%)"),
+            "{line}"
+        );
     }
 
     #[test]

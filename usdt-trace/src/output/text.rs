@@ -152,13 +152,28 @@ pub fn span_text(
     if r.acct_valid != 0 && dur > 0 {
         let a = &r.acct;
         let pct = |v: u64| v as f64 * 100.0 / dur as f64;
+        // `sleep 40% (lock 31%, net 9%)`: the kinds of wait inside each part, when any.
+        let kinds = |in_sleep: bool| -> String {
+            let v: Vec<String> = super::wait_kinds(a)
+                .iter()
+                .filter(|k| k.3 == in_sleep && k.1 > 0)
+                .map(|k| format!("{} {:.0}%", k.0, pct(k.1)))
+                .collect();
+            if v.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", v.join(", "))
+            }
+        };
         let _ = write!(
             s,
-            "  cpu {:.0}% runq {:.0}% sleep {:.0}% io {:.0}%",
+            "  cpu {:.0}% runq {:.0}% sleep {:.0}%{} io {:.0}%{}",
             pct(a.oncpu),
             pct(a.runq),
             pct(a.sleep),
-            pct(a.io)
+            kinds(true),
+            pct(a.io),
+            kinds(false)
         );
         if r.polls > 0 {
             let _ = write!(

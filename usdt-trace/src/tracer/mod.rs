@@ -393,9 +393,26 @@ impl Tracer {
                 task_delay_off: nested("task_struct", "sched_info", "sched_info", "run_delay")
                     .unwrap_or(0),
                 str_max: opts.str_max,
+                // Optional like the counters: without it every wait is "other".
+                regs_nr_off: crate::syscalls::nr_member()
+                    .and_then(|(st, m)| crate::btf::member_offset(&vmlinux, st, m).ok())
+                    .unwrap_or(0),
+                _pad: 0,
                 min_ns: opts.min_ns,
             };
             cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
+        }
+        {
+            let mut classes: Array<_, u8> = Array::try_from(
+                ebpf.map_mut("SYSCALL_CLASS")
+                    .ok_or(TraceError::MissingMap("SYSCALL_CLASS"))?,
+            )
+            .map_err(map_err("SYSCALL_CLASS"))?;
+            for (nr, class) in crate::syscalls::classes() {
+                classes
+                    .set(nr, class, 0)
+                    .map_err(map_err("SYSCALL_CLASS"))?;
+            }
         }
         if let Some((prog, masks)) = &opts.filter {
             let mut f: Array<_, FilterProg> = Array::try_from(
