@@ -236,6 +236,8 @@ fn go_spans_pair_by_goroutine_when_goroutines_move_threads() {
             Some(id),
             "paired with another call: {s}"
         );
+        // A goroutine's span has no thread time split: its threads ran other goroutines.
+        assert!(s.get("oncpu_ns").is_none(), "{s}");
         let self_ns = took.iter().find(|t| t.0 == id).unwrap().1;
         let dur = s["duration_ns"].as_u64().unwrap();
         assert!(

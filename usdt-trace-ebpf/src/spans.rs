@@ -17,7 +17,7 @@ use usdt_trace_common::{
     CNT_UNMATCHED_END, CNT_UNMATCHED_START, END_SP_POPPED, END_SP_SAME, END_SP_TAIL,
     HIST_COMPONENTS, HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE,
     ID_SLOT_FILLING, ID_SLOT_FREE, ID_SLOT_OPEN, MAX_ARGS, MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT,
-    PAIR_CLOSED, STRS_RECORD_SENT,
+    PAIR_CLOSED, SPEC_NO_THREAD_SPLIT, STRS_RECORD_SENT,
 };
 
 use crate::args::ArgWords;
@@ -662,7 +662,7 @@ fn end_by_id<const S: bool>(hit: &Hit<S>, end_args: &mut [u64; MAX_ARGS]) -> Res
         }
         release_on(tid, hit.tid, &mut mine);
     }
-    let (acct, poll) = if !split {
+    let (acct, poll) = if !split || hit.spec.flags & SPEC_NO_THREAD_SPLIT != 0 {
         (None, None)
     } else if poll.polls > 0 {
         // Polled: the polling threads' time while entered, the rest idle.

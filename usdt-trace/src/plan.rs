@@ -332,6 +332,9 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         let (offset, pc) = attach_at(s, opts.optimize);
         let mut spec = site_spec(&s.args, pc, role, key, &str_args[cookie]);
         spec.end_sp = end_sp(s.kind, objects[c.0].1.arch);
+        if s.kind.is_go() {
+            spec.flags |= usdt_trace_common::SPEC_NO_THREAD_SPLIT;
+        }
         if role == Role::Event {
             if let Some(m) = poll_role(&roles, &poll_spans, &s.provider, &s.name, &s.args) {
                 (spec.role, spec.pair_id, spec.id_arg) = m;
@@ -345,6 +348,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
             strs: Vec::new(),
             names: arg_names[cookie].clone(),
             pair,
+            goroutine: s.kind.is_go(),
         });
         let point = AttachPoint {
             offset,
@@ -808,7 +812,8 @@ pub fn site_spec(
         nargs: args.len().min(MAX_ARGS) as u8,
         nstrs: 0,
         end_sp: usdt_trace_common::END_SP_ANY,
-        _pad: [0; 7],
+        flags: 0,
+        _pad: [0; 6],
         args: [ArgDesc {
             kind: ArgKind::NONE,
             ..Default::default()

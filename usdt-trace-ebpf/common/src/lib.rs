@@ -267,10 +267,17 @@ pub struct SiteSpec {
     /// (`END_SP_*`). A function's end pairs with its own call, never with a frame a `longjmp`
     /// or an exception left open above it.
     pub end_sp: u8,
-    pub _pad: [u8; 7],
+    /// `SPEC_*` bits.
+    pub flags: u8,
+    pub _pad: [u8; 6],
     pub args: [ArgDesc; MAX_ARGS],
     pub strs: [StrDesc; MAX_STRS],
 }
+
+/// [`SiteSpec::flags`]: the span is a goroutine's (paired by goroutine frame), not a thread's:
+/// the thread's time between its start and end is other goroutines' as much as its own, so
+/// it gets no time split.
+pub const SPEC_NO_THREAD_SPLIT: u8 = 1;
 
 /// [`SiteSpec::end_sp`]: any frame of the span's name (a note's end).
 pub const END_SP_ANY: u8 = 0;

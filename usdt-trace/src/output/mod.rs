@@ -44,6 +44,8 @@ pub struct SiteInfo {
     pub names: Vec<String>,
     /// Span name (pair id) this site starts or ends, None for an event.
     pub pair: Option<u32>,
+    /// A Go function's site: its span is a goroutine's, with no thread time split.
+    pub goroutine: bool,
 }
 
 /// An argument read as a string, and where its bytes are in the record's [`StrSet`].
@@ -79,6 +81,7 @@ impl SiteInfo {
                 .collect(),
             names: Vec::new(),
             pair: None,
+            goroutine: false,
         }
     }
 }

@@ -200,7 +200,12 @@ pub fn span_text(
     // The run splits spans (no --no-sched) but this one has none: say why, rather than
     // leave it looking like a span with nothing to split.
     if split && r.acct_valid == 0 && dur > 0 {
-        let _ = write!(s, "  no split: {}", no_split_reason(r));
+        let why = if start.goroutine {
+            "a goroutine's, whose threads ran other goroutines meanwhile"
+        } else {
+            no_split_reason(r)
+        };
+        let _ = write!(s, "  no split: {why}");
     }
     if r.start_tid != r.hdr.tid {
         let _ = write!(s, "  (started on tid {})", r.start_tid);
