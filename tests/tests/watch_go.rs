@@ -335,3 +335,39 @@ fn a_stripped_go_program_lists_its_functions_from_gopclntab() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Go functions from .gopclntab"), "{text}");
 }
+
+/// The whole cgo binary (`fn:*`, Go runtime and C alike): it prints what it prints untraced,
+/// and `cmul`'s spans are still right among them.
+#[test]
+#[ignore = "needs root"]
+fn fn_star_on_a_cgo_binary_computes_the_same() {
+    let bin = build_go("gocgo");
+    let b = bin.to_str().unwrap();
+    let plain = Command::new(b).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "30\n");
+    let out = std::process::Command::new(usdt_trace_tests::watch::usdt_trace_bin())
+        .args(["watch", "--json", "-c", b, b, "fn:*"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The program's own line among watch's records.
+    assert!(stdout.lines().any(|l| l == "30"), "{stderr}");
+    let recs: Vec<Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let cmul: Vec<(Value, Value)> = recs
+        .iter()
+        .filter(|r| r["type"] == "span" && r["name"] == "cmul")
+        .map(|r| (r["args"][0].clone(), r["end_args"][0].clone()))
+        .collect();
+    assert_eq!(
+        cmul,
+        (0..5).map(|i| (json!(i), json!(3 * i))).collect::<Vec<_>>()
+    );
+    // Functions that never return are refused, not left as starts without ends.
+    assert!(!recs.iter().any(|r| r["type"] == "event"), "{stderr}");
+}

@@ -468,6 +468,11 @@ pub fn function_end(
         ));
     }
     if let Some(g) = &f.go_layout {
+        if g.layout.ret_offsets.is_empty() {
+            return refuse(
+                "a Go function with no ret instruction: it never returns (runtime.goexit) or leaves by a jump".into(),
+            );
+        }
         return FnEnd::RetInsns {
             offsets: g.layout.ret_offsets.clone(),
             tail_offsets: Vec::new(),
