@@ -1,0 +1,216 @@
+//! The validated `watch` settings ([`WatchConfig`], built by `cli`) and what the driver derives
+//! from them: the planning options, the tracer's load options, the sinks to write to, and
+//! whether probes defined or loaded later are followed. Kept apart from the driver so that a
+//! new flag touches its field and the one helper that reads it, not the run loop.
+
+use super::WatchError;
+use crate::outfile;
+use crate::output::otlp::{OtlpConfig, OtlpSink};
+use crate::output::perfetto::PerfettoSink;
+use crate::output::sink::Fanout;
+use crate::output::{JsonSink, Sink, TextSink};
+use crate::outqueue::{self, QueueHandle};
+use crate::pattern::Pattern;
+use crate::plan::{self, Plan, PlanOptions};
+use crate::spans::{SpanRule, StrRule};
+use crate::tracer::{AttachMode, LoadOptions};
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Validated `watch` settings (built by `cli`).
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    pub json: bool,
+    pub targets: Vec<PathBuf>,
+    pub pids: Vec<u32>,
+    /// argv of `-c`.
+    pub command: Option<Vec<String>>,
+    pub duration: Option<Duration>,
+    pub patterns: Vec<Pattern>,
+    pub spans: Vec<SpanRule>,
+    pub strs: Vec<StrRule>,
+    /// `--str-max`: bytes kept of each string.
+    pub str_max: u32,
+    /// `--args`: argument names.
+    pub names: Vec<plan::ArgNames>,
+    pub auto_span: bool,
+    pub hist: bool,
+    pub interval: Option<Duration>,
+    pub sched: bool,
+    /// `--fn-returns`: how function probes trace a function's end.
+    pub fn_returns: crate::elf::FnReturns,
+    pub ring_bytes: u32,
+    /// With `-c`: leave the command running when tracing stops first.
+    pub leave_running: bool,
+    /// How uprobes are attached (`--attach`).
+    pub attach: AttachMode,
+    /// `-o FILE`: records go there instead of stdout.
+    pub output: Option<PathBuf>,
+    /// `--max-threads`, `--max-open-ids`: kernel map sizes.
+    pub max_threads: u32,
+    pub max_open_ids: u32,
+    /// `--perfetto FILE`: also write a Perfetto trace there.
+    pub perfetto: Option<PathBuf>,
+    /// `--otlp URL` and its settings: also export spans there.
+    pub otlp: Option<OtlpConfig>,
+    /// `--min`: spans shorter than this make no record (histograms count them all).
+    pub min: Option<Duration>,
+    /// `--filter` and `--tid`, combined; evaluated in the kernel.
+    pub filter: Option<crate::filter::Filter>,
+    /// `--stack`: the user stack at the end of each recorded span.
+    pub stack: bool,
+    /// `--by`, `--count`, `--top`, `--max-keys`.
+    pub agg: AggArgs,
+    /// `--wait-for-probes`: start with no matching probe, waiting for late ones.
+    pub wait_for_probes: bool,
+    /// `--bench-null-program` (hidden): attach `usdt_null`, which records nothing.
+    pub bench_null_program: bool,
+    /// `--prometheus ADDR`: serve the kernel's histograms at ADDR/metrics.
+    pub prometheus: Option<PromConfig>,
+}
+
+/// `--prometheus ADDR` and `--prometheus-buckets`.
+#[derive(Debug, Clone)]
+pub struct PromConfig {
+    pub addr: std::net::SocketAddr,
+    /// Kernel bucket bounds exported per power of two (1, 2, 4 or 8).
+    pub per_octave: u32,
+}
+
+/// The aggregation flags (see `crate::agg`).
+#[derive(Debug, Clone, Default)]
+pub struct AggArgs {
+    pub by: Option<crate::agg::By>,
+    pub count: bool,
+    pub top: Option<usize>,
+    pub max_keys: u32,
+}
+
+impl WatchConfig {
+    /// Also attach to probes the traced processes define or load after the start
+    /// ([`crate::late`]): with `-p` (no TARGET), `-c`, or a TARGET alone (the processes
+    /// running it); not when both `-p` and TARGET narrow it down.
+    pub(crate) fn late(&self) -> bool {
+        self.pids.is_empty() || self.targets.is_empty()
+    }
+
+    /// `--wait-for-probes` where it applies: no match at start is a warning, not an error.
+    pub(crate) fn waits(&self) -> bool {
+        self.late() && self.wait_for_probes
+    }
+
+    pub(crate) fn plan_options(&self) -> PlanOptions<'_> {
+        PlanOptions {
+            patterns: &self.patterns,
+            spans: &self.spans,
+            strs: &self.strs,
+            names: &self.names,
+            auto_span: self.auto_span,
+            optimize: crate::tracer::features::uprobe_optimize().is_yes(),
+        }
+    }
+
+    /// What the tracer is loaded with, from the validated flags and the plan: `filter_masks`
+    /// the `--filter` terms per site, `key_plan` the `--by` key. (The traced processes are not
+    /// among them: each link is scoped to its process when attached.)
+    pub(crate) fn load_options<'a>(
+        &'a self,
+        plan: &'a Plan,
+        filter_masks: Option<&'a [u32]>,
+        key_plan: Option<&crate::agg::KeyPlan>,
+    ) -> LoadOptions<'a> {
+        LoadOptions {
+            specs: &plan.specs,
+            ring_bytes: self.ring_bytes,
+            hist: self.hist,
+            // --count pairs nothing: no span for the scheduler hooks to split.
+            sched: self.sched && !self.agg.count,
+            attach: self.attach,
+            max_threads: self.max_threads,
+            max_open_ids: self.max_open_ids,
+            str_max: self.str_max,
+            strs: !self.strs.is_empty(),
+            min_ns: self
+                .min
+                .map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64),
+            filter: self
+                .filter
+                .as_ref()
+                .zip(filter_masks)
+                .map(|(f, m)| (f.compile(), m)),
+            stack: self.stack,
+            agg: crate::tracer::AggLoad {
+                count: self.agg.count,
+                by: key_plan.map_or(0, |k| k.by.code()),
+                by_args: key_plan.is_some_and(|k| k.by.reads_args()),
+                by_sites: key_plan.map(|k| k.by_sites.clone()).unwrap_or_default(),
+                max_keys: self.agg.max_keys,
+            },
+            null_program: self.bench_null_program,
+            spare_sites: crate::late::SPARE_SITES * self.late() as u32,
+            spare_pairs: crate::late::SPARE_PAIRS * self.late() as u32,
+        }
+    }
+
+    /// Per site: a start whose spans pair by a usdt-markers span id (argument 0), so that
+    /// argument 1 is the parent's id. An explicit `--key` rule on it means the user's own key,
+    /// not a markers id.
+    pub(crate) fn marked_starts(&self, plan: &Plan) -> Vec<bool> {
+        use usdt_trace_common::SiteRole;
+        plan.sites
+            .iter()
+            .zip(plan.specs.iter())
+            .map(|(site, spec)| {
+                spec.role == SiteRole::START
+                    && spec.id_arg == 0
+                    && site.args.len() >= 2
+                    && !self.spans.iter().any(|r| {
+                        r.key.is_some()
+                            && r.start.name == site.name
+                            && r.start
+                                .provider
+                                .as_ref()
+                                .is_none_or(|p| *p == site.provider)
+                    })
+            })
+            .collect()
+    }
+
+    /// The sinks this configuration asks for, and the output writer thread behind them.
+    /// The files among them are not emptied until the [`outfile::Pending`]s are committed.
+    pub(crate) fn sinks(
+        &self,
+        plan: &Plan,
+    ) -> Result<(Fanout, QueueHandle, Vec<outfile::Pending>), WatchError> {
+        let mut pending = Vec::new();
+        let (stdout, handle) = match &self.output {
+            Some(path) => {
+                let (f, p) = outfile::open("-o", path)?;
+                pending.push(p);
+                outqueue::spawn(Box::new(f) as Box<dyn Write + Send>)
+            }
+            None => outqueue::spawn(Box::new(io::stdout()) as Box<dyn Write + Send>),
+        };
+        let sink: Box<dyn Sink> = if self.json {
+            Box::new(JsonSink::new(stdout))
+        } else {
+            // Aggregating modes print blocks, not one line per span under a header.
+            let per_span = !self.hist && !self.agg.count && self.agg.top.is_none();
+            Box::new(TextSink::new(stdout, per_span))
+        };
+        let mut sinks = vec![sink];
+        if let Some(path) = &self.perfetto {
+            let (file, p) = outfile::open("--perfetto", path)?;
+            pending.push(p);
+            sinks.push(Box::new(PerfettoSink::new(file, self.marked_starts(plan))));
+        }
+        if let Some(otlp) = &self.otlp {
+            sinks.push(Box::new(OtlpSink::new(
+                otlp.clone(),
+                self.marked_starts(plan),
+            )?));
+        }
+        Ok((Fanout(sinks), handle, pending))
+    }
+}

@@ -1,0 +1,56 @@
+//! [`WatchError`]: every way a `watch` run can fail, each stage's error wrapped as it is, so
+//! that `cli` maps them to messages and exit codes in one place. Apart from the driver because
+//! every stage of it returns this type.
+
+use crate::child::SpawnError;
+use crate::outfile;
+use crate::plan::PlanError;
+use crate::procmaps::ProcError;
+use crate::target::TargetError;
+use crate::tracer::TraceError;
+use std::io;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+    #[error("no USDT probes in {0}")]
+    NoProbes(String),
+    /// An executable without probes whose libraries have them (`java` and `libjvm.so`).
+    #[error("no USDT probes in {what}; {hint}\nhint: {suggestion}")]
+    NoProbesHint {
+        what: String,
+        hint: String,
+        suggestion: String,
+    },
+    #[error(
+        "{path} is not mapped by process {pids} (list what it maps with: usdt-trace list -p PID)"
+    )]
+    NotMapped { path: String, pids: String },
+    #[error(transparent)]
+    Functions(#[from] crate::functions::FnError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Filter(#[from] crate::filter::FilterError),
+    #[error(transparent)]
+    Agg(#[from] crate::agg::AggError),
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    #[error("writing output: {0}")]
+    Output(#[from] io::Error),
+    #[error(transparent)]
+    OutFile(#[from] outfile::OutFileError),
+    #[error(transparent)]
+    Prometheus(#[from] crate::output::prometheus::serve::ServeError),
+}
+
+impl WatchError {
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, WatchError::Output(e) if e.kind() == io::ErrorKind::BrokenPipe)
+    }
+}

@@ -1,0 +1,277 @@
+//! `usdt-trace watch`: a short driver over stages that each live in their own module.
+//!
+//! 1. [`target`]: the named files, or every object of the `-p` processes, opened once (the
+//!    uprobes attach through the same descriptor, so the kernel resolves the inode we parsed);
+//! 2. [`plan`]: the chosen sites → one kernel spec and one printer record per cookie, and the
+//!    attach points per object;
+//! 3. [`crate::child`]: the `-c` command, forked and held until the probes are live;
+//! 4. [`Tracer`]: load, attach, read the ring buffer, detach (the only kernel-facing stage);
+//! 5. sinks ([`crate::output::Sink`]): every record, resolved by the plan, goes to them; the
+//!    loop does not know which output mode is in use.
+//!
+//! The stages' helpers live beside this file: `config` (the settings and what is derived from
+//! them), `targets` (opening what is traced), `attach` (attaching and detaching), `reader` (the
+//! reading loop's work), `stacks` (`--stack`), `late_strs` (strings read from the live
+//! process), `signals` and `clock`, `warnings` (end-of-run warnings) and `error`.
+
+mod attach;
+mod clock;
+mod config;
+mod error;
+mod late_strs;
+mod reader;
+mod signals;
+mod stacks;
+mod targets;
+mod warnings;
+
+pub(crate) use attach::stop_changed;
+pub use config::{AggArgs, PromConfig, WatchConfig};
+pub use error::WatchError;
+
+use attach::attach;
+use clock::{monotonic_ns, monotonic_zero_unix_ns};
+use reader::{Agg, Reader};
+use signals::{install_signal_handlers, STOP};
+use stacks::Stacks;
+use targets::open_targets;
+use warnings::end_warnings;
+
+use crate::child::{Child, GRACE};
+use crate::output::text::clean;
+use crate::output::{self, RunInfo, Sink, Summary};
+use crate::plan;
+use crate::target;
+use crate::tracer::Tracer;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Why the reading loop should end now, if it should.
+fn should_stop(cfg: &WatchConfig, started: Instant, child: Option<&mut Child>) -> bool {
+    STOP.load(Ordering::Relaxed)
+        || cfg.duration.is_some_and(|d| started.elapsed() >= d)
+        || child.is_some_and(|c| c.exited())
+        || (cfg.command.is_none()
+            && !cfg.pids.is_empty()
+            && cfg.pids.iter().all(|&p| !target::pid_alive(p)))
+}
+
+/// The `-c` command's own status when it ended by itself; ended by us (or no command), 0.
+/// One that is still running is left so with `--leave-running`, else terminated.
+fn command_status(child: Option<Child>, leave_running: bool) -> i32 {
+    match child {
+        Some(mut c) => match c.exit() {
+            Some(e) => e.shell_code(),
+            None if leave_running => {
+                c.leave_running();
+                0
+            }
+            None => {
+                c.terminate(GRACE);
+                0
+            }
+        },
+        None => 0,
+    }
+}
+
+/// Traces until told to stop; returns the exit code: the `-c` command's own when it ended by
+/// itself, else 0.
+pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
+    let objects = open_targets(cfg)?;
+    let named: Vec<(&str, &crate::elf::ObjectProbes)> = objects
+        .iter()
+        .map(|o| (o.shown.as_str(), &o.probes))
+        .collect();
+    let plan = crate::late::plan_or_wait(
+        plan::build(&named, &cfg.plan_options()),
+        cfg.waits() && crate::functions::fn_patterns(&cfg.patterns).is_empty(),
+        cfg.patterns.is_empty(),
+        &cfg.pids,
+    )?;
+    // Each pattern must find something (one that finds nothing at all failed above); with
+    // --wait-for-probes the rest may come later.
+    if !plan.sites.is_empty() {
+        if let Err(e) = plan::check_every_pattern(&named, &cfg.patterns) {
+            if !cfg.waits() {
+                return Err(e.into());
+            }
+            eprintln!(
+                "warning: {}: waiting for probes defined or loaded later",
+                clean(&e.to_string())
+            );
+        }
+    }
+    if cfg.patterns.is_empty() && !cfg.agg.count {
+        if let Some(w) = crate::agg::high_rate_warning(&crate::agg::high_rate_probes(&plan)) {
+            eprintln!("{}", clean(&w));
+        }
+    }
+    let key_plan = cfg
+        .agg
+        .by
+        .as_ref()
+        .map(|b| crate::agg::KeyPlan::new(&plan, b, cfg.agg.count))
+        .transpose()?;
+    // The files as parsed: taken before attach, so a change made the moment the readiness line
+    // appears is still a change.
+    let mut watched = crate::changes::ChangeWatch::new();
+    for op in &plan.objects {
+        watched.add(&objects[op.object]);
+    }
+    let filter_masks = cfg
+        .filter
+        .as_ref()
+        .map(|f| crate::late::masks_or_wait(plan::filter_masks(&plan, f), cfg.waits(), &plan, f))
+        .transpose()?;
+    // Before anything is attached: a bad -o path fails first.
+    let (sinks, output, mut out_files) = cfg.sinks(&plan)?;
+    // Listening before attach too: an address in use fails the run before it starts.
+    let prom = cfg
+        .prometheus
+        .as_ref()
+        .map(|p| output::prometheus::serve::Server::bind(p.addr).map(|s| (s, p)))
+        .transpose()?;
+
+    // Times count from before the first probe can fire, so none is ever negative.
+    let t0 = monotonic_ns();
+    let mut child = cfg.command.as_deref().map(Child::spawn).transpose()?;
+    let mut pids: Vec<u32> = cfg.pids.clone();
+    pids.extend(child.as_ref().map(|c| c.pid as u32));
+    if cfg.bench_null_program {
+        eprintln!("warning: --bench-null-program: the attached program records nothing; this run measures the cost of a hit, not what the probes did");
+    }
+    let mut tracer =
+        Tracer::load(&cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref()))?;
+    // Before attach: processes already mapping the objects get their semaphores from the
+    // kernel; only those started later need raising by hand.
+    let mut raiser =
+        crate::semaphores::Raiser::new(crate::semaphores::affected(&objects, &plan), &pids);
+    if let Some(w) = raiser.warning() {
+        eprintln!("{}", clean(&w));
+    }
+    attach(&mut tracer, &objects, &plan, &pids)?;
+    // The run has started: only now is an existing -o or --perfetto file emptied (an error
+    // above left it as it was, and removed one we created).
+    for f in &mut out_files {
+        f.commit()?;
+    }
+    // Before the readiness line: a script may send SIGINT the moment it sees it.
+    install_signal_handlers();
+    eprintln!("{}", plan.attached_line());
+    // Watching for new code starts before the command runs; the first poll reads every
+    // process again, for what was mapped since the targets were opened.
+    let mut late = cfg.late().then(|| {
+        let child = child.as_ref().map(|c| c.pid as u32);
+        let scope = crate::late::Scope::of_run(child, &cfg.pids, &objects);
+        let (l, warning) = crate::late::Late::new(scope, &objects);
+        if let Some(w) = warning {
+            eprintln!("{}", clean(&w));
+        }
+        tracer.wake_on(l.wake_fds());
+        l
+    });
+    // A write to a traced file ends the loop's wait at once.
+    tracer.wake_on(watched.wake_fd().into_iter().collect());
+    if let Some(c) = child.as_mut() {
+        c.release()?;
+    }
+
+    let started = Instant::now();
+    // Probes attached later (late mappings) are named from the process's maps alone.
+    let stacks = cfg.stack.then(|| Stacks::new(&plan, &objects));
+    let mut reader = Reader {
+        plan,
+        sinks,
+        str_max: cfg.str_max as usize,
+        strs: Default::default(),
+        bad_records: 0,
+        last: None,
+        t0,
+        stacks,
+        agg: Agg::new(cfg, key_plan, t0),
+    };
+    reader.sinks.begin(&RunInfo {
+        version: env!("CARGO_PKG_VERSION"),
+        targets: objects.iter().map(|o| o.shown.clone()).collect(),
+        pids: pids.clone(),
+        command: cfg.command.as_ref().map(|c| c.join(" ")),
+        t0_ns: t0,
+        clock_zero_unix_ns: monotonic_zero_unix_ns(),
+        sites: reader.plan.sites.len(),
+        span_names: reader.plan.pairs.len(),
+        split: cfg.sched,
+    })?;
+    let late_rules = crate::late::Rules {
+        patterns: &cfg.patterns,
+        spans: &cfg.spans,
+        strs: &cfg.strs,
+        names: &cfg.names,
+        auto_span: cfg.auto_span,
+        optimize: cfg.plan_options().optimize,
+        filter: cfg.filter.as_ref(),
+    };
+    let mut last_hist = Instant::now();
+    while !should_stop(cfg, started, child.as_mut()) {
+        reader.batch(&mut tracer, Duration::from_millis(50))?;
+        if let Some((server, p)) = &prom {
+            reader.serve_scrapes(server, p, &tracer, output.lost(), cfg.ring_bytes)?;
+        }
+        if cfg.interval.is_some_and(|iv| last_hist.elapsed() >= iv) {
+            last_hist = Instant::now();
+            reader.interval(&tracer)?;
+        }
+        stop_changed(&watched.take_changed(), &mut tracer, Some(&mut raiser));
+        raiser.poll();
+        if let Some(l) = late.as_mut() {
+            l.poll(&mut reader.plan, &mut tracer, &late_rules);
+        }
+    }
+
+    // Detach first (semaphores drop), then take what is left in the ring.
+    let detach = tracer.detach_all();
+    // After detach: the kernel's unregister may itself lower the real semaphore (by then the
+    // RELRO copy is read-only), and lowering never goes below 0, so the count ends at 0.
+    raiser.lower_all();
+    while reader.batch(&mut tracer, Duration::ZERO)? > 0 {}
+    if cfg.hist || cfg.agg.count || cfg.agg.top.is_some() {
+        reader.totals(&tracer, cfg.interval.is_some())?;
+    }
+    let ac = tracer.agg_counters()?;
+    let c = tracer.counters()?;
+    let open = tracer.open_spans().unwrap_or(0);
+    // Records the output queue dropped so far are lost like those the ring had no room for:
+    // printed + lost == hits holds for what the reader sees.
+    let out_lost = output.lost();
+    let summary = Summary {
+        events: c.events,
+        spans: c.spans,
+        lost: c.lost + reader.bad_records + out_lost,
+        unmatched: c.unmatched_start + open,
+        unmatched_end: c.unmatched_end,
+        duration_ns: monotonic_ns().saturating_sub(t0),
+        dropped: output::Dropped {
+            threads_full: c.threads_full,
+            id_spans_full: c.id_full,
+            depth: c.depth,
+            kernel_skipped: tracer.missed_hits().unwrap_or(0),
+        },
+        filtered: c.below_min + c.filter_rejected,
+        strings_dropped: c.strs_dropped,
+        strings_lost: c.strs_lost,
+        stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
+        frames_unnamed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.unnamed),
+        hits: reader.agg.hits,
+        by_other: ac.by_other + ac.count_other,
+        by_unkeyed: ac.by_unkeyed + ac.count_unkeyed,
+    };
+    reader.sinks.finish(&summary)?;
+    drop(reader);
+    // A reader that stopped reading gets a moment, then what it did not take is counted.
+    // Bounded so that stopping stays well under a second whatever the reader does.
+    let unwritten = output
+        .finish(Duration::from_millis(300))
+        .saturating_sub(out_lost);
+    end_warnings(cfg, &summary, &ac, out_lost, unwritten, &detach);
+    Ok(command_status(child, cfg.leave_running))
+}

@@ -1,0 +1,23 @@
+//! SIGINT, SIGTERM and SIGHUP end the run cleanly: the handler only sets [`STOP`], which the
+//! reading loop checks between batches, so probes are always detached and the summary written.
+//! Apart from the driver because it is the one place that touches signal dispositions.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+pub(crate) fn install_signal_handlers() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_signal as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}

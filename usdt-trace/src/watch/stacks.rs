@@ -1,0 +1,90 @@
+//! `--stack`: the stack records the kernel sends before their span's record, symbolized and
+//! held by (thread, end time) until that record comes, with the ending probe's own offset and
+//! object to name frames of a process that has already exited. Apart from the reader because
+//! it keeps its own state (the symbolizer, the objects' symbol tables, the stacks waiting).
+
+use crate::plan::Plan;
+use crate::target::Object;
+use std::path::PathBuf;
+
+/// A traced object for `--stack`: its name, a path to its open descriptor, and its symbols
+/// once read (None inside: unreadable).
+type StackObject = (
+    String,
+    PathBuf,
+    Option<Option<std::rc::Rc<crate::symbolize::SymTable>>>,
+);
+
+/// Stack records waiting for the span record that follows them, by (tid, end time).
+#[derive(Default)]
+pub(crate) struct Stacks {
+    pub(crate) symbolizer: crate::symbolize::Symbolizer,
+    pending: std::collections::HashMap<(u32, u64), crate::symbolize::SpanStack>,
+    /// Per cookie of an end site that is not a return probe: the probe's file offset and its
+    /// object (an index into `objects`), to name frames of a process already gone.
+    probes: std::collections::HashMap<u32, (u64, usize)>,
+    /// Each traced object's name and a path to its open descriptor, and its symbols once read.
+    objects: Vec<StackObject>,
+}
+
+/// Stacks whose span never came (its record was lost) are dropped past this many.
+const MAX_PENDING_STACKS: usize = 4096;
+
+impl Stacks {
+    pub(crate) fn new(plan: &Plan, objects: &[Object]) -> Stacks {
+        let probes = plan
+            .objects
+            .iter()
+            .flat_map(|op| {
+                op.points
+                    .iter()
+                    .filter(|p| !p.ret)
+                    .map(move |p| (p.cookie, (p.offset, op.object)))
+            })
+            .collect();
+        let objects = objects
+            .iter()
+            .map(|o| (o.shown.clone(), o.fd_path(), None))
+            .collect();
+        Stacks {
+            probes,
+            objects,
+            ..Stacks::default()
+        }
+    }
+
+    /// Where the probe that ended the span is, with its object's symbols (read once).
+    fn origin(&mut self, cookie: u32) -> Option<crate::symbolize::Origin> {
+        let &(offset, oi) = self.probes.get(&cookie)?;
+        let (shown, path, table) = self.objects.get_mut(oi)?;
+        let table = table
+            .get_or_insert_with(|| {
+                crate::elf::functions_file(path)
+                    .ok()
+                    .map(|f| std::rc::Rc::new(crate::symbolize::sym_table(&f)))
+            })
+            .clone();
+        Some(crate::symbolize::Origin {
+            offset,
+            object: shown.clone(),
+            table,
+        })
+    }
+
+    pub(crate) fn add(&mut self, rec: &usdt_trace_common::StackRecord) {
+        if self.pending.len() >= MAX_PENDING_STACKS {
+            self.pending.clear();
+        }
+        let origin = self.origin(rec.hdr.site);
+        let st = self.symbolizer.symbolize(rec, origin.as_ref());
+        self.pending.insert((rec.hdr.tid, rec.hdr.ts_ns), st);
+    }
+
+    /// The stack of the span that ended on `tid` at `ts_ns`: it came first, or was lost.
+    pub(crate) fn take(&mut self, tid: u32, ts_ns: u64) -> crate::symbolize::SpanStack {
+        match self.pending.remove(&(tid, ts_ns)) {
+            Some(st) => st,
+            None => self.symbolizer.lost(),
+        }
+    }
+}

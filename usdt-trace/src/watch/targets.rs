@@ -1,0 +1,144 @@
+//! Opening what `watch` traces: the named files, a file as the `-p` processes map it (a
+//! container's path, checked by device and inode), or every object with probes that the
+//! processes map, each opened once and with its `fn:` sites added. Also the "no probes" errors
+//! and their library hints. Apart from the driver because it is the first stage, and the only
+//! one that reads `/proc/PID/maps` before the plan exists.
+
+use super::{WatchConfig, WatchError};
+use crate::output::text::clean;
+use crate::procmaps::ProcError;
+use crate::target::{self, Object};
+use std::collections::BTreeSet;
+use std::io::{self, Write};
+
+/// The object a process maps for a path the user named: the path as the process sees it
+/// (a container's `/usr/bin/app`), or a host path to the same file.
+fn mapped_by(pid: u32, named: &std::path::Path) -> Result<Option<Object>, WatchError> {
+    use std::os::unix::fs::MetadataExt;
+    let host = std::fs::metadata(named)
+        .ok()
+        .map(|m| ((libc::major(m.dev()), libc::minor(m.dev())), m.ino()));
+    for m in crate::procmaps::mapped_objects(pid)? {
+        let same_path = std::path::Path::new(&m.path) == named;
+        let same_file = host == Some((m.dev, m.inode));
+        if same_path || same_file {
+            // Checked against the mapping (device and inode): a path the process controls
+            // cannot redirect root to another file.
+            return Ok(Some(target::open_mapped(
+                pid,
+                &m,
+                &named.display().to_string(),
+            )?));
+        }
+    }
+    Ok(None)
+}
+
+/// The objects to trace: the named files, else every object with probes that the `-p`
+/// processes map (each file once).
+pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
+    let fn_pats = crate::functions::fn_patterns(&cfg.patterns);
+    let mut objects: Vec<Object> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for t in &cfg.targets {
+        let o = if cfg.pids.is_empty() {
+            target::open(&t.display().to_string(), t)?
+        } else {
+            // A path named with -p is the process's file: found through its mappings, so
+            // that a container's path works and a file the process does not map is an error
+            // rather than a silent run with nothing to see.
+            if let Some(&pid) = cfg.pids.iter().find(|&&p| !target::pid_alive(p)) {
+                return Err(ProcError::NoSuchProcess { pid }.into());
+            }
+            let mut found = None;
+            for &pid in &cfg.pids {
+                if let Some(o) = mapped_by(pid, t)? {
+                    found = Some(o);
+                    break;
+                }
+            }
+            match found {
+                Some(o) => o,
+                // A library the process will load later is traced from this file (the
+                // uprobes wait on its inode), but say so: it may be the wrong file.
+                None if t.exists() => {
+                    eprintln!(
+                        "warning: {} is not mapped by process {} (yet): its probes fire only if the process loads this very file",
+                        clean(&t.display().to_string()),
+                        join_pids(&cfg.pids)
+                    );
+                    target::open(&t.display().to_string(), t)?
+                }
+                None => {
+                    return Err(WatchError::NotMapped {
+                        path: t.display().to_string(),
+                        pids: join_pids(&cfg.pids),
+                    })
+                }
+            }
+        };
+        let mut o = o;
+        crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_returns)?;
+        // The same file named twice (a path and a symlink to it) is traced once.
+        if seen.insert((o.dev, o.inode)) {
+            objects.push(o);
+        }
+    }
+    if cfg.targets.is_empty() {
+        for &pid in &cfg.pids {
+            for m in target::open_process(pid)? {
+                // Objects that are not ELF (fonts, locale archives) or have no probes are
+                // not what the user is after.
+                let Ok(mut o) = m.object else { continue };
+                crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_returns)?;
+                if !o.probes.sites.is_empty() && seen.insert((o.dev, o.inode)) {
+                    objects.push(o);
+                }
+            }
+        }
+    }
+    let mut err = io::stderr();
+    for o in &objects {
+        for w in &o.probes.warnings {
+            let _ = writeln!(
+                err,
+                "warning: {}: {}",
+                clean(&o.shown),
+                clean(&w.to_string())
+            );
+        }
+    }
+    // With `fn:` patterns, the plan names the pattern that matched no function.
+    if objects.iter().all(|o| o.probes.sites.is_empty())
+        && (fn_pats.is_empty() || objects.is_empty())
+        && !cfg.waits()
+    {
+        let what = if cfg.targets.is_empty() {
+            format!("process {}", join_pids(&cfg.pids))
+        } else {
+            let shown: Vec<&str> = objects.iter().map(|o| o.shown.as_str()).collect();
+            shown.join(", ")
+        };
+        // Only a file named (or run with -c) gets the hint: a process's mappings were all
+        // looked at already.
+        let found = if cfg.targets.len() == 1 && cfg.pids.is_empty() {
+            crate::libhint::for_executable(&cfg.targets[0], &cfg.patterns)
+        } else {
+            None
+        };
+        return Err(match found {
+            Some((hint, lib)) => WatchError::NoProbesHint {
+                what,
+                hint,
+                suggestion: crate::libhint::suggestion(&lib, cfg.command.as_deref(), &cfg.patterns),
+            },
+            None => WatchError::NoProbes(what),
+        });
+    }
+    Ok(objects)
+}
+
+fn join_pids(pids: &[u32]) -> String {
+    let v: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+    v.join(", ")
+}
