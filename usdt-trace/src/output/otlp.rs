@@ -2,7 +2,7 @@
 //! message definitions from `opentelemetry-proto`).
 //!
 //! The tracing loop only converts a span and offers it to a bounded queue; a background
-//! thread links parents ([`tree`]) and encodes batches, and [`SENDERS`] threads POST them,
+//! thread links parents ([`tree`]) and encodes batches, and `SENDERS` threads POST them,
 //! several at once (a collector's answer takes longer than encoding the next batch). A batch
 //! that was not delivered (collector down, 429, 5xx) is retried with backoff; one sent whole
 //! that got no answer within `--otlp-timeout` is never resent (the collector may have it:
