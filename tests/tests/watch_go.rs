@@ -15,8 +15,22 @@ fn build_gohttp() -> PathBuf {
     build_go("gohttp")
 }
 
-/// `tests/testprogs/NAME/main.go` built with `go build` (cgo on: gcc is part of the setup).
+/// `tests/testprogs/NAME/main.go` built with `go build` (cgo on: gcc is part of the setup),
+/// once per test process: `go build -o` rewrites its output even when nothing changed, and a
+/// file written while another test traces it is detached by that test's `watch` (as it must
+/// be: its contents changed in place).
 fn build_go(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = built.iter().find(|(n, _)| n == name) {
+        return p.clone();
+    }
+    let p = build_go_now(name);
+    built.push((name.to_string(), p.clone()));
+    p
+}
+
+fn build_go_now(name: &str) -> PathBuf {
     let src = usdt_trace_tests::testprogs::testprogs_dir().join(format!("{name}/main.go"));
     let dir = usdt_trace_tests::testprogs::cache_dir().join(name);
     std::fs::create_dir_all(&dir).unwrap();
