@@ -35,6 +35,8 @@ pub struct Shape {
     pub rets: Vec<u64>,
     /// No call, no indirect jump and no jump out of the function: it leaves only by `ret`.
     pub leaf: bool,
+    /// No call and no indirect jump (but a switch's): with no tail call either, a leaf.
+    pub no_calls: bool,
     /// Link-time addresses that direct jumps out of the function go to: tail calls. The
     /// function's call ends where the tail-called one returns, at the same stack pointer.
     pub tail_targets: Vec<u64>,
@@ -116,6 +118,7 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
     let mut dec = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
     let mut out = Shape {
         leaf: true,
+        no_calls: true,
         ..Shape::default()
     };
     let mut starts: Vec<u64> = Vec::new();
@@ -141,7 +144,8 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
             // A switch's jump table stays inside the function: not a way out.
             FlowControl::IndirectBranch if is_switch_jump(&insn, &prev) => {}
             FlowControl::Call | FlowControl::IndirectCall | FlowControl::IndirectBranch => {
-                out.leaf = false
+                out.leaf = false;
+                out.no_calls = false;
             }
             FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
                 if matches!(
@@ -159,6 +163,7 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
                     }
                 } else {
                     out.leaf = false;
+                    out.no_calls = false;
                 }
             }
             // `syscall`, `int`, `ud2`, `hlt`: a syscall returns to the next instruction, and
@@ -176,6 +181,7 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
         out.rets.clear();
         out.tail_targets.clear();
         out.leaf = false;
+        out.no_calls = false;
     }
     if valid && code.starts_with(&ENDBR64) && starts.get(1) == Some(&(address + 4)) {
         let next = &code[4..];
@@ -191,10 +197,12 @@ fn shape_aarch64(code: &[u8], address: u64, offset: u64) -> Shape {
     let mut out = Shape {
         decoded: code.len().is_multiple_of(4) && address.is_multiple_of(4),
         leaf: true,
+        no_calls: true,
         ..Shape::default()
     };
     if !out.decoded {
         out.leaf = false;
+        out.no_calls = false;
         return out;
     }
     for (i, w) in code.chunks_exact(4).enumerate() {
@@ -211,6 +219,7 @@ fn shape_aarch64(code: &[u8], address: u64, offset: u64) -> Shape {
             || w & 0xffff_fc1f == 0xd61f_0000
         {
             out.leaf = false;
+            out.no_calls = false;
             continue;
         }
         // B imm26: a jump; out of the function it is a tail call.
