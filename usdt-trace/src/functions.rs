@@ -204,7 +204,8 @@ pub fn list(
             }
             let cold = colds.get(f.name.as_str()).map_or(&[][..], |v| v);
             let tails = elf::functions::tail_rets(&funcs, &addrs, f);
-            elf::function_end(f, cold, &tails, FnReturns::Auto, funcs.go)
+            let leafish = elf::functions::leaf_through_tails(&funcs, &addrs, f);
+            elf::function_end(f, cold, &tails, leafish, FnReturns::Auto, funcs.go)
         })
         .collect();
     let mut out = io::BufWriter::with_capacity(64 * 1024, out);

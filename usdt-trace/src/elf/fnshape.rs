@@ -35,6 +35,8 @@ pub struct Shape {
     pub rets: Vec<u64>,
     /// No call, no indirect jump and no jump out of the function: it leaves only by `ret`.
     pub leaf: bool,
+    /// No call and no indirect jump (but a switch's): with no tail call either, a leaf.
+    pub no_calls: bool,
     /// Link-time addresses that direct jumps out of the function go to: tail calls. The
     /// function's call ends where the tail-called one returns, at the same stack pointer.
     pub tail_targets: Vec<u64>,
@@ -63,6 +65,39 @@ pub fn is_push_reg(bytes: &[u8]) -> bool {
 
 const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
+/// Whether an indirect `jmp` is a switch through a jump table, as gcc and clang emit them:
+/// `notrack jmp` (CET marks only switch jumps so), or `movsxd R, [B + idx*4]; add R, B; jmp R`
+/// (a PIC table of 4-byte offsets from its own address, which no table of function pointers
+/// is). Its targets are the function's own code. An indirect jump of any other shape may be a
+/// tail call through a pointer, `jmp [table + idx*8]` included (a switch in non-PIE code, or
+/// a table of handlers): not a leaf.
+fn is_switch_jump(insn: &iced_x86::Instruction, prev: &[Option<iced_x86::Instruction>; 2]) -> bool {
+    use iced_x86::Register;
+    if insn.mnemonic() != Mnemonic::Jmp {
+        return false;
+    }
+    if insn.segment_prefix() == Register::DS {
+        return true;
+    }
+    if insn.op0_kind() != OpKind::Register {
+        return false;
+    }
+    let r = insn.op0_register();
+    let (Some(load), Some(add)) = (&prev[0], &prev[1]) else {
+        return false;
+    };
+    add.mnemonic() == Mnemonic::Add
+        && add.op_count() == 2
+        && add.op0_kind() == OpKind::Register
+        && add.op0_register() == r
+        && add.op1_kind() == OpKind::Register
+        && load.mnemonic() == Mnemonic::Movsxd
+        && load.op0_register() == r
+        && load.op1_kind() == OpKind::Memory
+        && load.memory_base() == add.op1_register()
+        && load.memory_index_scale() == 4
+}
+
 /// The prefixes the kernel refuses to probe (`is_prefix_bad` in arch/x86/kernel/uprobes.c).
 fn bad_prefix(insn: &iced_x86::Instruction) -> Option<&'static str> {
     use iced_x86::Register;
@@ -83,12 +118,15 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
     let mut dec = Decoder::with_ip(64, code, address, DecoderOptions::NONE);
     let mut out = Shape {
         leaf: true,
+        no_calls: true,
         ..Shape::default()
     };
     let mut starts: Vec<u64> = Vec::new();
     let mut targets: Vec<u64> = Vec::new();
     let mut valid = true;
     let mut last_end = address;
+    // The two instructions before the current one, for recognising a switch's jump table.
+    let mut prev: [Option<iced_x86::Instruction>; 2] = [None, None];
     for (i, insn) in dec.iter().enumerate() {
         if insn.is_invalid() || insn.code() == Code::INVALID {
             valid = false;
@@ -103,8 +141,11 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
             out.rets.push(to_off(insn.ip()));
         }
         match insn.flow_control() {
+            // A switch's jump table stays inside the function: not a way out.
+            FlowControl::IndirectBranch if is_switch_jump(&insn, &prev) => {}
             FlowControl::Call | FlowControl::IndirectCall | FlowControl::IndirectBranch => {
-                out.leaf = false
+                out.leaf = false;
+                out.no_calls = false;
             }
             FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
                 if matches!(
@@ -122,12 +163,14 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
                     }
                 } else {
                     out.leaf = false;
+                    out.no_calls = false;
                 }
             }
             // `syscall`, `int`, `ud2`, `hlt`: a syscall returns to the next instruction, and
             // an exception-raising trap ends the program whether traced or not.
             _ => {}
         }
+        prev = [prev[1], Some(insn)];
     }
     // Trailing int3/nop padding inside the symbol's size decodes as instructions: fine.
     valid &= last_end == end;
@@ -138,6 +181,7 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
         out.rets.clear();
         out.tail_targets.clear();
         out.leaf = false;
+        out.no_calls = false;
     }
     if valid && code.starts_with(&ENDBR64) && starts.get(1) == Some(&(address + 4)) {
         let next = &code[4..];
@@ -153,10 +197,12 @@ fn shape_aarch64(code: &[u8], address: u64, offset: u64) -> Shape {
     let mut out = Shape {
         decoded: code.len().is_multiple_of(4) && address.is_multiple_of(4),
         leaf: true,
+        no_calls: true,
         ..Shape::default()
     };
     if !out.decoded {
         out.leaf = false;
+        out.no_calls = false;
         return out;
     }
     for (i, w) in code.chunks_exact(4).enumerate() {
@@ -173,6 +219,7 @@ fn shape_aarch64(code: &[u8], address: u64, offset: u64) -> Shape {
             || w & 0xffff_fc1f == 0xd61f_0000
         {
             out.leaf = false;
+            out.no_calls = false;
             continue;
         }
         // B imm26: a jump; out of the function it is a tail call.
@@ -263,6 +310,34 @@ mod tests {
         let s = shape(Arch::X86_64, code, 0x1000, 0x1000);
         assert_eq!(s.entry_past_endbr, None);
         assert!(s.leaf);
+    }
+
+    #[test]
+    fn a_switch_jump_table_keeps_a_leaf_and_a_pointer_jump_does_not() {
+        // lea r8,[rip+0x10]; movsxd rdi,[r8+r10*4]; add rdi,r8; jmp rdi; ret  (redis' siphash)
+        let code: &[u8] = &[
+            0x4c, 0x8d, 0x05, 0x10, 0, 0, 0, // lea r8, [rip+0x10]
+            0x4b, 0x63, 0x3c, 0x90, // movsxd rdi, dword [r8+r10*4]
+            0x4c, 0x01, 0xc7, // add rdi, r8
+            0xff, 0xe7, // jmp rdi
+            0xc3, // ret
+        ];
+        let s = shape(Arch::X86_64, code, 0x1000, 0x1000);
+        assert!(s.decoded && s.leaf, "{s:?}");
+        // jmp rax alone: maybe a tail call through a pointer.
+        let s = shape(Arch::X86_64, &[0xff, 0xe0, 0xc3], 0x1000, 0x1000);
+        assert!(!s.leaf);
+        // notrack jmp rax: CET's switch.
+        let s = shape(Arch::X86_64, &[0x3e, 0xff, 0xe0, 0xc3], 0x1000, 0x1000);
+        assert!(s.leaf, "{s:?}");
+        // jmp [table + rax*8]: a switch or a table of handlers, which may be a tail call.
+        let s = shape(
+            Arch::X86_64,
+            &[0xff, 0x24, 0xc5, 0x00, 0x20, 0x40, 0x00, 0xc3],
+            0x1000,
+            0x1000,
+        );
+        assert!(!s.leaf, "{s:?}");
     }
 
     #[test]

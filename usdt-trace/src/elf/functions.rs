@@ -453,6 +453,7 @@ pub fn function_end(
     f: &Function,
     cold_rets: &[u64],
     tail_rets: &[u64],
+    tail_leaf: bool,
     mode: FnReturns,
     go: bool,
 ) -> FnEnd {
@@ -503,7 +504,7 @@ pub fn function_end(
         _ if rets.is_empty() && tail_rets.is_empty() => refuse(
             "no ret instruction of its own, nor in a function it jumps to that this object names: it never returns, or leaves by a jump the tracer cannot follow (--fn-returns return-probe traces it, at some risk)".into(),
         ),
-        FnReturns::Auto if sh.leaf && !twice => FnEnd::ReturnProbe,
+        FnReturns::Auto if (sh.leaf || tail_leaf) && !twice => FnEnd::ReturnProbe,
         _ => by_rets(),
     }
 }
@@ -577,6 +578,31 @@ pub fn tail_rets(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function
     out
 }
 
+/// Whether `f`, calling nothing, leaves only by `ret` or by tail calls into functions that do
+/// the same ([`TAIL_DEPTH`] deep): then nothing can unwind or `longjmp` across its frame either,
+/// and the return probe is as safe as on a leaf (`dictSdsHash` is `jmp siphash`). None of them
+/// may return twice.
+pub fn leaf_through_tails(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function) -> bool {
+    fn ok(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function, depth: usize) -> bool {
+        if f.names.iter().any(|n| fnshape::returns_twice(n)) || f.go_abi {
+            return false;
+        }
+        if f.shape.leaf {
+            return true;
+        }
+        if depth == 0 || !f.shape.decoded || !f.shape.no_calls || f.shape.tail_targets.is_empty() {
+            return false;
+        }
+        f.shape.tail_targets.iter().all(|t| {
+            by_addr
+                .get(t)
+                .and_then(|&i| funcs.functions.get(i))
+                .is_some_and(|g| g.address != f.address && ok(funcs, by_addr, g, depth - 1))
+        })
+    }
+    ok(funcs, by_addr, f, TAIL_DEPTH)
+}
+
 /// Function index by start address, for following tail calls.
 pub fn by_address(funcs: &Functions) -> BTreeMap<u64, usize> {
     funcs
@@ -639,6 +665,7 @@ pub fn function_sites(
             f,
             cold.get(f.name.as_str()).map_or(&[][..], |v| v),
             &tail_rets(funcs, &addrs, f),
+            leaf_through_tails(funcs, &addrs, f),
             mode,
             funcs.go,
         );
