@@ -244,7 +244,7 @@ fn fn_star_on_redis_server_keeps_it_answering_right() {
         panic!("redis-server missing: run scripts/setup.sh");
     }
     let port = 20000 + (std::process::id() % 20000) as u16;
-    let mut srv = Command::new(server)
+    let srv = Command::new(server)
         .args([
             "--port",
             &port.to_string(),
@@ -256,8 +256,17 @@ fn fn_star_on_redis_server_keeps_it_answering_right() {
             "no",
         ])
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // Killed however the test ends: a server left running would hold the suite's output open.
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     let cli = |args: &[&str]| -> String {
         let p = port.to_string();
         let mut a = vec!["-p", p.as_str()];
@@ -273,6 +282,7 @@ fn fn_star_on_redis_server_keeps_it_answering_right() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let pid = srv.id().to_string();
+    let _reap = Reap(srv);
     let w = usdt_trace_tests::watch::Watch::start(&["--hist", "-p", &pid, server, "fn:*"]);
     for i in 0..200 {
         assert_eq!(
@@ -295,6 +305,4 @@ fn fn_star_on_redis_server_keeps_it_answering_right() {
     // Detached: still right.
     assert_eq!(cli(&["get", "k7"]).trim(), "v7");
     assert_eq!(cli(&["dbsize"]).trim(), "201");
-    let _ = srv.kill();
-    let _ = srv.wait();
 }
