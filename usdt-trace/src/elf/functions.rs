@@ -579,7 +579,7 @@ pub fn tail_rets(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function
 }
 
 /// Whether `f`, calling nothing, leaves only by `ret` or by tail calls into functions that do
-/// the same ([`TAIL_DEPTH`] deep): then nothing can unwind or `longjmp` across its frame either,
+/// the same (`TAIL_DEPTH` deep): then nothing can unwind or `longjmp` across its frame either,
 /// and the return probe is as safe as on a leaf (`dictSdsHash` is `jmp siphash`). None of them
 /// may return twice.
 pub fn leaf_through_tails(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function) -> bool {
