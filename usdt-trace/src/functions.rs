@@ -159,11 +159,11 @@ pub fn fn_warnings(funcs: &Functions, found: &FnSites) -> Vec<String> {
             ));
         }
     }
-    let pclntab = funcs
-        .functions
-        .iter()
-        .any(|f| f.table == elf::SymbolTable::Gopclntab);
-    if found.sites.is_empty() && found.refused.is_empty() && !funcs.has_symtab && !pclntab {
+    if found.sites.is_empty()
+        && found.refused.is_empty()
+        && !funcs.has_symtab
+        && !funcs.from_gopclntab()
+    {
         out.push(
             "has no symbol table (stripped): only its exported (.dynsym) functions can be matched"
                 .into(),
@@ -194,18 +194,12 @@ pub fn list(
         .iter()
         .filter(|f| pats.is_empty() || pats.iter().any(|p| f.matches(p)))
         .collect();
-    let colds = cold_rets(&funcs);
-    let addrs = elf::functions::by_address(&funcs);
+    let decide = elf::Ends::new(&funcs);
     let ends: Vec<FnEnd> = chosen
         .iter()
-        .map(|f| {
-            if let Some(reason) = elf::ifunc_shadowed(&funcs, f) {
-                return FnEnd::Refused { reason };
-            }
-            let cold = colds.get(f.name.as_str()).map_or(&[][..], |v| v);
-            let tails = elf::functions::tail_rets(&funcs, &addrs, f);
-            let leafish = elf::functions::leaf_through_tails(&funcs, &addrs, f);
-            elf::function_end(f, cold, &tails, leafish, FnReturns::Auto, funcs.go)
+        .map(|f| match elf::ifunc_shadowed(&funcs, f) {
+            Some(reason) => FnEnd::Refused { reason },
+            None => decide.of(f, FnReturns::Auto),
         })
         .collect();
     let mut out = io::BufWriter::with_capacity(64 * 1024, out);
@@ -225,19 +219,6 @@ pub fn list(
     }
     out.flush()?;
     Ok(chosen.len())
-}
-
-/// The `ret`s of each function's `.cold` fragments, by the function's name.
-fn cold_rets(funcs: &Functions) -> std::collections::BTreeMap<&str, Vec<u64>> {
-    let mut out: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
-    for f in &funcs.functions {
-        if let Some(parent) = elf::fnshape::cold_parent(&f.name) {
-            out.entry(parent)
-                .or_default()
-                .extend_from_slice(&f.shape.rets);
-        }
-    }
-    out
 }
 
 #[derive(Serialize)]
@@ -301,11 +282,7 @@ fn write_text(
         0 => String::new(),
         n => format!(", {n} not traced"),
     };
-    let pclntab = funcs
-        .functions
-        .iter()
-        .any(|f| f.table == elf::SymbolTable::Gopclntab);
-    let stripped = match (funcs.has_symtab, pclntab) {
+    let stripped = match (funcs.has_symtab, funcs.from_gopclntab()) {
         (true, _) => "",
         (false, true) => " (no symbol table: Go functions from .gopclntab)",
         (false, false) => " (no symbol table: exported functions only)",

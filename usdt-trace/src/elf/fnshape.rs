@@ -17,7 +17,7 @@
 //! its own `ret`, so no exception or `longjmp` can cross its frame.
 //!
 //! This module decodes one function (x86_64 with iced-x86, aarch64 by its fixed-width
-//! encodings) and reports its shape; [`super::functions`](mod@super::functions) decides from
+//! encodings) and reports its shape; [`function_end`](super::function_end) decides from
 //! it. Pure.
 
 use crate::argspec::Arch;

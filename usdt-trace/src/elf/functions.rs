@@ -169,6 +169,15 @@ pub struct Functions {
     pub has_symtab: bool,
 }
 
+impl Functions {
+    /// Whether its function names came from Go's `.gopclntab` (a stripped Go program).
+    pub fn from_gopclntab(&self) -> bool {
+        self.functions
+            .iter()
+            .any(|f| f.table == SymbolTable::Gopclntab)
+    }
+}
+
 /// Demangles a Rust (legacy or v0) or C++ (Itanium) symbol; anything else is returned as is.
 pub fn demangle(raw: &str) -> String {
     // Rust's legacy mangling is Itanium-shaped (`_ZN...E`) and ends in a `17h<16 hex>E` hash,
@@ -310,6 +319,13 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
         .iter()
         .any(|s| s.sh_type(endian) == elf::SHT_SYMTAB);
     let mut ifuncs: Vec<String> = Vec::new();
+    let ctx = Ctx {
+        data,
+        loads: &loads,
+        arch,
+        go,
+        entry,
+    };
     // Keyed by address: aliases collapse into one function.
     let mut by_addr: BTreeMap<u64, Function> = BTreeMap::new();
     for (table, kind) in [
@@ -348,13 +364,6 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
                 }
                 continue;
             }
-            let ctx = Ctx {
-                data,
-                loads: &loads,
-                arch,
-                go,
-                entry,
-            };
             if let Some(f) = ctx.function(name, raw.into_owned(), table, address, size) {
                 by_addr.insert(address, f);
             }
@@ -376,13 +385,6 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
                 .is_ok_and(|n| n == b".gopclntab")
         });
         if let Some(bytes) = table.and_then(|s| s.data(endian, data).ok()) {
-            let ctx = Ctx {
-                data,
-                loads: &loads,
-                arch,
-                go,
-                entry,
-            };
             for g in gopclntab::functions(bytes, text) {
                 if g.size == 0 || by_addr.contains_key(&g.address) {
                     continue;
@@ -535,6 +537,37 @@ pub struct FnSites {
     pub ifuncs: Vec<(String, Vec<String>)>,
 }
 
+/// What deciding a function's end needs of the whole object: its `.cold` fragments' `ret`s
+/// and its functions by address (for tail calls). Built once per object; `watch`
+/// ([`function_sites`]) and `list --functions` decide through the same [`Ends::of`].
+pub struct Ends<'a> {
+    funcs: &'a Functions,
+    cold: BTreeMap<&'a str, Vec<u64>>,
+    addrs: BTreeMap<u64, usize>,
+}
+
+impl<'a> Ends<'a> {
+    pub fn new(funcs: &'a Functions) -> Ends<'a> {
+        Ends {
+            funcs,
+            cold: cold_rets(funcs),
+            addrs: by_address(funcs),
+        }
+    }
+
+    /// How `f` is ended under `mode`, or why it is refused.
+    pub fn of(&self, f: &Function, mode: FnReturns) -> FnEnd {
+        function_end(
+            f,
+            self.cold.get(f.name.as_str()).map_or(&[][..], |v| v),
+            &tail_rets(self.funcs, &self.addrs, f),
+            leaf_through_tails(self.funcs, &self.addrs, f),
+            mode,
+            self.funcs.go,
+        )
+    }
+}
+
 /// The `ret`s of each function's `.cold` fragments, by the function's name.
 fn cold_rets(funcs: &Functions) -> BTreeMap<&str, Vec<u64>> {
     let mut out: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
@@ -554,7 +587,7 @@ const TAIL_DEPTH: usize = 4;
 /// The `ret`s where a call of `f` can end after tail calls (direct `jmp`s to the start of
 /// another function of the object), followed `TAIL_DEPTH` deep: at each, the stack pointer is
 /// the one `f` was entered with.
-pub fn tail_rets(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function) -> Vec<u64> {
+fn tail_rets(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function) -> Vec<u64> {
     let mut out = Vec::new();
     let mut seen = vec![f.address];
     let mut todo: Vec<u64> = f.shape.tail_targets.clone();
@@ -582,7 +615,7 @@ pub fn tail_rets(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function
 /// the same (`TAIL_DEPTH` deep): then nothing can unwind or `longjmp` across its frame either,
 /// and the return probe is as safe as on a leaf (`dictSdsHash` is `jmp siphash`). None of them
 /// may return twice.
-pub fn leaf_through_tails(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function) -> bool {
+fn leaf_through_tails(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function) -> bool {
     fn ok(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: &Function, depth: usize) -> bool {
         if f.names.iter().any(|n| fnshape::returns_twice(n)) || f.go_abi {
             return false;
@@ -604,7 +637,7 @@ pub fn leaf_through_tails(funcs: &Functions, by_addr: &BTreeMap<u64, usize>, f: 
 }
 
 /// Function index by start address, for following tail calls.
-pub fn by_address(funcs: &Functions) -> BTreeMap<u64, usize> {
+fn by_address(funcs: &Functions) -> BTreeMap<u64, usize> {
     funcs
         .functions
         .iter()
@@ -657,18 +690,10 @@ pub fn function_sites(
         }
     };
     let reg = |r: &str| parse_arg(&format!("8@{r}"), arch).resolve(|_| None);
-    let cold = cold_rets(funcs);
-    let addrs = by_address(funcs);
+    let ends = Ends::new(funcs);
     out.sites.reserve(2 * chosen.len());
     for (f, name) in chosen {
-        let end = function_end(
-            f,
-            cold.get(f.name.as_str()).map_or(&[][..], |v| v),
-            &tail_rets(funcs, &addrs, f),
-            leaf_through_tails(funcs, &addrs, f),
-            mode,
-            funcs.go,
-        );
+        let end = ends.of(f, mode);
         let rets = match end {
             FnEnd::Refused { reason } => {
                 out.refused.push(Refusal {

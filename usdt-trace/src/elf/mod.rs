@@ -68,8 +68,8 @@ mod warnings;
 pub use fnshape::Shape;
 pub use functions::{
     demangle, function_end, function_of, function_sites, functions, functions_file, ifunc_shadowed,
-    FnEnd, FnProbeError, FnReturns, FnSites, Function, Functions, GoProbes, Refusal, SiteKind,
-    SymbolTable, ENTRY_SUFFIX, FN_PROVIDER, RETURN_SUFFIX,
+    Ends, FnEnd, FnProbeError, FnReturns, FnSites, Function, Functions, GoProbes, Refusal,
+    SiteKind, SymbolTable, ENTRY_SUFFIX, FN_PROVIDER, RETURN_SUFFIX,
 };
 pub use notes::{NoteError, StapsdtError};
 pub use sites::{optimizable_offset, PcProblem, SemaphoreProblem};
