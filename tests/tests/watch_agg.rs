@@ -109,6 +109,167 @@ fn by_comm_pid_and_probe() {
     assert_eq!(counts(&by_rows(&out)), [(pid.to_string(), 35)]);
 }
 
+/// Keys of several fields (bpftrace's `@[comm, arg1]`): each combination is a row of its own,
+/// counted exactly, and each key's histogram comes with it (JSON buckets that add up to its
+/// count; text draws one per key after the table).
+#[test]
+#[ignore = "needs root"]
+fn by_several_fields_counts_each_combination_with_its_own_histogram() {
+    let out = agg(&["--hist", "--by", "arg1,req__end:arg1"]);
+    let rows = by_rows(&out);
+    assert_eq!(
+        counts(&rows),
+        [
+            ("[0,200]".into(), 20),
+            ("[1,200]".into(), 10),
+            ("[2,404]".into(), 5)
+        ],
+        "{:?}",
+        out.records
+    );
+    for (k, r) in &rows {
+        let in_buckets: u64 = r["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(in_buckets, r["count"].as_u64().unwrap(), "{k}: {r}");
+        // Every bucket lies where that kind's spans last: at least its busy time.
+        let lo = r["buckets"][0]["hi"].as_u64().unwrap();
+        let want = match k.as_str() {
+            "[0,200]" => 200_000,
+            "[1,200]" => 500_000,
+            _ => 1_000_000,
+        };
+        assert!(lo > want * 15 / 16, "{k}: {r}");
+    }
+    // Three fields, one of them the captured string, one the comm (two kernel words).
+    let out = agg(&[
+        "--hist",
+        "--str",
+        "req__start:2",
+        "--by",
+        "comm,str0,req__end:arg1",
+    ]);
+    assert_eq!(
+        counts(&by_rows(&out)),
+        [
+            ("[\"agg_keys\",\"alpha\",200]".into(), 20),
+            ("[\"agg_keys\",\"beta\",200]".into(), 10),
+            ("[\"agg_keys\",\"gamma\",404]".into(), 5)
+        ],
+        "{:?}",
+        out.records
+    );
+    // Counted hits keyed on two fields; `once` has no argument 0: only its total.
+    let out = agg(&["--count", "--by", "probe,arg0", "ag:tick", "ag:once"]);
+    let keys: Vec<(String, u64)> = out
+        .of_type("count")
+        .filter(|r| r.get("key").is_some())
+        .map(|r| (r["key"].to_string(), r["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("[\"ag:tick\",0]".into(), 20),
+            ("[\"ag:tick\",1]".into(), 10),
+            ("[\"ag:tick\",2]".into(), 5)
+        ],
+        "{:?}",
+        out.records
+    );
+    // Text: the table, then one histogram per key, its rows adding up to the key's count.
+    let bin = build_c("agg_keys", &["-O2"]);
+    let b = bin.to_str().unwrap();
+    let o = watch::run(&["watch", "--hist", "--by", "comm,arg1", "-c", b, b]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.contains("@ag:req by comm,arg1 (3 keys)"), "{text}");
+    for (key, n) in [
+        ("\"agg_keys\", 0", 20u64),
+        ("\"agg_keys\", 1", 10),
+        ("\"agg_keys\", 2", 5),
+    ] {
+        let head = format!("@ag:req[{key}]: {n} spans");
+        let after = text
+            .split(&head)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {head}: {text}"));
+        let bars: u64 = after
+            .split("\n\n")
+            .next()
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with('['))
+            .map(|l| l.split_whitespace().nth(2).unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(bars, n, "{head}: {after}");
+    }
+}
+
+/// Several fields under concurrency: six threads of known names and counts, keyed on
+/// (comm, tid) and (comm, arg0) by two tracers side by side beside a CPU hog: every thread is
+/// one row with its own count, never "other".
+#[test]
+#[ignore = "needs root"]
+fn several_field_keys_stay_exact_with_threads_and_tracers_side_by_side() {
+    let bin = build_c("agg_threads", &["-O2", "-pthread"]);
+    let b = bin.to_str().unwrap();
+    let a = watch::Watch::start(&["--hist", "--by", "comm,tid", b]);
+    let c = watch::Watch::start(&["--hist", "--by", "comm,arg0", b]);
+    let hog = Hog::start();
+    let st = std::process::Command::new(&bin).status().unwrap();
+    assert!(st.success());
+    drop(hog);
+    for (i, w) in [a, c].into_iter().enumerate() {
+        let out = w.stop();
+        assert!(out.status.success(), "{}", out.stderr);
+        let rows = by_rows(&out);
+        let got: Vec<(String, u64)> = rows
+            .iter()
+            .map(|(_, r)| {
+                let key = r["key"].as_array().unwrap();
+                (
+                    key[0].as_str().unwrap().to_string(),
+                    r["count"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let want: Vec<(String, u64)> = (0..6)
+            .rev()
+            .map(|t| (format!("akt{t}"), 50 * (t + 1)))
+            .collect();
+        assert_eq!(got, want, "tracer {i}: {rows:?}\n{}", out.stderr);
+        if i == 1 {
+            // (comm, arg0): thread t passes t.
+            for (_, r) in &rows {
+                let key = r["key"].as_array().unwrap();
+                let t: u64 = key[0].as_str().unwrap()[3..].parse().unwrap();
+                assert_eq!(key[1], t, "{r}");
+            }
+        } else {
+            // (comm, tid): six distinct thread ids.
+            let tids: std::collections::BTreeSet<u64> = rows
+                .iter()
+                .map(|(_, r)| r["key"][1].as_u64().unwrap())
+                .collect();
+            assert_eq!(tids.len(), 6, "{rows:?}");
+        }
+        assert!(
+            !out.records
+                .iter()
+                .any(|r| r["other"] == true || r["unkeyed"] == true),
+            "{:?}",
+            out.records
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn keys_beyond_max_keys_are_counted_as_other_never_dropped() {
@@ -500,6 +661,19 @@ fn bad_by_keys_are_one_line_errors() {
             "no traced probe is named",
         ),
         (vec!["--hist", "--by", "req__end:arg5"], "has no argument 5"),
+        (
+            vec!["--hist", "--by", "pid,comm,tid,probe,arg0"],
+            "at most 4 fields",
+        ),
+        (
+            vec!["--hist", "--by", "comm,comm"],
+            "\"comm\" is named twice",
+        ),
+        (vec!["--hist", "--by", "comm,"], "expected argN"),
+        (
+            vec!["--hist", "--by", "comm,arg9"],
+            "no traced span start has argument 9",
+        ),
         (vec!["--count", "--hist"], "cannot be used with"),
         (vec!["--top", "0"], "--top 0"),
         (vec!["-i", "1s"], "--interval needs"),

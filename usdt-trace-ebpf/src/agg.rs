@@ -19,10 +19,10 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     agg::{
-        AggConfig, ByKey, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_BY_SPILLED, AGG_CNT_BY_UNKEYED,
-        AGG_CNT_COUNT_OTHER, AGG_CNT_COUNT_SPILLED, AGG_CNT_COUNT_UNKEYED, AGG_COUNTERS, BY_ARG,
-        BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_STR_LEN, BY_TID, CFG_AGG_ARGS, CFG_AGG_BY,
-        SPILL_KEYS,
+        AggConfig, ByKey, BySites, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_BY_SPILLED,
+        AGG_CNT_BY_UNKEYED, AGG_CNT_COUNT_OTHER, AGG_CNT_COUNT_SPILLED, AGG_CNT_COUNT_UNKEYED,
+        AGG_COUNTERS, BY_ARG, BY_COMM, BY_FIELDS, BY_NONE, BY_PID, BY_PROBE, BY_STR_LEN, BY_TID,
+        BY_WORDS, CFG_AGG_ARGS, CFG_AGG_BY, SPILL_KEYS,
     },
     Frame, Hist, IdKey, CFG_FILTER, CFG_STOPPED, MAX_ARGS, STRS_CUT, STRS_OK, STR_MAX_CAP,
     STR_NONE,
@@ -57,10 +57,10 @@ pub fn on_count(ctx: &ProbeContext) -> Result<(), ()> {
 
 #[map]
 pub static AGG: Array<AggConfig> = Array::with_max_entries(1, 0);
-/// Per site (cookie): the argument index `--by argN` keys on there, or `BY_ARG_NONE`. User
-/// space sizes it like SITES.
+/// Per site (cookie): for each key field, the argument index an `argN` field keys on there,
+/// or `BY_ARG_NONE`. User space sizes it like SITES.
 #[map]
-pub static BY_SITES: Array<u8> = Array::with_max_entries(1, 0);
+pub static BY_SITES: Array<BySites> = Array::with_max_entries(1, 0);
 /// `--hist --by`: one duration histogram per (span name, key), for keys without a string, and
 /// for string keys (`str0`). User space sizes the one in use (`--max-keys`); allocated as
 /// keys appear.
@@ -148,7 +148,7 @@ fn fresh_key(id: u32) -> Option<&'static mut ByKey> {
     let k = unsafe { &mut *k };
     k.id = id;
     k.str_len = 0;
-    k.val = 0;
+    zero_words(&mut k.val);
     k.str_state = 0;
     k._pad = 0;
     // One helper call from a zeroed map value, not a long loop the verifier must walk.
@@ -165,33 +165,81 @@ fn fresh_num(id: u32) -> Option<&'static mut NumKey> {
     // SAFETY: this CPU's slot, used only while this program runs.
     let k = unsafe { &mut *k };
     k.id = id;
-    // Not `k.val = [0, 0]`: see `spans::zero`.
     zero(&mut k._pad);
-    zero(&mut k.val[0]);
-    zero(&mut k.val[1]);
+    zero_words(&mut k.val);
     Some(k)
 }
 
-/// Keys that come from the task rather than from the probe's arguments.
+/// Not `*w = [0; BY_WORDS]`: see `spans::zero`.
 #[inline(always)]
-fn task_key(k: &mut NumKey, by: u32) {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    match by {
-        BY_PID => k.val[0] = pid_tgid >> 32,
-        BY_TID => k.val[0] = pid_tgid as u32 as u64,
-        BY_COMM => {
-            // The name's 16 bytes are the key's two words, in memory order.
-            // SAFETY: `val` is 16 bytes of plain integers; any bytes are valid.
-            current_comm_into(unsafe { &mut *(k.val.as_mut_ptr() as *mut [u8; 16]) });
-        }
-        _ => {}
+fn zero_words(w: &mut [u64; BY_WORDS]) {
+    for v in w.iter_mut() {
+        zero(v);
     }
 }
 
-/// The argument index `--by argN` keys on at `site`, if any.
+/// Where a key's numeric fields come from: a span (its frame and the end that closed it) or
+/// one hit (`--count`).
+#[derive(Clone, Copy)]
+enum KeySource<'a> {
+    Span { f: &'a Frame, end_site: u32 },
+    Hit { site: u32 },
+}
+
+/// Fills the key's words with its fields but the string (which the caller reads). False when
+/// a hit lacks an argument a field keys on: it is then counted only in its total.
 #[inline(always)]
-fn by_arg(site: u32) -> Option<usize> {
-    let n = *BY_SITES.get(site)? as usize;
+fn fill_words(w: &mut [u64; BY_WORDS], agg: &AggConfig, src: KeySource) -> bool {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    for i in 0..BY_FIELDS {
+        let by = agg.by[i];
+        if by == BY_NONE {
+            break;
+        }
+        let at = agg.word[i] as usize;
+        let v = match by {
+            BY_ARG => match src {
+                KeySource::Span { f, end_site } => match (by_arg(f.site, i), by_arg(end_site, i)) {
+                    (Some(n), _) => f.args.get(n).copied().unwrap_or(0),
+                    (None, Some(n)) => hit_arg(end_site, n).unwrap_or(0),
+                    _ => 0,
+                },
+                KeySource::Hit { site } => match by_arg(site, i).and_then(|n| hit_arg(site, n)) {
+                    Some(v) => v,
+                    None => return false,
+                },
+            },
+            BY_PROBE => match src {
+                KeySource::Span { end_site, .. } => end_site as u64,
+                KeySource::Hit { site } => site as u64,
+            },
+            BY_PID => pid_tgid >> 32,
+            BY_TID => pid_tgid as u32 as u64,
+            BY_COMM => {
+                // The name's 16 bytes are two words, in memory order; the bound is for the
+                // verifier (user space puts a comm where two words are left).
+                if at + 1 < BY_WORDS {
+                    // SAFETY: words `at` and `at + 1` are in bounds: 16 bytes of plain
+                    // integers, where any bytes are valid.
+                    let b = unsafe { &mut *(w.as_mut_ptr().add(at) as *mut [u8; 16]) };
+                    current_comm_into(b);
+                }
+                continue;
+            }
+            // The string field is the caller's.
+            _ => continue,
+        };
+        if let Some(x) = w.get_mut(at) {
+            *x = v;
+        }
+    }
+    true
+}
+
+/// The argument index key field `field` reads at `site`, if any.
+#[inline(always)]
+fn by_arg(site: u32, field: usize) -> Option<usize> {
+    let n = *BY_SITES.get(site)?.get(field)? as usize;
     (n < MAX_ARGS).then_some(n)
 }
 
@@ -246,12 +294,13 @@ pub extern "C" fn usdt_by_span(
     let Some(agg) = AGG.get(0) else {
         return 0;
     };
-    let by = agg.by;
     // Every span lands in a key's histogram or in its name's "other": user space sums them
     // into the name's duration histogram, which the kernel does not update under --by. So a
     // key that cannot be built (its scratch missing: never seen) goes to "other" too.
-    let h = if by == BY_STR {
+    let src = KeySource::Span { f, end_site };
+    let h = if agg.str_keys != 0 {
         fresh_key(f.pair_id).map(|k| {
+            fill_words(&mut k.val, agg, src);
             // str0 is the start's first string when the start has strings, else the end's
             // first.
             match crate::strs::kept_set(kept, id_key) {
@@ -267,15 +316,7 @@ pub extern "C" fn usdt_by_span(
         })
     } else {
         fresh_num(f.pair_id).map(|k| {
-            match by {
-                BY_ARG => match (by_arg(f.site), by_arg(end_site)) {
-                    (Some(n), _) => k.val[0] = f.args[n],
-                    (None, Some(n)) => k.val[0] = hit_arg(end_site, n).unwrap_or(0),
-                    _ => {}
-                },
-                BY_PROBE => k.val[0] = end_site as u64,
-                by => task_key(k, by),
-            }
+            fill_words(&mut k.val, agg, src);
             keyed(&BY_HISTS, &BY_HISTS_SPILL, k)
         })
     };
@@ -519,10 +560,15 @@ pub extern "C" fn usdt_count(site: u32) -> u32 {
     let Some(agg) = AGG.get(0) else {
         return 0;
     };
-    let ok: Result<(), Miss> = if agg.by == BY_STR {
+    let src = KeySource::Hit { site };
+    let ok: Result<(), Miss> = if agg.str_keys != 0 {
         let Some(k) = fresh_key(site) else {
             return 0;
         };
+        // A probe without an argument a field keys on has only its total.
+        if !fill_words(&mut k.val, agg, src) {
+            return 0;
+        }
         if let Some(a) = hit_args(site) {
             key_from_args(k, site, a);
         }
@@ -531,14 +577,8 @@ pub extern "C" fn usdt_count(site: u32) -> u32 {
         let Some(k) = fresh_num(site) else {
             return 0;
         };
-        match agg.by {
-            BY_ARG => match by_arg(site).and_then(|n| hit_arg(site, n)) {
-                Some(v) => k.val[0] = v,
-                // A probe without the argument has only its total.
-                None => return 0,
-            },
-            BY_PROBE => k.val[0] = site as u64,
-            by => task_key(k, by),
+        if !fill_words(&mut k.val, agg, src) {
+            return 0;
         }
         count_keyed(&BY_COUNTS, &BY_COUNTS_SPILL, k)
     };

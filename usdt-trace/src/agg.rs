@@ -13,13 +13,14 @@ use crate::plan::Plan;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use usdt_trace_common::agg::{
-    ByKey, BY_ARG, BY_ARG_NONE, BY_COMM, BY_PID, BY_PROBE, BY_STR, BY_TID,
+    comm_of_words, AggConfig, ByKey, BySites, BY_ARG, BY_ARG_NONE, BY_COMM, BY_FIELDS, BY_PID,
+    BY_PROBE, BY_STR, BY_TID,
 };
 use usdt_trace_common::{Hist, SiteRole, SpanRecord, MAX_ARGS, STRS_CUT};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AggError {
-    #[error("--by {0:?}: expected argN, PROBE:argN, str0, pid, tid, comm or probe")]
+    #[error("--by {0:?}: expected argN, PROBE:argN, str0, pid, tid, comm or probe (several joined by commas)")]
     BadKey(String),
     #[error("--by {key:?}: only str0 (the first captured string) can be a key today")]
     StrIndex { key: String },
@@ -46,9 +47,13 @@ pub enum AggError {
     },
     #[error("--by str0: no traced probe captures a string; add --str PROBE:N")]
     NoStr,
+    #[error("--by {key:?}: at most {BY_FIELDS} fields in one key")]
+    TooManyFields { key: String },
+    #[error("--by {key:?}: {field:?} is named twice")]
+    Repeated { key: String, field: String },
 }
 
-/// What a `--by` key is made of.
+/// What one field of a `--by` key is made of.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ByKind {
     /// Argument `n` of the span's start probe, or, with `probe`, of that probe (start or end,
@@ -66,10 +71,43 @@ pub enum ByKind {
     Probe,
 }
 
-/// A parsed `--by KEY`.
+impl ByKind {
+    /// The kernel's `BY_*` code.
+    fn code(&self) -> u32 {
+        match self {
+            ByKind::Arg { .. } => BY_ARG,
+            ByKind::Str => BY_STR,
+            ByKind::Pid => BY_PID,
+            ByKind::Tid => BY_TID,
+            ByKind::Comm => BY_COMM,
+            ByKind::Probe => BY_PROBE,
+        }
+    }
+
+    /// Key words the field takes (the string field is kept apart).
+    fn words(&self) -> usize {
+        match self {
+            ByKind::Comm => 2,
+            ByKind::Str => 0,
+            _ => 1,
+        }
+    }
+}
+
+/// One field of a key, and the word of the kernel key it is kept in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ByField {
+    pub kind: ByKind,
+    /// As the user wrote it.
+    pub text: String,
+    pub word: usize,
+}
+
+/// A parsed `--by KEY[,KEY...]`: one field, or several (a tuple, as bpftrace's
+/// `@[comm, arg1]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct By {
-    pub kind: ByKind,
+    pub fields: Vec<ByField>,
     /// As the user wrote it, for headings and JSON.
     pub text: String,
 }
@@ -92,50 +130,82 @@ fn arg_index(key: &str, s: &str) -> Result<Option<usize>, AggError> {
     }
 }
 
+fn parse_field(s: &str) -> Result<ByKind, AggError> {
+    Ok(match s {
+        "pid" => ByKind::Pid,
+        "tid" => ByKind::Tid,
+        "comm" => ByKind::Comm,
+        "probe" => ByKind::Probe,
+        "str0" => ByKind::Str,
+        _ if s.starts_with("str") && s[3..].parse::<u32>().is_ok() => {
+            return Err(AggError::StrIndex { key: s.into() })
+        }
+        _ => match s.rsplit_once(':') {
+            Some((probe, a)) if !probe.is_empty() => ByKind::Arg {
+                probe: Some(probe.to_string()),
+                n: arg_index(s, a)?.ok_or_else(|| AggError::BadKey(s.into()))?,
+            },
+            Some(_) => return Err(AggError::BadKey(s.into())),
+            None => ByKind::Arg {
+                probe: None,
+                n: arg_index(s, s)?.ok_or_else(|| AggError::BadKey(s.into()))?,
+            },
+        },
+    })
+}
+
 impl By {
     pub fn parse(s: &str) -> Result<By, AggError> {
-        let kind = match s {
-            "pid" => ByKind::Pid,
-            "tid" => ByKind::Tid,
-            "comm" => ByKind::Comm,
-            "probe" => ByKind::Probe,
-            "str0" => ByKind::Str,
-            _ if s.starts_with("str") && s[3..].parse::<u32>().is_ok() => {
-                return Err(AggError::StrIndex { key: s.into() })
+        let mut fields: Vec<ByField> = Vec::new();
+        let mut word = 0;
+        for f in s.split(',').map(str::trim) {
+            if f.is_empty() {
+                return Err(AggError::BadKey(s.into()));
             }
-            _ => match s.rsplit_once(':') {
-                Some((probe, a)) if !probe.is_empty() => ByKind::Arg {
-                    probe: Some(probe.to_string()),
-                    n: arg_index(s, a)?.ok_or_else(|| AggError::BadKey(s.into()))?,
-                },
-                Some(_) => return Err(AggError::BadKey(s.into())),
-                None => ByKind::Arg {
-                    probe: None,
-                    n: arg_index(s, s)?.ok_or_else(|| AggError::BadKey(s.into()))?,
-                },
-            },
-        };
+            if fields.len() == BY_FIELDS {
+                return Err(AggError::TooManyFields { key: s.into() });
+            }
+            let kind = parse_field(f)?;
+            if fields.iter().any(|g| g.kind == kind) {
+                return Err(AggError::Repeated {
+                    key: s.into(),
+                    field: f.into(),
+                });
+            }
+            fields.push(ByField {
+                word,
+                text: f.to_string(),
+                kind: kind.clone(),
+            });
+            word += kind.words();
+        }
         Ok(By {
-            kind,
+            fields,
             text: s.to_string(),
         })
     }
 
-    /// The kernel's `BY_*` code.
-    pub fn code(&self) -> u32 {
-        match self.kind {
-            ByKind::Arg { .. } => BY_ARG,
-            ByKind::Str => BY_STR,
-            ByKind::Pid => BY_PID,
-            ByKind::Tid => BY_TID,
-            ByKind::Comm => BY_COMM,
-            ByKind::Probe => BY_PROBE,
+    /// The kernel's settings for this key.
+    pub fn config(&self) -> AggConfig {
+        let mut c = AggConfig::default();
+        for (i, f) in self.fields.iter().enumerate().take(BY_FIELDS) {
+            c.by[i] = f.kind.code();
+            c.word[i] = f.word as u32;
         }
+        c.str_keys = self.has_str() as u32;
+        c
+    }
+
+    /// Whether a field is the captured string.
+    pub fn has_str(&self) -> bool {
+        self.fields.iter().any(|f| f.kind == ByKind::Str)
     }
 
     /// Whether the kernel must read arguments (and strings) to build the key.
     pub fn reads_args(&self) -> bool {
-        matches!(self.kind, ByKind::Arg { .. } | ByKind::Str)
+        self.fields
+            .iter()
+            .any(|f| matches!(f.kind, ByKind::Arg { .. } | ByKind::Str))
     }
 }
 
@@ -143,11 +213,12 @@ impl By {
 #[derive(Clone, Debug)]
 pub struct KeyPlan {
     pub by: By,
-    /// Per site (cookie): the argument the key is read from there, or `BY_ARG_NONE`.
-    pub by_sites: Vec<u8>,
-    /// Argument keys of spans print as signed numbers (one of the sites supplying them is
-    /// signed); counted keys print as their own site's argument does.
-    pub signed: bool,
+    /// Per site (cookie), per field: the argument the field is read from there, or
+    /// `BY_ARG_NONE`.
+    pub by_sites: Vec<BySites>,
+    /// Per field: argument keys of spans print as signed numbers (one of the sites supplying
+    /// them is signed); counted keys print as their own site's argument does.
+    pub signed: Vec<bool>,
     /// Keys are per hit (`--count`): a key's id is its site.
     pub count: bool,
 }
@@ -163,54 +234,56 @@ impl KeyPlan {
     /// Checks `by` against the traced sites. `count`: keys are per hit (every site can supply
     /// an argument), not per span (an unqualified `argN` is the start's).
     pub fn new(plan: &Plan, by: &By, count: bool) -> Result<KeyPlan, AggError> {
-        let mut by_sites = vec![BY_ARG_NONE; plan.sites.len()];
-        let mut signed = false;
-        match &by.kind {
-            ByKind::Arg { probe: None, n } => {
-                for (i, (site, spec)) in plan.sites.iter().zip(plan.specs.iter()).enumerate() {
-                    let eligible = count || spec.role == SiteRole::START;
-                    if eligible && site.args.len() > *n {
-                        by_sites[i] = *n as u8;
-                        signed |= site.args[*n] == ArgFmt::Signed;
+        let mut by_sites = vec![[BY_ARG_NONE; BY_FIELDS]; plan.sites.len()];
+        let mut signed = vec![false; by.fields.len()];
+        for (fi, field) in by.fields.iter().enumerate() {
+            match &field.kind {
+                ByKind::Arg { probe: None, n } => {
+                    for (i, (site, spec)) in plan.sites.iter().zip(plan.specs.iter()).enumerate() {
+                        let eligible = count || spec.role == SiteRole::START;
+                        if eligible && site.args.len() > *n {
+                            by_sites[i][fi] = *n as u8;
+                            signed[fi] |= site.args[*n] == ArgFmt::Signed;
+                        }
                     }
-                }
-                if by_sites.iter().all(|&b| b == BY_ARG_NONE) {
-                    return Err(AggError::NoArg {
-                        key: by.text.clone(),
-                        what: if count { "probe" } else { "span start" },
-                        n: *n,
-                    });
-                }
-            }
-            ByKind::Arg { probe: Some(p), n } => {
-                let mut any = false;
-                for (i, site) in plan.sites.iter().enumerate() {
-                    if !probe_matches(p, &site.provider, &site.name) {
-                        continue;
-                    }
-                    any = true;
-                    if site.args.len() <= *n {
-                        return Err(AggError::ProbeArg {
-                            key: by.text.clone(),
-                            probe: format!("{}:{}", site.provider, site.name),
+                    if by_sites.iter().all(|b| b[fi] == BY_ARG_NONE) {
+                        return Err(AggError::NoArg {
+                            key: field.text.clone(),
+                            what: if count { "probe" } else { "span start" },
                             n: *n,
-                            count: site.args.len(),
                         });
                     }
-                    by_sites[i] = *n as u8;
-                    signed |= site.args[*n] == ArgFmt::Signed;
                 }
-                if !any {
-                    return Err(AggError::NoProbe {
-                        key: by.text.clone(),
-                        probe: p.clone(),
-                    });
+                ByKind::Arg { probe: Some(p), n } => {
+                    let mut any = false;
+                    for (i, site) in plan.sites.iter().enumerate() {
+                        if !probe_matches(p, &site.provider, &site.name) {
+                            continue;
+                        }
+                        any = true;
+                        if site.args.len() <= *n {
+                            return Err(AggError::ProbeArg {
+                                key: field.text.clone(),
+                                probe: format!("{}:{}", site.provider, site.name),
+                                n: *n,
+                                count: site.args.len(),
+                            });
+                        }
+                        by_sites[i][fi] = *n as u8;
+                        signed[fi] |= site.args[*n] == ArgFmt::Signed;
+                    }
+                    if !any {
+                        return Err(AggError::NoProbe {
+                            key: field.text.clone(),
+                            probe: p.clone(),
+                        });
+                    }
                 }
+                ByKind::Str if plan.sites.iter().all(|s| s.strs.is_empty()) => {
+                    return Err(AggError::NoStr);
+                }
+                _ => {}
             }
-            ByKind::Str if plan.sites.iter().all(|s| s.strs.is_empty()) => {
-                return Err(AggError::NoStr);
-            }
-            _ => {}
         }
         Ok(KeyPlan {
             by: by.clone(),
@@ -221,48 +294,103 @@ impl KeyPlan {
     }
 
     /// The value of a kernel key, as shown.
-    pub fn value(&self, plan: &Plan, k: &ByKey) -> KeyVal {
-        let signed = if self.count {
-            let site = plan.sites.get(k.id as usize);
-            let n = self
-                .by_sites
-                .get(k.id as usize)
-                .copied()
-                .unwrap_or(BY_ARG_NONE) as usize;
-            site.and_then(|s| s.args.get(n)) == Some(&ArgFmt::Signed)
-        } else {
-            self.signed
-        };
-        match self.by.kind {
-            ByKind::Arg { .. } if signed => KeyVal::Int(k.val as i64),
-            ByKind::Arg { .. } | ByKind::Pid | ByKind::Tid => KeyVal::Uint(k.val),
-            // Exactly the bytes the kernel kept (the length counts a NUL after them): a string
-            // read by its length argument may hold NULs of its own.
-            ByKind::Str => {
-                let n = (k.str_len as usize).saturating_sub(1).min(k.str.len());
-                let b = k.str[..n].to_vec();
-                if k.str_state == u32::from(STRS_CUT) {
-                    KeyVal::CutStr(b)
-                } else {
-                    KeyVal::Str(b)
+    pub fn value(&self, plan: &Plan, k: &ByKey) -> Key {
+        let word = |w: usize| k.val.get(w).copied().unwrap_or(0);
+        let field = |fi: usize, f: &ByField| -> KeyVal {
+            let signed = if self.count {
+                let site = plan.sites.get(k.id as usize);
+                let n = self
+                    .by_sites
+                    .get(k.id as usize)
+                    .map_or(BY_ARG_NONE, |b| b[fi]) as usize;
+                site.and_then(|s| s.args.get(n)) == Some(&ArgFmt::Signed)
+            } else {
+                self.signed.get(fi).copied().unwrap_or(false)
+            };
+            match f.kind {
+                ByKind::Arg { .. } if signed => KeyVal::Int(word(f.word) as i64),
+                ByKind::Arg { .. } | ByKind::Pid | ByKind::Tid => KeyVal::Uint(word(f.word)),
+                // Exactly the bytes the kernel kept (the length counts a NUL after them): a
+                // string read by its length argument may hold NULs of its own.
+                ByKind::Str => {
+                    let n = (k.str_len as usize).saturating_sub(1).min(k.str.len());
+                    let b = k.str[..n].to_vec();
+                    if k.str_state == u32::from(STRS_CUT) {
+                        KeyVal::CutStr(b)
+                    } else {
+                        KeyVal::Str(b)
+                    }
                 }
+                ByKind::Comm => {
+                    let b = comm_of_words([word(f.word), word(f.word + 1)]);
+                    // Up to the first NUL: a comm shorter than 16 bytes is padded with them.
+                    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+                    KeyVal::Str(b[..end].to_vec())
+                }
+                ByKind::Probe => match plan.sites.get(word(f.word) as usize) {
+                    Some(s) => KeyVal::Str(format!("{}:{}", s.provider, s.name).into_bytes()),
+                    None => KeyVal::Uint(word(f.word)),
+                },
             }
-            ByKind::Comm => {
-                let n = (k.str_len as usize).min(k.str.len());
-                let b = &k.str[..n];
-                // Up to the first NUL: a comm shorter than 16 bytes is padded with them.
-                let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-                KeyVal::Str(b[..end].to_vec())
+        };
+        Key(self
+            .by
+            .fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| field(i, f))
+            .collect())
+    }
+}
+
+/// A key as printed: one value per field of `--by`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(pub Vec<KeyVal>);
+
+impl Key {
+    /// One field's key (tests, and single-field callers).
+    pub fn one(v: KeyVal) -> Key {
+        Key(vec![v])
+    }
+
+    /// As the text tables show it: the fields joined by ", " (bpftrace's `@[comm, arg1]`).
+    fn text(&self) -> String {
+        let parts: Vec<String> = self.0.iter().map(KeyVal::text).collect();
+        parts.join(", ")
+    }
+
+    /// `"key":VALUE` for one field, `"key":[VALUE,...]` for several; then for strings what a
+    /// span's strings say beside them: `"key_truncated":true` when one was cut at
+    /// `--str-max`, `"key_escaped":true` when bytes that are not UTF-8 are written `\\xNN`
+    /// (as in span strings, never replaced by U+FFFD).
+    fn json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b",\"key\":");
+        let (mut cut, mut escaped) = (false, false);
+        let many = self.0.len() != 1;
+        if many {
+            out.push(b'[');
+        }
+        for (i, v) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
             }
-            ByKind::Probe => match plan.sites.get(k.val as usize) {
-                Some(s) => KeyVal::Str(format!("{}:{}", s.provider, s.name).into_bytes()),
-                None => KeyVal::Uint(k.val),
-            },
+            let (c, e) = v.json_value(out);
+            cut |= c;
+            escaped |= e;
+        }
+        if many {
+            out.push(b']');
+        }
+        if cut {
+            out.extend_from_slice(b",\"key_truncated\":true");
+        }
+        if escaped {
+            out.extend_from_slice(b",\"key_escaped\":true");
         }
     }
 }
 
-/// A key's value as printed.
+/// One field's value as printed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KeyVal {
     Uint(u64),
@@ -274,8 +402,8 @@ pub enum KeyVal {
 }
 
 impl KeyVal {
-    /// As the text tables show it: strings quoted once, every byte recoverable (`\xNN` for
-    /// bytes that are not UTF-8, never U+FFFD), a cut one followed by `…` outside the quotes.
+    /// Strings quoted once, every byte recoverable (`\xNN` for bytes that are not UTF-8,
+    /// never U+FFFD), a cut one followed by `…` outside the quotes.
     fn text(&self) -> String {
         match self {
             KeyVal::Uint(v) => v.to_string(),
@@ -291,25 +419,18 @@ impl KeyVal {
         }
     }
 
-    /// `"key":VALUE` and, for strings, what a span's strings say beside them: `"key_truncated"`
-    /// when cut at `--str-max`, `"key_escaped"` when bytes that are not UTF-8 are written
-    /// `\\xNN` (as in span strings, never replaced by U+FFFD).
-    fn json(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b",\"key\":");
+    /// The JSON value; (cut, escaped).
+    fn json_value(&self, out: &mut Vec<u8>) -> (bool, bool) {
         match self {
             KeyVal::Uint(v) => out.extend_from_slice(v.to_string().as_bytes()),
             KeyVal::Int(v) => out.extend_from_slice(v.to_string().as_bytes()),
             KeyVal::Str(b) | KeyVal::CutStr(b) => {
                 let (s, escaped) = escape_invalid(b);
                 json_str(out, s.as_bytes());
-                if matches!(self, KeyVal::CutStr(_)) {
-                    out.extend_from_slice(b",\"key_truncated\":true");
-                }
-                if escaped {
-                    out.extend_from_slice(b",\"key_escaped\":true");
-                }
+                return (matches!(self, KeyVal::CutStr(_)), escaped);
             }
         }
+        (false, false)
     }
 }
 
@@ -367,14 +488,14 @@ impl ByHists {
 /// One span name's rows: keys by count (largest first), then "other" and "unkeyed".
 pub struct KeyTable<T> {
     pub pair: usize,
-    pub rows: Vec<(KeyVal, T)>,
+    pub rows: Vec<(Key, T)>,
     pub other: T,
     pub unkeyed: T,
 }
 
 /// Groups a snapshot into one table per span name, keys merged by their printed value.
 pub fn by_tables(plan: &Plan, kp: &KeyPlan, h: &ByHists) -> Vec<KeyTable<Hist>> {
-    let mut per: Vec<HashMap<KeyVal, Hist>> = vec![HashMap::new(); plan.pairs.len()];
+    let mut per: Vec<HashMap<Key, Hist>> = vec![HashMap::new(); plan.pairs.len()];
     for (k, hist) in &h.keys {
         if let Some(m) = per.get_mut(k.id as usize) {
             hist_merge(m.entry(kp.value(plan, k)).or_default(), hist);
@@ -388,14 +509,14 @@ pub fn by_tables(plan: &Plan, kp: &KeyPlan, h: &ByHists) -> Vec<KeyTable<Hist>> 
     };
     per.into_iter()
         .enumerate()
-        .filter(|(pair, _)| kp.by.kind != ByKind::Str || has_str(*pair))
+        .filter(|(pair, _)| !kp.by.has_str() || has_str(*pair))
         .filter_map(|(pair, m)| {
             let other = h.other.get(pair).copied().unwrap_or_default();
             let unkeyed = h.unkeyed.get(pair).copied().unwrap_or_default();
             if m.is_empty() && other.count == 0 && unkeyed.count == 0 {
                 return None;
             }
-            let mut rows: Vec<(KeyVal, Hist)> = m.into_iter().collect();
+            let mut rows: Vec<(Key, Hist)> = m.into_iter().collect();
             rows.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(&b.0)));
             Some(KeyTable {
                 pair,
@@ -535,6 +656,23 @@ pub fn by_text(plan: &Plan, kp: &KeyPlan, tables: &[KeyTable<Hist>], max_keys: u
             hist_stats_text(&mut s, UNKEYED_LABEL, w, &t.unkeyed);
         }
         s.push('\n');
+        // Then each key's histogram, as bpftrace's `@[key] = hist()` draws one per key.
+        let head = format!(
+            "@{}:{}",
+            crate::output::text::clean(&p.provider),
+            crate::output::text::clean(&p.stem)
+        );
+        let drawn = keys
+            .iter()
+            .map(String::as_str)
+            .zip(t.rows.iter().map(|(_, h)| h))
+            .chain((t.other.count > 0).then_some((other.as_str(), &t.other)))
+            .chain((t.unkeyed.count > 0).then_some((UNKEYED_LABEL, &t.unkeyed)));
+        for (label, h) in drawn {
+            let _ = writeln!(s, "{head}[{label}]: {} spans", h.count);
+            crate::output::hist::draw_bars(&mut s, std::slice::from_ref(h));
+            s.push('\n');
+        }
     }
     s
 }
@@ -549,7 +687,8 @@ fn hist_stats_json(out: &mut Vec<u8>, h: &Hist) {
     }
 }
 
-/// `--hist --by` in JSON: one `{"type":"hist_by",...}` line per key, and one with
+/// `--hist --by` in JSON: one `{"type":"hist_by",...}` line per key with its statistics and
+/// its log-linear `buckets` (as `hist` lines have), and one with
 /// `"other":true` (and `"key":null`) per span name that had keys beyond the map, and one with
 /// `"unkeyed":true` per span name whose keys the kernel could not keep for want of memory.
 pub fn by_json(
@@ -576,18 +715,21 @@ pub fn by_json(
             head(out);
             k.json(out);
             hist_stats_json(out, h);
+            crate::output::hist::buckets_json(out, h);
             out.extend_from_slice(b"}\n");
         }
         if t.other.count > 0 {
             head(out);
             out.extend_from_slice(b",\"key\":null,\"other\":true");
             hist_stats_json(out, &t.other);
+            crate::output::hist::buckets_json(out, &t.other);
             out.extend_from_slice(b"}\n");
         }
         if t.unkeyed.count > 0 {
             head(out);
             out.extend_from_slice(b",\"key\":null,\"unkeyed\":true");
             hist_stats_json(out, &t.unkeyed);
+            crate::output::hist::buckets_json(out, &t.unkeyed);
             out.extend_from_slice(b"}\n");
         }
     }
@@ -638,7 +780,7 @@ pub struct ProbeCount {
     pub provider: String,
     pub name: String,
     pub count: u64,
-    pub keys: Vec<(KeyVal, u64)>,
+    pub keys: Vec<(Key, u64)>,
     pub other: u64,
     pub unkeyed: u64,
 }
@@ -647,10 +789,10 @@ pub struct ProbeCount {
 pub fn count_table(plan: &Plan, kp: Option<&KeyPlan>, c: &Counts) -> Vec<ProbeCount> {
     let mut idx: HashMap<(&str, &str), usize> = HashMap::new();
     let mut rows: Vec<ProbeCount> = Vec::new();
-    let mut keys: Vec<HashMap<KeyVal, u64>> = Vec::new();
+    let mut keys: Vec<HashMap<Key, u64>> = Vec::new();
     let mut row_of = |site: usize,
                       rows: &mut Vec<ProbeCount>,
-                      keys: &mut Vec<HashMap<KeyVal, u64>>|
+                      keys: &mut Vec<HashMap<Key, u64>>|
      -> Option<usize> {
         let s = plan.sites.get(site)?;
         Some(
@@ -976,11 +1118,12 @@ mod tests {
     }
 
     fn key(id: u32, val: u64) -> ByKey {
-        ByKey {
+        let mut k = ByKey {
             id,
-            val,
             ..Default::default()
-        }
+        };
+        k.val[0] = val;
+        k
     }
 
     fn hist(vals: &[u64]) -> Hist {
@@ -993,7 +1136,7 @@ mod tests {
 
     #[test]
     fn parses_keys() {
-        let k = |s: &str| By::parse(s).map(|b| b.kind);
+        let k = |s: &str| By::parse(s).map(|b| b.fields[0].kind.clone());
         assert_eq!(k("arg1"), Ok(ByKind::Arg { probe: None, n: 1 }));
         assert_eq!(
             k("request__end:arg1"),
@@ -1017,6 +1160,119 @@ mod tests {
         for bad in ["argx", "", ":arg1", "x:arg", "PID", "arg-1", "arg+1"] {
             assert!(matches!(k(bad), Err(AggError::BadKey(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn keys_of_several_fields_take_their_own_words() {
+        let by = By::parse("comm,arg1, pid").unwrap();
+        let kinds: Vec<(ByKind, usize)> =
+            by.fields.iter().map(|f| (f.kind.clone(), f.word)).collect();
+        // A comm takes two words, so arg1 is in the third; spaces after commas are allowed.
+        assert_eq!(
+            kinds,
+            [
+                (ByKind::Comm, 0),
+                (ByKind::Arg { probe: None, n: 1 }, 2),
+                (ByKind::Pid, 3)
+            ]
+        );
+        let c = by.config();
+        assert_eq!(c.by, [BY_COMM, BY_ARG, BY_PID, 0]);
+        assert_eq!(c.word[..3], [0, 2, 3]);
+        assert_eq!(c.str_keys, 0);
+        assert_eq!(By::parse("str0,arg0").unwrap().config().str_keys, 1);
+        // The string is kept apart from the words: arg0 is word 0.
+        assert_eq!(By::parse("str0,arg0").unwrap().fields[1].word, 0);
+        // The most words four fields can take fit the kernel key.
+        let most = By::parse("comm,arg0,pid,tid").unwrap();
+        assert_eq!(most.fields[3].word, usdt_trace_common::agg::BY_WORDS - 1);
+        let err = |s: &str| By::parse(s).unwrap_err();
+        assert!(matches!(
+            err("pid,tid,comm,probe,arg0"),
+            AggError::TooManyFields { .. }
+        ));
+        assert_eq!(
+            err("pid, pid").to_string(),
+            "--by \"pid, pid\": \"pid\" is named twice"
+        );
+        assert!(matches!(err("pid,"), AggError::BadKey(_)));
+        assert!(matches!(err(",pid"), AggError::BadKey(_)));
+        assert!(matches!(err("pid,argx"), AggError::BadKey(_)));
+    }
+
+    #[test]
+    fn several_field_keys_print_each_field_as_named() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("comm,req__end:arg1,str0").unwrap(), false).unwrap();
+        // Per field, per site: only the argument field reads one, at the end probe.
+        assert_eq!(
+            kp.by_sites.iter().map(|b| b[1]).collect::<Vec<_>>(),
+            [BY_ARG_NONE, 1, BY_ARG_NONE]
+        );
+        assert!(kp
+            .by_sites
+            .iter()
+            .all(|b| b[0] == BY_ARG_NONE && b[2] == BY_ARG_NONE));
+        assert_eq!(kp.signed, [false, true, false]);
+        let mut k = key(0, 0);
+        let comm = *b"worker-1\0\0\0\0\0\0\0\0";
+        k.val[0] = u64::from_ne_bytes(comm[..8].try_into().unwrap());
+        k.val[1] = u64::from_ne_bytes(comm[8..].try_into().unwrap());
+        k.val[2] = -5i64 as u64;
+        k.str[..3].copy_from_slice(b"q\xff\0");
+        k.str_len = 3;
+        let v = kp.value(&p, &k);
+        assert_eq!(
+            v,
+            Key(vec![
+                KeyVal::Str(b"worker-1".to_vec()),
+                KeyVal::Int(-5),
+                KeyVal::Str(b"q\xff".to_vec())
+            ])
+        );
+        assert_eq!(v.text(), "\"worker-1\", -5, \"q\\xff\"");
+        let mut out = Vec::new();
+        v.json(&mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#","key":["worker-1",-5,"q\\xff"],"key_escaped":true"#
+        );
+    }
+
+    #[test]
+    fn every_key_gets_its_own_histogram_in_text() {
+        let p = plan();
+        let kp = KeyPlan::new(&p, &By::parse("arg1").unwrap(), false).unwrap();
+        let mut h = ByHists::default();
+        h.keys.insert(key(0, 7), hist(&[1000, 1000, 3000]));
+        h.keys.insert(key(0, 9), hist(&[100_000]));
+        h.other = vec![hist(&[50])];
+        let text = by_text(&p, &kp, &by_tables(&p, &kp, &h), 2);
+        // After the table, one histogram per key in table order, then "other".
+        let heads: Vec<&str> = text.lines().filter(|l| l.starts_with("@ag:req[")).collect();
+        assert_eq!(
+            heads,
+            [
+                "@ag:req[7]: 3 spans",
+                "@ag:req[9]: 1 spans",
+                "@ag:req[other (beyond --max-keys 2)]: 1 spans"
+            ],
+            "{text}"
+        );
+        // Key 7's bars: two spans in [512, 1K)... drawn as bpftrace's hist() rows.
+        let seven = text.split("@ag:req[7]").nth(1).unwrap();
+        let seven = seven.split("\n\n").next().unwrap();
+        assert!(
+            seven.contains("[512, 1K)") || seven.contains("[1K, 2K)"),
+            "{seven}"
+        );
+        assert!(seven.contains("[2K, 4K)"), "{seven}");
+        let counted: u64 = seven
+            .lines()
+            .filter(|l| l.starts_with('['))
+            .map(|l| l.split_whitespace().nth(2).unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(counted, 3, "{seven}");
     }
 
     #[test]
@@ -1049,15 +1305,27 @@ mod tests {
         let p = plan();
         let kp = KeyPlan::new(&p, &By::parse("arg1").unwrap(), false).unwrap();
         // Spans: the start's argument only.
-        assert_eq!(kp.by_sites, [1, BY_ARG_NONE, BY_ARG_NONE]);
-        assert!(!kp.signed);
+        assert_eq!(
+            kp.by_sites.iter().map(|b| b[0]).collect::<Vec<_>>(),
+            [1, BY_ARG_NONE, BY_ARG_NONE]
+        );
+        assert_eq!(kp.signed, [false]);
         // Counts: every probe that has it.
         let kp = KeyPlan::new(&p, &By::parse("arg0").unwrap(), true).unwrap();
-        assert_eq!(kp.by_sites, [0, 0, 0]);
+        assert_eq!(
+            kp.by_sites.iter().map(|b| b[0]).collect::<Vec<_>>(),
+            [0, 0, 0]
+        );
         let kp = KeyPlan::new(&p, &By::parse("req__end:arg1").unwrap(), false).unwrap();
-        assert_eq!(kp.by_sites, [BY_ARG_NONE, 1, BY_ARG_NONE]);
-        assert!(kp.signed);
-        assert_eq!(kp.value(&p, &key(0, -1i64 as u64)), KeyVal::Int(-1));
+        assert_eq!(
+            kp.by_sites.iter().map(|b| b[0]).collect::<Vec<_>>(),
+            [BY_ARG_NONE, 1, BY_ARG_NONE]
+        );
+        assert_eq!(kp.signed, [true]);
+        assert_eq!(
+            kp.value(&p, &key(0, -1i64 as u64)),
+            Key::one(KeyVal::Int(-1))
+        );
         let err = |s: &str| KeyPlan::new(&p, &By::parse(s).unwrap(), false).unwrap_err();
         assert!(matches!(err("arg3"), AggError::NoArg { n: 3, .. }));
         assert!(matches!(err("nosuch:arg0"), AggError::NoProbe { .. }));
@@ -1080,12 +1348,15 @@ mod tests {
         let mut k = key(0, 0);
         k.str[..6].copy_from_slice(b"alpha\0");
         k.str_len = 6;
-        assert_eq!(kp("str0").value(&p, &k), KeyVal::Str(b"alpha".to_vec()));
+        assert_eq!(
+            kp("str0").value(&p, &k),
+            Key::one(KeyVal::Str(b"alpha".to_vec()))
+        );
         assert_eq!(
             kp("probe").value(&p, &key(0, 1)),
-            KeyVal::Str(b"ag:req__end".to_vec())
+            Key::one(KeyVal::Str(b"ag:req__end".to_vec()))
         );
-        assert_eq!(kp("pid").value(&p, &key(0, 42)), KeyVal::Uint(42));
+        assert_eq!(kp("pid").value(&p, &key(0, 42)), Key::one(KeyVal::Uint(42)));
     }
 
     #[test]
@@ -1096,10 +1367,13 @@ mod tests {
         // Read by a length argument: a NUL of the string's own is kept, not an end.
         k.str[..4].copy_from_slice(b"a\0b\xc3");
         k.str_len = 5;
-        assert_eq!(kp.value(&p, &k), KeyVal::Str(b"a\0b\xc3".to_vec()));
+        assert_eq!(
+            kp.value(&p, &k),
+            Key::one(KeyVal::Str(b"a\0b\xc3".to_vec()))
+        );
         k.str_state = STRS_CUT as u32;
         let v = kp.value(&p, &k);
-        assert_eq!(v, KeyVal::CutStr(b"a\0b\xc3".to_vec()));
+        assert_eq!(v, Key::one(KeyVal::CutStr(b"a\0b\xc3".to_vec())));
         // Text: quoted once, the byte that is not UTF-8 as \xNN, the cut after the quotes.
         assert_eq!(v.text(), "\"a\\u{0}b\\xc3\"…");
         let mut out = Vec::new();
@@ -1109,7 +1383,7 @@ mod tests {
             r#","key":"a\u0000b\\xc3","key_truncated":true,"key_escaped":true"#
         );
         // A whole string of the same bytes is another key.
-        assert_ne!(v, KeyVal::Str(b"a\0b\xc3".to_vec()));
+        assert_ne!(v, Key::one(KeyVal::Str(b"a\0b\xc3".to_vec())));
     }
 
     #[test]
@@ -1133,7 +1407,8 @@ mod tests {
             h.keys.insert(k, hist(&vec![1000; i + 1]));
         }
         let text = by_text(&p, &kp, &by_tables(&p, &kp, &h), 4);
-        let lines: Vec<&str> = text.lines().skip(1).filter(|l| !l.is_empty()).collect();
+        // The table: up to the blank line before the per-key histograms.
+        let lines: Vec<&str> = text.lines().skip(1).take_while(|l| !l.is_empty()).collect();
         // The 200-byte key has a line of its own; every other line (the header, and each
         // row's numbers) ends at the same column.
         let ends: Vec<usize> = lines
@@ -1227,9 +1502,12 @@ mod tests {
         h.other = vec![hist(&[5000])];
         let t = by_tables(&p, &kp, &h);
         assert_eq!(t.len(), 1);
-        assert_eq!(t[0].rows[0].0, KeyVal::Str(b"ag:req__end".to_vec()));
+        assert_eq!(
+            t[0].rows[0].0,
+            Key::one(KeyVal::Str(b"ag:req__end".to_vec()))
+        );
         assert_eq!(t[0].rows[0].1.count, 2);
-        assert_eq!(t[0].rows[1].0, KeyVal::Uint(7));
+        assert_eq!(t[0].rows[1].0, Key::one(KeyVal::Uint(7)));
         assert_eq!(t[0].other.count, 1);
         let text = by_text(&p, &kp, &t, 4);
         assert!(text.starts_with("@ag:req by probe (2 keys)\n"), "{text}");
@@ -1327,7 +1605,7 @@ mod tests {
         let names: Vec<(&str, u64)> = rows.iter().map(|r| (r.name.as_str(), r.count)).collect();
         assert_eq!(names, [("tick", 7), ("req__end", 2), ("req__start", 2)]);
         // tick's argument is unsigned, whatever other probes' are.
-        assert_eq!(rows[0].keys, [(KeyVal::Uint(0), 7)]);
+        assert_eq!(rows[0].keys, [(Key::one(KeyVal::Uint(0)), 7)]);
     }
 
     /// Golden lines: the JSON shapes of `hist_by`, `count` and `top` records.
@@ -1343,8 +1621,8 @@ mod tests {
         by_json(&mut out, &p, &kp, &t, Some(((10, 20), false)));
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            r#"{"type":"hist_by","provider":"ag","name":"req","by":"req__end:arg1","interval_start_ns":10,"interval_end_ns":20,"total":false,"key":404,"count":1,"sum_ns":3000,"p50_ns":2944,"p90_ns":2944,"p99_ns":2944,"max_ns":3000}
-{"type":"hist_by","provider":"ag","name":"req","by":"req__end:arg1","interval_start_ns":10,"interval_end_ns":20,"total":false,"key":null,"other":true,"count":2,"sum_ns":200,"p50_ns":100,"p90_ns":100,"p99_ns":100,"max_ns":100}
+            r#"{"type":"hist_by","provider":"ag","name":"req","by":"req__end:arg1","interval_start_ns":10,"interval_end_ns":20,"total":false,"key":404,"count":1,"sum_ns":3000,"p50_ns":2944,"p90_ns":2944,"p99_ns":2944,"max_ns":3000,"buckets":[{"lo":2816,"hi":3072,"count":1}]}
+{"type":"hist_by","provider":"ag","name":"req","by":"req__end:arg1","interval_start_ns":10,"interval_end_ns":20,"total":false,"key":null,"other":true,"count":2,"sum_ns":200,"p50_ns":100,"p90_ns":100,"p99_ns":100,"max_ns":100,"buckets":[{"lo":96,"hi":104,"count":2}]}
 "#
         );
         let kp = KeyPlan::new(&p, &By::parse("str0").unwrap(), true).unwrap();

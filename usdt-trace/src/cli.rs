@@ -335,8 +335,10 @@ pub struct WatchArgs {
     /// argN (argument N of the span's start probe; of each probe with --count), PROBE:argN
     /// (that probe's argument: an end's, e.g. request__end:arg1), str0 (the string --str
     /// captures), pid, tid, comm, or probe (the end that closed the span; the probe counted).
-    /// At most --max-keys values; the rest are counted as "other". Sorted by count.
-    #[arg(long, value_name = "KEY")]
+    /// Up to 4 of them joined by commas key on their combination (`comm,arg1`, as bpftrace's
+    /// `@[comm, arg1]`). At most --max-keys values; the rest are counted as "other". Sorted
+    /// by count; with --hist each key's histogram is drawn after the table.
+    #[arg(long, value_name = "KEY[,KEY...]")]
     pub by: Option<String>,
     /// With --by: how many key values the kernel keeps (per-CPU, ~4 KB each with --hist).
     #[arg(long, value_name = "N", default_value_t = usdt_trace_common::agg::DEFAULT_MAX_KEYS)]

@@ -12,7 +12,7 @@ pub const CFG_AGG_BY: u32 = 1 << 17;
 /// histogram mode (which otherwise skips them).
 pub const CFG_AGG_ARGS: u32 = 1 << 18;
 
-/// `AggConfig::by`: what a key is made of.
+/// `AggConfig::by`: what a key field is made of.
 pub const BY_NONE: u32 = 0;
 /// An argument: the one `BY_SITES` names for the start site, else for the end site.
 pub const BY_ARG: u32 = 1;
@@ -27,14 +27,28 @@ pub const BY_PROBE: u32 = 6;
 /// `BY_SITES` value: this site supplies no key argument.
 pub const BY_ARG_NONE: u8 = 0xff;
 
+/// Fields of one `--by` key (`--by comm,arg1` has two), as bpftrace's `@[comm, arg1]`.
+pub const BY_FIELDS: usize = 4;
+/// Words of a key's numeric part: a comm takes two, every other field but the string one.
+/// Four fields, at most one comm (fields are distinct): five words.
+pub const BY_WORDS: usize = BY_FIELDS + 1;
+
 /// The aggregation settings.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AggConfig {
-    /// `BY_*`.
-    pub by: u32,
+    /// Per field, `BY_*`; `BY_NONE` after the last.
+    pub by: [u32; BY_FIELDS],
+    /// Per field, the word of the key's `val` it is kept in (a comm in two from there; the
+    /// string field in none).
+    pub word: [u32; BY_FIELDS],
+    /// Nonzero when a field is the string (`BY_STR`): keys are `ByKey`s, else `NumKey`s.
+    pub str_keys: u32,
     pub _pad: u32,
 }
+
+/// Per site: for each key field, the argument index it reads there, or `BY_ARG_NONE`.
+pub type BySites = [u8; BY_FIELDS];
 
 /// Bytes of a `--by str0` key's string: a whole string slot, so that a key is the string as
 /// `--str-max` keeps it (up to `STR_MAX_CAP`), read with the byte past it that tells a cut
@@ -49,10 +63,11 @@ pub const BY_STR_LEN: usize = crate::STR_SLOT;
 pub struct ByKey {
     /// Pair id for span histograms, site cookie for counts.
     pub id: u32,
-    /// Length of `str` including its NUL (BY_STR, BY_COMM), else 0.
+    /// Length of `str` including its NUL (a BY_STR field), else 0.
     pub str_len: u32,
-    /// The number (BY_ARG, BY_PID, BY_TID, BY_PROBE).
-    pub val: u64,
+    /// The numeric fields (BY_ARG, BY_PID, BY_TID, BY_PROBE) and comm's 16 bytes, each at its
+    /// `AggConfig::word`.
+    pub val: [u64; BY_WORDS],
     /// BY_STR: `STRS_CUT` when the string was longer than `--str-max` and `str` holds its
     /// first `--str-max` bytes (all strings that begin so share the key), else 0.
     pub str_state: u32,
@@ -65,7 +80,7 @@ impl Default for ByKey {
         ByKey {
             id: 0,
             str_len: 0,
-            val: 0,
+            val: [0; BY_WORDS],
             str_state: 0,
             _pad: 0,
             str: [0; BY_STR_LEN],
@@ -73,35 +88,36 @@ impl Default for ByKey {
     }
 }
 
-/// A `--by` key without a string: an argument, pid, tid, probe, or comm's 16 bytes. Hashed in
-/// 24 bytes rather than ByKey's 144, so the common keys cost less per span; string keys
-/// (`str0`) use [`ByKey`] in maps of their own.
+/// A `--by` key without a string: arguments, pid, tid, probe, comm's 16 bytes. Hashed in
+/// 48 bytes rather than ByKey's 1 KB and more, so the common keys cost less per span; keys
+/// with a string field (`str0`) use [`ByKey`] in maps of their own.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NumKey {
     /// As `ByKey::id`.
     pub id: u32,
     pub _pad: u32,
-    /// The number in `val[0]`; comm's bytes in both, in memory order.
-    pub val: [u64; 2],
+    /// As `ByKey::val`.
+    pub val: [u64; BY_WORDS],
 }
 
 impl NumKey {
-    /// The same key as a [`ByKey`] (comm's bytes as its string), for user space to print.
-    pub fn to_by_key(&self, by: u32) -> ByKey {
-        let mut k = ByKey {
+    /// The same key as a [`ByKey`], for user space to print.
+    pub fn to_by_key(&self) -> ByKey {
+        ByKey {
             id: self.id,
-            val: self.val[0],
+            val: self.val,
             ..ByKey::default()
-        };
-        if by == BY_COMM {
-            k.str[..8].copy_from_slice(&self.val[0].to_ne_bytes());
-            k.str[8..16].copy_from_slice(&self.val[1].to_ne_bytes());
-            k.str_len = 16;
-            k.val = 0;
         }
-        k
     }
+}
+
+/// A comm kept in two key words (memory order), as its 16 bytes.
+pub fn comm_of_words(w: [u64; 2]) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&w[0].to_ne_bytes());
+    b[8..].copy_from_slice(&w[1].to_ne_bytes());
+    b
 }
 
 /// `AGG_COUNTERS` indices.

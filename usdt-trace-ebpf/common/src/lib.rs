@@ -1815,6 +1815,21 @@ mod tests {
     }
 
     #[test]
+    fn by_key_sizes_are_known() {
+        use crate::agg::*;
+        // The kernel and user space share these as map keys and values, byte for byte.
+        assert_eq!(core::mem::size_of::<AggConfig>(), 40);
+        assert_eq!(core::mem::size_of::<NumKey>(), 8 + 8 * BY_WORDS);
+        assert_eq!(
+            core::mem::size_of::<ByKey>(),
+            8 + 8 * BY_WORDS + 8 + BY_STR_LEN
+        );
+        assert_eq!(core::mem::size_of::<BySites>(), BY_FIELDS);
+        // Four distinct fields, at most one comm (two words) and one string (none).
+        assert_eq!(BY_WORDS, BY_FIELDS + 1);
+    }
+
+    #[test]
     fn reader_woken_once_per_threshold_of_data_however_far_behind() {
         let t = 1000;
         // Below the threshold: no wakeup; the record that reaches it: one.

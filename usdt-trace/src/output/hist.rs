@@ -157,8 +157,17 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
         }
     }
     s.push('\n');
+    draw_bars(&mut s, h);
+    s
+}
+
+/// Draws histograms as log2 rows: the first (the duration) as bars, and when the second
+/// counted anything (the on-CPU part of a split), the split's components beside it as
+/// columns. Nothing when the first is empty.
+pub fn draw_bars(s: &mut String, h: &[Hist]) {
+    let Some(d) = h.first() else { return };
     if d.count == 0 {
-        return s;
+        return;
     }
     let rows: Vec<[u64; LOG2_BUCKETS]> = h.iter().map(log2_rows).collect();
     let used = |x: &[u64; LOG2_BUCKETS]| {
@@ -175,13 +184,15 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
             });
         }
     }
-    let Some((lo, hi)) = range else { return s };
+    let Some((lo, hi)) = range else { return };
     let max = rows[0].iter().copied().max().unwrap_or(1).max(1);
-    let split = h[1].count > 0;
+    let split = h.len() == HIST_COMPONENTS && h[1].count > 0;
     // The idle column only when some span was polled.
-    let parts = if h[5].count > 0 { 5 } else { 4 };
-    let _ = write!(s, "{:<20} {:>8} {:<52}", "ns", "count", "duration");
+    let parts = if split && h[5].count > 0 { 5 } else { 4 };
+    let _ = write!(s, "{:<20} {:>8} duration", "ns", "count");
     if split {
+        // Up to the split's columns, past the bars.
+        s.push_str(&" ".repeat(44));
         for name in ["on-CPU", "runq", "sleep", "io", "idle"].iter().take(parts) {
             let _ = write!(s, " {name:>8}");
         }
@@ -218,7 +229,6 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
         s.push('\n');
         b += 1;
     }
-    s
 }
 
 /// One `{"type":"hist",...}` line per span name. With `--interval`, `block` gives the
@@ -253,22 +263,29 @@ pub fn render_json(
             }
             let _ = write!(Vec8(out), ",\"max_ns\":{}", x.max);
         }
-        out.extend_from_slice(b",\"buckets\":[");
-        let mut first = true;
-        for (b, &c) in x.buckets.iter().enumerate().take(HIST_BUCKETS) {
-            if c == 0 {
-                continue;
-            }
-            let (lo, hi) = hist_bucket_range(b);
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            let _ = write!(Vec8(out), "{{\"lo\":{lo},\"hi\":{hi},\"count\":{c}}}");
-        }
-        out.extend_from_slice(b"]}");
+        buckets_json(out, x);
+        out.push(b'}');
     }
     out.extend_from_slice(b"}\n");
+}
+
+/// `,"buckets":[{"lo":..,"hi":..,"count":..},...]`: the histogram's non-empty log-linear
+/// buckets, each counting values in [lo, hi) nanoseconds.
+pub fn buckets_json(out: &mut Vec<u8>, x: &Hist) {
+    out.extend_from_slice(b",\"buckets\":[");
+    let mut first = true;
+    for (b, &c) in x.buckets.iter().enumerate().take(HIST_BUCKETS) {
+        if c == 0 {
+            continue;
+        }
+        let (lo, hi) = hist_bucket_range(b);
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        let _ = write!(Vec8(out), "{{\"lo\":{lo},\"hi\":{hi},\"count\":{c}}}");
+    }
+    out.push(b']');
 }
 
 /// fmt::Write over a byte vector.

@@ -14,7 +14,7 @@
 
 pub mod serve;
 
-use crate::agg::KeyVal;
+use crate::agg::{Key, KeyVal};
 use crate::output::PairInfo;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -89,7 +89,7 @@ pub struct Snapshot {
 pub struct ByKeys {
     pub by: String,
     /// (pair index into `Snapshot::pairs`, key, histogram).
-    pub keys: Vec<(usize, KeyVal, Hist)>,
+    pub keys: Vec<(usize, Key, Hist)>,
     /// Per pair (same order as `Snapshot::pairs`).
     pub other: Vec<Hist>,
     /// `--max-keys`.
@@ -131,10 +131,17 @@ fn ns_to_s(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-/// A key's label value: numbers in decimal, strings as they are, a byte that is not UTF-8 as
-/// `\xNN` (never U+FFFD: two different strings must not print alike), a string cut at
-/// `--str-max` followed by `…`.
-pub fn key_label(k: &KeyVal) -> String {
+/// A key's label value: its fields joined by ", " (as the text tables show a `--by comm,arg1`
+/// key), each as `field_label` writes it.
+pub fn key_label(k: &Key) -> String {
+    let parts: Vec<String> = k.0.iter().map(field_label).collect();
+    parts.join(", ")
+}
+
+/// A key field's label value: numbers in decimal, strings as they are, a byte that is not
+/// UTF-8 as `\xNN` (never U+FFFD: two different strings must not print alike), a string cut
+/// at `--str-max` followed by `…`.
+pub fn field_label(k: &KeyVal) -> String {
     match k {
         KeyVal::Uint(v) => v.to_string(),
         KeyVal::Int(v) => v.to_string(),
@@ -477,9 +484,11 @@ mod tests {
 
     #[test]
     fn string_key_labels_keep_every_byte_and_mark_a_cut() {
-        assert_eq!(key_label(&KeyVal::Str(b"caf\xc3\xa9".to_vec())), "café");
-        assert_eq!(key_label(&KeyVal::CutStr(vec![b'a', 0xc3])), "a\\xc3…");
-        assert_eq!(key_label(&KeyVal::Str(vec![0xff, b'z'])), "\\xffz");
+        assert_eq!(field_label(&KeyVal::Str(b"caf\xc3\xa9".to_vec())), "café");
+        assert_eq!(field_label(&KeyVal::CutStr(vec![b'a', 0xc3])), "a\\xc3…");
+        assert_eq!(field_label(&KeyVal::Str(vec![0xff, b'z'])), "\\xffz");
+        let two = Key(vec![KeyVal::Str(b"bash".to_vec()), KeyVal::Int(-1)]);
+        assert_eq!(key_label(&two), "bash, -1");
     }
 
     #[test]
@@ -635,11 +644,27 @@ mod tests {
             by: Some(ByKeys {
                 by: "str0".into(),
                 keys: vec![
-                    (0, KeyVal::Str(b"/a\"b\n".to_vec()), hist_of(&[1000])),
-                    (0, KeyVal::Str(b"other".to_vec()), hist_of(&[1000, 2000])),
+                    (
+                        0,
+                        Key::one(KeyVal::Str(b"/a\"b\n".to_vec())),
+                        hist_of(&[1000]),
+                    ),
+                    (
+                        0,
+                        Key::one(KeyVal::Str(b"other".to_vec())),
+                        hist_of(&[1000, 2000]),
+                    ),
                     // Two kernel keys that print alike merge into one series.
-                    (0, KeyVal::Str(b"x\xff".to_vec()), hist_of(&[1000])),
-                    (0, KeyVal::Str(b"x\xfe".to_vec()), hist_of(&[1000])),
+                    (
+                        0,
+                        Key::one(KeyVal::Str(b"x\xff".to_vec())),
+                        hist_of(&[1000]),
+                    ),
+                    (
+                        0,
+                        Key::one(KeyVal::Str(b"x\xfe".to_vec())),
+                        hist_of(&[1000]),
+                    ),
                 ],
                 other: vec![hist_of(&[5000, 6000, 7000])],
                 max_keys: 3,

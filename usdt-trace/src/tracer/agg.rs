@@ -6,8 +6,8 @@ use aya::maps::{Array, MapData, PerCpuArray, PerCpuHashMap};
 use aya::EbpfLoader;
 use std::collections::HashMap;
 use usdt_trace_common::agg::{
-    AggConfig, ByKey, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_BY_SPILLED, AGG_CNT_BY_UNKEYED,
-    AGG_CNT_COUNT_OTHER, AGG_CNT_COUNT_SPILLED, AGG_CNT_COUNT_UNKEYED, AGG_COUNTERS, BY_STR,
+    AggConfig, ByKey, BySites, NumKey, AGG_CNT_BY_OTHER, AGG_CNT_BY_SPILLED, AGG_CNT_BY_UNKEYED,
+    AGG_CNT_COUNT_OTHER, AGG_CNT_COUNT_SPILLED, AGG_CNT_COUNT_UNKEYED, AGG_COUNTERS, BY_NONE,
     CFG_AGG_ARGS, CFG_AGG_BY, CFG_AGG_COUNT, SPILL_KEYS,
 };
 use usdt_trace_common::{Config, Hist};
@@ -17,23 +17,29 @@ use usdt_trace_common::{Config, Hist};
 pub struct AggLoad {
     /// `--count`: count hits, pair nothing, record nothing.
     pub count: bool,
-    /// `--by`: the kernel's `BY_*` code (0: off).
-    pub by: u32,
+    /// `--by`: the key's fields and where each is kept (`by[0] == BY_NONE`: off).
+    pub by: AggConfig,
     /// The key needs arguments or strings read (also in histogram mode).
     pub by_args: bool,
-    /// Per site (cookie): the argument `--by argN` reads there (`BY_ARG_NONE`: none).
-    pub by_sites: Vec<u8>,
+    /// Per site (cookie), per key field: the argument an `argN` field reads there
+    /// (`BY_ARG_NONE`: none).
+    pub by_sites: Vec<BySites>,
     /// `--max-keys`: the size of the keyed maps.
     pub max_keys: u32,
 }
 
 impl AggLoad {
+    /// Whether `--by` is on.
+    pub fn keyed(&self) -> bool {
+        self.by.by[0] != BY_NONE
+    }
+
     pub(super) fn config_flags(&self) -> u32 {
         let mut f = 0;
         if self.count {
             f |= CFG_AGG_COUNT;
         }
-        if self.by != 0 {
+        if self.keyed() {
             f |= CFG_AGG_BY;
             if self.by_args {
                 f |= CFG_AGG_ARGS;
@@ -45,16 +51,16 @@ impl AggLoad {
     /// Sizes the aggregation maps: the keyed ones only when used, as each entry is a
     /// per-CPU 4 KB histogram at worst.
     pub(super) fn size_maps(&self, l: &mut EbpfLoader, nsites: u32, hist_pairs: u32) {
-        let keys = if self.by != 0 {
+        let keys = if self.keyed() {
             self.max_keys.max(1)
         } else {
             1
         };
-        let str_keys = self.by == BY_STR;
+        let str_keys = self.by.str_keys != 0;
         // Only the keyed map this run uses gets --max-keys entries, and its reserve (which is
         // preallocated) SPILL_KEYS.
         let used =
-            |count: bool, strs: bool| self.by != 0 && count == self.count && strs == str_keys;
+            |count: bool, strs: bool| self.keyed() && count == self.count && strs == str_keys;
         let size = |count: bool, strs: bool| if used(count, strs) { keys } else { 1 };
         let spill = |count: bool, strs: bool| if used(count, strs) { SPILL_KEYS } else { 1 };
         l.map_max_entries("BY_SITES", nsites)
@@ -108,10 +114,9 @@ impl Tracer {
                 .ok_or(TraceError::MissingMap("AGG"))?,
         )
         .map_err(map_err("AGG"))?;
-        cfg.set(0, AggConfig { by: a.by, _pad: 0 }, 0)
-            .map_err(map_err("AGG"))?;
-        if a.by != 0 {
-            let mut sites: Array<_, u8> = Array::try_from(
+        cfg.set(0, a.by, 0).map_err(map_err("AGG"))?;
+        if a.keyed() {
+            let mut sites: Array<_, BySites> = Array::try_from(
                 self.ebpf
                     .map_mut("BY_SITES")
                     .ok_or(TraceError::MissingMap("BY_SITES"))?,
@@ -121,7 +126,7 @@ impl Tracer {
                 sites.set(i as u32, n, 0).map_err(map_err("BY_SITES"))?;
             }
         }
-        self.agg_by = a.by;
+        self.agg_by = a.keyed().then_some(a.by.str_keys != 0);
         Ok(())
     }
 
@@ -190,16 +195,16 @@ impl Tracer {
         let mut keys: HashMap<ByKey, u64> = HashMap::new();
         // A key's count is in the main map or its reserve (or partly in each: it may enter
         // the reserve on one CPU while another inserts it into the main map): the sum.
-        if self.agg_by == BY_STR {
+        if self.agg_by == Some(true) {
             for name in ["BY_COUNTS_STR", "BY_COUNTS_STR_SPILL"] {
                 self.each_key(name, |k: ByKey, v: &[u64]| {
                     *keys.entry(k).or_insert(0) += v.iter().sum::<u64>();
                 })?;
             }
-        } else if self.agg_by != 0 {
+        } else if self.agg_by == Some(false) {
             for name in ["BY_COUNTS", "BY_COUNTS_SPILL"] {
                 self.each_key(name, |k: NumKey, v: &[u64]| {
-                    *keys.entry(k.to_by_key(self.agg_by)).or_insert(0) += v.iter().sum::<u64>();
+                    *keys.entry(k.to_by_key()).or_insert(0) += v.iter().sum::<u64>();
                 })?;
             }
         }
@@ -230,7 +235,7 @@ impl Tracer {
     pub fn by_hists(&self, npairs: usize) -> Result<crate::agg::ByHists, TraceError> {
         let mut keys: HashMap<ByKey, Hist> = HashMap::new();
         // As for counts: a key's histogram is the sum of its main and reserve entries.
-        if self.agg_by == BY_STR {
+        if self.agg_by == Some(true) {
             for name in ["BY_HISTS_STR", "BY_HISTS_STR_SPILL"] {
                 self.each_key(name, |k: ByKey, v: &[Hist]| {
                     let slot = keys.entry(k).or_default();
@@ -239,10 +244,10 @@ impl Tracer {
                     }
                 })?;
             }
-        } else if self.agg_by != 0 {
+        } else if self.agg_by == Some(false) {
             for name in ["BY_HISTS", "BY_HISTS_SPILL"] {
                 self.each_key(name, |k: NumKey, v: &[Hist]| {
-                    let slot = keys.entry(k.to_by_key(self.agg_by)).or_default();
+                    let slot = keys.entry(k.to_by_key()).or_default();
                     for h in v {
                         sum_hist(slot, h);
                     }

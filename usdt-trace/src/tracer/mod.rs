@@ -271,8 +271,8 @@ pub struct Tracer {
     sites: usize,
     /// Span names HISTS has room for (sized at load).
     hist_pairs: usize,
-    /// `--by`'s kernel code (0: off).
-    agg_by: u32,
+    /// `--by`: on, and whether its keys have a string field (`ByKey`s, not `NumKey`s).
+    agg_by: Option<bool>,
     /// Cookies SITES has room for (sized at load).
     site_capacity: u32,
     /// Descriptors that also end a wait in [`Tracer::poll`] (see [`Tracer::wake_on`]).
@@ -489,7 +489,7 @@ impl Tracer {
             prog_fd: None,
             sites: 0,
             hist_pairs: hist_pairs as usize,
-            agg_by: 0,
+            agg_by: None,
             site_capacity: nsites,
             wake_fds: Vec::new(),
             site_prog,
@@ -933,7 +933,7 @@ impl Tracer {
         // Under --by the kernel counts a span's duration once, in its key's histogram or its
         // name's "other" or "unkeyed", not again in the name's own: the name's is their sum (exact: both
         // are read here, and every span goes to one of them).
-        if self.agg_by != 0 {
+        if self.agg_by.is_some() {
             let by = self.by_hists(npairs)?;
             for (k, h) in &by.keys {
                 if let Some(comps) = out.get_mut(k.id as usize) {

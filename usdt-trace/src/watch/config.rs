@@ -142,7 +142,7 @@ impl WatchConfig {
             stack: self.stack,
             agg: crate::tracer::AggLoad {
                 count: self.agg.count,
-                by: key_plan.map_or(0, |k| k.by.code()),
+                by: key_plan.map(|k| k.by.config()).unwrap_or_default(),
                 by_args: key_plan.is_some_and(|k| k.by.reads_args()),
                 by_sites: key_plan.map(|k| k.by_sites.clone()).unwrap_or_default(),
                 max_keys: self.agg.max_keys,
