@@ -4,6 +4,7 @@
 //! the output mode.
 
 use super::{hist, json, text, PairInfo, RunInfo, SiteInfo, Summary};
+use crate::agg::AggBlock;
 use std::io::{self, Write};
 use usdt_trace_common::{EventRecord, Hist, SpanRecord, StrSet, HIST_COMPONENTS};
 
@@ -60,9 +61,9 @@ pub trait Sink {
     fn hists(&mut self, _h: &Hists) -> io::Result<()> {
         Ok(())
     }
-    /// An aggregate (`--by`, `--count`, `--top`), rendered both ways: text sinks write
-    /// `text`, JSON sinks `json`, others nothing.
-    fn block(&mut self, _text: &str, _json: &[u8]) -> io::Result<()> {
+    /// The aggregates (`--by`, `--count`, `--top`) at an interval or at the end: each sink
+    /// renders them its own way (text tables, JSON lines), or not at all.
+    fn block(&mut self, _b: &AggBlock) -> io::Result<()> {
         Ok(())
     }
     /// Once, at the end.
@@ -162,9 +163,9 @@ impl<W: Write> Sink for TextSink<W> {
         self.out.flush()
     }
 
-    fn block(&mut self, text: &str, _json: &[u8]) -> io::Result<()> {
+    fn block(&mut self, b: &AggBlock) -> io::Result<()> {
         self.flush()?;
-        self.out.write_all(text.as_bytes())?;
+        self.out.write_all(crate::agg::render::text(b).as_bytes())?;
         self.out.flush()
     }
 
@@ -227,10 +228,10 @@ impl<W: Write> Sink for JsonSink<W> {
         self.flush()
     }
 
-    fn block(&mut self, _text: &str, json: &[u8]) -> io::Result<()> {
+    fn block(&mut self, b: &AggBlock) -> io::Result<()> {
         self.flush()?;
-        self.out.write_all(json)?;
-        self.out.flush()
+        crate::agg::render::json(&mut self.buf, b);
+        self.flush()
     }
 
     fn finish(&mut self, s: &Summary) -> io::Result<()> {
@@ -256,8 +257,8 @@ impl Sink for Fanout {
     fn hists(&mut self, h: &Hists) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.hists(h))
     }
-    fn block(&mut self, text: &str, json: &[u8]) -> io::Result<()> {
-        self.0.iter_mut().try_for_each(|s| s.block(text, json))
+    fn block(&mut self, b: &AggBlock) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.block(b))
     }
     fn finish(&mut self, s: &Summary) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|x| x.finish(s))

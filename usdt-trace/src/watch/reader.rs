@@ -204,8 +204,7 @@ impl Reader {
         let plan = &self.plan;
         let block =
             intervals.then_some(((if total { self.t0 } else { self.agg.last_t }, now), total));
-        let mut text = String::new();
-        let mut json = Vec::new();
+        let mut by = None;
         if self.agg.hist {
             if let Some(kp) = &self.agg.key {
                 let snap = tracer.by_hists(plan.pairs.len())?;
@@ -214,14 +213,13 @@ impl Reader {
                 } else {
                     snap.since(&self.agg.last_by)
                 };
-                let tables = agg::by_tables(plan, kp, &shown);
-                text.push_str(&agg::by_text(plan, kp, &tables, self.agg.max_keys));
-                agg::by_json(&mut json, plan, kp, &tables, block);
+                by = Some(agg::by_tables(plan, kp, &shown));
                 if !total {
                     self.agg.last_by = snap;
                 }
             }
         }
+        let mut counts = None;
         if self.agg.count {
             let snap = tracer.counts(plan.sites.len())?;
             if total {
@@ -232,16 +230,7 @@ impl Reader {
             } else {
                 snap.since(&self.agg.last_counts)
             };
-            let rows = agg::count_table(plan, self.agg.key.as_ref(), &shown);
-            if intervals {
-                text.push_str(&agg::block_text(block, self.t0));
-            }
-            text.push_str(&agg::count_text(
-                &rows,
-                self.agg.key.as_ref(),
-                self.agg.max_keys,
-            ));
-            agg::count_json(&mut json, &rows, self.agg.key.as_ref(), block);
+            counts = Some(agg::count_table(plan, self.agg.key.as_ref(), &shown));
             if !total {
                 self.agg.last_counts = snap;
             }
@@ -251,17 +240,22 @@ impl Reader {
         } else {
             self.agg.top_interval.as_ref()
         };
-        if let Some(top) = top {
-            text.push_str(&agg::top_text(plan, top, block, self.t0));
-            agg::top_json(&mut json, plan, top, block);
-        }
+        self.sinks.block(&agg::AggBlock {
+            plan,
+            key: self.agg.key.as_ref(),
+            max_keys: self.agg.max_keys,
+            bounds: block,
+            t0: self.t0,
+            by,
+            counts,
+            top,
+        })?;
         if !total {
             if let Some(t) = self.agg.top_interval.as_mut() {
                 *t = agg::TopN::new(t.n);
             }
             self.agg.last_t = now;
         }
-        self.sinks.block(&text, &json)?;
         Ok(())
     }
 
