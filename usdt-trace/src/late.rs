@@ -15,11 +15,10 @@
 
 use crate::changes::ChangeWatch;
 use crate::elf::{ElfError, Limits, ObjectProbes};
-use crate::filter::{Filter, FilterError};
+use crate::filter::Filter;
 use crate::output::text::clean;
-use crate::pattern::Pattern;
 use crate::plan::{self, AttachPoint, Plan, PlanError, PlanOptions};
-use crate::spans::{SpanRule, StrRule};
+use crate::spans::StrRule;
 use crate::target::{self, Object, TargetError};
 use crate::tracer::mmapwatch::MmapWatch;
 use crate::tracer::Tracer;
@@ -105,31 +104,10 @@ pub fn merge(
         .collect())
 }
 
-/// The `--filter` masks of the sites from cookie `first` on (as `plan::filter_masks` gives
-/// them, without requiring every term to name one of them).
-fn masks_from(plan: &Plan, first: usize, f: &Filter) -> Vec<u32> {
-    plan.sites[first..]
-        .iter()
-        .zip(&plan.specs[first..])
-        .map(|(s, spec)| match (spec.role, s.pair) {
-            (SiteRole::EVENT, _) => f.site_mask(&s.provider, &s.name, None),
-            (SiteRole::START, Some(p)) => {
-                let stem = plan.pairs.get(p as usize).map(|p| p.stem.as_str());
-                f.site_mask(&s.provider, &s.name, stem)
-            }
-            _ => 0,
-        })
-        .collect()
-}
-
 /// The user's choices, as `watch` validated them.
 pub struct Rules<'a> {
-    pub patterns: &'a [Pattern],
-    pub spans: &'a [SpanRule],
-    pub strs: &'a [StrRule],
-    pub names: &'a [crate::plan::ArgNames],
-    pub auto_span: bool,
-    pub optimize: bool,
+    /// The options the first plan was made with: late plans are made alike.
+    pub plan: PlanOptions<'a>,
     pub filter: Option<&'a Filter>,
 }
 
@@ -138,6 +116,7 @@ pub struct Rules<'a> {
 /// nothing in it is traced.
 fn plan_object(shown: &str, probes: &ObjectProbes, r: &Rules) -> Result<Option<Plan>, PlanError> {
     let strs: Vec<StrRule> = r
+        .plan
         .strs
         .iter()
         .filter(|s| {
@@ -150,6 +129,7 @@ fn plan_object(shown: &str, probes: &ObjectProbes, r: &Rules) -> Result<Option<P
         .collect();
     // Likewise `--args` rules.
     let names: Vec<crate::plan::ArgNames> = r
+        .plan
         .names
         .iter()
         .filter(|n| {
@@ -161,12 +141,9 @@ fn plan_object(shown: &str, probes: &ObjectProbes, r: &Rules) -> Result<Option<P
         .cloned()
         .collect();
     let opts = PlanOptions {
-        patterns: r.patterns,
-        spans: r.spans,
         strs: &strs,
         names: &names,
-        auto_span: r.auto_span,
-        optimize: r.optimize,
+        ..r.plan
     };
     match plan::build(&[(shown, probes)], &opts) {
         Ok(p) => Ok(Some(p)),
@@ -198,51 +175,6 @@ impl Scope {
             None if !pids.is_empty() => Scope::Pids(pids.to_vec()),
             None => Scope::Running(objects.iter().map(key_of).collect()),
         }
-    }
-}
-
-/// With `--wait-for-probes` (`waiting`): a plan that matches nothing yet is an empty plan,
-/// and a warning says what is waited for. `pids` name the processes when no object had probes.
-pub fn plan_or_wait(
-    built: Result<Plan, PlanError>,
-    waiting: bool,
-    no_patterns: bool,
-    pids: &[u32],
-) -> Result<Plan, PlanError> {
-    match built {
-        Err(PlanError::NoMatch { targets, patterns }) if waiting => {
-            let what = if !no_patterns {
-                format!("no probe matches {patterns} in {targets}")
-            } else if targets.is_empty() {
-                let p: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
-                format!("no USDT probes in process {}", p.join(", "))
-            } else {
-                format!("no USDT probes in {targets}")
-            };
-            eprintln!(
-                "warning: {}: waiting for probes defined or loaded later",
-                clean(&what)
-            );
-            Ok(Plan::default())
-        }
-        r => r,
-    }
-}
-
-/// With `--wait-for-probes`: a `--filter` term naming a probe no object has yet is a warning
-/// (the process may define it later), and the masks are computed without that check.
-pub fn masks_or_wait(
-    checked: Result<Vec<u32>, FilterError>,
-    waiting: bool,
-    plan: &Plan,
-    f: &Filter,
-) -> Result<Vec<u32>, FilterError> {
-    match checked {
-        Err(e @ FilterError::NoProbe { .. }) if waiting => {
-            eprintln!("warning: {} (yet)", clean(&e.to_string()));
-            Ok(masks_from(plan, 0, f))
-        }
-        r => r,
     }
 }
 
@@ -489,7 +421,7 @@ impl Late {
         let mut merged = plan.clone();
         let room = (tracer.hist_capacity() > 0).then(|| tracer.hist_capacity());
         let points = merge(&mut merged, sub, room).map_err(|e| format!("{what}: {e}"))?;
-        let masks = rules.filter.map(|f| masks_from(&merged, first, f));
+        let masks = rules.filter.map(|f| plan::masks_from(&merged, first, f));
         tracer
             .add_sites(first as u32, &merged.specs[first..], masks.as_deref())
             .map_err(|e| format!("{what}: {e}"))?;

@@ -864,19 +864,7 @@ pub fn filter_masks(
     plan: &Plan,
     filter: &crate::filter::Filter,
 ) -> Result<Vec<u32>, crate::filter::FilterError> {
-    let masks: Vec<u32> = plan
-        .sites
-        .iter()
-        .zip(&plan.specs)
-        .map(|(s, spec)| match (spec.role, s.pair) {
-            (SiteRole::EVENT, _) => filter.site_mask(&s.provider, &s.name, None),
-            (SiteRole::START, Some(p)) => {
-                let stem = plan.pairs.get(p as usize).map(|p| p.stem.as_str());
-                filter.site_mask(&s.provider, &s.name, stem)
-            }
-            _ => 0,
-        })
-        .collect();
+    let masks = masks_from(plan, 0, filter);
     filter.check_probes(&masks)?;
     filter.check_arg_counts(
         plan.sites
@@ -885,6 +873,72 @@ pub fn filter_masks(
             .map(|(s, &m)| (s.provider.as_str(), s.name.as_str(), s.args.len(), m)),
     )?;
     Ok(masks)
+}
+
+/// The `--filter` masks of the sites from cookie `first` on, unchecked: what
+/// [`filter_masks`] checks at start, and what sites planned late get (a term may name a probe
+/// that is yet to come).
+pub fn masks_from(plan: &Plan, first: usize, f: &crate::filter::Filter) -> Vec<u32> {
+    plan.sites[first..]
+        .iter()
+        .zip(&plan.specs[first..])
+        .map(|(s, spec)| match (spec.role, s.pair) {
+            (SiteRole::EVENT, _) => f.site_mask(&s.provider, &s.name, None),
+            (SiteRole::START, Some(p)) => {
+                let stem = plan.pairs.get(p as usize).map(|p| p.stem.as_str());
+                f.site_mask(&s.provider, &s.name, stem)
+            }
+            _ => 0,
+        })
+        .collect()
+}
+
+/// With `--wait-for-probes` (`waiting`): a plan that matches nothing yet is an empty plan,
+/// and a warning says what is waited for. `pids` name the processes when no object had probes.
+pub fn plan_or_wait(
+    built: Result<Plan, PlanError>,
+    waiting: bool,
+    no_patterns: bool,
+    pids: &[u32],
+) -> Result<Plan, PlanError> {
+    match built {
+        Err(PlanError::NoMatch { targets, patterns }) if waiting => {
+            let what = if !no_patterns {
+                format!("no probe matches {patterns} in {targets}")
+            } else if targets.is_empty() {
+                let p: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+                format!("no USDT probes in process {}", p.join(", "))
+            } else {
+                format!("no USDT probes in {targets}")
+            };
+            eprintln!(
+                "warning: {}: waiting for probes defined or loaded later",
+                crate::output::text::clean(&what)
+            );
+            Ok(Plan::default())
+        }
+        r => r,
+    }
+}
+
+/// With `--wait-for-probes`: a `--filter` term naming a probe no object has yet is a warning
+/// (the process may define it later), and the masks are computed without that check.
+pub fn masks_or_wait(
+    checked: Result<Vec<u32>, crate::filter::FilterError>,
+    waiting: bool,
+    plan: &Plan,
+    f: &crate::filter::Filter,
+) -> Result<Vec<u32>, crate::filter::FilterError> {
+    match checked {
+        Err(e @ crate::filter::FilterError::NoProbe { .. }) if waiting => {
+            eprintln!(
+                "warning: {} (yet)",
+                crate::output::text::clean(&e.to_string())
+            );
+            Ok(masks_from(plan, 0, f))
+        }
+        r => r,
+    }
 }
 
 #[cfg(test)]

@@ -83,7 +83,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .iter()
         .map(|o| (o.shown.as_str(), &o.probes))
         .collect();
-    let plan = crate::late::plan_or_wait(
+    let plan = plan::plan_or_wait(
         plan::build(&named, &cfg.plan_options()),
         cfg.waits() && crate::functions::fn_patterns(&cfg.patterns).is_empty(),
         cfg.patterns.is_empty(),
@@ -122,7 +122,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let filter_masks = cfg
         .filter
         .as_ref()
-        .map(|f| crate::late::masks_or_wait(plan::filter_masks(&plan, f), cfg.waits(), &plan, f))
+        .map(|f| plan::masks_or_wait(plan::filter_masks(&plan, f), cfg.waits(), &plan, f))
         .transpose()?;
     // Before anything is attached: a bad -o path fails first.
     let (sinks, output, mut out_files) = cfg.sinks(&plan)?;
@@ -203,12 +203,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         split: cfg.sched,
     })?;
     let late_rules = crate::late::Rules {
-        patterns: &cfg.patterns,
-        spans: &cfg.spans,
-        strs: &cfg.strs,
-        names: &cfg.names,
-        auto_span: cfg.auto_span,
-        optimize: cfg.plan_options().optimize,
+        plan: cfg.plan_options(),
         filter: cfg.filter.as_ref(),
     };
     let mut last_hist = Instant::now();
