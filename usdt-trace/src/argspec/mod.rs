@@ -36,6 +36,8 @@
 //! keep their names and meanings, add fields/variants only if needed.
 
 pub mod aarch64;
+pub mod describe;
+pub mod lower;
 pub mod x86_64;
 
 use serde::Serialize;
