@@ -16,18 +16,21 @@
 #![no_std]
 
 pub mod agg;
-mod filter;
+pub mod maps;
 pub mod regs;
-pub use filter::*;
+
+// One file per concern; everything is re-exported here, so users name types from the root.
+mod filter;
 mod hist;
-pub use hist::*;
 mod id;
-pub use id::*;
 mod record;
-pub use record::*;
 mod spec;
-pub use spec::*;
 mod thread;
+pub use filter::*;
+pub use hist::*;
+pub use id::*;
+pub use record::*;
+pub use spec::*;
 pub use thread::*;
 
 /// At most this many arguments per probe (the SDT format allows 12).

@@ -10,6 +10,7 @@ use usdt_trace_common::agg::{
     AGG_CNT_COUNT_OTHER, AGG_CNT_COUNT_SPILLED, AGG_CNT_COUNT_UNKEYED, AGG_COUNTERS, BY_NONE,
     CFG_AGG_ARGS, CFG_AGG_BY, CFG_AGG_COUNT, SPILL_KEYS,
 };
+use usdt_trace_common::maps;
 use usdt_trace_common::{Config, Hist};
 
 /// What the kernel aggregates (all off by default).
@@ -63,20 +64,20 @@ impl AggLoad {
             |count: bool, strs: bool| self.keyed() && count == self.count && strs == str_keys;
         let size = |count: bool, strs: bool| if used(count, strs) { keys } else { 1 };
         let spill = |count: bool, strs: bool| if used(count, strs) { SPILL_KEYS } else { 1 };
-        l.map_max_entries("BY_SITES", nsites)
-            .map_max_entries("BY_HISTS", size(false, false))
-            .map_max_entries("BY_HISTS_STR", size(false, true))
-            .map_max_entries("BY_HISTS_SPILL", spill(false, false))
-            .map_max_entries("BY_HISTS_STR_SPILL", spill(false, true))
-            .map_max_entries("BY_COUNTS_SPILL", spill(true, false))
-            .map_max_entries("BY_COUNTS_STR_SPILL", spill(true, true))
-            .map_max_entries("BY_OTHER", hist_pairs.max(1))
-            .map_max_entries("BY_UNKEYED", hist_pairs.max(1))
-            .map_max_entries("BY_COUNT_UNKEYED", if self.count { nsites } else { 1 })
-            .map_max_entries("SITE_COUNTS", if self.count { nsites } else { 1 })
-            .map_max_entries("BY_COUNTS", size(true, false))
-            .map_max_entries("BY_COUNTS_STR", size(true, true))
-            .map_max_entries("BY_COUNT_OTHER", if self.count { nsites } else { 1 });
+        l.map_max_entries(maps::BY_SITES, nsites)
+            .map_max_entries(maps::BY_HISTS, size(false, false))
+            .map_max_entries(maps::BY_HISTS_STR, size(false, true))
+            .map_max_entries(maps::BY_HISTS_SPILL, spill(false, false))
+            .map_max_entries(maps::BY_HISTS_STR_SPILL, spill(false, true))
+            .map_max_entries(maps::BY_COUNTS_SPILL, spill(true, false))
+            .map_max_entries(maps::BY_COUNTS_STR_SPILL, spill(true, true))
+            .map_max_entries(maps::BY_OTHER, hist_pairs.max(1))
+            .map_max_entries(maps::BY_UNKEYED, hist_pairs.max(1))
+            .map_max_entries(maps::BY_COUNT_UNKEYED, if self.count { nsites } else { 1 })
+            .map_max_entries(maps::SITE_COUNTS, if self.count { nsites } else { 1 })
+            .map_max_entries(maps::BY_COUNTS, size(true, false))
+            .map_max_entries(maps::BY_COUNTS_STR, size(true, true))
+            .map_max_entries(maps::BY_COUNT_OTHER, if self.count { nsites } else { 1 });
     }
 }
 
@@ -110,20 +111,20 @@ impl Tracer {
     pub(super) fn agg_init(&mut self, a: &AggLoad) -> Result<(), TraceError> {
         let mut cfg: Array<_, AggConfig> = Array::try_from(
             self.ebpf
-                .map_mut("AGG")
-                .ok_or(TraceError::MissingMap("AGG"))?,
+                .map_mut(maps::AGG)
+                .ok_or(TraceError::MissingMap(maps::AGG))?,
         )
-        .map_err(map_err("AGG"))?;
-        cfg.set(0, a.by, 0).map_err(map_err("AGG"))?;
+        .map_err(map_err(maps::AGG))?;
+        cfg.set(0, a.by, 0).map_err(map_err(maps::AGG))?;
         if a.keyed() {
             let mut sites: Array<_, BySites> = Array::try_from(
                 self.ebpf
-                    .map_mut("BY_SITES")
-                    .ok_or(TraceError::MissingMap("BY_SITES"))?,
+                    .map_mut(maps::BY_SITES)
+                    .ok_or(TraceError::MissingMap(maps::BY_SITES))?,
             )
-            .map_err(map_err("BY_SITES"))?;
+            .map_err(map_err(maps::BY_SITES))?;
             for (i, &n) in a.by_sites.iter().enumerate() {
-                sites.set(i as u32, n, 0).map_err(map_err("BY_SITES"))?;
+                sites.set(i as u32, n, 0).map_err(map_err(maps::BY_SITES))?;
             }
         }
         self.agg_by = a.keyed().then_some(a.by.str_keys != 0);
@@ -135,13 +136,13 @@ impl Tracer {
     pub fn set_top_min(&mut self, ns: u64) -> Result<(), TraceError> {
         let mut cfg: Array<_, Config> = Array::try_from(
             self.ebpf
-                .map_mut("CONFIG")
-                .ok_or(TraceError::MissingMap("CONFIG"))?,
+                .map_mut(maps::CONFIG)
+                .ok_or(TraceError::MissingMap(maps::CONFIG))?,
         )
-        .map_err(map_err("CONFIG"))?;
-        let mut c = cfg.get(&0, 0).map_err(map_err("CONFIG"))?;
+        .map_err(map_err(maps::CONFIG))?;
+        let mut c = cfg.get(&0, 0).map_err(map_err(maps::CONFIG))?;
         c.min_ns = ns.max(self.user_min_ns);
-        cfg.set(0, c, 0).map_err(map_err("CONFIG"))
+        cfg.set(0, c, 0).map_err(map_err(maps::CONFIG))
     }
 
     fn per_cpu_array_u64(&self, name: &'static str, n: usize) -> Result<Vec<u64>, TraceError> {
@@ -159,7 +160,7 @@ impl Tracer {
     }
 
     pub fn agg_counters(&self) -> Result<AggCounters, TraceError> {
-        let v = self.per_cpu_array_u64("AGG_COUNTS", AGG_COUNTERS as usize)?;
+        let v = self.per_cpu_array_u64(maps::AGG_COUNTS, AGG_COUNTERS as usize)?;
         let at = |i: u32| v.get(i as usize).copied().unwrap_or(0);
         Ok(AggCounters {
             by_other: at(AGG_CNT_BY_OTHER),
@@ -189,20 +190,20 @@ impl Tracer {
 
     /// `--count`: hits per site, and per (site, key) and per site beyond the keys.
     pub fn counts(&self, nsites: usize) -> Result<crate::agg::Counts, TraceError> {
-        let sites = self.per_cpu_array_u64("SITE_COUNTS", nsites)?;
-        let other = self.per_cpu_array_u64("BY_COUNT_OTHER", nsites)?;
-        let unkeyed = self.per_cpu_array_u64("BY_COUNT_UNKEYED", nsites)?;
+        let sites = self.per_cpu_array_u64(maps::SITE_COUNTS, nsites)?;
+        let other = self.per_cpu_array_u64(maps::BY_COUNT_OTHER, nsites)?;
+        let unkeyed = self.per_cpu_array_u64(maps::BY_COUNT_UNKEYED, nsites)?;
         let mut keys: HashMap<ByKey, u64> = HashMap::new();
         // A key's count is in the main map or its reserve (or partly in each: it may enter
         // the reserve on one CPU while another inserts it into the main map): the sum.
         if self.agg_by == Some(true) {
-            for name in ["BY_COUNTS_STR", "BY_COUNTS_STR_SPILL"] {
+            for name in [maps::BY_COUNTS_STR, maps::BY_COUNTS_STR_SPILL] {
                 self.each_key(name, |k: ByKey, v: &[u64]| {
                     *keys.entry(k).or_insert(0) += v.iter().sum::<u64>();
                 })?;
             }
         } else if self.agg_by == Some(false) {
-            for name in ["BY_COUNTS", "BY_COUNTS_SPILL"] {
+            for name in [maps::BY_COUNTS, maps::BY_COUNTS_SPILL] {
                 self.each_key(name, |k: NumKey, v: &[u64]| {
                     *keys.entry(k.to_by_key()).or_insert(0) += v.iter().sum::<u64>();
                 })?;
@@ -236,7 +237,7 @@ impl Tracer {
         let mut keys: HashMap<ByKey, Hist> = HashMap::new();
         // As for counts: a key's histogram is the sum of its main and reserve entries.
         if self.agg_by == Some(true) {
-            for name in ["BY_HISTS_STR", "BY_HISTS_STR_SPILL"] {
+            for name in [maps::BY_HISTS_STR, maps::BY_HISTS_STR_SPILL] {
                 self.each_key(name, |k: ByKey, v: &[Hist]| {
                     let slot = keys.entry(k).or_default();
                     for h in v {
@@ -245,7 +246,7 @@ impl Tracer {
                 })?;
             }
         } else if self.agg_by == Some(false) {
-            for name in ["BY_HISTS", "BY_HISTS_SPILL"] {
+            for name in [maps::BY_HISTS, maps::BY_HISTS_SPILL] {
                 self.each_key(name, |k: NumKey, v: &[Hist]| {
                     let slot = keys.entry(k.to_by_key()).or_default();
                     for h in v {
@@ -256,8 +257,8 @@ impl Tracer {
         }
         Ok(crate::agg::ByHists {
             keys,
-            other: self.pair_hists("BY_OTHER", npairs)?,
-            unkeyed: self.pair_hists("BY_UNKEYED", npairs)?,
+            other: self.pair_hists(maps::BY_OTHER, npairs)?,
+            unkeyed: self.pair_hists(maps::BY_UNKEYED, npairs)?,
         })
     }
 }

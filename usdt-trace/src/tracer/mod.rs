@@ -35,6 +35,7 @@ use std::{
     time::Duration,
 };
 use thiserror::Error;
+use usdt_trace_common::maps;
 use usdt_trace_common::{
     Config, FilterProg, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_STACK,
     CFG_STOPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
@@ -336,15 +337,15 @@ impl Tracer {
         let mut loader = EbpfLoader::new();
         opts.agg.size_maps(&mut loader, nsites, hist_pairs);
         let mut ebpf = loader
-            .map_max_entries("SITES", nsites)
-            .map_max_entries("FILTER_SITES", nsites)
-            .map_max_entries("HISTS", hist_slots)
-            .map_max_entries("EVENTS", opts.ring_bytes)
-            .map_max_entries("THREADS", opts.max_threads.max(1))
-            .map_max_entries("ID_SPANS", opts.max_open_ids.max(1))
+            .map_max_entries(maps::SITES, nsites)
+            .map_max_entries(maps::FILTER_SITES, nsites)
+            .map_max_entries(maps::HISTS, hist_slots)
+            .map_max_entries(maps::EVENTS, opts.ring_bytes)
+            .map_max_entries(maps::THREADS, opts.max_threads.max(1))
+            .map_max_entries(maps::ID_SPANS, opts.max_open_ids.max(1))
             // Strings of id spans that hold a slot, in place: 16 MB only when asked for.
             .map_max_entries(
-                "ID_STRS",
+                maps::ID_STRS,
                 if opts.strs {
                     usdt_trace_common::ID_SLOTS
                 } else {
@@ -361,18 +362,18 @@ impl Tracer {
                 }
             })?;
         {
-            let fd = array_fd(&ebpf, "SITES")?;
+            let fd = array_fd(&ebpf, maps::SITES)?;
             sys::array_update_batch(fd, 0, opts.specs).map_err(|e| TraceError::Map {
-                name: "SITES",
+                name: maps::SITES,
                 msg: e.to_string(),
             })?;
         }
         {
             let mut cfg: Array<_, Config> = Array::try_from(
-                ebpf.map_mut("CONFIG")
-                    .ok_or(TraceError::MissingMap("CONFIG"))?,
+                ebpf.map_mut(maps::CONFIG)
+                    .ok_or(TraceError::MissingMap(maps::CONFIG))?,
             )
-            .map_err(map_err("CONFIG"))?;
+            .map_err(map_err(maps::CONFIG))?;
             let vmlinux = std::fs::read(VMLINUX_BTF)
                 .map_err(|e| TraceError::Btf(format!("{VMLINUX_BTF}: {e}")))?;
             let task_pid_off = crate::btf::member_offset(&vmlinux, "task_struct", "pid")
@@ -400,30 +401,30 @@ impl Tracer {
                 _pad: 0,
                 min_ns: opts.min_ns,
             };
-            cfg.set(0, config, 0).map_err(map_err("CONFIG"))?;
+            cfg.set(0, config, 0).map_err(map_err(maps::CONFIG))?;
         }
         {
             let mut classes: Array<_, u8> = Array::try_from(
-                ebpf.map_mut("SYSCALL_CLASS")
-                    .ok_or(TraceError::MissingMap("SYSCALL_CLASS"))?,
+                ebpf.map_mut(maps::SYSCALL_CLASS)
+                    .ok_or(TraceError::MissingMap(maps::SYSCALL_CLASS))?,
             )
-            .map_err(map_err("SYSCALL_CLASS"))?;
+            .map_err(map_err(maps::SYSCALL_CLASS))?;
             for (nr, class) in crate::syscalls::classes() {
                 classes
                     .set(nr, class, 0)
-                    .map_err(map_err("SYSCALL_CLASS"))?;
+                    .map_err(map_err(maps::SYSCALL_CLASS))?;
             }
         }
         if let Some((prog, masks)) = &opts.filter {
             let mut f: Array<_, FilterProg> = Array::try_from(
-                ebpf.map_mut("FILTER")
-                    .ok_or(TraceError::MissingMap("FILTER"))?,
+                ebpf.map_mut(maps::FILTER)
+                    .ok_or(TraceError::MissingMap(maps::FILTER))?,
             )
-            .map_err(map_err("FILTER"))?;
-            f.set(0, *prog, 0).map_err(map_err("FILTER"))?;
-            let fd = array_fd(&ebpf, "FILTER_SITES")?;
+            .map_err(map_err(maps::FILTER))?;
+            f.set(0, *prog, 0).map_err(map_err(maps::FILTER))?;
+            let fd = array_fd(&ebpf, maps::FILTER_SITES)?;
             sys::array_update_batch(fd, 0, masks).map_err(|e| TraceError::Map {
-                name: "FILTER_SITES",
+                name: maps::FILTER_SITES,
                 msg: e.to_string(),
             })?;
         }
@@ -471,10 +472,10 @@ impl Tracer {
                 .map_err(|source| TraceError::Tracepoint { name, source })?;
         }
         let ring = RingBuf::try_from(
-            ebpf.take_map("EVENTS")
-                .ok_or(TraceError::MissingMap("EVENTS"))?,
+            ebpf.take_map(maps::EVENTS)
+                .ok_or(TraceError::MissingMap(maps::EVENTS))?,
         )
-        .map_err(map_err("EVENTS"))?;
+        .map_err(map_err(maps::EVENTS))?;
         let mut t = Tracer {
             ebpf,
             ring,
@@ -562,7 +563,7 @@ impl Tracer {
         let end = first as u64 + specs.len() as u64;
         if end > self.site_capacity as u64 {
             return Err(TraceError::Map {
-                name: "SITES",
+                name: maps::SITES,
                 msg: format!(
                     "no room for {} more sites (room for {} in all)",
                     specs.len(),
@@ -572,25 +573,25 @@ impl Tracer {
         }
         let mut sites: Array<_, SiteSpec> = Array::try_from(
             self.ebpf
-                .map_mut("SITES")
-                .ok_or(TraceError::MissingMap("SITES"))?,
+                .map_mut(maps::SITES)
+                .ok_or(TraceError::MissingMap(maps::SITES))?,
         )
-        .map_err(map_err("SITES"))?;
+        .map_err(map_err(maps::SITES))?;
         for (i, s) in specs.iter().enumerate() {
             sites
                 .set(first + i as u32, *s, 0)
-                .map_err(map_err("SITES"))?;
+                .map_err(map_err(maps::SITES))?;
         }
         if let Some(masks) = masks {
             let mut f: Array<_, u32> = Array::try_from(
                 self.ebpf
-                    .map_mut("FILTER_SITES")
-                    .ok_or(TraceError::MissingMap("FILTER_SITES"))?,
+                    .map_mut(maps::FILTER_SITES)
+                    .ok_or(TraceError::MissingMap(maps::FILTER_SITES))?,
             )
-            .map_err(map_err("FILTER_SITES"))?;
+            .map_err(map_err(maps::FILTER_SITES))?;
             for (i, m) in masks.iter().enumerate().filter(|(_, m)| **m != 0) {
                 f.set(first + i as u32, *m, 0)
-                    .map_err(map_err("FILTER_SITES"))?;
+                    .map_err(map_err(maps::FILTER_SITES))?;
             }
         }
         Ok(())
@@ -732,7 +733,7 @@ impl Tracer {
     pub fn detach_all(&mut self) -> Detach {
         if let Some(Ok(mut cfg)) = self
             .ebpf
-            .map_mut("CONFIG")
+            .map_mut(maps::CONFIG)
             .map(Array::<_, Config>::try_from)
         {
             if let Ok(mut c) = cfg.get(&0, 0) {
@@ -845,13 +846,13 @@ impl Tracer {
     pub fn counters(&self) -> Result<Counters, TraceError> {
         let map: PerCpuArray<_, u64> = PerCpuArray::try_from(
             self.ebpf
-                .map("COUNTERS")
-                .ok_or(TraceError::MissingMap("COUNTERS"))?,
+                .map(maps::COUNTERS)
+                .ok_or(TraceError::MissingMap(maps::COUNTERS))?,
         )
-        .map_err(map_err("COUNTERS"))?;
+        .map_err(map_err(maps::COUNTERS))?;
         let mut v = [0u64; NUM_COUNTERS as usize];
         for (i, slot) in v.iter_mut().enumerate() {
-            let per_cpu = map.get(&(i as u32), 0).map_err(map_err("COUNTERS"))?;
+            let per_cpu = map.get(&(i as u32), 0).map_err(map_err(maps::COUNTERS))?;
             *slot = per_cpu.iter().sum();
         }
         use usdt_trace_common::*;
@@ -878,26 +879,26 @@ impl Tracer {
     pub fn open_spans(&self) -> Result<u64, TraceError> {
         let ids: BpfHashMap<_, IdKey, usdt_trace_common::IdFrame> = BpfHashMap::try_from(
             self.ebpf
-                .map("ID_SPANS")
-                .ok_or(TraceError::MissingMap("ID_SPANS"))?,
+                .map(maps::ID_SPANS)
+                .ok_or(TraceError::MissingMap(maps::ID_SPANS))?,
         )
-        .map_err(map_err("ID_SPANS"))?;
+        .map_err(map_err(maps::ID_SPANS))?;
         let mut by_id = ids.keys().filter(|k| k.is_ok()).count() as u64;
         let slots: aya::maps::Array<_, usdt_trace_common::IdSlot> = aya::maps::Array::try_from(
             self.ebpf
-                .map("ID_SLOTS")
-                .ok_or(TraceError::MissingMap("ID_SLOTS"))?,
+                .map(maps::ID_SLOTS)
+                .ok_or(TraceError::MissingMap(maps::ID_SLOTS))?,
         )
-        .map_err(map_err("ID_SLOTS"))?;
+        .map_err(map_err(maps::ID_SLOTS))?;
         for slot in slots.iter().flatten() {
             by_id += (slot.state == usdt_trace_common::ID_SLOT_OPEN) as u64;
         }
         let threads: BpfHashMap<_, u32, usdt_trace_common::ThreadState> = BpfHashMap::try_from(
             self.ebpf
-                .map("THREADS")
-                .ok_or(TraceError::MissingMap("THREADS"))?,
+                .map(maps::THREADS)
+                .ok_or(TraceError::MissingMap(maps::THREADS))?,
         )
-        .map_err(map_err("THREADS"))?;
+        .map_err(map_err(maps::THREADS))?;
         let mut on_threads = 0u64;
         for (_, st) in threads.iter().flatten() {
             on_threads += st.depth as u64;
@@ -909,10 +910,10 @@ impl Tracer {
     pub fn hists(&self, npairs: usize) -> Result<Vec<[Hist; HIST_COMPONENTS]>, TraceError> {
         let map: PerCpuArray<_, Hist> = PerCpuArray::try_from(
             self.ebpf
-                .map("HISTS")
-                .ok_or(TraceError::MissingMap("HISTS"))?,
+                .map(maps::HISTS)
+                .ok_or(TraceError::MissingMap(maps::HISTS))?,
         )
-        .map_err(map_err("HISTS"))?;
+        .map_err(map_err(maps::HISTS))?;
         let mut out = Vec::with_capacity(npairs);
         for pair in 0..npairs {
             let mut comps = [Hist::default(); HIST_COMPONENTS];
@@ -923,7 +924,7 @@ impl Tracer {
             }
             for (c, slot) in comps.iter_mut().enumerate() {
                 let idx = (pair * HIST_COMPONENTS + c) as u32;
-                for h in map.get(&idx, 0).map_err(map_err("HISTS"))?.iter() {
+                for h in map.get(&idx, 0).map_err(map_err(maps::HISTS))?.iter() {
                     agg::sum_hist(slot, h);
                 }
             }
@@ -1030,6 +1031,34 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// User space finds maps by the names in `usdt_trace_common::maps`; the eBPF side declares
+    /// them as statics of those names. A rename on one side fails here, not at load time.
+    #[test]
+    fn maps_user_space_names_exist_in_the_object() {
+        use object::{Object, ObjectSection, ObjectSymbol};
+        if EBPF_OBJECT.is_empty() {
+            // Built with USDT_TRACE_SKIP_EBPF=1: nothing to check against.
+            return;
+        }
+        let obj = object::File::parse(EBPF_OBJECT).expect("the eBPF object parses");
+        let maps = obj.section_by_name("maps").expect("a maps section").index();
+        let defined: std::collections::HashSet<&str> = obj
+            .symbols()
+            .filter(|s| s.section_index() == Some(maps))
+            .filter_map(|s| s.name().ok())
+            .collect();
+        assert!(
+            defined.len() >= usdt_trace_common::maps::ALL.len(),
+            "{defined:?}"
+        );
+        for name in usdt_trace_common::maps::ALL {
+            assert!(
+                defined.contains(name),
+                "map {name} is not in the eBPF object"
+            );
+        }
+    }
 
     fn opts<'a>(hist: bool, sched: bool) -> LoadOptions<'a> {
         LoadOptions {
