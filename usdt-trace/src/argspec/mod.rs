@@ -32,8 +32,9 @@
 //! address (or None when it has none). An `ArgSpec` is therefore never half-built: a
 //! `RipRel`/`SymMem` with `address: None` means the lookup was done and failed.
 //!
-//! Pure: no I/O. INTERFACE OWNED BY THE LEAD — the types below are what the tracer consumes;
-//! keep their names and meanings, add fields/variants only if needed.
+//! Pure: no I/O. Beside the parsers, `lower.rs` turns a spec into what the kernel reads and
+//! `describe.rs` into what `list` shows: a new argument form changes this folder and the eBPF
+//! reader (`usdt-trace-ebpf/src/args.rs`) only.
 
 pub mod aarch64;
 pub mod describe;

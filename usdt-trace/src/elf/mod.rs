@@ -1,18 +1,12 @@
 //! `.note.stapsdt` notes, PT_LOAD segments and symbols → probe sites with the file offsets a
 //! uprobe needs.
 //!
-//! # A crash course in USDT notes
+//! # What the tracer does with a note
 //!
-//! `sys/sdt.h` turns `DTRACE_PROBE2(provider, name, a, b)` into a `nop` in the code and a note
-//! in the non-allocated section `.note.stapsdt`. Each note (type 3, owner `"stapsdt"`) holds
-//! three address-sized words and three strings:
-//!
-//! ```text
-//!   pc         link-time address of the nop
-//!   base       link-time address of .stapsdt.base (0 when the producer did not emit one)
-//!   semaphore  link-time address of a u16 counter, 0 when the probe has none
-//!   "provider\0" "name\0" "-4@%edi 8@-16(%rbp)\0"
-//! ```
+//! The format (a `nop` at the site, a `.note.stapsdt` note of type 3 with `pc`, `base`,
+//! `semaphore` and the `provider`, `name` and argument strings, `.stapsdt.base`) is described
+//! once, in the usdt-markers crate's documentation ("A crash course in USDT notes",
+//! `usdt-markers/src/lib.rs`). What follows is what reading one takes.
 //!
 //! The words are in file endianness and, in ELF64, unaligned. Prelink may move the object after
 //! the notes were written: the difference between `.stapsdt.base`'s address and the note's base
@@ -50,8 +44,7 @@
 //! symbol are finished once all notes are in, because the symbol tables are read only if some
 //! argument names one.
 //!
-//! Pure except for [`parse_file`]. INTERFACE OWNED BY THE LEAD — the types below are what the
-//! tracer consumes; keep their names and meanings, add fields if needed.
+//! Pure except for [`parse_file`].
 
 pub mod fnshape;
 pub mod functions;
