@@ -197,7 +197,7 @@ pub fn run(json: bool, out: &mut impl Write) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::tracer::features::sample;
-    use crate::tracer::{Privileges, Support};
+    use crate::tracer::features::{Privileges, Support};
     use Support::*;
 
     fn row<'a>(rows: &'a [Row], key: &str) -> &'a Row {

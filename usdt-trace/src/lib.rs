@@ -1,57 +1,65 @@
 //! usdt-trace: list and watch USDT probes with eBPF.
 //!
 //! The crate is split at the privilege line. Everything that parses or formats is pure and
-//! unit-tested without root; only [`tracer`] touches aya and the kernel.
+//! unit-tested without root; only `tracer` touches aya and the kernel. The modules, in the
+//! order a `watch` run uses them (find probes → plan → run → output):
 //!
-//! | module | job | pure |
-//! |---|---|---|
-//! | [`target`] | a path or a PID → opened, parsed objects (shared by `list` and `watch`) | reads files |
-//! | [`elf`] | `.note.stapsdt` notes, segments, symbols → probe sites and file offsets | yes |
-//! | [`argspec`] | argument spec grammar → typed locations (x86_64, aarch64) | yes |
-//! | [`btf`] | the offset of a struct member in the kernel's BTF | yes |
-//! | [`libhint`] | the libraries with probes that an executable without them loads | parsing yes |
-//! | [`procmaps`] | `/proc/PID/maps` text → mapped objects | yes |
-//! | [`symbolize`] | `--stack` addresses → object, function and offset | lookups yes |
-//! | [`pattern`] | `provider:name` globs | yes |
-//! | [`terminal`] | escaping untrusted text for a terminal | yes |
-//! | [`spans`] | start/end pairing rules → roles and span names | yes |
-//! | [`plan`] | chosen sites and roles → kernel specs, printer info and attach points per cookie | yes |
-//! | [`output`] | text and NDJSON records, histograms | yes |
-//! | [`diff`] | two runs' NDJSON → per span name, what changed and why | yes |
-//! | [`child`] | the `-c` command: fork, hold until the probes are live, reap | no |
-//! | [`tracer`] | load the eBPF object, attach uprobes (with semaphores), read the ring buffer | no |
+//! | stage | module | job | pure |
+//! |---|---|---|---|
+//! | find | [`target`] | a path or a PID → opened, parsed objects (shared by `list` and `watch`) | reads files |
+//! | find | [`elf`] | `.note.stapsdt` notes, segments, symbols → probe sites and file offsets | yes |
+//! | find | [`argspec`] | argument specs: parsing (x86_64, aarch64), lowering for the kernel, description | yes |
+//! | find | `functions` | `fn:` probes: function entries and their ends, refused where unsafe | yes |
+//! | find | [`procmaps`] | `/proc/PID/maps` text → mapped objects | yes |
+//! | find | `libhint` | the libraries with probes that an executable without them loads | parsing yes |
+//! | find | [`pattern`] | `provider:name` globs | yes |
+//! | plan | `spans` | start/end pairing rules → roles and span names | yes |
+//! | plan | [`filter`] | the `--filter` grammar → a predicate program the kernel runs | yes |
+//! | plan | `plan` | chosen sites and roles → kernel specs, printer info and attach points per cookie | yes |
+//! | plan | `agg` | `--by`/`--count`/`--top`: keys planned, maps read back into tables | yes |
+//! | plan | `btf`, `syscalls` | a kernel struct member's offset; syscall numbers → wait kinds | yes |
+//! | run | `watch` | the driver: targets → plan → tracer → sinks | no |
+//! | run | `tracer` | load the eBPF object, attach uprobes, read the ring buffer and maps | no |
+//! | run | `child`, `semaphores`, `procmem`, `late`, `changes` | the `-c` command; semaphores raised in new processes; strings read late; objects mapped later; traced files rewritten | no |
+//! | output | [`output`] | sinks: text, NDJSON, histograms, Perfetto, OTLP, Prometheus | yes |
+//! | output | `outqueue`, `outfile`, `terminal` | stdout behind a bounded queue; `-o` files opened safely; escaping untrusted text | |
+//! | output | `symbolize` | `--stack` addresses → object, function and offset | lookups yes |
+//! | other | [`list`], `diff`, `doctor`, [`cli`] | the other subcommands, and the command line | |
+//!
+//! Modules are crate-private unless the command (`main.rs`), the end-to-end tests' helpers or
+//! the fuzz targets use them.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-pub mod agg;
+pub(crate) mod agg;
 pub mod argspec;
-pub mod btf;
-pub mod changes;
-pub mod child;
+pub(crate) mod btf;
+pub(crate) mod changes;
+pub(crate) mod child;
 pub mod cli;
-pub mod diff;
-pub mod doctor;
+pub(crate) mod diff;
+pub(crate) mod doctor;
 pub mod elf;
 pub mod filter;
 // docs/flags.md from the clap definitions, and the test that keeps it current.
 #[cfg(test)]
 mod flagsdoc;
-pub mod functions;
-pub mod late;
-pub mod libhint;
+pub(crate) mod functions;
+pub(crate) mod late;
+pub(crate) mod libhint;
 pub mod list;
-pub mod outfile;
+pub(crate) mod outfile;
 pub mod output;
-pub mod outqueue;
+pub(crate) mod outqueue;
 pub mod pattern;
-pub mod plan;
+pub(crate) mod plan;
 pub mod procmaps;
-pub mod procmem;
-pub mod semaphores;
-pub mod spans;
-pub mod symbolize;
-pub mod syscalls;
+pub(crate) mod procmem;
+pub(crate) mod semaphores;
+pub(crate) mod spans;
+pub(crate) mod symbolize;
+pub(crate) mod syscalls;
 pub mod target;
-pub mod terminal;
-pub mod tracer;
-pub mod watch;
+pub(crate) mod terminal;
+pub(crate) mod tracer;
+pub(crate) mod watch;

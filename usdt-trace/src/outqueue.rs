@@ -163,6 +163,7 @@ impl QueueHandle {
     }
 
     /// The writer's error, if writing failed.
+    #[cfg(test)]
     pub fn error(&self) -> Option<io::ErrorKind> {
         *self.shared.error.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -204,10 +204,6 @@ impl Raiser {
         r
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.affected.is_empty()
-    }
-
     /// The one warning line naming the affected probes, if any.
     pub fn warning(&self) -> Option<String> {
         let probes: Vec<&str> = self

@@ -422,6 +422,7 @@ pub fn push_emulated_from_lines<S: AsRef<str>>(mut lines: impl Iterator<Item = S
 /// Whether the kernel optimizes uprobes on 5-byte nops into calls: it has the `uprobe`
 /// syscall the optimized trampoline returns through and `arch_uprobe_optimize`. Symbol names
 /// are listed in `/proc/kallsyms` even when their addresses are hidden from non-root.
+#[cfg(test)]
 pub fn uprobe_optimize_from_kallsyms(kallsyms: &str) -> Feature {
     uprobe_optimize_from_lines(kallsyms.lines())
 }

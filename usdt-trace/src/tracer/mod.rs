@@ -22,7 +22,7 @@ mod multi;
 mod sys;
 
 pub use agg::{AggCounters, AggLoad};
-pub use features::{AttachMode, AttachPath, Feature, Features, Privileges, Support};
+pub use features::{AttachMode, AttachPath, Feature, Features};
 
 use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
