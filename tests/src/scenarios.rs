@@ -130,3 +130,59 @@ pub fn check_lib_records(out: &Output, n: i64) {
     }
     assert_eq!(out.summary()["lost"], 0);
 }
+
+/// An attach path a scenario runs through: the default (`auto`: uprobe_multi links on this
+/// kernel) or `--attach perf` (one perf event per site, `ref_ctr_offset` on each).
+#[derive(Clone, Copy, Debug)]
+pub struct AttachPath {
+    /// `watch` flags that select it.
+    pub flags: &'static [&'static str],
+    /// A compiler flag that gives this path's build of a test program an inode of its own, so
+    /// that the two paths, run side by side, never trace each other's processes.
+    pub cflag: &'static str,
+}
+
+pub const AUTO: AttachPath = AttachPath {
+    flags: &[],
+    cflag: "-DATTACH_AUTO",
+};
+pub const PERF: AttachPath = AttachPath {
+    flags: &["--attach", "perf"],
+    cflag: "-DATTACH_PERF",
+};
+
+impl AttachPath {
+    /// `watch --json ARGS...` through this path, attached.
+    pub fn watch(&self, args: &[&str]) -> crate::watch::Watch {
+        let mut v: Vec<&str> = self.flags.to_vec();
+        v.extend_from_slice(args);
+        crate::watch::Watch::start(&v)
+    }
+}
+
+/// Defines one attach scenario, written once, as two root-only tests: `NAME::auto` and
+/// `NAME::perf`, each running the body with its [`AttachPath`].
+#[macro_export]
+macro_rules! on_both_attach_paths {
+    ($(#[doc = $doc:expr])* fn $name:ident($path:ident) $body:block) => {
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn scenario($path: $crate::scenarios::AttachPath) $body
+
+            #[test]
+            #[ignore = "needs root"]
+            fn auto() {
+                scenario($crate::scenarios::AUTO)
+            }
+
+            #[test]
+            #[ignore = "needs root"]
+            fn perf() {
+                scenario($crate::scenarios::PERF)
+            }
+        }
+    };
+}

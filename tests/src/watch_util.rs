@@ -134,18 +134,7 @@ pub fn single_error_line(out: &std::process::Output) -> String {
     lines[0].to_string()
 }
 
-/// [`crate::testprogs::build_c`] serialized within this test process. Two tests building the
-/// same program at once both rename their output into place, so the second rename swaps the
-/// inode under a `watch` the first test already attached; serializing means only one builds.
-pub fn build_c(name: &str, extra_args: &[&str]) -> std::path::PathBuf {
-    let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    crate::testprogs::build_c(name, extra_args)
-}
-
-/// [`crate::testprogs::build_shared`], serialized like [`build_c`].
-pub fn build_shared(name: &str, extra_args: &[&str]) -> std::path::PathBuf {
-    let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    crate::testprogs::build_shared(name, extra_args)
-}
-
-static BUILD_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The one way to build a C test program, here for the watch tests' imports. It needs no
+/// lock: a build publishes with a hard link that never replaces a file a test may already be
+/// tracing (see [`crate::testprogs`]).
+pub use crate::testprogs::{build_c, build_shared};

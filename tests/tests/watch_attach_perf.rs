@@ -1,15 +1,16 @@
 //! `watch --attach perf`: the per-site perf_event_open(uprobe PMU, ref_ctr_offset) +
-//! BPF_LINK_CREATE path, which `auto` never takes on a kernel with uprobe_multi. The key attach
-//! scenarios run through it against real processes: spans with exact arguments, semaphores (for
-//! processes started before and after attach, back to 0 after), a shared library, `-p PID`.
+//! BPF_LINK_CREATE path, which `auto` never takes on a kernel with uprobe_multi. What only it
+//! does is here: one perf link per site, semaphores raised through each event's
+//! ref_ctr_offset, `-p PID` among several servers; the scenarios both paths share run through
+//! both in `watch_attach_paths.rs`.
 //! While `watch` runs, its own file descriptors prove which path it took: `/proc/PID/fdinfo`
 //! of a BPF link says `link_type: perf` or `link_type: uprobe_multi`.
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::Duration;
-use usdt_trace_tests::scenarios::{self, check_lib_records};
-use usdt_trace_tests::watch_util::{build_c, build_shared, Target};
-use usdt_trace_tests::{testprogs, watch};
+use usdt_trace_tests::scenarios;
+use usdt_trace_tests::watch;
+use usdt_trace_tests::watch_util::{build_c, Target};
 
 /// How many BPF links of each uprobe kind process `pid` holds: (perf, uprobe_multi).
 fn uprobe_links(pid: u32) -> (usize, usize) {
@@ -98,35 +99,6 @@ fn auto_and_perf_take_the_paths_doctor_names() {
 
 #[test]
 #[ignore = "needs root"]
-fn perf_spans_and_events_with_exact_args() {
-    let bin = build_c("watch_smoke", &["-O2", "-DATTACH_PERF"]);
-    let cmd = format!("{} 5", bin.display());
-    let out = start_perf(&["-c", &cmd]).finish();
-    assert!(out.status.success(), "{}", out.stderr);
-    let spans = out.spans();
-    assert_eq!(spans.len(), 5, "{:?}", out.records);
-    for (i, s) in spans.iter().enumerate() {
-        assert_eq!(s["provider"], "smoke");
-        assert_eq!(s["name"], "op");
-        assert_eq!(s["args"], json!([i, -5]));
-        assert_eq!(s["end_args"], json!([i, -77]));
-        assert!(s["duration_ns"].as_u64().unwrap() >= 1_000_000);
-    }
-    let ticks: Vec<i64> = out
-        .events()
-        .iter()
-        .map(|e| e["args"][0].as_i64().unwrap())
-        .collect();
-    assert_eq!(ticks, [0, 3, 6, 9, 12]);
-    let sum = out.summary();
-    assert_eq!(sum["spans"], 5);
-    assert_eq!(sum["events"], 5);
-    assert_eq!(sum["lost"], 0);
-    assert_eq!(sum["unmatched"], 0);
-}
-
-#[test]
-#[ignore = "needs root"]
 fn perf_semaphores_zero_before_raised_during_zero_after() {
     // Flags of its own: an inode no other test attaches to with another semaphore setting.
     let bin = build_c("watch_sema", &["-O2", "-DATTACH_PERF"]);
@@ -135,48 +107,6 @@ fn perf_semaphores_zero_before_raised_during_zero_after() {
     scenarios::semaphores_zero_raised_zero(&bin, &["--attach", "perf"], |w| {
         assert_eq!(uprobe_links(w.pid()), (3, 0), "one perf link per site")
     });
-}
-
-#[test]
-#[ignore = "needs root"]
-fn perf_probe_in_linked_shared_library() {
-    let lib = build_shared("watch_lib", &["-O2", "-DATTACH_PERF"]);
-    let link = testprogs::link_args(&lib);
-    let link: Vec<&str> = link.iter().map(String::as_str).collect();
-    let main = build_c("watch_libmain", &link);
-    let cmd = format!("{} 4", main.display());
-    let w = start_perf(&["-c", &cmd, lib.to_str().unwrap()]);
-    assert!(
-        w.attached_line
-            .starts_with("Attached 3 probe sites in 1 object"),
-        "{}",
-        w.attached_line
-    );
-    check_lib_records(&w.finish(), 4);
-}
-
-/// -p PID with the library as TARGET, for a process that maps it only after attach: the
-/// per-process perf uprobe must still catch the later mapping.
-#[test]
-#[ignore = "needs root"]
-fn perf_dlopen_after_attach_with_pid_filter() {
-    let lib = build_shared("watch_lib", &["-O2", "-DATTACH_PERF_DLOPEN"]);
-    let prog = build_c("watch_dlopen", &["-ldl"]);
-    let (mut t, ready) = Target::spawn(&prog, &[lib.to_str().unwrap(), "3", "wait"]);
-    assert!(ready.starts_with("ready "), "{ready}");
-    let pid = t.pid();
-    let w = start_perf(&["-p", &pid.to_string(), lib.to_str().unwrap()]);
-    assert_eq!(uprobe_links(w.pid()), (3, 0));
-    assert_eq!(t.ask("go"), "done 6");
-    assert!(t.quit().success());
-    // The watch ends by itself once its only PID is gone.
-    let out = w.finish();
-    check_lib_records(&out, 3);
-    assert!(out
-        .records
-        .iter()
-        .filter(|r| r["type"] != "summary" && r["type"] != "start")
-        .all(|r| r["pid"] == pid as u64));
 }
 
 /// Three servers; with -p only the chosen one's events arrive, with and without TARGET.
