@@ -311,9 +311,8 @@ pub fn thread_state(tid: u32) -> Option<&'static mut ThreadState> {
     let zero = ZERO_THREAD.get_ptr(0)?;
     // Inserted from a map value, by reference: a 12 KB ThreadState cannot go through the stack.
     // SAFETY: a valid per-CPU map value that nothing writes.
-    THREADS
-        .insert(&tid, unsafe { &*zero }, BPF_NOEXIST as u64)
-        .ok()?;
+    let zero = unsafe { &*zero };
+    THREADS.insert(&tid, zero, BPF_NOEXIST as u64).ok()?;
     tracked_add(1);
     existing_thread(tid)
 }

@@ -532,7 +532,10 @@ fn find_id_span(key: &IdKey) -> Option<IdSpan> {
         // SAFETY: a live array value. A slot in state OPEN is only written by the span that
         // holds it, whose markers run one after another; the key then is the owner's.
         let sl = unsafe { &mut *slot };
-        if unsafe { core::ptr::read_volatile(&sl.state) } == ID_SLOT_OPEN && sl.key == *key {
+        // SAFETY: `state` is a field of the live value above; read volatile because another
+        // CPU may change it (atomically) between reads.
+        let state = unsafe { core::ptr::read_volatile(&sl.state) };
+        if state == ID_SLOT_OPEN && sl.key == *key {
             return Some(IdSpan {
                 span: &mut sl.span,
                 slot,
@@ -557,8 +560,9 @@ fn claim_slot(key: &IdKey) -> Option<*mut IdSlot> {
         sl.key = *key;
         return Some(slot);
     }
-    (unsafe { core::ptr::read_volatile(&sl.state) } == ID_SLOT_OPEN && sl.key == *key)
-        .then_some(slot)
+    // SAFETY: as above: a field of a live value, changed only atomically.
+    let state = unsafe { core::ptr::read_volatile(&sl.state) };
+    (state == ID_SLOT_OPEN && sl.key == *key).then_some(slot)
 }
 
 /// A span start that carries an id: store the frame under (pair, process, id), in its slot

@@ -78,9 +78,9 @@ impl Child {
         let mut fds = [0i32; 2];
         let mut st = [0i32; 2];
         // SAFETY: plain pipe2 into 2-int arrays.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0
-            || unsafe { libc::pipe2(st.as_mut_ptr(), libc::O_CLOEXEC) } != 0
-        {
+        let release_pipe = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+        // SAFETY: as above.
+        if release_pipe != 0 || unsafe { libc::pipe2(st.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
             return Err(spawn_err(io::Error::last_os_error()));
         }
         // SAFETY: the child only calls async-signal-safe functions (read, close, execvp, _exit)
@@ -90,6 +90,8 @@ impl Child {
             return Err(spawn_err(io::Error::last_os_error()));
         }
         if pid == 0 {
+            // SAFETY: in the forked child: only async-signal-safe calls on fds and pointers
+            // made before the fork; it execs or exits.
             unsafe {
                 libc::close(fds[1]);
                 libc::close(st[0]);
@@ -115,6 +117,7 @@ impl Child {
             cmd,
             // SAFETY: fds[1] and st[0] are ours alone.
             release: Some(unsafe { File::from_raw_fd(fds[1]) }),
+            // SAFETY: as above.
             exec_status: Some(unsafe { File::from_raw_fd(st[0]) }),
             status: None,
         })

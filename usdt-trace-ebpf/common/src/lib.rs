@@ -53,24 +53,36 @@ pub const STR_SLOT: usize = STR_MAX_CAP + 8;
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
-    // SAFETY: all of these are repr(C), Copy, and valid for every bit pattern.
-    unsafe impl aya::Pod for ArgDesc {}
-    unsafe impl aya::Pod for SiteSpec {}
-    unsafe impl aya::Pod for Config {}
-    unsafe impl aya::Pod for FilterProg {}
-    unsafe impl aya::Pod for IdKey {}
-    unsafe impl aya::Pod for Hist {}
-    unsafe impl aya::Pod for crate::agg::AggConfig {}
-    unsafe impl aya::Pod for crate::agg::ByKey {}
-    unsafe impl aya::Pod for crate::agg::NumKey {}
-    unsafe impl aya::Pod for Acct {}
-    unsafe impl aya::Pod for StackRecord {}
-    unsafe impl aya::Pod for Frame {}
-    unsafe impl aya::Pod for IdFrame {}
-    unsafe impl aya::Pod for IdSlot {}
-    unsafe impl aya::Pod for PollAcct {}
-    unsafe impl aya::Pod for StrSet {}
-    unsafe impl aya::Pod for ThreadState {}
+    /// Marks plain-old-data map types for aya.
+    macro_rules! pod {
+        ($($t:ty),* $(,)?) => {
+            $(
+                // SAFETY: each type named here is `#[repr(C)]`, `Copy`, has no padding the
+                // kernel could leave uninitialised (explicit `_pad` fields), and is valid for
+                // every bit pattern (integers and arrays of them only).
+                unsafe impl aya::Pod for $t {}
+            )*
+        };
+    }
+    pod!(
+        ArgDesc,
+        SiteSpec,
+        Config,
+        FilterProg,
+        IdKey,
+        Hist,
+        crate::agg::AggConfig,
+        crate::agg::ByKey,
+        crate::agg::NumKey,
+        Acct,
+        StackRecord,
+        Frame,
+        IdFrame,
+        IdSlot,
+        PollAcct,
+        StrSet,
+        ThreadState,
+    );
 }
 
 #[cfg(test)]

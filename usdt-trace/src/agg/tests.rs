@@ -503,6 +503,7 @@ fn interval_deltas_subtract_per_key() {
 #[test]
 fn top_n_keeps_the_longest_and_says_what_could_still_enter() {
     let rec = |d: u64| {
+        // SAFETY: a SpanRecord is plain integers, valid all zero.
         let mut r: SpanRecord = unsafe { std::mem::zeroed() };
         r.start_ns = 1_000;
         r.hdr.ts_ns = 1_000 + d;
@@ -579,6 +580,7 @@ fn golden_json() {
 {"type":"count","provider":"ag","name":"req__start","by":"str0","key":null,"other":true,"count":1}
 "#
     );
+    // SAFETY: a SpanRecord is plain integers, valid all zero.
     let mut r: SpanRecord = unsafe { std::mem::zeroed() };
     r.hdr = RecordHeader {
         kind: RecordKind::SPAN,

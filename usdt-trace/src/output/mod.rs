@@ -575,6 +575,7 @@ mod tests {
         assert!(decode(&[]).is_none());
         assert!(decode(&[1, 0, 0, 0]).is_none());
         let buf = [0u64; 8];
+        // SAFETY: the 64 bytes of `buf`, which outlives the slice.
         let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr() as *const u8, 64) };
         assert!(decode(bytes).is_none()); // kind 0
     }

@@ -353,6 +353,7 @@ pub fn hand_off_to_reaper(fds: Vec<OwnedFd>) -> io::Result<i32> {
         return Err(io::Error::last_os_error());
     }
     if pid == 0 {
+        // SAFETY: in the forked child: only async-signal-safe calls before it exits.
         unsafe {
             libc::close(p[1]);
             // Outlive a Ctrl-C sent to the terminal's process group.
