@@ -10,15 +10,18 @@
 //!    loop does not know which output mode is in use.
 //!
 //! The stages' helpers live beside this file: `config` (the settings and what is derived from
-//! them), `targets` (opening what is traced), `attach` (attaching and detaching), `reader` (the
+//! them), `targets` (opening what is traced), `planned` (the plan and what is derived from it:
+//! the `--by` key, the `--filter` masks, the files watched for changes), `attach` (attaching
+//! and detaching), `reader` (the
 //! reading loop's work), `stacks` (`--stack`), `late_strs` (strings read from the live
-//! process), `signals` and `clock`, `warnings` (end-of-run warnings) and `error`.
+//! process), `signals` and `clock`, `warnings` (the end-of-run summary and warnings) and `error`.
 
 mod attach;
 mod clock;
 mod config;
 mod error;
 mod late_strs;
+mod planned;
 mod reader;
 mod signals;
 mod stacks;
@@ -31,16 +34,16 @@ pub use error::WatchError;
 
 use attach::attach;
 use clock::{monotonic_ns, monotonic_zero_unix_ns};
+use planned::{plan_run, Planned};
 use reader::{Agg, Reader};
 use signals::{install_signal_handlers, STOP};
 use stacks::Stacks;
 use targets::open_targets;
-use warnings::end_warnings;
+use warnings::{end_warnings, summarize};
 
 use crate::child::{Child, GRACE};
 use crate::output::text::clean;
-use crate::output::{self, RunInfo, Sink, Summary};
-use crate::plan;
+use crate::output::{self, RunInfo, Sink};
 use crate::target;
 use crate::tracer::Tracer;
 use std::sync::atomic::Ordering;
@@ -79,51 +82,12 @@ fn command_status(child: Option<Child>, leave_running: bool) -> i32 {
 /// itself, else 0.
 pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let objects = open_targets(cfg)?;
-    let named: Vec<(&str, &crate::elf::ObjectProbes)> = objects
-        .iter()
-        .map(|o| (o.shown.as_str(), &o.probes))
-        .collect();
-    let plan = plan::plan_or_wait(
-        plan::build(&named, &cfg.plan_options()),
-        cfg.waits() && crate::functions::fn_patterns(&cfg.patterns).is_empty(),
-        cfg.patterns.is_empty(),
-        &cfg.pids,
-    )?;
-    // Each pattern must find something (one that finds nothing at all failed above); with
-    // --wait-for-probes the rest may come later.
-    if !plan.sites.is_empty() {
-        if let Err(e) = plan::check_every_pattern(&named, &cfg.patterns) {
-            if !cfg.waits() {
-                return Err(e.into());
-            }
-            eprintln!(
-                "warning: {}: waiting for probes defined or loaded later",
-                clean(&e.to_string())
-            );
-        }
-    }
-    if cfg.patterns.is_empty() && !cfg.agg.count {
-        if let Some(w) = crate::agg::high_rate_warning(&crate::agg::high_rate_probes(&plan)) {
-            eprintln!("{}", clean(&w));
-        }
-    }
-    let key_plan = cfg
-        .agg
-        .by
-        .as_ref()
-        .map(|b| crate::agg::KeyPlan::new(&plan, b, cfg.agg.count))
-        .transpose()?;
-    // The files as parsed: taken before attach, so a change made the moment the readiness line
-    // appears is still a change.
-    let mut watched = crate::changes::ChangeWatch::new();
-    for op in &plan.objects {
-        watched.add(&objects[op.object]);
-    }
-    let filter_masks = cfg
-        .filter
-        .as_ref()
-        .map(|f| plan::masks_or_wait(plan::filter_masks(&plan, f), cfg.waits(), &plan, f))
-        .transpose()?;
+    let Planned {
+        plan,
+        key_plan,
+        filter_masks,
+        mut watched,
+    } = plan_run(cfg, &objects)?;
     // Before anything is attached: a bad -o path fails first.
     let (sinks, output, mut out_files) = cfg.sinks(&plan)?;
     // Listening before attach too: an address in use fails the run before it starts.
@@ -233,33 +197,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         reader.totals(&tracer, cfg.interval.is_some())?;
     }
     let ac = tracer.agg_counters()?;
-    let c = tracer.counters()?;
-    let open = tracer.open_spans().unwrap_or(0);
-    // Records the output queue dropped so far are lost like those the ring had no room for:
-    // printed + lost == hits holds for what the reader sees.
     let out_lost = output.lost();
-    let summary = Summary {
-        events: c.events,
-        spans: c.spans,
-        lost: c.lost + reader.bad_records + out_lost,
-        unmatched: c.unmatched_start + open,
-        unmatched_end: c.unmatched_end,
-        duration_ns: monotonic_ns().saturating_sub(t0),
-        dropped: output::Dropped {
-            threads_full: c.threads_full,
-            id_spans_full: c.id_full,
-            depth: c.depth,
-            kernel_skipped: tracer.missed_hits().unwrap_or(0),
-        },
-        filtered: c.below_min + c.filter_rejected,
-        strings_dropped: c.strs_dropped,
-        strings_lost: c.strs_lost,
-        stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
-        frames_unnamed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.unnamed),
-        hits: reader.agg.hits,
-        by_other: ac.by_other + ac.count_other,
-        by_unkeyed: ac.by_unkeyed + ac.count_unkeyed,
-    };
+    let summary = summarize(&tracer, &reader, &ac, out_lost, t0)?;
     reader.sinks.finish(&summary)?;
     drop(reader);
     // A reader that stopped reading gets a moment, then what it did not take is counted.

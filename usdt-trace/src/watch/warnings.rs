@@ -1,10 +1,13 @@
-//! The end-of-run warnings: what the summary line alone does not say (limits that dropped
+//! The end of a run: its summary, and the warnings for what the summary line alone does not say (limits that dropped
 //! spans, keys counted as "other" or "unkeyed", lost and unwritten records, a detach still
 //! going on), printed on stderr once tracing has ended. Apart from the driver because each new
 //! limit adds a warning here and nothing to the run loop.
 
-use super::WatchConfig;
-use crate::output::Summary;
+use super::clock::monotonic_ns;
+use super::reader::Reader;
+use super::{WatchConfig, WatchError};
+use crate::output::{self, Summary};
+use crate::tracer::{AggCounters, Tracer};
 
 /// What the summary line alone does not say, on stderr once tracing has ended: limits that
 /// dropped spans, keys counted as "other", lost and unwritten records, a detach still going on.
@@ -84,4 +87,41 @@ pub(crate) fn end_warnings(
             "Detaching {sites} probe sites in the background (helper PID {pid}): the kernel takes about 0.1 s per site"
         );
     }
+}
+
+/// The run's summary: the kernel's counters, the reader's, and what the output queue dropped
+/// (`out_lost`), at the end of a run that started at `t0`.
+pub(super) fn summarize(
+    tracer: &Tracer,
+    reader: &Reader,
+    ac: &AggCounters,
+    out_lost: u64,
+    t0: u64,
+) -> Result<Summary, WatchError> {
+    let c = tracer.counters()?;
+    let open = tracer.open_spans().unwrap_or(0);
+    // Records the output queue dropped so far (`out_lost`) are lost like those the ring had
+    // no room for: printed + lost == hits holds for what the reader sees.
+    Ok(Summary {
+        events: c.events,
+        spans: c.spans,
+        lost: c.lost + reader.bad_records + out_lost,
+        unmatched: c.unmatched_start + open,
+        unmatched_end: c.unmatched_end,
+        duration_ns: monotonic_ns().saturating_sub(t0),
+        dropped: output::Dropped {
+            threads_full: c.threads_full,
+            id_spans_full: c.id_full,
+            depth: c.depth,
+            kernel_skipped: tracer.missed_hits().unwrap_or(0),
+        },
+        filtered: c.below_min + c.filter_rejected,
+        strings_dropped: c.strs_dropped,
+        strings_lost: c.strs_lost,
+        stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
+        frames_unnamed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.unnamed),
+        hits: reader.agg.hits,
+        by_other: ac.by_other + ac.count_other,
+        by_unkeyed: ac.by_unkeyed + ac.count_unkeyed,
+    })
 }
