@@ -439,6 +439,8 @@ fn check_with_trace_processor(path: &Path, out: &Output) -> TpCounts {
             "select slice_out, slice_in from flow",
         ],
     );
+    // Read: a failed check below leaves no file behind.
+    let _ = std::fs::remove_file(path);
     let (stats, slices, same_name, flows) = (&res[0], &res[1], &res[2], &res[3]);
 
     // (1) The importer's own account: nothing it could not read or had to drop.
@@ -561,7 +563,6 @@ fn trace_processor_agrees_with_the_ndjson_rust_server() {
         false,
     );
     let c = check_with_trace_processor(&path, &out);
-    let _ = std::fs::remove_file(&path);
     let requests = named(&out.spans(), "request").len();
     assert!(requests >= 100, "a busy run: {requests} requests");
     assert!(
@@ -580,7 +581,6 @@ fn trace_processor_agrees_with_the_ndjson_c_server() {
     let path = trace_path("perfetto-tp-c");
     let out = concurrent_run(&path, &usdt_trace_tests::markers::demo_servers().1, 4, true);
     let c = check_with_trace_processor(&path, &out);
-    let _ = std::fs::remove_file(&path);
     let requests = named(&out.spans(), "request").len();
     assert!(requests >= 100, "a busy run: {requests} requests");
     assert!(
