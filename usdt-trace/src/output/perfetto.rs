@@ -23,8 +23,8 @@
 //! 1) is not the slice enclosing it on its track gets a flow arrow from that parent.
 //!
 //! The encoder is written by hand from the field numbers of Perfetto's `.proto` files
-//! (protos/perfetto/trace/...); the e2e test decodes the file with Perfetto's own generated
-//! Python classes.
+//! (protos/perfetto/trace/...); the e2e tests decode the file with Perfetto's own generated
+//! Python classes and load it into Perfetto's own trace processor (tests/scripts/tp_query.js).
 
 use super::decode::cstr;
 use super::sink::{Sink, View};
