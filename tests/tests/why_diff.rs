@@ -2,7 +2,8 @@
 //! `why:req` spans per mode under `watch --json -c`; each mode against the `base` run (10 ms
 //! of CPU per span) must name its own cause: twice the loop is more work, a hog on the same
 //! CPU is CPU contention, a mutex another thread holds is lock contention, nanosleep is timers,
-//! O_DIRECT reads are I/O (twice the reads: more I/O).
+//! O_DIRECT reads are I/O (twice the reads: more I/O; the same reads beside a flood of direct
+//! writes: a busy disk).
 //!
 //! The kinds of wait are also checked against the program's own clocks: the time it spent
 //! inside pthread_mutex_lock, nanosleep and pread, from its `truth` lines.
@@ -321,4 +322,109 @@ fn the_same_program_twice_is_no_change() {
     baseline();
     let v = diff(&record("base", "base_again"));
     assert_eq!(v["verdict"]["cause"], "no_change", "{v}");
+}
+
+/// Processes flooding the device under `dir` with direct writes and fsyncs, killed (their
+/// whole process group) and their files removed on drop.
+struct Flood {
+    children: Vec<std::process::Child>,
+    files: Vec<PathBuf>,
+}
+
+impl Flood {
+    fn start(dir: &Path) -> Flood {
+        use std::os::unix::process::CommandExt;
+        let mut children = Vec::new();
+        let mut files = Vec::new();
+        for i in 0..2 {
+            let f = dir.join(format!("why_flood{i}.dat"));
+            // Rewrites the same 64 MiB, so the disk use stays bounded however long it runs.
+            let script = format!(
+                "while :; do dd if=/dev/zero of={} bs=1M count=64 oflag=direct conv=fsync status=none; done",
+                f.display()
+            );
+            let c = std::process::Command::new("sh")
+                .args(["-c", &script])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("start the flood");
+            children.push(c);
+            files.push(f);
+        }
+        // Let the writes reach the device before the measured run starts.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        Flood { children, files }
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            // The group: the shell and the dd it is running.
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", c.id())])
+                .status();
+            let _ = c.wait();
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// The program's own mean time per pread over a run: (ns per call, calls).
+fn pread_per_call(out: &watch::Output) -> (f64, u64) {
+    let t = truths(&out.stderr);
+    let ns: f64 = t.iter().map(|t| t.pread).sum();
+    let n: u64 = t.iter().map(|t| t.preads).sum();
+    (ns / n.max(1) as f64, n)
+}
+
+/// A busy disk: the same 8 direct reads per span while two other processes flood the device
+/// with direct writes and fsyncs. Each read waits longer, not more often: `diff` must say a
+/// busier disk, not more I/O. The oracle is the program's own clock: when its reads got at
+/// least twice as slow, the disk was busier; a device the flood does not slow has no busy
+/// disk to find, and the test says so.
+#[test]
+#[ignore = "needs root"]
+fn the_same_reads_beside_a_write_flood_are_a_busy_disk() {
+    let Some(file) = disk_file() else {
+        eprintln!("skipped: no writable directory on a block device (only tmpfs)");
+        return;
+    };
+    let f = file.display();
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // 40 spans: under the flood some reads take 10 ms, and with 20 spans a mean 3.4 times the
+    // quiet one was once within the noise.
+    let mode = format!("disk {f} 40 8");
+    let (quiet, qout) = record_out(&mode, "disk8_quiet");
+    if !check_kinds(&qout) {
+        eprintln!("skipped: the device served the reads without the reader waiting");
+        return;
+    }
+    let (busy, bout) = {
+        let _flood = Flood::start(file.parent().expect("a directory"));
+        record_out(&mode, "disk8_busy")
+    };
+    let ((q, qn), (b, bn)) = (pread_per_call(&qout), pread_per_call(&bout));
+    assert_eq!(qn, bn, "the same reads in both runs");
+    if b < 2.0 * q {
+        eprintln!("skipped: the flood did not slow the reads ({q:.0} → {b:.0} ns per pread)");
+        return;
+    }
+    assert!(
+        check_kinds(&bout),
+        "the busy run's reads waited on the disk"
+    );
+    let v = diff_files(&quiet, &busy);
+    assert_eq!(v["verdict"]["cause"], "busy_disk", "{v}");
+    // Not more waits (each read waits once, or not at all: beside the flood this VM once saw
+    // 4.85 waits per span for 8 reads, each ten times longer), and longer ones.
+    let n = |run: &str| v[run]["waits"]["disk"]["n"].as_f64().unwrap();
+    assert!(n("after") <= 1.25 * n("before"), "{v}");
+    let per = |run: &str| v[run]["waits"]["disk"]["ns"].as_f64().unwrap() / n(run).max(1.0);
+    assert!(per("after") >= 2.0 * per("before"), "{v}");
 }
