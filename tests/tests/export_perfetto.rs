@@ -120,6 +120,7 @@ fn check_against_ndjson(d: &Value, out: &Output) {
         .iter()
         .map(|t| (t["uuid"].as_u64().unwrap(), t))
         .collect();
+    let mut waits = 0;
     for s in &spans {
         let name = format!(
             "{}:{}",
@@ -155,6 +156,13 @@ fn check_against_ndjson(d: &Value, out: &Output) {
         for k in watch::SPLIT_FIELDS {
             assert_eq!(a.get(k), s.get(k), "{k}: {a}");
         }
+        // What the sleep and I/O waited on: as the NDJSON's `waits`, kind by kind.
+        for k in ["lock", "net", "timer", "disk"] {
+            let w = s.get("waits").and_then(|w| w.get(k));
+            assert_eq!(a.get(format!("wait_{k}_ns")), w.map(|w| &w["ns"]), "{k}: {a}");
+            assert_eq!(a.get(format!("wait_{k}_n")), w.map(|w| &w["n"]), "{k}: {a}");
+            waits += w.is_some() as usize;
+        }
         match s.get("waker") {
             Some(w) => {
                 assert_eq!(a["waker_off_ns"], w["off_ns"]);
@@ -164,6 +172,7 @@ fn check_against_ndjson(d: &Value, out: &Output) {
             None => assert!(a.get("waker").is_none()),
         }
     }
+    eprintln!("{waits} kinds of wait checked");
     let instants = d["instants"].as_array().unwrap();
     let events = out.events();
     assert_eq!(instants.len(), events.len());

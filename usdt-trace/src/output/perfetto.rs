@@ -466,6 +466,17 @@ fn span_annotations(
         ] {
             annotation(out, k, |a| pb::uint(a, annot::UINT, v));
         }
+        // What the sleep and I/O waited on (as the NDJSON's `waits`), only for the kinds it
+        // waited on: `wait_lock_ns` and `wait_lock_n`, and so on.
+        for (name, ns, n, _) in crate::output::wait_kinds(x) {
+            if ns == 0 && n == 0 {
+                continue;
+            }
+            annotation(out, &format!("wait_{name}_ns"), |a| pb::uint(a, annot::UINT, ns));
+            annotation(out, &format!("wait_{name}_n"), |a| {
+                pb::uint(a, annot::UINT, u64::from(n))
+            });
+        }
         // A polled span: the split above is its polls' time; the rest was between polls.
         if r.polls > 0 {
             for (k, v) in [
