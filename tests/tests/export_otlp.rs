@@ -16,6 +16,14 @@ use usdt_trace_tests::proc::wait_until;
 use usdt_trace_tests::watch::{self, Output};
 use usdt_trace_tests::watch_util::build_c;
 
+/// Held by the tests that start the Rust demo server: `watch` traces every process running
+/// that binary, so two of them at once would each see the other's spans.
+static DEMO_SERVER: Mutex<()> = Mutex::new(());
+
+fn one_demo_server() -> std::sync::MutexGuard<'static, ()> {
+    DEMO_SERVER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One POST as received.
 struct Request {
     path: String,
@@ -513,6 +521,7 @@ fn a_collector_that_dies_and_comes_back_costs_counted_spans() {
 #[test]
 #[ignore = "needs root"]
 fn markers_parent_ids_link_spans_across_threads() {
+    let _one = one_demo_server();
     use usdt_trace_tests::markers::{demo_servers, free_port, http_request, start_server};
     let bin = &demo_servers().0;
     let port = free_port();
@@ -561,6 +570,7 @@ fn markers_parent_ids_link_spans_across_threads() {
 #[test]
 #[ignore = "needs root"]
 fn w3c_trace_context_from_the_application_places_spans_in_its_trace() {
+    let _one = one_demo_server();
     use usdt_trace_tests::markers::{demo_servers, free_port, http_request, start_server};
     let bin = &demo_servers().0;
     let port = free_port();
@@ -751,6 +761,7 @@ fn rotel() -> Option<std::path::PathBuf> {
 #[test]
 #[ignore = "needs root"]
 fn spans_pass_through_a_real_collector_each_once_with_their_parents() {
+    let _one = one_demo_server();
     use usdt_trace_tests::markers::{demo_servers, free_port, http_request, start_server};
     let Some(rotel) = rotel() else {
         eprintln!("skipped: rotel not installed (python3 -m pip install rotel)");
@@ -1209,7 +1220,9 @@ fn the_sdk_environment_is_honoured_end_to_end() {
 fn bad_otlp_input_is_a_one_line_error() {
     let dir = std::env::temp_dir();
     let not_pem = TempFile::new("not-a-ca.pem", "hello\n");
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, &str)> = vec![
+    // (flags, environment, what the error says)
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
         (
             vec!["--otlp", "ftp://x"],
             vec![],

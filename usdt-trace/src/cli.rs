@@ -401,7 +401,8 @@ pub struct WatchArgs {
     /// spans (counted), it never slows tracing.
     #[arg(long, value_name = "URL", conflicts_with = "hist")]
     pub otlp: Option<String>,
-    /// With --otlp: the resource's service.name (default: the traced executable's file name).
+    /// With --otlp: the resource's service.name (default: OTEL_SERVICE_NAME, service.name in
+    /// OTEL_RESOURCE_ATTRIBUTES, else the traced executable's file name).
     #[arg(long, value_name = "NAME", requires = "otlp")]
     pub otlp_service: Option<String>,
     /// With --otlp: how many spans may wait for the exporter (queued, waiting for their
@@ -409,15 +410,15 @@ pub struct WatchArgs {
     #[arg(long, value_name = "SPANS", requires = "otlp", default_value_t = crate::output::otlp::DEFAULT_QUEUE)]
     pub otlp_queue: usize,
     /// With --otlp: send this HTTP header with every request, e.g. an API key (repeat for
-    /// several). Given, it replaces OTEL_EXPORTER_OTLP_[TRACES_]HEADERS (`k=v,k2=v2`).
+    /// several). Given, it replaces `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS` (`k=v,k2=v2`).
     #[arg(long, value_name = "KEY=VALUE", requires = "otlp")]
     pub otlp_header: Vec<String>,
     /// With --otlp: compress requests, `gzip` or `none` (default: none, or
-    /// OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION).
+    /// `OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION`).
     #[arg(long, value_name = "ALGO", requires = "otlp")]
     pub otlp_compression: Option<String>,
     /// With an https:// --otlp: trust the certificate authorities in this PEM file instead of
-    /// the system's (default: OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE, else the system's
+    /// the system's (default: `OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE`, else the system's
     /// store).
     #[arg(long, value_name = "FILE", requires = "otlp")]
     pub otlp_ca: Option<PathBuf>,
@@ -433,7 +434,7 @@ pub struct WatchArgs {
     #[arg(long, value_name = "N", requires = "prometheus", default_value_t = 8)]
     pub prometheus_buckets: u32,
     /// With --otlp: how long one POST may take, from connecting to the collector's answer
-    /// (default: 5, or OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT in ms). A batch sent whole without
+    /// (default: 5, or `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT` in ms). A batch sent whole without
     /// an answer in time is not resent (the collector may have it; resending could duplicate
     /// its spans): it is counted as unanswered.
     #[arg(long, value_name = "SECS", requires = "otlp")]

@@ -232,6 +232,8 @@ impl Client {
             .max_redirects_will_error(false)
             .user_agent(format!("usdt-trace/{}", env!("CARGO_PKG_VERSION")))
             .timeout_connect(Some(CONNECT_TIMEOUT))
+            // One kept per sender thread (ureq keeps 3 by default).
+            .max_idle_connections_per_host(8)
             .tls_config(TlsConfig::builder().root_certs(roots).build())
             .build()
             .new_agent();
@@ -346,6 +348,7 @@ fn failed(e: ureq::Error, sent: bool, timed_out: &str) -> Posted {
             timed_out.to_string()
         }
         ureq::Error::HostNotFound => "host not found".to_string(),
+        ureq::Error::Io(io) => io.to_string(),
         e => e.to_string(),
     };
     if sent {

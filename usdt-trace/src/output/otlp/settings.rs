@@ -103,6 +103,8 @@ pub enum SettingsError {
     HeaderEnv { var: &'static str, item: String },
     #[error("{from} {0:?}: unsupported compression (expected gzip or none)", from = .1)]
     Compression(String, &'static str),
+    #[error("{0}: {1:?}: this header is the exporter's own (Content-Type, Content-Length, Content-Encoding, Transfer-Encoding, Connection)")]
+    HeaderReserved(&'static str, String),
     #[error("{var} {value:?}: expected a timeout in milliseconds, 1 to 3600000")]
     TimeoutEnv { var: &'static str, value: String },
     #[error("--otlp-ca: {0} is not an https:// endpoint (a CA is only used with TLS)")]
@@ -134,17 +136,25 @@ pub fn resolve(
         },
     };
 
-    let headers = if !flags.headers.is_empty() {
-        flags
+    let (headers, from) = if !flags.headers.is_empty() {
+        let h = flags
             .headers
             .iter()
             .map(|h| header_flag(h).ok_or_else(|| SettingsError::HeaderFlag(h.clone())))
-            .collect::<Result<Vec<_>, _>>()?
+            .collect::<Result<Vec<_>, _>>()?;
+        (h, "--otlp-header")
     } else if let Some((name, v)) = pick(HEADERS) {
-        header_list(&v).map_err(|item| SettingsError::HeaderEnv { var: name, item })?
+        let h = header_list(&v).map_err(|item| SettingsError::HeaderEnv { var: name, item })?;
+        (h, name)
     } else {
-        Vec::new()
+        (Vec::new(), "")
     };
+    if let Some((k, _)) = headers
+        .iter()
+        .find(|(k, _)| RESERVED_HEADERS.iter().any(|r| k.eq_ignore_ascii_case(r)))
+    {
+        return Err(SettingsError::HeaderReserved(from, k.clone()));
+    }
 
     let compression = match (&flags.compression, pick(COMPRESSION)) {
         (Some(c), _) => {
@@ -208,6 +218,15 @@ pub fn resolve(
         resource,
     })
 }
+
+/// Headers the exporter sets itself: a second one would make the request invalid.
+const RESERVED_HEADERS: [&str; 5] = [
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "transfer-encoding",
+    "connection",
+];
 
 fn compression(s: &str) -> Option<Compression> {
     match s.trim() {
@@ -415,6 +434,14 @@ mod tests {
             assert_eq!(e, SettingsError::HeaderFlag(bad.into()));
             assert!(!e.to_string().contains('\n') || bad.contains('\n'));
         }
+        let flags = Flags {
+            headers: vec!["Content-Length=3".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            with_env(&flags, &[]).unwrap_err(),
+            SettingsError::HeaderReserved("--otlp-header", "Content-Length".into())
+        );
         for bad in ["k", "k=%zz", "a b=c", "k=%0a"] {
             let e =
                 with_env(&Flags::default(), &[("OTEL_EXPORTER_OTLP_HEADERS", bad)]).unwrap_err();
