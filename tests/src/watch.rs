@@ -77,7 +77,13 @@ impl Watch {
     }
 
     pub fn start_with(args: &[&str], json: bool) -> Watch {
+        Self::start_env(args, json, &[])
+    }
+
+    /// As [`Watch::start_with`], with these variables added to watch's environment.
+    pub fn start_env(args: &[&str], json: bool, env: &[(&str, &str)]) -> Watch {
         let mut cmd = Command::new(usdt_trace_bin());
+        cmd.envs(env.iter().copied());
         cmd.arg("watch");
         if json {
             cmd.arg("--json");

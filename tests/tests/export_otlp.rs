@@ -6,7 +6,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value as Any, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,11 +16,32 @@ use usdt_trace_tests::proc::wait_until;
 use usdt_trace_tests::watch::{self, Output};
 use usdt_trace_tests::watch_util::build_c;
 
+/// Held by the tests that start the Rust demo server: `watch` traces every process running
+/// that binary, so two of them at once would each see the other's spans.
+static DEMO_SERVER: Mutex<()> = Mutex::new(());
+
+fn one_demo_server() -> std::sync::MutexGuard<'static, ()> {
+    DEMO_SERVER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One POST as received.
 struct Request {
     path: String,
     content_type: String,
+    /// Content-Encoding (the body is decoded).
+    encoding: String,
+    /// Every header, names in lower case.
+    headers: Vec<(String, String)>,
     body: ExportTraceServiceRequest,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 struct Receiver {
@@ -174,12 +195,21 @@ fn read_request(c: TcpStream) -> Option<(Request, TcpStream)> {
     c.set_nonblocking(false).ok()?;
     c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     let mut r = BufReader::new(c);
+    let req = parse_request(&mut r)?;
+    Some((req, r.into_inner()))
+}
+
+/// One request from `r`; `None` at the end of the connection.
+fn parse_request(r: &mut impl BufRead) -> Option<Request> {
     let mut line = String::new();
-    r.read_line(&mut line).ok()?;
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
     let mut parts = line.split_whitespace();
     assert_eq!(parts.next(), Some("POST"), "{line}");
     let path = parts.next()?.to_string();
     let (mut len, mut content_type, mut encoding) = (0usize, String::new(), String::new());
+    let mut headers = Vec::new();
     loop {
         let mut h = String::new();
         r.read_line(&mut h).ok()?;
@@ -188,6 +218,7 @@ fn read_request(c: TcpStream) -> Option<(Request, TcpStream)> {
             break;
         }
         let (k, v) = h.split_once(':')?;
+        headers.push((k.to_ascii_lowercase(), v.trim().to_string()));
         match k.to_ascii_lowercase().as_str() {
             "content-length" => len = v.trim().parse().ok()?,
             "content-type" => content_type = v.trim().to_string(),
@@ -205,14 +236,13 @@ fn read_request(c: TcpStream) -> Option<(Request, TcpStream)> {
         .unwrap_or_else(|e| {
             panic!("not an ExportTraceServiceRequest ({content_type}, encoding {encoding:?}): {e}")
         });
-    Some((
-        Request {
-            path,
-            content_type,
-            body,
-        },
-        r.into_inner(),
-    ))
+    Some(Request {
+        path,
+        content_type,
+        encoding,
+        headers,
+        body,
+    })
 }
 
 fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Any> {
@@ -491,6 +521,7 @@ fn a_collector_that_dies_and_comes_back_costs_counted_spans() {
 #[test]
 #[ignore = "needs root"]
 fn markers_parent_ids_link_spans_across_threads() {
+    let _one = one_demo_server();
     use usdt_trace_tests::markers::{demo_servers, free_port, http_request, start_server};
     let bin = &demo_servers().0;
     let port = free_port();
@@ -539,6 +570,7 @@ fn markers_parent_ids_link_spans_across_threads() {
 #[test]
 #[ignore = "needs root"]
 fn w3c_trace_context_from_the_application_places_spans_in_its_trace() {
+    let _one = one_demo_server();
     use usdt_trace_tests::markers::{demo_servers, free_port, http_request, start_server};
     let bin = &demo_servers().0;
     let port = free_port();
@@ -729,6 +761,7 @@ fn rotel() -> Option<std::path::PathBuf> {
 #[test]
 #[ignore = "needs root"]
 fn spans_pass_through_a_real_collector_each_once_with_their_parents() {
+    let _one = one_demo_server();
     use usdt_trace_tests::markers::{demo_servers, free_port, http_request, start_server};
     let Some(rotel) = rotel() else {
         eprintln!("skipped: rotel not installed (python3 -m pip install rotel)");
@@ -813,5 +846,431 @@ fn spans_pass_through_a_real_collector_each_once_with_their_parents() {
         let parent = by_marker[&int(&send.attributes, "arg1").unwrap()];
         assert_eq!(send.parent_span_id, parent.span_id);
         assert_eq!(send.trace_id, parent.trace_id);
+    }
+}
+
+/// A certificate authority and a collector certificate for 127.0.0.1 and localhost that it
+/// signed, made for this run (rcgen).
+struct TestPki {
+    ca_pem: String,
+    cert_der: Vec<u8>,
+    key_der: Vec<u8>,
+}
+
+fn test_pki(name: &str) -> TestPki {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, format!("usdt-trace test CA {name}"));
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    leaf.distinguished_name
+        .push(DnType::CommonName, "usdt-trace test collector");
+    let cert = leaf.signed_by(&key, &*ca).unwrap();
+    TestPki {
+        ca_pem: ca.pem(),
+        cert_der: cert.der().to_vec(),
+        key_der: key.serialize_der(),
+    }
+}
+
+/// `pem` in a file of its own, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, text: &str) -> TempFile {
+        let p = std::env::temp_dir().join(format!("usdt-trace-otlp-{}-{name}", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        TempFile(p)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+impl Receiver {
+    /// An OTLP/HTTPS collector (rustls on ring) with `pki`'s certificate: each connection on
+    /// its own thread, kept alive across requests, each answered 200. `handshakes_failed`
+    /// counts clients that gave up in the TLS handshake.
+    fn tls(pki: &TestPki) -> (Receiver, Arc<std::sync::atomic::AtomicUsize>) {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(pki.cert_der.clone())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.key_der.clone())),
+            )
+            .unwrap();
+        let cfg = Arc::new(cfg);
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind receiver");
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (s, g, f) = (stop.clone(), got.clone(), failed.clone());
+        let thread = std::thread::spawn(move || {
+            let mut served = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((c, _)) => {
+                        let (g, f, cfg) = (g.clone(), f.clone(), cfg.clone());
+                        served.push(std::thread::spawn(move || serve_tls(c, cfg, &g, &f)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            for t in served {
+                t.join().unwrap();
+            }
+        });
+        let rx = Receiver {
+            port,
+            stop,
+            got,
+            thread: Some(thread),
+        };
+        (rx, failed)
+    }
+}
+
+fn serve_tls(
+    c: TcpStream,
+    cfg: Arc<rustls::ServerConfig>,
+    got: &Mutex<Vec<Request>>,
+    failed: &std::sync::atomic::AtomicUsize,
+) {
+    let _ = c.set_nonblocking(false);
+    let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut conn = rustls::ServerConnection::new(cfg).unwrap();
+    let mut c = c;
+    while conn.is_handshaking() {
+        if conn.complete_io(&mut c).is_err() {
+            failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    let mut r = BufReader::new(rustls::StreamOwned::new(conn, c));
+    while let Some(req) = parse_request(&mut r) {
+        got.lock().unwrap().push(req);
+        let s = r.get_mut();
+        let ok = s
+            .write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
+            )
+            .and_then(|_| s.flush());
+        if ok.is_err() {
+            return;
+        }
+    }
+}
+
+/// OTLP over TLS to a collector whose certificate a CA made for this test signed, trusted with
+/// --otlp-ca: every span of the run arrives once, each POST with the headers --otlp-header
+/// asked for and gzipped as --otlp-compression asked, and the run's totals say all were
+/// acknowledged.
+#[test]
+#[ignore = "needs root"]
+fn tls_with_a_given_ca_headers_and_gzip_every_span_arrives() {
+    let bin = build_c("export_demo", &["-O2", "-pthread"]);
+    let pki = test_pki("tls");
+    let ca = TempFile::new("ca.pem", &pki.ca_pem);
+    let (rx, failed) = Receiver::tls(&pki);
+    let url = format!("https://127.0.0.1:{}", rx.port);
+    let cmd = format!("{} 300", bin.display());
+    let started = std::time::Instant::now();
+    let out = run_demo(
+        &cmd,
+        &url,
+        &[
+            "--otlp-ca",
+            ca.path(),
+            "--otlp-header",
+            "x-api-key=s3cret",
+            "--otlp-header",
+            "x-tenant=team a",
+            "--otlp-compression",
+            "gzip",
+        ],
+    )
+    .finish();
+    let took = started.elapsed();
+    assert!(out.status.success(), "{}", out.stderr);
+    // Every POST was answered before watch exited.
+    let reqs = rx.kill();
+    let spans = out.spans().len() as u64;
+    let t = all_totals(&out.stderr);
+    eprintln!(
+        "{spans} spans in {} POSTs over TLS in {took:?}: {t:?}",
+        reqs.len()
+    );
+    assert_eq!(spans, 1200, "{}", out.stderr);
+    assert_eq!(
+        t,
+        Totals {
+            exported: spans,
+            dropped: 0,
+            unanswered: 0,
+            refused: 0
+        },
+        "{}",
+        out.stderr
+    );
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "no handshake failed");
+    assert!(!out.stderr.contains("warning"), "{}", out.stderr);
+    for r in &reqs {
+        assert_eq!(r.path, "/v1/traces");
+        assert_eq!(r.content_type, "application/x-protobuf");
+        assert_eq!(r.encoding, "gzip");
+        assert_eq!(r.header("x-api-key"), Some("s3cret"));
+        assert_eq!(r.header("x-tenant"), Some("team a"));
+    }
+    let got = received(&reqs);
+    assert_eq!(got.len() as u64, spans, "every span arrived");
+    let mut ids: Vec<&Vec<u8>> = got.iter().map(|s| &s.span_id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len() as u64, spans, "each once");
+}
+
+/// A collector whose certificate is not trusted (signed by a CA other than the one --otlp-ca
+/// names, or by none the system trusts): no span is sent in clear or retried forever; the
+/// reason is said once, on one line, naming the certificate problem; the spans are counted
+/// as refused; and watch exits at once.
+#[test]
+#[ignore = "needs root"]
+fn an_untrusted_certificate_is_refused_said_once_and_counted() {
+    let bin = build_c("export_demo", &["-O2", "-pthread"]);
+    let pki = test_pki("server");
+    let other = test_pki("other");
+    let other_ca = TempFile::new("other-ca.pem", &other.ca_pem);
+    let (rx, failed) = Receiver::tls(&pki);
+    let url = format!("https://127.0.0.1:{}", rx.port);
+    let says = "TLS: the collector's certificate was not accepted (signed by an unknown authority: not trusted; see --otlp-ca)";
+    // Another CA given: a long run, stopped once the refusal was said.
+    let cmd = format!("{} 100000", bin.display());
+    let mut w = run_demo(&cmd, &url, &["--otlp-ca", other_ca.path()]);
+    let warned = w.wait_stderr(Duration::from_secs(20), |l| l.contains("not accepted"));
+    assert!(warned.is_some(), "the refusal is said while running");
+    std::thread::sleep(Duration::from_millis(1000));
+    let asked = std::time::Instant::now();
+    let out = w.stop();
+    let took = asked.elapsed();
+    let t = all_totals(&out.stderr);
+    let spans = out.spans().len() as u64;
+    eprintln!(
+        "{spans} spans, {t:?}; Ctrl-C to exit: {took:?}\n{}",
+        out.stderr
+    );
+    assert_eq!(t.exported, 0, "{}", out.stderr);
+    assert_eq!(t.unanswered, 0, "{}", out.stderr);
+    assert!(t.refused > 0, "{}", out.stderr);
+    assert_eq!(t.refused + t.dropped, spans, "{}", out.stderr);
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("not accepted"))
+        .collect();
+    // The warning once, and the totals line naming the reason.
+    assert_eq!(lines.len(), 2, "{}", out.stderr);
+    assert!(
+        lines[0].starts_with(&format!("otlp: warning: POST {url}/v1/traces: {says}; ")),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].ends_with(&format!("refused {} ({says})", t.refused)),
+        "{}",
+        lines[1]
+    );
+    // Nothing is waited for once the run is over (the 3 s grace is for POSTs out).
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    assert!(failed.load(Ordering::Relaxed) > 0);
+
+    // No --otlp-ca: the system's roots do not know the test CA either.
+    let started = std::time::Instant::now();
+    let out = run_demo(bin.to_str().unwrap(), &url, &[]).finish();
+    let took = started.elapsed();
+    assert!(out.status.success(), "{}", out.stderr);
+    let t = all_totals(&out.stderr);
+    eprintln!("system roots: {t:?} in {took:?}");
+    assert_eq!(
+        (t.exported, t.refused, t.dropped),
+        (0, 4, 0),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains(says), "{}", out.stderr);
+    assert!(rx.kill().is_empty(), "nothing got through");
+}
+
+/// The OpenTelemetry SDKs' environment, end to end: `--otlp env` sends to
+/// OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces with OTEL_EXPORTER_OTLP_HEADERS (percent-decoded),
+/// the compression, OTEL_SERVICE_NAME over the service.name of OTEL_RESOURCE_ATTRIBUTES, and
+/// the other resource attributes; flags given win over the environment.
+#[test]
+#[ignore = "needs root"]
+fn the_sdk_environment_is_honoured_end_to_end() {
+    let bin = build_c("export_demo", &["-O2", "-pthread"]);
+    let rx = Receiver::start(0);
+    let base = format!("http://127.0.0.1:{}/base/", rx.port);
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", base.as_str()),
+        (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "x-api-key=from%20env, x-team=obs",
+        ),
+        ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "4000"),
+        ("OTEL_SERVICE_NAME", "env-svc"),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "service.name=not-this,deployment.environment=test%20env",
+        ),
+    ];
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--span",
+            "ex:job__start=ex:job__end",
+            "--key",
+            "0",
+            "-c",
+            bin.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        watch::Watch::start_env(&args, true, &env).finish()
+    };
+    let out = run(&["--otlp", "env"]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(totals(&out.stderr), (4, 0), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("to http://127.0.0.1:{}/base/v1/traces", rx.port)),
+        "{}",
+        out.stderr
+    );
+    let reqs = std::mem::take(&mut *rx.got.lock().unwrap());
+    assert_eq!(count(&reqs), 4);
+    for r in &reqs {
+        assert_eq!(r.path, "/base/v1/traces");
+        assert_eq!(r.header("x-api-key"), Some("from env"));
+        assert_eq!(r.header("x-team"), Some("obs"));
+        assert_eq!(r.encoding, "gzip");
+        for rs in &r.body.resource_spans {
+            let res = &rs.resource.as_ref().unwrap().attributes;
+            assert_eq!(string(res, "service.name"), Some("env-svc"));
+            assert_eq!(string(res, "deployment.environment"), Some("test env"));
+            assert!(string(res, "process.executable.path").is_some());
+        }
+    }
+    // Flags win: the URL, the headers (all of them: the variable's are not added) and the
+    // compression.
+    let url = format!("http://127.0.0.1:{}", rx.port);
+    let out = run(&[
+        "--otlp",
+        &url,
+        "--otlp-header",
+        "x-api-key=from-flag",
+        "--otlp-compression",
+        "none",
+        "--otlp-service",
+        "flag-svc",
+    ]);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(totals(&out.stderr), (4, 0), "{}", out.stderr);
+    let reqs = rx.kill();
+    assert_eq!(count(&reqs), 4);
+    for r in &reqs {
+        assert_eq!(r.path, "/v1/traces");
+        assert_eq!(r.header("x-api-key"), Some("from-flag"));
+        assert_eq!(r.header("x-team"), None);
+        assert_eq!(r.encoding, "");
+        let res = &r.body.resource_spans[0]
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes;
+        assert_eq!(string(res, "service.name"), Some("flag-svc"));
+    }
+}
+
+/// Bad --otlp input stops watch before it attaches (no root needed): one line on stderr
+/// naming the flag or variable, a non-zero exit status, never a panic.
+#[test]
+fn bad_otlp_input_is_a_one_line_error() {
+    let dir = std::env::temp_dir();
+    let not_pem = TempFile::new("not-a-ca.pem", "hello\n");
+    // (flags, environment, what the error says)
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            vec!["--otlp", "ftp://x"],
+            vec![],
+            "--otlp ftp://x: only http:// and https:// URLs are supported",
+        ),
+        (
+            vec!["--otlp", "https://x", "--otlp-header", "no-equals"],
+            vec![],
+            "--otlp-header \"no-equals\": expected KEY=VALUE",
+        ),
+        (
+            vec!["--otlp", "https://x", "--otlp-compression", "zstd"],
+            vec![],
+            "--otlp-compression \"zstd\": unsupported compression (expected gzip or none)",
+        ),
+        (
+            vec!["--otlp", "https://x", "--otlp-ca", "/nonexistent/ca.pem"],
+            vec![],
+            "--otlp-ca /nonexistent/ca.pem: No such file or directory",
+        ),
+        (
+            vec!["--otlp", "https://x", "--otlp-ca", not_pem.path()],
+            vec![],
+            "no certificate in it",
+        ),
+        (
+            vec!["--otlp", "env"],
+            vec![("OTEL_EXPORTER_OTLP_HEADERS", "api-key")],
+            "OTEL_EXPORTER_OTLP_HEADERS: \"api-key\": expected key=value pairs",
+        ),
+        (
+            vec!["--otlp", "env"],
+            vec![("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "localhost:4318")],
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT localhost:4318: only http:// and https://",
+        ),
+    ];
+    for (args, env, says) in cases {
+        let mut cmd = std::process::Command::new(watch::usdt_trace_bin());
+        cmd.arg("watch")
+            .args(&args)
+            .arg("/bin/true")
+            .envs(env.iter().copied());
+        cmd.current_dir(&dir);
+        let out = usdt_trace_tests::proc::output_within(&mut cmd, Duration::from_secs(20));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }

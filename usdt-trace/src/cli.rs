@@ -7,7 +7,7 @@
 //! output pipe (`| head`) exits 0.
 
 use crate::list::{self, ListConfig};
-use crate::output::otlp::{http::Endpoint, OtlpConfig};
+use crate::output::otlp::{settings as otlp_settings, OtlpConfig};
 use crate::pattern::Pattern;
 use crate::spans::{SpanRule, StrRule};
 use crate::tracer::AttachMode;
@@ -392,18 +392,36 @@ pub struct WatchArgs {
     // --hist keeps spans in the kernel: there would be nothing to write.
     #[arg(long, value_name = "FILE", conflicts_with = "hist")]
     pub perfetto: Option<PathBuf>,
-    /// Also export spans over OTLP/HTTP (protobuf) to this collector: `http://HOST[:PORT][/PATH]`
-    /// (port 4318 and path /v1/traces by default; no TLS). Sent from a background thread: a
-    /// slow or dead collector drops spans (counted), it never slows tracing.
+    /// Also export spans over OTLP/HTTP (protobuf) to this collector:
+    /// `http[s]://HOST[:PORT][/PATH]` (port 4318 for http, 443 for https; path /v1/traces by
+    /// default), or `env`: where the OpenTelemetry SDKs' environment says
+    /// (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT; else
+    /// http://localhost:4318/v1/traces). The other OTEL_EXPORTER_OTLP_* variables apply when
+    /// their flag is not given. Sent from a background thread: a slow or dead collector drops
+    /// spans (counted), it never slows tracing.
     #[arg(long, value_name = "URL", conflicts_with = "hist")]
     pub otlp: Option<String>,
-    /// With --otlp: the resource's service.name (default: the traced executable's file name).
+    /// With --otlp: the resource's service.name (default: OTEL_SERVICE_NAME, service.name in
+    /// OTEL_RESOURCE_ATTRIBUTES, else the traced executable's file name).
     #[arg(long, value_name = "NAME", requires = "otlp")]
     pub otlp_service: Option<String>,
     /// With --otlp: how many spans may wait for the exporter (queued, waiting for their
     /// parent, batched or in a POST) before new ones are dropped.
     #[arg(long, value_name = "SPANS", requires = "otlp", default_value_t = crate::output::otlp::DEFAULT_QUEUE)]
     pub otlp_queue: usize,
+    /// With --otlp: send this HTTP header with every request, e.g. an API key (repeat for
+    /// several). Given, it replaces `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS` (`k=v,k2=v2`).
+    #[arg(long, value_name = "KEY=VALUE", requires = "otlp")]
+    pub otlp_header: Vec<String>,
+    /// With --otlp: compress requests, `gzip` or `none` (default: none, or
+    /// `OTEL_EXPORTER_OTLP_[TRACES_]COMPRESSION`).
+    #[arg(long, value_name = "ALGO", requires = "otlp")]
+    pub otlp_compression: Option<String>,
+    /// With an https:// --otlp: trust the certificate authorities in this PEM file instead of
+    /// the system's (default: `OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE`, else the system's
+    /// store).
+    #[arg(long, value_name = "FILE", requires = "otlp")]
+    pub otlp_ca: Option<PathBuf>,
     /// With --hist: serve Prometheus metrics at http://ADDR/metrics while tracing (ADDR is
     /// HOST:PORT, e.g. 127.0.0.1:9435): per span name (and --by key) a duration histogram
     /// whose buckets are the kernel's own, the time split as counters, events, losses and the
@@ -415,11 +433,12 @@ pub struct WatchArgs {
     /// Fewer make fewer series and coarser quantiles.
     #[arg(long, value_name = "N", requires = "prometheus", default_value_t = 8)]
     pub prometheus_buckets: u32,
-    /// With --otlp: how long one POST may take, from connecting to the collector's answer. A
-    /// batch sent whole without an answer in time is not resent (the collector may have it;
-    /// resending could duplicate its spans): it is counted as unanswered.
-    #[arg(long, value_name = "SECS", requires = "otlp", default_value_t = DEFAULT_OTLP_TIMEOUT)]
-    pub otlp_timeout: u64,
+    /// With --otlp: how long one POST may take, from connecting to the collector's answer
+    /// (default: 5, or `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT` in ms). A batch sent whole without
+    /// an answer in time is not resent (the collector may have it; resending could duplicate
+    /// its spans): it is counted as unanswered.
+    #[arg(long, value_name = "SECS", requires = "otlp")]
+    pub otlp_timeout: Option<u64>,
     /// Benchmarks only: attach a program that only returns (`usdt_null`), so nothing is
     /// recorded; what any handler pays for the hit itself (bench/handler.py, bench/goals.py).
     /// Hidden from --help, and said on stderr when used: it must never be what a user runs by
@@ -453,9 +472,8 @@ const MAX_OPEN_IDS_LIMIT: u32 = 1 << 22;
 /// Largest `--otlp-queue`: the channel takes room for every slot up front (~350 bytes a span),
 /// so 1M spans are ~350 MB; 4 billion asked for 1.4 TB and aborted.
 const MAX_OTLP_QUEUE: usize = 1 << 20;
-const DEFAULT_OTLP_TIMEOUT: u64 = crate::output::otlp::DEFAULT_TIMEOUT.as_secs();
 /// Largest `--otlp-timeout`: an hour is no longer a timeout.
-const MAX_OTLP_TIMEOUT: u64 = 3600;
+const MAX_OTLP_TIMEOUT: u64 = crate::output::otlp::settings::MAX_TIMEOUT.as_secs();
 
 /// A command-line mistake, reported as one line.
 #[derive(Debug, thiserror::Error)]
@@ -510,7 +528,9 @@ pub enum UsageError {
     #[error(transparent)]
     OutFile(#[from] crate::outfile::OutFileError),
     #[error(transparent)]
-    Otlp(#[from] crate::output::otlp::http::UrlError),
+    Otlp(#[from] crate::output::otlp::settings::SettingsError),
+    #[error(transparent)]
+    OtlpCa(#[from] crate::output::otlp::http::CaError),
     #[error(transparent)]
     Prometheus(#[from] crate::output::prometheus::serve::ServeError),
     #[error(
@@ -897,18 +917,37 @@ impl WatchArgs {
                         max: MAX_OTLP_QUEUE as u64,
                     });
                 }
-                if !(1..=MAX_OTLP_TIMEOUT).contains(&self.otlp_timeout) {
-                    return Err(UsageError::Limit {
-                        flag: "otlp-timeout",
-                        value: self.otlp_timeout,
-                        max: MAX_OTLP_TIMEOUT,
-                    });
+                if let Some(t) = self.otlp_timeout {
+                    if !(1..=MAX_OTLP_TIMEOUT).contains(&t) {
+                        return Err(UsageError::Limit {
+                            flag: "otlp-timeout",
+                            value: t,
+                            max: MAX_OTLP_TIMEOUT,
+                        });
+                    }
                 }
-                Some(OtlpConfig {
-                    endpoint: Endpoint::parse(url)?,
+                let flags = otlp_settings::Flags {
+                    endpoint: (url != otlp_settings::FROM_ENV).then(|| url.clone()),
+                    headers: self.otlp_header.clone(),
+                    compression: self.otlp_compression.clone(),
+                    timeout_secs: self.otlp_timeout,
+                    ca: self.otlp_ca.clone(),
                     service: self.otlp_service.clone(),
+                };
+                let s = otlp_settings::resolve(&flags, &|k| std::env::var(k).ok())?;
+                let ca = match &s.ca {
+                    Some((path, src)) => Some(crate::output::otlp::http::load_ca(src, path)?),
+                    None => None,
+                };
+                Some(OtlpConfig {
+                    endpoint: s.endpoint,
+                    service: s.service,
+                    resource: s.resource,
+                    headers: s.headers,
+                    compression: s.compression,
+                    ca,
                     queue: self.otlp_queue,
-                    timeout: std::time::Duration::from_secs(self.otlp_timeout),
+                    timeout: s.timeout,
                 })
             }
             None => None,
@@ -1203,9 +1242,46 @@ mod tests {
             })
         ));
         assert!(matches!(
-            watch(&["/bin/true", "--otlp", "https://x"]),
+            watch(&["/bin/true", "--otlp", "ftp://x"]),
             Err(UsageError::Otlp(_))
         ));
+        let h = watch(&[
+            "/bin/true",
+            "--otlp",
+            "https://x",
+            "--otlp-header",
+            "x-api-key=k",
+            "--otlp-header",
+            "x-b=2",
+            "--otlp-compression",
+            "gzip",
+        ])
+        .unwrap()
+        .otlp
+        .unwrap();
+        assert!(h.endpoint.tls);
+        assert_eq!(h.headers.0.len(), 2);
+        assert_eq!(h.compression, otlp_settings::Compression::Gzip);
+        // Bad input: one line each, naming the flag.
+        for (args, says) in [
+            (
+                &["--otlp-header", "novalue"][..],
+                "--otlp-header \"novalue\": expected KEY=VALUE",
+            ),
+            (
+                &["--otlp-compression", "br"][..],
+                "--otlp-compression \"br\": unsupported",
+            ),
+            (
+                &["--otlp-ca", "/nonexistent/ca.pem"][..],
+                "--otlp-ca /nonexistent/ca.pem: No such file",
+            ),
+        ] {
+            let mut v = vec!["/bin/true", "--otlp", "https://x"];
+            v.extend_from_slice(args);
+            let e = watch(&v).unwrap_err().to_string();
+            assert!(e.starts_with(says) && !e.contains('\n'), "{e}");
+        }
         assert!(matches!(
             watch(&["/bin/true", "--otlp", "http://x", "--otlp-queue", "0"]),
             Err(UsageError::Limit {

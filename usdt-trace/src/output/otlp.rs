@@ -16,12 +16,13 @@
 //! outside a span.
 
 pub mod http;
+pub mod settings;
 pub mod tree;
 
 use super::decode::cstr;
 use super::sink::{Sink, View};
 use super::{arg_key, arg_value, str_value, ArgValue, RunInfo, SiteInfo, Summary};
-use http::{Endpoint, Posted};
+use http::{CaCerts, Client, Endpoint, Posted};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -37,12 +38,20 @@ use std::time::{Duration, Instant};
 use tree::{Assembler, Item};
 use usdt_trace_common::{SpanRecord, StrSet, MAX_ARGS};
 
-/// `--otlp` settings (built by `cli`).
+/// `--otlp` settings (built by `cli` from the flags and the environment: [`settings`]).
 #[derive(Clone, Debug)]
 pub struct OtlpConfig {
     pub endpoint: Endpoint,
-    /// `--otlp-service`: else the traced executable's file name.
+    /// `service.name` (`--otlp-service`, `OTEL_SERVICE_NAME`, ...): else the traced
+    /// executable's file name.
     pub service: Option<String>,
+    /// `OTEL_RESOURCE_ATTRIBUTES` (but `service.name`): on every process's resource.
+    pub resource: Vec<(String, String)>,
+    /// Request headers (`--otlp-header`, `OTEL_EXPORTER_OTLP_HEADERS`).
+    pub headers: settings::Headers,
+    pub compression: settings::Compression,
+    /// `--otlp-ca`: trusted instead of the system's roots.
+    pub ca: Option<CaCerts>,
     /// `--otlp-queue`: spans that may wait for the exporter before new ones are dropped.
     pub queue: usize,
     /// `--otlp-timeout`: how long a POST may take, connecting to answer.
@@ -50,7 +59,7 @@ pub struct OtlpConfig {
 }
 
 pub const DEFAULT_QUEUE: usize = 8192;
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_TIMEOUT: Duration = settings::DEFAULT_TIMEOUT;
 /// POSTs in flight at once, each on its own connection.
 const SENDERS: usize = 4;
 /// Spans per request.
@@ -78,15 +87,16 @@ enum Msg {
 
 /// Spans by what became of their POST; one lock, so that a reading is never between two
 /// categories (a few batches a second take it).
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 struct Counts {
     /// Acknowledged by the collector (2xx).
     exported: u64,
     /// Sent whole, no answer in time: not resent.
     unanswered: u64,
-    /// Refused by the collector (4xx but 429), and the last status it gave.
+    /// Refused by the collector (4xx but 429) or its certificate not accepted, and the last
+    /// reason (`HTTP 400`).
     refused: u64,
-    refused_code: u16,
+    refused_why: String,
     /// In a POST right now (counted as unanswered if the run ends before it returns).
     in_flight: u64,
 }
@@ -139,7 +149,7 @@ impl Stats {
     }
 
     fn counts(&self) -> Counts {
-        self.counts.lock().map(|c| *c).unwrap_or_default()
+        self.counts.lock().map(|c| c.clone()).unwrap_or_default()
     }
 
     fn stopped(&self) -> bool {
@@ -181,8 +191,15 @@ impl OtlpSink {
         let (tx, rx) = mpsc::sync_channel(cfg.queue);
         let (done_tx, done) = mpsc::channel();
         let stats = Arc::new(Stats::new());
+        let client = Client::new(
+            &cfg.endpoint,
+            cfg.ca.as_ref(),
+            cfg.headers.0.clone(),
+            cfg.compression == settings::Compression::Gzip,
+        );
         let exporter = Exporter {
             endpoint: cfg.endpoint.clone(),
+            client: Arc::new(client),
             timeout: cfg.timeout,
             stats: stats.clone(),
             processes: HashMap::new(),
@@ -243,13 +260,22 @@ impl OtlpSink {
                 .unwrap_or("usdt-trace")
                 .to_string()
         });
+        let mut attributes = vec![
+            kv_str("service.name", service),
+            kv_str("host.name", self.host.clone()),
+            kv_int("process.pid", pid as i64),
+            kv_str("process.executable.path", exe),
+        ];
+        // OTEL_RESOURCE_ATTRIBUTES: added, or in place of the one of the same key.
+        for (k, v) in &self.cfg.resource {
+            let a = kv_str(k, v.clone());
+            match attributes.iter_mut().find(|a| a.key == *k) {
+                Some(old) => *old = a,
+                None => attributes.push(a),
+            }
+        }
         Resource {
-            attributes: vec![
-                kv_str("service.name", service),
-                kv_str("host.name", self.host.clone()),
-                kv_int("process.pid", pid as i64),
-                kv_str("process.executable.path", exe),
-            ],
+            attributes,
             ..Default::default()
         }
     }
@@ -475,7 +501,7 @@ impl Sink for OtlpSink {
         let c = self.stats.counts();
         // A POST still out now was sent, or is being sent: the collector may get it.
         let (exported, unanswered) = (c.exported, c.unanswered + c.in_flight);
-        let (refused, code) = (c.refused, c.refused_code);
+        let (refused, why) = (c.refused, c.refused_why.as_str());
         eprintln!(
             "{}",
             totals_line(
@@ -483,7 +509,7 @@ impl Sink for OtlpSink {
                 self.spans,
                 exported,
                 unanswered,
-                (refused, code),
+                (refused, why),
             )
         );
         Ok(())
@@ -497,7 +523,7 @@ fn totals_line(
     spans: u64,
     exported: u64,
     unanswered: u64,
-    (refused, code): (u64, u16),
+    (refused, why): (u64, &str),
 ) -> String {
     // Whatever was not acknowledged, left unanswered or refused by now never will be: the
     // queue was full, or it was still waiting for a dead collector at the end.
@@ -513,7 +539,7 @@ fn totals_line(
         );
     }
     if refused > 0 {
-        let _ = write!(line, ", refused {refused} (HTTP {code})");
+        let _ = write!(line, ", refused {refused} ({why})");
     }
     line
 }
@@ -521,6 +547,7 @@ fn totals_line(
 /// The background half: parents, batches; [`Sender`]s POST them.
 struct Exporter {
     endpoint: Endpoint,
+    client: Arc<Client>,
     timeout: Duration,
     stats: Arc<Stats>,
     processes: HashMap<u32, Resource>,
@@ -544,6 +571,7 @@ impl Exporter {
             .filter_map(|i| {
                 let s = Sender {
                     endpoint: self.endpoint.clone(),
+                    client: self.client.clone(),
                     timeout: self.timeout,
                     stats: self.stats.clone(),
                 };
@@ -656,6 +684,7 @@ impl Exporter {
 /// One POST at a time, on its own connection.
 struct Sender {
     endpoint: Endpoint,
+    client: Arc<Client>,
     timeout: Duration,
     stats: Arc<Stats>,
 }
@@ -681,6 +710,8 @@ impl Sender {
     /// out whole without an answer.
     fn send(&self, b: Batch) {
         let (n, st) = (b.spans, &self.stats);
+        // Compressed here, once: the senders work in parallel, the exporter thread does not.
+        let body = self.client.encode(b.body);
         let mut delay = BACKOFF.0;
         loop {
             let mut deadline = Instant::now() + self.timeout;
@@ -693,13 +724,9 @@ impl Sender {
                 );
             }
             st.count(|c| c.in_flight += n);
-            let posted = http::post(
-                &self.endpoint,
-                "application/x-protobuf",
-                &b.body,
-                deadline,
-                &why,
-            );
+            let posted = self
+                .client
+                .post("application/x-protobuf", &body, deadline, &why);
             match posted {
                 Posted::Ok => {
                     st.count(|c| {
@@ -711,18 +738,25 @@ impl Sender {
                     }
                     return;
                 }
-                Posted::Rejected(code) => {
+                Posted::Rejected(why) => {
+                    if !st.warned_refused.swap(true, Ordering::Relaxed) {
+                        if why.starts_with("HTTP ") {
+                            eprintln!(
+                                "otlp: warning: {} refused {n} spans ({why}); not retried (all refusals are counted at the end)",
+                                self.endpoint
+                            );
+                        } else {
+                            eprintln!(
+                                "otlp: warning: POST {}: {why}; {n} spans not sent, not retried (all refusals are counted at the end)",
+                                self.endpoint
+                            );
+                        }
+                    }
                     st.count(|c| {
                         c.in_flight -= n;
                         c.refused += n;
-                        c.refused_code = code;
+                        c.refused_why = why;
                     });
-                    if !st.warned_refused.swap(true, Ordering::Relaxed) {
-                        eprintln!(
-                            "otlp: warning: {} refused {n} spans (HTTP {code}); not retried (all refusals are counted at the end)",
-                            self.endpoint
-                        );
-                    }
                     return;
                 }
                 Posted::Unanswered(why) => {
@@ -770,15 +804,15 @@ mod tests {
     fn totals_line_counts_unanswered_and_refused_apart_from_dropped() {
         let url = "http://127.0.0.1:4318/v1/traces";
         assert_eq!(
-            totals_line(url, 10, 10, 0, (0, 0)),
+            totals_line(url, 10, 10, 0, (0, "")),
             "otlp: exported 10 spans to http://127.0.0.1:4318/v1/traces, dropped 0"
         );
         assert_eq!(
-            totals_line(url, 2000, 0, 1536, (0, 0)),
+            totals_line(url, 2000, 0, 1536, (0, "")),
             "otlp: exported 0 spans to http://127.0.0.1:4318/v1/traces, dropped 464 (not sent: the queue was full, or the collector was unreachable), unanswered 1536 (sent, no answer in time: not resent, the collector may have them)"
         );
         assert_eq!(
-            totals_line(url, 700, 100, 0, (600, 400)),
+            totals_line(url, 700, 100, 0, (600, "HTTP 400")),
             "otlp: exported 100 spans to http://127.0.0.1:4318/v1/traces, dropped 0, refused 600 (HTTP 400)"
         );
     }

@@ -1,86 +1,182 @@
-//! `http://` endpoints and one HTTP/1.1 POST per batch over a plain `TcpStream` (no TLS: point
-//! `--otlp` at a local collector or agent, which forwards over TLS if it needs to).
+//! The endpoint (`http://` or `https://`) and one POST per batch, through `ureq` (HTTP/1.1,
+//! keep-alive, rustls on ring for TLS; no OpenSSL). A POST is sorted into what it means for the
+//! spans: delivered, refused (retrying cannot help), not delivered (retry) or sent whole
+//! without an answer (never resent: the collector may have them).
 
-use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::io::{self, Read};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use ureq::tls::{Certificate, RootCerts, TlsConfig};
 
 /// Where OTLP/HTTP requests go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
+    /// `https://`.
+    pub tls: bool,
     pub host: String,
     pub port: u16,
     pub path: String,
 }
 
+/// A URL that is not one; `.0` is where it was given (`--otlp` or a variable's name).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum UrlError {
-    #[error("--otlp {0}: only http:// URLs are supported (no TLS; send to a local collector)")]
-    Scheme(String),
-    #[error("--otlp {0}: no host")]
-    Host(String),
-    #[error("--otlp {0}: bad port")]
-    Port(String),
+    #[error("{0} {1}: only http:// and https:// URLs are supported")]
+    Scheme(&'static str, String),
+    #[error("{0} {1}: no host")]
+    Host(&'static str, String),
+    #[error("{0} {1}: bad port")]
+    Port(&'static str, String),
 }
 
 impl Endpoint {
-    /// `http://host[:port][/path]`; port 4318 (OTLP/HTTP's) and path `/v1/traces` by default.
-    pub fn parse(url: &str) -> Result<Endpoint, UrlError> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| UrlError::Scheme(url.to_string()))?;
-        let (authority, path) = match rest.find('/') {
+    /// `--otlp http[s]://host[:port][/path]`: port 4318 (OTLP/HTTP's) for http, 443 for
+    /// https; path `/v1/traces` when there is none.
+    pub fn parse_flag(url: &str) -> Result<Endpoint, UrlError> {
+        let mut e = Endpoint::parse("--otlp", url, 4318)?;
+        if e.path.is_empty() || e.path == "/" {
+            e.path = "/v1/traces".to_string();
+        }
+        Ok(e)
+    }
+
+    /// A URL from the SDKs' environment, with a URL's own default ports (80, 443). `base`:
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, to which `/v1/traces` is appended; else
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, used as is (`/` if it has no path).
+    pub fn parse_env(var: &'static str, url: &str, base: bool) -> Result<Endpoint, UrlError> {
+        let mut e = Endpoint::parse(var, url, 80)?;
+        if base {
+            e.path = format!("{}/v1/traces", e.path.trim_end_matches('/'));
+        } else if e.path.is_empty() {
+            e.path = "/".to_string();
+        }
+        Ok(e)
+    }
+
+    /// The path as given (maybe empty).
+    fn parse(src: &'static str, url: &str, http_port: u16) -> Result<Endpoint, UrlError> {
+        let (tls, rest) = if let Some(r) = url.strip_prefix("http://") {
+            (false, r)
+        } else if let Some(r) = url.strip_prefix("https://") {
+            (true, r)
+        } else {
+            return Err(UrlError::Scheme(src, url.to_string()));
+        };
+        let (authority, path) = match rest.find(['/', '?']) {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
-        };
-        let path = if path.is_empty() || path == "/" {
-            "/v1/traces".to_string()
-        } else {
-            path.to_string()
         };
         // `[::1]:4318` or `host:4318` or `host`.
         let (host, port) = if let Some(r) = authority.strip_prefix('[') {
             let (h, after) = r
                 .split_once(']')
-                .ok_or_else(|| UrlError::Host(url.into()))?;
-            (h, after.strip_prefix(':'))
+                .ok_or_else(|| UrlError::Host(src, url.into()))?;
+            match after {
+                "" => (h, None),
+                a => (
+                    h,
+                    Some(
+                        a.strip_prefix(':')
+                            .ok_or_else(|| UrlError::Port(src, url.into()))?,
+                    ),
+                ),
+            }
         } else {
             match authority.rsplit_once(':') {
                 Some((h, p)) => (h, Some(p)),
                 None => (authority, None),
             }
         };
-        if host.is_empty() || host.contains('@') {
-            return Err(UrlError::Host(url.to_string()));
+        if host.is_empty() || host.contains(['@', ' ']) {
+            return Err(UrlError::Host(src, url.to_string()));
         }
         let port = match port {
-            None => 4318,
-            Some(p) => p.parse().map_err(|_| UrlError::Port(url.to_string()))?,
+            None if tls => 443,
+            None => http_port,
+            Some(p) => p
+                .parse()
+                .map_err(|_| UrlError::Port(src, url.to_string()))?,
         };
         Ok(Endpoint {
+            tls,
             host: host.to_string(),
             port,
-            path,
+            path: path.to_string(),
         })
     }
 }
 
 impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
         if self.host.contains(':') {
-            write!(f, "http://[{}]:{}{}", self.host, self.port, self.path)
+            write!(f, "{scheme}://[{}]:{}{}", self.host, self.port, self.path)
         } else {
-            write!(f, "http://{}:{}{}", self.host, self.port, self.path)
+            write!(f, "{scheme}://{}:{}{}", self.host, self.port, self.path)
         }
     }
+}
+
+/// The certificate authorities of `--otlp-ca` (DER), trusted instead of the system's.
+#[derive(Clone, Default)]
+pub struct CaCerts(pub Arc<Vec<Vec<u8>>>);
+
+impl std::fmt::Debug for CaCerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CaCerts({} certificates)", self.0.len())
+    }
+}
+
+/// `--otlp-ca FILE` (or the variable `src`) that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{src} {path}: {why}")]
+pub struct CaError {
+    pub src: &'static str,
+    pub path: String,
+    pub why: String,
+}
+
+/// The PEM certificates in `path`: at least one, each a parseable certificate.
+pub fn load_ca(src: &'static str, path: &Path) -> Result<CaCerts, CaError> {
+    let err = |why: String| CaError {
+        src,
+        path: path.display().to_string(),
+        why,
+    };
+    let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => certs.push(c.der().to_vec()),
+            Ok(_) => {}
+            Err(e) => return Err(err(format!("not a PEM certificate file ({e})"))),
+        }
+    }
+    if certs.is_empty() {
+        return Err(err(
+            "no certificate in it (expected PEM: -----BEGIN CERTIFICATE-----)".into(),
+        ));
+    }
+    for c in &certs {
+        // Parsed now, so that a damaged file fails here, not at the first POST.
+        let root = rustls::pki_types::CertificateDer::from(c.as_slice());
+        let mut store = rustls::RootCertStore::empty();
+        store
+            .add(root)
+            .map_err(|e| err(format!("not a usable CA certificate ({e})")))?;
+    }
+    Ok(CaCerts(Arc::new(certs)))
 }
 
 /// How a POST went.
 #[derive(Debug)]
 pub enum Posted {
     Ok,
-    /// The collector refused the data itself (4xx other than 429): retrying cannot help.
-    Rejected(u16),
+    /// Refused, and retrying cannot help: the collector refused the data itself (4xx other
+    /// than 429: `HTTP 400`), or its TLS certificate was not accepted.
+    Rejected(String),
     /// Not delivered — unreachable, cut before the whole body was written, 429 or 5xx (the
     /// collector answered that it did not take it): sending it again cannot duplicate it.
     Retry(String),
@@ -93,32 +189,206 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// A response longer than this is not a collector's; stop reading.
 const MAX_RESPONSE: u64 = 1 << 20;
 
-/// POSTs `body` with `Connection: close` (one connection per batch: reading to EOF needs no
-/// chunked-encoding parser; several batches go out at once on their own connections). Gives
-/// up at `deadline`; `timed_out` is what reaching it is reported as.
-pub fn post(
-    ep: &Endpoint,
-    content_type: &str,
-    body: &[u8],
-    deadline: Instant,
-    timed_out: &str,
-) -> Posted {
-    let timed_out = |e: io::Error| match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out.to_string(),
-        _ => e.to_string(),
-    };
-    let mut s = match connect(ep, deadline) {
-        Ok(s) => s,
-        Err(e) => return Posted::Retry(timed_out(e)),
-    };
-    if let Err(e) = send(&mut s, ep, content_type, body, deadline) {
-        return Posted::Retry(timed_out(e));
+/// One collector: the connection pool, TLS roots and what every request carries. Shared by
+/// the sender threads (each POST on its own connection; idle ones are kept for the next).
+pub struct Client {
+    agent: ureq::Agent,
+    url: String,
+    headers: Vec<(String, String)>,
+    gzip: bool,
+}
+
+impl Client {
+    /// `ca`: trust only these; else the system's certificate store (Mozilla's roots, built
+    /// in, when it has none).
+    pub fn new(
+        ep: &Endpoint,
+        ca: Option<&CaCerts>,
+        headers: Vec<(String, String)>,
+        gzip: bool,
+    ) -> Client {
+        let roots = if !ep.tls {
+            RootCerts::WebPki
+        } else if let Some(ca) = ca {
+            ca.0.iter()
+                .map(|d| Certificate::from_der(d).to_owned())
+                .collect::<Vec<_>>()
+                .into()
+        } else {
+            let native = rustls_native_certs::load_native_certs().certs;
+            if native.is_empty() {
+                RootCerts::WebPki
+            } else {
+                native
+                    .iter()
+                    .map(|d| Certificate::from_der(d).to_owned())
+                    .collect::<Vec<_>>()
+                    .into()
+            }
+        };
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .max_redirects_will_error(false)
+            .user_agent(format!("usdt-trace/{}", env!("CARGO_PKG_VERSION")))
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            // One kept per sender thread (ureq keeps 3 by default).
+            .max_idle_connections_per_host(8)
+            .tls_config(TlsConfig::builder().root_certs(roots).build())
+            .build()
+            .new_agent();
+        Client {
+            agent,
+            url: ep.to_string(),
+            headers,
+            gzip,
+        }
     }
-    match answer(&mut s, deadline) {
-        Ok(code) if (200..300).contains(&code) => Posted::Ok,
-        Ok(code) if code == 429 || code >= 500 => Posted::Retry(format!("HTTP {code}")),
-        Ok(code) => Posted::Rejected(code),
-        Err(e) => Posted::Unanswered(timed_out(e)),
+
+    /// The body as sent: gzipped when asked.
+    pub fn encode(&self, body: Vec<u8>) -> Vec<u8> {
+        if !self.gzip {
+            return body;
+        }
+        let mut gz = flate2::write::GzEncoder::new(
+            Vec::with_capacity(body.len() / 4),
+            flate2::Compression::fast(),
+        );
+        match io::Write::write_all(&mut gz, &body).and_then(|_| gz.finish()) {
+            Ok(z) => z,
+            // Writing to a Vec does not fail.
+            Err(_) => body,
+        }
+    }
+
+    /// POSTs `body` (already [`Client::encode`]d). Gives up at `deadline`; `timed_out` is
+    /// what reaching it is reported as.
+    pub fn post(
+        &self,
+        content_type: &str,
+        body: &[u8],
+        deadline: Instant,
+        timed_out: &str,
+    ) -> Posted {
+        let Some(left) = left(deadline) else {
+            return Posted::Retry(timed_out.to_string());
+        };
+        let mut req = self
+            .agent
+            .post(&self.url)
+            .config()
+            .timeout_global(Some(left))
+            .timeout_connect(Some(CONNECT_TIMEOUT.min(left)))
+            .build()
+            .header("Content-Type", content_type)
+            .header("Content-Length", body.len());
+        if self.gzip {
+            req = req.header("Content-Encoding", "gzip");
+        }
+        for (k, v) in &self.headers {
+            req = req.header(k, v);
+        }
+        let sent = AtomicBool::new(false);
+        let mut reader = Whole {
+            rest: body,
+            sent: &sent,
+        };
+        let res = req.send(ureq::SendBody::from_reader(&mut reader));
+        let sent = sent.load(Ordering::Relaxed);
+        match res {
+            Ok(mut resp) => {
+                let code = resp.status().as_u16();
+                // Read the (small) answer whole so that the connection can serve the next.
+                let _ = resp
+                    .body_mut()
+                    .with_config()
+                    .limit(MAX_RESPONSE)
+                    .read_to_vec();
+                match code {
+                    200..=299 => Posted::Ok,
+                    429 | 500.. => Posted::Retry(format!("HTTP {code}")),
+                    _ => Posted::Rejected(format!("HTTP {code}")),
+                }
+            }
+            Err(e) => failed(e, sent, timed_out),
+        }
+    }
+}
+
+/// The body, noting when its last byte has been taken: ureq writes each piece it reads to the
+/// connection before it reads the next, and the last one right after it is taken. A POST
+/// that fails after that went out whole (or, seldom, failed writing its last piece): it is
+/// not resent, as the collector may have it.
+struct Whole<'a> {
+    rest: &'a [u8],
+    sent: &'a AtomicBool,
+}
+
+impl Read for Whole<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&self.rest[..n]);
+        self.rest = &self.rest[n..];
+        if self.rest.is_empty() {
+            self.sent.store(true, Ordering::Relaxed);
+        }
+        Ok(n)
+    }
+}
+
+/// A failed POST: a certificate that is not accepted is refused (trying again cannot help);
+/// otherwise it was delivered whole (`sent`: unanswered) or not (retry).
+fn failed(e: ureq::Error, sent: bool, timed_out: &str) -> Posted {
+    if let Some(why) = certificate_problem(&e) {
+        return Posted::Rejected(why);
+    }
+    let why = match &e {
+        ureq::Error::Timeout(_) => timed_out.to_string(),
+        ureq::Error::Io(io) if matches!(io.kind(), io::ErrorKind::TimedOut) => {
+            timed_out.to_string()
+        }
+        ureq::Error::HostNotFound => "host not found".to_string(),
+        ureq::Error::Io(io) => io.to_string(),
+        e => e.to_string(),
+    };
+    if sent {
+        Posted::Unanswered(why)
+    } else {
+        Posted::Retry(why)
+    }
+}
+
+/// `TLS: the collector's certificate is not trusted (...)` when the handshake failed on the
+/// collector's certificate.
+fn certificate_problem(e: &ureq::Error) -> Option<String> {
+    let tls = match e {
+        ureq::Error::Rustls(t) => t,
+        ureq::Error::Io(io) => io.get_ref()?.downcast_ref::<rustls::Error>()?,
+        _ => return None,
+    };
+    match tls {
+        rustls::Error::InvalidCertificate(c) => Some(format!(
+            "TLS: the collector's certificate was not accepted ({}; see --otlp-ca)",
+            cert_words(c)
+        )),
+        _ => None,
+    }
+}
+
+/// rustls' reason, in words.
+fn cert_words(c: &rustls::CertificateError) -> String {
+    use rustls::CertificateError as C;
+    match c {
+        C::UnknownIssuer => "signed by an unknown authority: not trusted".into(),
+        C::Expired | C::ExpiredContext { .. } => "expired".into(),
+        C::NotValidYet | C::NotValidYetContext { .. } => "not valid yet".into(),
+        C::NotValidForName | C::NotValidForNameContext { .. } => {
+            "not valid for this host name".into()
+        }
+        C::Revoked => "revoked".into(),
+        C::BadSignature => "bad signature".into(),
+        C::BadEncoding => "badly encoded".into(),
+        other => format!("{other:?}"),
     }
 }
 
@@ -127,133 +397,116 @@ pub fn secs(d: Duration) -> String {
     format!("{} s", d.as_secs_f64())
 }
 
-/// What is left until `deadline`, or a timeout error once it has passed (a zero socket
-/// timeout would mean none at all).
-fn left(deadline: Instant) -> io::Result<Duration> {
-    let d = deadline.saturating_duration_since(Instant::now());
-    if d.is_zero() {
-        Err(io::Error::new(io::ErrorKind::TimedOut, "timed out"))
-    } else {
-        Ok(d)
-    }
-}
-
-fn connect(ep: &Endpoint, deadline: Instant) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
-    for addr in (ep.host.as_str(), ep.port).to_socket_addrs()? {
-        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT.min(left(deadline)?)) {
-            Ok(s) => return Ok(s),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-fn send(
-    s: &mut TcpStream,
-    ep: &Endpoint,
-    content_type: &str,
-    body: &[u8],
-    deadline: Instant,
-) -> io::Result<()> {
-    let host = if ep.host.contains(':') {
-        format!("[{}]", ep.host)
-    } else {
-        ep.host.clone()
-    };
-    let head = format!(
-        "POST {} HTTP/1.1\r\nHost: {host}:{}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nUser-Agent: usdt-trace/{}\r\nConnection: close\r\n\r\n",
-        ep.path,
-        ep.port,
-        body.len(),
-        env!("CARGO_PKG_VERSION")
-    );
-    let mut rest: &[u8] = &[head.as_bytes(), body].concat();
-    // Written in pieces so that the deadline holds for the whole body, not per write.
-    while !rest.is_empty() {
-        s.set_write_timeout(Some(left(deadline)?))?;
-        let n = s.write(rest)?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        rest = &rest[n..];
-    }
-    Ok(())
-}
-
-fn answer(s: &mut TcpStream, deadline: Instant) -> io::Result<u16> {
-    let mut resp = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        s.set_read_timeout(Some(left(deadline)?))?;
-        let n = s.read(&mut buf)?;
-        if n == 0 || resp.len() as u64 > MAX_RESPONSE {
-            break;
-        }
-        resp.extend_from_slice(&buf[..n]);
-        // The status line is all that is needed.
-        if resp.contains(&b'\n') {
-            break;
-        }
-    }
-    status_code(&resp)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no HTTP status line"))
-}
-
-/// `HTTP/1.1 200 OK` → 200.
-fn status_code(resp: &[u8]) -> Option<u16> {
-    let line = resp.split(|&b| b == b'\n').next()?;
-    let line = std::str::from_utf8(line).ok()?;
-    let mut parts = line.split_whitespace();
-    parts.next().filter(|v| v.starts_with("HTTP/"))?;
-    parts.next()?.parse().ok()
+/// What is left until `deadline`, `None` once it has passed.
+fn left(deadline: Instant) -> Option<Duration> {
+    Some(deadline.saturating_duration_since(Instant::now())).filter(|d| !d.is_zero())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn ep(port: u16) -> Endpoint {
+        Endpoint {
+            tls: false,
+            host: "127.0.0.1".into(),
+            port,
+            path: "/v1/traces".into(),
+        }
+    }
+
     #[test]
     fn urls() {
-        let e = Endpoint::parse("http://localhost:4318").unwrap();
+        let e = Endpoint::parse_flag("http://localhost:4318").unwrap();
         assert_eq!(
             e,
             Endpoint {
+                tls: false,
                 host: "localhost".into(),
                 port: 4318,
                 path: "/v1/traces".into()
             }
         );
         assert_eq!(e.to_string(), "http://localhost:4318/v1/traces");
-        let e = Endpoint::parse("http://10.0.0.1/otlp/v1/traces").unwrap();
+        let e = Endpoint::parse_flag("http://10.0.0.1/otlp/v1/traces").unwrap();
         assert_eq!((e.port, e.path.as_str()), (4318, "/otlp/v1/traces"));
-        let e = Endpoint::parse("http://[::1]:9000/").unwrap();
+        let e = Endpoint::parse_flag("http://[::1]:9000/").unwrap();
         assert_eq!((e.host.as_str(), e.port), ("::1", 9000));
         assert_eq!(e.to_string(), "http://[::1]:9000/v1/traces");
+        let e = Endpoint::parse_flag("https://api.example.com").unwrap();
+        assert!(e.tls);
+        assert_eq!(e.to_string(), "https://api.example.com:443/v1/traces");
+        let e = Endpoint::parse_flag("https://[::1]/x?k=v").unwrap();
+        assert_eq!(e.to_string(), "https://[::1]:443/x?k=v");
+        assert_eq!(
+            Endpoint::parse_flag("ftp://x").unwrap_err().to_string(),
+            "--otlp ftp://x: only http:// and https:// URLs are supported"
+        );
         assert!(matches!(
-            Endpoint::parse("https://x"),
-            Err(UrlError::Scheme(_))
+            Endpoint::parse_flag("localhost:4318"),
+            Err(UrlError::Scheme(..))
         ));
         assert!(matches!(
-            Endpoint::parse("http://:80"),
-            Err(UrlError::Host(_))
+            Endpoint::parse_flag("http://:80"),
+            Err(UrlError::Host(..))
         ));
         assert!(matches!(
-            Endpoint::parse("http://x:port"),
-            Err(UrlError::Port(_))
+            Endpoint::parse_flag("http://user@x"),
+            Err(UrlError::Host(..))
         ));
         assert!(matches!(
-            Endpoint::parse("http://x:70000"),
-            Err(UrlError::Port(_))
+            Endpoint::parse_flag("http://x:port"),
+            Err(UrlError::Port(..))
+        ));
+        assert!(matches!(
+            Endpoint::parse_flag("http://x:70000"),
+            Err(UrlError::Port(..))
+        ));
+        assert!(matches!(
+            Endpoint::parse_flag("http://[::1]x"),
+            Err(UrlError::Port(..))
         ));
     }
 
     #[test]
-    fn status_lines() {
-        assert_eq!(status_code(b"HTTP/1.1 200 OK\r\n\r\n"), Some(200));
-        assert_eq!(status_code(b"HTTP/1.0 503 Busy\r\n"), Some(503));
-        assert_eq!(status_code(b"garbage"), None);
-        assert_eq!(status_code(b""), None);
+    fn ca_files_that_cannot_be_used_are_one_line_errors() {
+        let dir = std::env::temp_dir().join(format!("usdt-trace-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.pem");
+        let e = load_ca("--otlp-ca", &missing).unwrap_err();
+        assert!(e.to_string().starts_with("--otlp-ca "), "{e}");
+        assert!(e.to_string().contains("No such file"), "{e}");
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "hello\n").unwrap();
+        let e = load_ca("OTEL_EXPORTER_OTLP_CERTIFICATE", &empty).unwrap_err();
+        assert!(e.why.starts_with("no certificate in it"), "{e}");
+        let bad = dir.join("bad.pem");
+        std::fs::write(
+            &bad,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let e = load_ca("--otlp-ca", &bad).unwrap_err();
+        assert!(!e.to_string().contains('\n'), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn gzip_is_applied_when_asked() {
+        let body = vec![7u8; 10_000];
+        let plain = Client::new(&ep(1), None, vec![], false);
+        assert_eq!(plain.encode(body.clone()), body);
+        let gz = Client::new(&ep(1), None, vec![], true).encode(body.clone());
+        assert!(
+            gz.len() < 200 && gz.starts_with(&[0x1f, 0x8b]),
+            "{}",
+            gz.len()
+        );
+        let mut back = Vec::new();
+        flate2::read::GzDecoder::new(gz.as_slice())
+            .read_to_end(&mut back)
+            .unwrap();
+        assert_eq!(back, body);
     }
 
     #[test]
@@ -263,26 +516,19 @@ mod tests {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap_or(1);
-        let ep = Endpoint {
-            host: "127.0.0.1".into(),
-            port,
-            path: "/v1/traces".into(),
-        };
+        let c = Client::new(&ep(port), None, vec![], false);
         let t = Duration::from_secs(1);
-        let got = post(&ep, "x", b"", Instant::now() + t, "timed out");
+        let got = c.post("x", b"", Instant::now() + t, "timed out");
         assert!(matches!(got, Posted::Retry(_)), "{got:?}");
     }
 
     /// A collector that reads the whole request and never answers: the spans may be there,
     /// so the POST is unanswered (not retried), and the timeout is said as the user set it.
+    /// The headers asked for are sent.
     #[test]
     fn post_that_gets_no_answer_is_unanswered_and_says_the_timeout() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let ep = Endpoint {
-            host: "127.0.0.1".into(),
-            port: l.local_addr().unwrap().port(),
-            path: "/v1/traces".into(),
-        };
+        let port = l.local_addr().unwrap().port();
         let held = std::thread::spawn(move || {
             let (mut c, _) = l.accept().unwrap();
             let mut all = Vec::new();
@@ -292,23 +538,56 @@ mod tests {
                 all.extend_from_slice(&b[..n]);
             }
             std::thread::sleep(Duration::from_millis(600));
-            all
+            String::from_utf8(all).unwrap()
         });
+        let headers = vec![("x-api-key".to_string(), "s3cret".to_string())];
+        let c = Client::new(&ep(port), None, headers, false);
         let t = Duration::from_millis(300);
         let started = Instant::now();
-        let got = post(
-            &ep,
-            "x",
-            b"body",
-            Instant::now() + t,
-            "timed out after 0.3 s",
-        );
+        let got = c.post("x", b"body", Instant::now() + t, "timed out after 0.3 s");
         let took = started.elapsed();
         match got {
             Posted::Unanswered(why) => assert_eq!(why, "timed out after 0.3 s"),
             other => panic!("{other:?}"),
         }
         assert!(took < Duration::from_millis(500), "{took:?}");
-        assert!(held.join().unwrap().ends_with(b"\r\n\r\nbody"));
+        let req = held.join().unwrap();
+        assert!(req.starts_with("POST /v1/traces HTTP/1.1\r\n"), "{req}");
+        let lower = req.to_ascii_lowercase();
+        assert!(lower.contains("\r\nx-api-key: s3cret\r\n"), "{req}");
+        assert!(lower.contains("\r\ncontent-length: 4\r\n"), "{req}");
+        assert!(!lower.contains("transfer-encoding"), "{req}");
+        assert!(req.ends_with("\r\n\r\nbody"), "{req}");
+    }
+
+    /// Statuses: 2xx delivered, 429 and 5xx retried, any other refused.
+    #[test]
+    fn statuses_are_sorted() {
+        for (status, want) in [
+            (200, "Ok"),
+            (503, "Retry"),
+            (429, "Retry"),
+            (400, "Rejected"),
+        ] {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port();
+            let t = std::thread::spawn(move || {
+                let (mut c, _) = l.accept().unwrap();
+                let mut all = Vec::new();
+                let mut b = [0u8; 4096];
+                while !all.ends_with(b"body") {
+                    let n = c.read(&mut b).unwrap();
+                    all.extend_from_slice(&b[..n]);
+                }
+                let _ = io::Write::write_all(
+                    &mut c,
+                    format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\n\r\nok").as_bytes(),
+                );
+            });
+            let c = Client::new(&ep(port), None, vec![], false);
+            let got = c.post("x", b"body", Instant::now() + Duration::from_secs(5), "t");
+            t.join().unwrap();
+            assert!(format!("{got:?}").starts_with(want), "{status}: {got:?}");
+        }
     }
 }
