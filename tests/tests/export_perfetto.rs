@@ -159,7 +159,11 @@ fn check_against_ndjson(d: &Value, out: &Output) {
         // What the sleep and I/O waited on: as the NDJSON's `waits`, kind by kind.
         for k in ["lock", "net", "timer", "disk"] {
             let w = s.get("waits").and_then(|w| w.get(k));
-            assert_eq!(a.get(format!("wait_{k}_ns")), w.map(|w| &w["ns"]), "{k}: {a}");
+            assert_eq!(
+                a.get(format!("wait_{k}_ns")),
+                w.map(|w| &w["ns"]),
+                "{k}: {a}"
+            );
             assert_eq!(a.get(format!("wait_{k}_n")), w.map(|w| &w["n"]), "{k}: {a}");
             waits += w.is_some() as usize;
         }

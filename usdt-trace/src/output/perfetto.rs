@@ -472,7 +472,9 @@ fn span_annotations(
             if ns == 0 && n == 0 {
                 continue;
             }
-            annotation(out, &format!("wait_{name}_ns"), |a| pb::uint(a, annot::UINT, ns));
+            annotation(out, &format!("wait_{name}_ns"), |a| {
+                pb::uint(a, annot::UINT, ns)
+            });
             annotation(out, &format!("wait_{name}_n"), |a| {
                 pb::uint(a, annot::UINT, u64::from(n))
             });
