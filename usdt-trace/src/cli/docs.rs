@@ -1,0 +1,77 @@
+//! What the command line documents about itself: shell completion scripts and man pages,
+//! generated from the clap definitions.
+
+#[allow(unused_imports)]
+use super::*;
+use std::path::Path;
+
+/// clap_complete's bash script for a hyphenated binary sets `cmd` to `usdt__trace__subcmd__watch`
+/// but its `case` tests `usdt__subcmd__trace__subcmd__watch` (the `-` in the name is turned
+/// into `__subcmd__` once more), so no subcommand's options were ever offered. The labels are
+/// rewritten to what `cmd` is set to.
+pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "usdt-trace", &mut out);
+    if shell == clap_complete::Shell::Bash {
+        let s = String::from_utf8_lossy(&out).replace("usdt__subcmd__trace", "usdt__trace");
+        return s.into_bytes();
+    }
+    out
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManError {
+    #[error("man {0}: no such command (list, watch, doctor, completions, man)")]
+    NoCommand(String),
+    #[error("rendering the man page: {0}")]
+    Render(std::io::Error),
+}
+
+/// The top-level page, or one command's (`usdt-trace-watch(1)`, which the top-level page
+/// points to), with every flag.
+pub fn man_page(command: Option<&str>) -> Result<Vec<u8>, ManError> {
+    use clap::CommandFactory;
+    let mut top = Cli::command();
+    top.build();
+    let cmd = match command {
+        None => top,
+        Some(name) => top
+            .get_subcommands()
+            .find(|c| c.get_name() == name && name != "help")
+            .cloned()
+            .ok_or_else(|| ManError::NoCommand(name.to_string()))?
+            // The page's title and its NAME section: `usdt-trace-watch`. Leaked: clap takes
+            // names as &'static str without its `string` feature, and this runs once.
+            .name(&*format!("usdt-trace-{name}").leak())
+            .bin_name(format!("usdt-trace {name}"))
+            // The footer's version, as on the top-level page.
+            .version(VERSION),
+    };
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd)
+        .render(&mut out)
+        .map_err(ManError::Render)?;
+    Ok(out)
+}
+
+/// Every page into `dir`; how many.
+pub(crate) fn man_dir(dir: &Path) -> Result<usize, String> {
+    use clap::CommandFactory;
+    let names: Vec<String> = Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .filter(|n| n != "help")
+        .collect();
+    let mut n = 0;
+    for name in std::iter::once(None).chain(names.iter().map(|n| Some(n.as_str()))) {
+        let page = man_page(name).map_err(|e| e.to_string())?;
+        let file = match name {
+            None => dir.join("usdt-trace.1"),
+            Some(c) => dir.join(format!("usdt-trace-{c}.1")),
+        };
+        std::fs::write(&file, page).map_err(|e| format!("man --dir: {}: {e}", file.display()))?;
+        n += 1;
+    }
+    Ok(n)
+}

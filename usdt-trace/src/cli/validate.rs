@@ -1,0 +1,559 @@
+//! Raw flags → checked configurations (ripgrep's "high-level arguments"): patterns compiled,
+//! span rules parsed, targets split from patterns, limits enforced; every problem a one-line
+//! [`UsageError`].
+
+#[allow(unused_imports)]
+use super::*;
+use crate::list::ListConfig;
+use crate::output::otlp::{settings as otlp_settings, OtlpConfig};
+use crate::pattern::Pattern;
+use crate::spans::{SpanRule, StrRule};
+use crate::watch::WatchConfig;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Largest `--max-threads`: 65536 thread states are 1 GB at worst (2 GB with strings).
+pub(crate) const MAX_THREADS_LIMIT: u32 = 1 << 16;
+
+/// Largest `--max-keys`: 65536 per-CPU histograms are 256 MB per CPU at worst.
+pub(crate) const MAX_KEYS_LIMIT: u32 = 1 << 16;
+
+/// Largest `--top`: the list is printed whole.
+pub(crate) const MAX_TOP: usize = 10_000;
+
+/// Largest `--max-open-ids`: 4M open spans are 2 GB at worst.
+pub(crate) const MAX_OPEN_IDS_LIMIT: u32 = 1 << 22;
+
+/// Largest `--otlp-queue`: the channel takes room for every slot up front (~350 bytes a span),
+/// so 1M spans are ~350 MB; 4 billion asked for 1.4 TB and aborted.
+pub(crate) const MAX_OTLP_QUEUE: usize = 1 << 20;
+
+/// Largest `--otlp-timeout`: an hour is no longer a timeout.
+pub(crate) const MAX_OTLP_TIMEOUT: u64 = crate::output::otlp::settings::MAX_TIMEOUT.as_secs();
+
+/// A command-line mistake, reported as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error(transparent)]
+    Pattern(#[from] crate::pattern::PatternError),
+    #[error(transparent)]
+    Span(#[from] crate::spans::SpanError),
+    #[error(transparent)]
+    Plan(#[from] crate::plan::PlanError),
+    #[error("--duration {0:?}: expected a positive duration: seconds (2.5) or with a unit (500ms, 10s, 1m, 1h)")]
+    Duration(String),
+    #[error("--interval {0:?}: expected a positive duration: seconds (2.5) or with a unit (500ms, 10s, 1m, 1h)")]
+    Interval(String),
+    #[error(
+        "--min {0:?}: expected a positive duration: seconds (2.5) or with a unit (2ms, 500us, 1s)"
+    )]
+    Min(String),
+    #[error(transparent)]
+    Filter(#[from] crate::filter::FilterError),
+    #[error(transparent)]
+    Agg(#[from] crate::agg::AggError),
+    #[error(
+        "--interval needs --hist, --count or --top: it prints what they aggregated per interval"
+    )]
+    IntervalMode,
+    #[error("--by needs --hist or --count: it splits their histograms or counts by key")]
+    ByMode,
+    #[error("{path}: a script for {interpreter}; trace that (its probes are in the interpreter and its libraries)")]
+    Script { path: String, interpreter: String },
+    #[error("-c: {0:?}: pipelines and command lists are not traced; run one program (redirections and VAR=value are fine)")]
+    CommandList(String),
+    #[error("--ring-kib {0}: must be a power of two between 4 and 1048576")]
+    Ring(u32),
+    #[error("--{flag} {value}: must be between 1 and {max}")]
+    Limit {
+        flag: &'static str,
+        /// As given, whatever its size (clap parsed it into a usize or u32).
+        value: u64,
+        max: u64,
+    },
+    #[error("-c: empty or unbalanced command {0:?}")]
+    Command(String),
+    #[error("-c: {0:?} is not an executable file (nor found in PATH)")]
+    CommandNotFound(String),
+    #[error("nothing to trace: name a TARGET file, give -p PID, or -c CMD")]
+    NoTarget,
+    #[error("-c cannot be combined with -p")]
+    CommandAndPid,
+    #[error("--wait-for-probes: with both -p and TARGET no probe is looked for later; drop TARGET (every object of the process is followed) or -p (every process running TARGET is)")]
+    WaitWithPidAndTarget,
+    #[error(transparent)]
+    OutFile(#[from] crate::outfile::OutFileError),
+    #[error(transparent)]
+    Otlp(#[from] crate::output::otlp::settings::SettingsError),
+    #[error(transparent)]
+    OtlpCa(#[from] crate::output::otlp::http::CaError),
+    #[error(transparent)]
+    Prometheus(#[from] crate::output::prometheus::serve::ServeError),
+    #[error(
+        "--prometheus-buckets {0}: expected 1, 2, 4 or 8 (kernel bucket bounds per power of two)"
+    )]
+    PromBuckets(u32),
+}
+
+/// Split positional arguments into files and patterns, by one rule that never guesses from
+/// what happens to exist: `fn:GLOB` is a pattern; an argument with '/' is a file; `usdt:PATH[:PATTERN]` is both; when
+/// `first_may_be_file` (no -p), the first other argument is a file if it names one here or a
+/// program on PATH; every other argument is a pattern. So `list python3.11 gc__start` filters
+/// on gc__start even if a file of that name exists here (write ./gc__start for the file).
+pub(crate) fn split_targets(
+    args: &[String],
+    first_may_be_file: bool,
+) -> Result<(Vec<PathBuf>, Vec<Pattern>), UsageError> {
+    let mut targets = Vec::new();
+    let mut patterns = Vec::new();
+    let mut first = first_may_be_file;
+    for a in args {
+        if let Some(rest) = a.strip_prefix("usdt:") {
+            // The path runs to the first ':' after its last '/'.
+            let slash = rest.rfind('/').map_or(0, |i| i + 1);
+            let (path, pattern) = match rest[slash..].find(':') {
+                Some(i) => (&rest[..slash + i], &rest[slash + i + 1..]),
+                None => (rest, ""),
+            };
+            targets.push(resolve_program(path));
+            if !pattern.is_empty() {
+                patterns.push(Pattern::parse(pattern)?);
+            }
+        } else if a.starts_with("fn:") {
+            // Go function names hold '/' (`fn:net/http.serverHandler.ServeHTTP`).
+            patterns.push(Pattern::parse(a)?);
+        } else if a.contains('/') {
+            targets.push(PathBuf::from(a));
+        } else if first && !a.contains([':', '*', '?', '[']) && file_or_program(a).is_some() {
+            targets.push(file_or_program(a).unwrap_or_default());
+        } else {
+            patterns.push(Pattern::parse(a)?);
+        }
+        first = false;
+    }
+    for t in &targets {
+        check_not_script(t)?;
+    }
+    Ok((targets, patterns))
+}
+
+/// `name` as a file here, else as a program on PATH. Anything here but a directory counts as
+/// the file (a FIFO, a device): it is then refused for what it is, not taken for a pattern
+/// that matches nothing.
+pub(crate) fn file_or_program(name: &str) -> Option<PathBuf> {
+    let here = Path::new(name);
+    if here.metadata().is_ok_and(|m| !m.is_dir()) {
+        return Some(here.to_path_buf());
+    }
+    which(name)
+}
+
+pub(crate) fn resolve_program(p: &str) -> PathBuf {
+    if p.contains('/') {
+        PathBuf::from(p)
+    } else {
+        file_or_program(p).unwrap_or_else(|| PathBuf::from(p))
+    }
+}
+
+/// A `#!` script has no probes of its own: name the interpreter to trace instead.
+pub(crate) fn check_not_script(path: &Path) -> Result<(), UsageError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut head = [0u8; 256];
+    // O_NONBLOCK, then the type before any read: opening a FIFO for reading would otherwise
+    // wait for a writer forever.
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return Ok(()); // opening errors are reported, with context, when the target is opened
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        // Not a file: refused for what it is when the target is opened.
+        return Ok(());
+    }
+    let n = f.read(&mut head).unwrap_or(0);
+    if let Some(rest) = head[..n].strip_prefix(b"#!") {
+        let line = rest.split(|&b| b == b'\n').next().unwrap_or(&[]);
+        let line = String::from_utf8_lossy(line);
+        let mut words = line.split_whitespace();
+        let mut interpreter = words.next().unwrap_or("").to_string();
+        // `#!/usr/bin/env python3`: the program env runs.
+        if interpreter.ends_with("/env") {
+            if let Some(prog) = words.find(|w| !w.starts_with('-')) {
+                interpreter = which(prog).map_or(prog.to_string(), |p| p.display().to_string());
+            }
+        }
+        return Err(UsageError::Script {
+            path: path.display().to_string(),
+            interpreter,
+        });
+    }
+    Ok(())
+}
+
+/// A duration: plain seconds (`2.5`) or a number with a unit (`ns`, `us`, `ms`, `s`, `m`, `h`).
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num.parse().ok()?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ns" => 1e-9,
+        "us" => 1e-6,
+        "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return None,
+    };
+    let secs = v * scale;
+    (secs.is_finite() && secs > 0.0 && secs < 1e9).then(|| Duration::from_secs_f64(secs))
+}
+
+/// True when `cmd` needs a shell: redirections, variables, quotes that sh must see.
+pub(crate) fn has_shell_syntax(cmd: &str) -> bool {
+    cmd.contains(['<', '>', '$', '`', '|', '&', ';', '(', ')', '*', '?', '~'])
+        || shlex::split(cmd)
+            .and_then(|v| v.first().cloned())
+            .is_some_and(|w| is_assignment(&w))
+}
+
+pub(crate) fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
+/// The argv to run for `-c CMD`, and the program it ends up executing (what to trace). A
+/// command with shell syntax runs as `sh -c 'exec [env VAR=x] CMD'`: sh sets up redirections
+/// and then replaces itself, so the traced process is the program itself.
+pub(crate) fn command_argv(cmd: &str) -> Result<(Vec<String>, String), UsageError> {
+    let words = shlex::split(cmd)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| UsageError::Command(cmd.to_string()))?;
+    if !has_shell_syntax(cmd) {
+        let prog = words[0].clone();
+        return Ok((words, prog));
+    }
+    // Outside quotes, these make several processes: refuse rather than trace the wrong one.
+    let unquoted: String = {
+        let mut out = String::new();
+        let (mut sq, mut dq) = (false, false);
+        for c in cmd.chars() {
+            match c {
+                '\'' if !dq => sq = !sq,
+                '"' if !sq => dq = !dq,
+                c if !sq && !dq => out.push(c),
+                _ => {}
+            }
+        }
+        out
+    };
+    // `2>&1`, `<&3` and `&>` are redirections, not background jobs.
+    let unquoted = unquoted
+        .replace(">&", ">")
+        .replace("<&", "<")
+        .replace("&>", ">");
+    if unquoted.contains(['|', ';', '&', '(', ')', '`']) {
+        return Err(UsageError::CommandList(cmd.to_string()));
+    }
+    let assignments = words.iter().take_while(|w| is_assignment(w)).count();
+    let prog = words
+        .get(assignments)
+        .filter(|w| !w.starts_with(['<', '>']))
+        .cloned()
+        .ok_or_else(|| UsageError::Command(cmd.to_string()))?;
+    let script = if assignments > 0 {
+        format!("exec env {cmd}")
+    } else {
+        format!("exec {cmd}")
+    };
+    Ok((vec!["/bin/sh".into(), "-c".into(), script], prog))
+}
+
+impl ListArgs {
+    pub fn validate(&self) -> Result<ListConfig, UsageError> {
+        let (targets, patterns) = split_targets(&self.args, self.pid.is_none())?;
+        Ok(ListConfig {
+            json: self.json,
+            names: self.names,
+            targets,
+            pid: self.pid,
+            patterns,
+        })
+    }
+}
+
+/// `list --functions BIN [GLOB...]`: the first argument is the file (a path, or a program on
+/// PATH), the rest globs over function names (which may hold `::`, so they are not
+/// provider:name patterns).
+pub(crate) fn list_functions(a: &ListArgs) -> Result<i32, String> {
+    let Some((bin, globs)) = a.args.split_first() else {
+        return Err("list --functions: name an ELF file".into());
+    };
+    let path = resolve_program(bin);
+    check_not_script(&path).map_err(|e| e.to_string())?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match crate::functions::list(&path, globs, a.json, &mut out) {
+        // As `list BIN PATTERN`: globs that match nothing are an error, not an empty success.
+        Ok(0) if !globs.is_empty() => Err(format!(
+            "no function of {} matches {}",
+            crate::output::text::clean(&path.display().to_string()),
+            globs.join(" ")
+        )),
+        Ok(_) => Ok(0),
+        Err(e) if e.is_broken_pipe() => Ok(0),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Find `prog` the way execvp would.
+pub(crate) fn which(prog: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        return runnable(&p).then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| runnable(p))
+}
+
+impl WatchArgs {
+    pub fn validate(&self) -> Result<WatchConfig, UsageError> {
+        // With -p or -c the program is known: bare words are patterns.
+        let first_may_be_file = self.pids.is_empty() && self.command.is_none();
+        let (mut targets, patterns) = split_targets(&self.args, first_may_be_file)?;
+        let key = match self.key {
+            Some(k) if k >= usdt_trace_common::MAX_ARGS => {
+                return Err(crate::spans::SpanError::KeyIndex(k).into())
+            }
+            k => k.map(|k| k as u8),
+        };
+        let spans = self
+            .spans
+            .iter()
+            .map(|s| SpanRule::parse(s).map(|r| SpanRule { key, ..r }))
+            .collect::<Result<Vec<_>, _>>()?;
+        let strs = self
+            .strs
+            .iter()
+            .map(|s| StrRule::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let names = self
+            .arg_names
+            .iter()
+            .map(|s| crate::plan::ArgNames::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let str_max = self.str_max;
+        if !(1..=usdt_trace_common::STR_MAX_CAP as u32).contains(&str_max) {
+            return Err(UsageError::Limit {
+                flag: "str-max",
+                value: str_max.into(),
+                max: usdt_trace_common::STR_MAX_CAP as u64,
+            });
+        }
+        let duration = self
+            .duration
+            .as_deref()
+            .map(|d| parse_duration(d).ok_or_else(|| UsageError::Duration(d.to_string())))
+            .transpose()?;
+        let interval = self
+            .interval
+            .as_deref()
+            .map(|d| parse_duration(d).ok_or_else(|| UsageError::Interval(d.to_string())))
+            .transpose()?;
+        let min = self
+            .min
+            .as_deref()
+            .map(|d| parse_duration(d).ok_or_else(|| UsageError::Min(d.to_string())))
+            .transpose()?;
+        let filter = self
+            .filter
+            .as_deref()
+            .map(crate::filter::Filter::parse)
+            .transpose()?;
+        let filter = crate::filter::Filter::with_tids(filter, &self.tids)?;
+        if let Some(f) = filter.as_ref().filter(|f| self.hist && f.reads_args()) {
+            return Err(crate::filter::FilterError::HistArgs {
+                expr: f.text.clone(),
+            }
+            .into());
+        }
+        if interval.is_some() && !(self.hist || self.count || self.top.is_some()) {
+            return Err(UsageError::IntervalMode);
+        }
+        let by = self.by.as_deref().map(crate::agg::By::parse).transpose()?;
+        if by.is_some() && !(self.hist || self.count) {
+            return Err(UsageError::ByMode);
+        }
+        if let Some(top) = self.top.filter(|&n| !(1..=MAX_TOP).contains(&n)) {
+            return Err(UsageError::Limit {
+                flag: "top",
+                value: top as u64,
+                max: MAX_TOP as u64,
+            });
+        }
+        let agg = crate::watch::AggArgs {
+            by,
+            count: self.count,
+            top: self.top,
+            max_keys: self.max_keys,
+        };
+        if !(4..=1 << 20).contains(&self.ring_kib) || !self.ring_kib.is_power_of_two() {
+            return Err(UsageError::Ring(self.ring_kib));
+        }
+        // Upper bounds keep a typo from asking the kernel for gigabytes at load.
+        for (flag, value, max) in [
+            ("max-threads", self.max_threads, MAX_THREADS_LIMIT),
+            ("max-open-ids", self.max_open_ids, MAX_OPEN_IDS_LIMIT),
+            ("max-keys", self.max_keys, MAX_KEYS_LIMIT),
+        ] {
+            if !(1..=max).contains(&value) {
+                return Err(UsageError::Limit {
+                    flag,
+                    value: value.into(),
+                    max: max.into(),
+                });
+            }
+        }
+        let command = match &self.command {
+            Some(c) => {
+                if !self.pids.is_empty() {
+                    return Err(UsageError::CommandAndPid);
+                }
+                let (argv, prog) = command_argv(c)?;
+                let exe = which(&prog).ok_or_else(|| UsageError::CommandNotFound(prog.clone()))?;
+                if targets.is_empty() {
+                    check_not_script(&exe)?;
+                    targets.push(exe);
+                }
+                Some(argv)
+            }
+            None => None,
+        };
+        if targets.is_empty() && self.pids.is_empty() {
+            return Err(UsageError::NoTarget);
+        }
+        if self.wait_for_probes && !targets.is_empty() && !self.pids.is_empty() {
+            return Err(UsageError::WaitWithPidAndTarget);
+        }
+        // The same process named twice is traced once.
+        let mut pids = self.pids.clone();
+        let mut seen = std::collections::HashSet::new();
+        pids.retain(|p| seen.insert(*p));
+        // Fail before targets are parsed or waited for, and without creating or emptying
+        // anything: the run opens them for real, and empties an existing file only once it has
+        // attached (see `outfile`).
+        if let Some(p) = &self.output {
+            crate::outfile::check("-o", p)?;
+        }
+        if let Some(p) = &self.perfetto {
+            crate::outfile::check("--perfetto", p)?;
+        }
+        let otlp = match &self.otlp {
+            Some(url) => {
+                if !(1..=MAX_OTLP_QUEUE).contains(&self.otlp_queue) {
+                    return Err(UsageError::Limit {
+                        flag: "otlp-queue",
+                        value: self.otlp_queue as u64,
+                        max: MAX_OTLP_QUEUE as u64,
+                    });
+                }
+                if let Some(t) = self.otlp_timeout {
+                    if !(1..=MAX_OTLP_TIMEOUT).contains(&t) {
+                        return Err(UsageError::Limit {
+                            flag: "otlp-timeout",
+                            value: t,
+                            max: MAX_OTLP_TIMEOUT,
+                        });
+                    }
+                }
+                let flags = otlp_settings::Flags {
+                    endpoint: (url != otlp_settings::FROM_ENV).then(|| url.clone()),
+                    headers: self.otlp_header.clone(),
+                    compression: self.otlp_compression.clone(),
+                    timeout_secs: self.otlp_timeout,
+                    ca: self.otlp_ca.clone(),
+                    service: self.otlp_service.clone(),
+                };
+                let s = otlp_settings::resolve(&flags, &|k| std::env::var(k).ok())?;
+                let ca = match &s.ca {
+                    Some((path, src)) => Some(crate::output::otlp::http::load_ca(src, path)?),
+                    None => None,
+                };
+                Some(OtlpConfig {
+                    endpoint: s.endpoint,
+                    service: s.service,
+                    resource: s.resource,
+                    headers: s.headers,
+                    compression: s.compression,
+                    ca,
+                    queue: self.otlp_queue,
+                    timeout: s.timeout,
+                })
+            }
+            None => None,
+        };
+        if !crate::output::prometheus::BUCKETS_PER_OCTAVE.contains(&self.prometheus_buckets) {
+            return Err(UsageError::PromBuckets(self.prometheus_buckets));
+        }
+        let prometheus = self
+            .prometheus
+            .as_deref()
+            .map(|a| {
+                crate::output::prometheus::serve::parse_addr(a).map(|addr| {
+                    crate::watch::PromConfig {
+                        addr,
+                        per_octave: self.prometheus_buckets,
+                    }
+                })
+            })
+            .transpose()?;
+        Ok(WatchConfig {
+            prometheus,
+            json: self.json,
+            perfetto: self.perfetto.clone(),
+            otlp,
+            targets,
+            pids,
+            command,
+            duration,
+            patterns,
+            spans,
+            strs,
+            str_max,
+            names,
+            auto_span: !self.no_auto_span,
+            hist: self.hist,
+            interval,
+            sched: !self.no_sched,
+            fn_returns: self.fn_returns,
+            ring_bytes: self.ring_kib * 1024,
+            leave_running: self.leave_running,
+            attach: self.attach.into(),
+            output: self.output.clone(),
+            max_threads: self.max_threads,
+            max_open_ids: self.max_open_ids,
+            min,
+            stack: self.stack,
+            filter,
+            agg,
+            wait_for_probes: self.wait_for_probes,
+            bench_null_program: self.bench_null_program,
+        })
+    }
+}
