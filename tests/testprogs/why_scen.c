@@ -7,6 +7,11 @@
  *   why_scen contend [N]   10 ms of CPU work, a hog spinning on the same CPU -> CPU contention
  *   why_scen lock    [N]   wait ~10 ms for a mutex another thread holds, then 10 ms of CPU work
  *   why_scen sleep   [N]   nanosleep 10 ms, then 10 ms of CPU work
+ *   why_scen poll    [N]   epoll_wait with nothing ready, ended by its 10 ms timeout, then
+ *                          10 ms of CPU work (a timer wait, though the call is a poll)
+ *   why_scen net     [N]   poll() on a socket another thread writes to 10 ms later, then
+ *                          10 ms of CPU work (a network wait)
+ * (poll and net report their waiting call's time as sleep_ns.)
  *   why_scen disk FILE [N [R]]  R (default 8) pread()s of 64 KiB with O_DIRECT from FILE (at
  *                          least 16 MiB), then 1 ms of CPU work
  *
@@ -28,7 +33,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/sdt.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,9 +97,19 @@ static void *holder(void *arg) {
     return NULL;
 }
 
+static int sv[2];
+
+static void *writer(void *arg) {
+    (void)arg;
+    sleep_ms(10);
+    if (write(sv[1], "x", 1) != 1)
+        perror("write");
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s base|work|contend|lock|sleep|disk FILE [N]\n", argv[0]);
+        fprintf(stderr, "usage: %s base|work|contend|lock|sleep|poll|net|disk FILE [N]\n", argv[0]);
         return 2;
     }
     const char *mode = argv[1];
@@ -149,6 +167,34 @@ int main(int argc, char **argv) {
             lock_ns += clock_ns(CLOCK_MONOTONIC) - t;
             call_cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c;
             pthread_mutex_unlock(&mu);
+        } else if (strcmp(mode, "poll") == 0) {
+            int ep = epoll_create1(0);
+            struct epoll_event ev;
+            uint64_t c = clock_ns(CLOCK_THREAD_CPUTIME_ID), t = clock_ns(CLOCK_MONOTONIC);
+            while (epoll_wait(ep, &ev, 1, 10) < 0 && errno == EINTR) {
+            }
+            slp_ns += clock_ns(CLOCK_MONOTONIC) - t;
+            call_cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c;
+            close(ep);
+        } else if (strcmp(mode, "net") == 0) {
+            pthread_t w;
+            if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+                perror("socketpair");
+                return 2;
+            }
+            uint64_t c = clock_ns(CLOCK_THREAD_CPUTIME_ID), t = clock_ns(CLOCK_MONOTONIC);
+            pthread_create(&w, NULL, writer, NULL);
+            struct pollfd pfd = {.fd = sv[0], .events = POLLIN};
+            while (poll(&pfd, 1, -1) < 0 && errno == EINTR) {
+            }
+            slp_ns += clock_ns(CLOCK_MONOTONIC) - t;
+            call_cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c;
+            char b;
+            if (read(sv[0], &b, 1) != 1)
+                perror("read");
+            pthread_join(w, NULL);
+            close(sv[0]);
+            close(sv[1]);
         } else if (strcmp(mode, "sleep") == 0) {
             uint64_t c = clock_ns(CLOCK_THREAD_CPUTIME_ID), t = clock_ns(CLOCK_MONOTONIC);
             sleep_ms(10);

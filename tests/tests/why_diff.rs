@@ -428,3 +428,28 @@ fn the_same_reads_beside_a_write_flood_are_a_busy_disk() {
     let per = |run: &str| v[run]["waits"]["disk"]["ns"].as_f64().unwrap() / n(run).max(1.0);
     assert!(per("after") >= 2.0 * per("before"), "{v}");
 }
+
+/// A poll is a wait on the network only if the network ended it: `epoll_wait` ended by its
+/// own 10 ms timeout is a timer wait (as event loops and PostgreSQL's `pg_sleep` sleep), and
+/// `poll` on a socket another thread writes to 10 ms later is a network wait. Each against the
+/// program's own clock of its waiting call, as `check_kinds` compares the other kinds.
+#[test]
+#[ignore = "needs root"]
+fn a_poll_its_timeout_ended_is_a_timer_wait_and_socket_data_a_network_wait() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (mode, kind, not) in [("poll", "timer", "net"), ("net", "net", "timer")] {
+        let (_, out) = record_out(mode, mode);
+        for (s, t) in out.spans().into_iter().zip(truths(&out.stderr)) {
+            let want = t.sleep - t.call_cpu;
+            let runq = s["runq_ns"].as_u64().unwrap() as f64;
+            let slack = (0.1 * want).max(100_000.0);
+            let (got, n) = wait(s, kind);
+            assert!(
+                got <= want + slack && got >= want - runq - slack && n >= 1,
+                "{mode}: {kind} {got} ns in {n} waits, the program measured {want} ns off CPU \
+                 in its waiting call: {t:?} {s}"
+            );
+            assert_eq!(wait(s, not), (0.0, 0), "{mode}: no {not} wait: {s}");
+        }
+    }
+}

@@ -36,6 +36,12 @@ pub fn exit(kind: u32) {
     }
 }
 
+/// Whether the wakeup runs in the timer interrupt (an expired timer: a sleep or a timeout).
+#[inline(always)]
+pub fn woken_by_timer() -> bool {
+    depth(TIMER) > 0
+}
+
 /// The waker label when the wakeup runs in interrupt context, most specific first.
 #[inline(always)]
 pub fn waker_label() -> Option<[u8; 16]> {

@@ -214,6 +214,9 @@ pub fn on_waking(ctx: &BtfTracePointContext) {
     if !st.woken_from_sleep() {
         return;
     }
+    if irq::woken_by_timer() {
+        st.timed_out();
+    }
     // SAFETY: the helper has no preconditions.
     st.set_state(unsafe { bpf_ktime_get_ns() }, TS_RUNQ);
     // The waker is the current task, unless this runs in interrupt context: then the current

@@ -196,6 +196,32 @@ mod tests {
     }
 
     #[test]
+    fn a_poll_its_timeout_ended_is_a_timer_wait_and_one_data_ended_stays_net() {
+        let mut st = thread();
+        st.depth = 1;
+        st.resume_accounting(0);
+        st.depth = 1;
+        // epoll_wait with a 100 ns timeout that expires: the timer interrupt wakes it.
+        st.switch_out(0, false, 1, SC_NET);
+        st.timed_out();
+        st.set_state(100, TS_RUNQ);
+        st.switch_in(110);
+        // epoll_wait woken by data (a socket's softirq, or the sending thread).
+        st.switch_out(150, false, 1, SC_NET);
+        st.set_state(190, TS_RUNQ);
+        st.switch_in(190);
+        // A futex wait that a timer ends (a timed lock) stays a lock wait.
+        st.switch_out(200, false, 1, SC_LOCK);
+        st.timed_out();
+        st.set_state(230, TS_RUNQ);
+        st.switch_in(230);
+        let a = st.acct_at(230);
+        assert_eq!(a.wait_ns, [30, 40, 100, 0]);
+        assert_eq!(a.waits, [1, 1, 1, 0]);
+        assert_eq!(a.sleep, 170);
+    }
+
+    #[test]
     fn a_missed_switch_in_keeps_only_the_slept_part_as_a_wait() {
         let mut st = thread();
         st.depth = 1;

@@ -407,6 +407,23 @@ impl ThreadState {
         zero_comm(&mut self.last_waker_comm);
     }
 
+    /// The thread is woken by the timer interrupt: a poll (`epoll_wait`, `poll`, `select`)
+    /// that its own timeout ended waited on a timer, not on the network. Event loops and
+    /// PostgreSQL's `pg_sleep` sleep this way; counting it as `net` named the network where
+    /// nothing but time was awaited. Called before the sleep is closed, so its time goes to the
+    /// timer too; the wait counted at the switch-out moves with it.
+    #[inline(always)]
+    pub fn timed_out(&mut self) {
+        if self.off_kind != WAIT_NET {
+            return;
+        }
+        if let Some(x) = self.acct.waits.get_mut(WAIT_NET as usize - 1) {
+            *x = x.wrapping_sub(1);
+        }
+        self.off_kind = WAIT_TIMER;
+        self.acct.count_wait(WAIT_TIMER);
+    }
+
     /// The thread gets the CPU back (sched_switch, as `next`). Each open frame remembers the
     /// longest off-CPU interval it saw and who ended it (the last waker).
     #[inline(always)]
