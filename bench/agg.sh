@@ -43,7 +43,7 @@ loop_ns() {
 }
 
 echo "== per span: target CPU ns per start/end pair above untraced ($PAIRS pairs, median of $REPS)"
-modes=("untraced" "--hist" "--hist --by comm" "--hist --by arg0" "--hist --min 1ms" "--hist --filter comm==bench_loop" "--hist --by comm --filter comm==bench_loop" "--count" "--count --by arg0")
+modes=("untraced" "--hist" "--hist --by comm" "--hist --by arg0" "--hist --by comm,arg0" "--hist --min 1ms" "--hist --filter comm==bench_loop" "--hist --by comm --filter comm==bench_loop" "--count" "--count --by arg0")
 declare -A runs
 for _ in $(seq "$REPS"); do
     for m in "${modes[@]}"; do
