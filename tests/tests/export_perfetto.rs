@@ -109,10 +109,20 @@ fn check_against_ndjson(d: &Value, out: &Output) {
     let slices = d["slices"].as_array().unwrap();
     let spans = out.spans();
     assert_eq!(slices.len(), spans.len(), "one slice per span");
-    // Indexed: a busy run has tens of thousands.
-    let by_start: HashMap<(&str, u64), &Value> = slices
+    // Indexed: a busy run has tens of thousands. By name, start and first argument (a span
+    // id, where there is one): two requests once started in the same nanosecond on two CPUs.
+    let by_start: HashMap<(&str, u64, String), &Value> = slices
         .iter()
-        .map(|x| ((x["name"].as_str().unwrap(), x["ts"].as_u64().unwrap()), x))
+        .map(|x| {
+            let arg0 = x["args"]
+                .get("arg0")
+                .map(Value::to_string)
+                .unwrap_or_default();
+            (
+                (x["name"].as_str().unwrap(), x["ts"].as_u64().unwrap(), arg0),
+                x,
+            )
+        })
         .collect();
     let tracks: HashMap<u64, &Value> = d["tracks"]
         .as_array()
@@ -127,8 +137,13 @@ fn check_against_ndjson(d: &Value, out: &Output) {
             s["provider"].as_str().unwrap(),
             s["name"].as_str().unwrap()
         );
+        let arg0 = s["args"]
+            .get(0)
+            .filter(|a| !a.is_null())
+            .map(Value::to_string)
+            .unwrap_or_default();
         let sl = *by_start
-            .get(&(name.as_str(), s["start_ns"].as_u64().unwrap()))
+            .get(&(name.as_str(), s["start_ns"].as_u64().unwrap(), arg0))
             .unwrap_or_else(|| panic!("no slice for {s}"));
         assert_eq!(sl["end"], s["end_ns"], "{s}\n{sl}");
         assert_eq!(sl["categories"], json!([s["provider"]]));

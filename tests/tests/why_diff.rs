@@ -296,18 +296,19 @@ fn twice_the_direct_reads_is_more_io() {
         return;
     };
     let f = file.display();
-    // Its own baseline: 8 reads and 1 ms of CPU per span, against 16 reads; 20 spans, as
-    // one slow span in 6 (6.3 ms of a 3 ms mean) made the change not significant.
+    // Its own baseline: 8 reads and 1 ms of CPU per span, against 16 reads; 40 spans, as
+    // one slow span in 6 (6.3 ms of a 3 ms mean) made the change not significant, and with 20
+    // on a loaded host a +37% mean was once within the noise (p99 2.9 times the mean).
     let (base, out) = {
         let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        record_out(&format!("disk {f} 20 8"), "disk8")
+        record_out(&format!("disk {f} 40 8"), "disk8")
     };
     if !check_kinds(&out) {
         eprintln!("skipped: the device served the reads without the reader waiting");
         return;
     }
     // How long the reads take depends on the device: the growth is whatever 8 more take.
-    let Some(v) = check_against(&base, &format!("disk {f} 20 16"), "more_io", None) else {
+    let Some(v) = check_against(&base, &format!("disk {f} 40 16"), "more_io", None) else {
         eprintln!("skipped: the device served the reads without the reader waiting");
         return;
     };
