@@ -671,7 +671,10 @@ mod tests {
                 &format!("{m}{{provider=\"demo\",span=\"request\",kind=\"{kind}\"}}"),
             )
         };
-        assert!(t.contains("# TYPE usdt_span_wait_seconds_total counter"), "{t}");
+        assert!(
+            t.contains("# TYPE usdt_span_wait_seconds_total counter"),
+            "{t}"
+        );
         assert!(t.contains("# TYPE usdt_span_waits_total counter"), "{t}");
         assert_eq!(wait("usdt_span_wait_seconds_total", "lock"), 0.003);
         assert_eq!(wait("usdt_span_wait_seconds_total", "timer"), 0.001);
