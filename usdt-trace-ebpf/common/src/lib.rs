@@ -619,9 +619,11 @@ mod tests {
         // 64 bytes per span name and CPU: 256 KB per CPU at MAX_PAIRS, sized at load to the
         // span names traced (none without --hist).
         assert_eq!(core::mem::size_of::<WaitSums>(), 64);
-        let mut a = Acct::default();
-        a.wait_ns = [3000, 0, 10, 400];
-        a.waits = [2, 0, 1, u32::MAX];
+        let a = Acct {
+            wait_ns: [3000, 0, 10, 400],
+            waits: [2, 0, 1, u32::MAX],
+            ..Acct::default()
+        };
         let mut w = WaitSums::default();
         w.add(&a);
         w.add(&a);

@@ -431,9 +431,10 @@ mod tests {
                 h[c].add(v);
             }
         }
-        let mut w = WaitSums::default();
-        w.ns = [12_400_000, 3_600_000, 0, 1_200_000];
-        w.n = [6, 2, 0, 4];
+        let mut w = WaitSums {
+            ns: [12_400_000, 3_600_000, 0, 1_200_000],
+            n: [6, 2, 0, 4],
+        };
         let pair = PairInfo {
             provider: "p".into(),
             stem: "q".into(),
