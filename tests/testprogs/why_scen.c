@@ -21,6 +21,9 @@
  * inside pthread_mutex_lock, nanosleep and pread, measured by itself with CLOCK_MONOTONIC, and
  * its CPU time inside those calls (CLOCK_THREAD_CPUTIME_ID): the rest is waiting.
  *
+ * With WHY_LINGER_MS set, it waits that long after its last span before it exits (a test reads
+ * the tracer's live state, a Prometheus scrape, once every span closed).
+ *
  * Like attrib_scen, it runs at nice -20 in its own autogroup when it may (root), so other work
  * on the shared machine barely moves the split; the competitor inherits the same priority.
  */
@@ -228,5 +231,8 @@ int main(int argc, char **argv) {
         stop_competitor = 1;
         pthread_join(comp, NULL);
     }
+    const char *linger = getenv("WHY_LINGER_MS");
+    if (linger)
+        sleep_ms((unsigned)atoi(linger));
     return 0;
 }

@@ -354,6 +354,21 @@ fn check_span(s: &Span, j: &Value, zero: u64) {
     for k in watch::SPLIT_FIELDS {
         assert_eq!(int(a, &format!("usdt.{k}")), j[k].as_i64(), "{k}");
     }
+    // What the sleep and io waited on: the NDJSON's `waits`, and no attribute for a kind it
+    // has not.
+    for kind in ["lock", "net", "timer", "disk"] {
+        let w = &j["waits"][kind];
+        assert_eq!(
+            int(a, &format!("usdt.wait.{kind}_ns")),
+            w["ns"].as_i64(),
+            "{kind}"
+        );
+        assert_eq!(
+            int(a, &format!("usdt.wait.{kind}_count")),
+            w["n"].as_i64(),
+            "{kind}"
+        );
+    }
     match j.get("waker") {
         Some(w) => {
             let shown = watch::waker_label(w);
@@ -436,6 +451,37 @@ fn spans_arrive_with_every_field() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 4, "span ids are distinct");
+}
+
+/// The kinds of wait arrive as attributes equal to the NDJSON's `waits` of the same run
+/// (`why_scen lock`: each span waits ~10 ms for a mutex another thread holds).
+#[test]
+#[ignore = "needs root"]
+fn wait_kinds_arrive_as_the_ndjson_has_them() {
+    let bin = build_c("why_scen", &["-O2", "-pthread"]);
+    let rx = Receiver::start(0);
+    let url = format!("http://127.0.0.1:{}", rx.port);
+    let cmd = format!("{} lock 3", bin.display());
+    let out = watch::Watch::start(&["--otlp", &url, "-c", &cmd]).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let reqs = rx.kill();
+    let spans = out.spans();
+    assert_eq!(spans.len(), 3, "{:?}", out.records);
+    let got = received(&reqs);
+    assert_eq!(got.len(), 3);
+    let z = zero(&out);
+    for j in &spans {
+        let s = got
+            .iter()
+            .find(|s| s.start_time_unix_nano == z + j["start_ns"].as_u64().unwrap())
+            .expect("the span of that start");
+        check_span(s, j, z);
+        let a = &s.attributes;
+        let ns = int(a, "usdt.wait.lock_ns").expect("a lock wait");
+        eprintln!("usdt.wait.lock_ns {ns}, NDJSON {}", j["waits"]);
+        assert!(ns > 5_000_000, "{ns}");
+        assert_eq!(int(a, "usdt.wait.lock_count"), Some(1));
+    }
 }
 
 /// A span whose polls were marked (attrib_poll.c: one job polled on two threads) carries its

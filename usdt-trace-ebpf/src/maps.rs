@@ -11,7 +11,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use usdt_trace_common::{
-    task_slot, Config, Hist, IdFrame, IdKey, IdSlot, SiteSpec, StrSet, ThreadState,
+    task_slot, Config, Hist, IdFrame, IdKey, IdSlot, SiteSpec, StrSet, ThreadState, WaitSums,
     HIST_COMPONENTS, MAX_ARGS, MAX_PAIRS, NUM_COUNTERS, SYSCALL_CLASS_LEN,
 };
 
@@ -263,6 +263,10 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NUM_COUNTE
 #[map]
 pub static HISTS: PerCpuArray<Hist> =
     PerCpuArray::with_max_entries(MAX_PAIRS * HIST_COMPONENTS as u32, 0);
+/// `--hist`: per span name (pair id), what its closed spans waited on, by kind. User space
+/// sizes it to the span names HISTS has room for.
+#[map]
+pub static WAIT_SUMS: PerCpuArray<WaitSums> = PerCpuArray::with_max_entries(MAX_PAIRS, 0);
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 24, 0);
 /// Per CPU: how deep this CPU is in hard IRQ handlers, softirqs and hrtimer callbacks

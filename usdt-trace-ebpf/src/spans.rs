@@ -28,6 +28,7 @@ use crate::{
         cas, count, count_n, current_comm_into, existing_thread, note_stateless_start, opaque,
         publish, ringbuf_flags, take_stateless_start, thread_state, Scratch, CONFIG, EVENTS,
         FRAME_SCRATCH, HISTS, ID_DROPPED, ID_SLOTS, ID_SPANS, OPAQUE_UPROBE, SCRATCH, SITES,
+        WAIT_SUMS,
     },
     sched,
     strs::{drop_strs, usdt_emit_strs, usdt_keep_strs},
@@ -813,6 +814,14 @@ fn hist_add(pair_id: u32, dur: Option<u64>, acct: Option<&Acct>, idle: Option<u6
         }
         if a.io != 0 {
             hist_one(pair_id, HIST_IO, a.io);
+        }
+        // What the sleep and io waited on: every kind nests in one of them, so a span with
+        // neither (most spans of a busy thread) waited on nothing and costs no lookup.
+        if a.sleep | a.io != 0 {
+            if let Some(w) = WAIT_SUMS.get_ptr_mut(pair_id) {
+                // SAFETY: this CPU's entry, which nothing else writes while this program runs.
+                unsafe { &mut *w }.add(a);
+            }
         }
         hist_one(pair_id, HIST_ONCPU, a.oncpu);
     }

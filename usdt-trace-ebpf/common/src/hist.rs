@@ -45,6 +45,47 @@ pub fn hist_slot(pair_id: u32, component: usize) -> u32 {
     pair_id * HIST_COMPONENTS as u32 + component as u32
 }
 
+/// `--hist`: what a span name's closed spans waited on, summed (the `WAIT_SUMS` per-CPU array,
+/// one entry per span name, indexed by its pair id). Per `WAIT_*` kind (`index kind - 1`): the
+/// off-CPU ns and how many waits began. One entry holds every kind, so a span that waited adds
+/// its waits with one map lookup rather than one per kind. Nested in the split's parts as the
+/// span records' `waits` are: lock, net and timer in sleep, disk in io.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitSums {
+    pub ns: [u64; WAIT_KINDS],
+    pub n: [u64; WAIT_KINDS],
+}
+
+impl WaitSums {
+    /// Adds one closed span's waits (`Acct::wait_ns`, `Acct::waits`).
+    #[inline(always)]
+    pub fn add(&mut self, a: &Acct) {
+        let mut k = 0;
+        while k < WAIT_KINDS {
+            self.ns[k] += a.wait_ns[k];
+            self.n[k] += a.waits[k] as u64;
+            k += 1;
+        }
+    }
+
+    /// Adds another CPU's sums (user space, reading the per-CPU values).
+    pub fn merge(&mut self, o: &WaitSums) {
+        for k in 0..WAIT_KINDS {
+            self.ns[k] = self.ns[k].wrapping_add(o.ns[k]);
+            self.n[k] = self.n[k].wrapping_add(o.n[k]);
+        }
+    }
+
+    /// What `self` counts beyond `before`, an earlier read of the same sums: one interval's.
+    pub fn since(&self, before: &WaitSums) -> WaitSums {
+        WaitSums {
+            ns: core::array::from_fn(|k| self.ns[k].saturating_sub(before.ns[k])),
+            n: core::array::from_fn(|k| self.n[k].saturating_sub(before.n[k])),
+        }
+    }
+}
+
 /// One histogram: counts per log-linear bucket ([`hist_bucket`]), the sum for means and the
 /// largest value.
 #[repr(C)]

@@ -71,6 +71,7 @@ mod pod {
         FilterProg,
         IdKey,
         Hist,
+        WaitSums,
         crate::agg::AggConfig,
         crate::agg::ByKey,
         crate::agg::NumKey,
@@ -637,6 +638,30 @@ mod tests {
         };
         assert_ne!(a.slot(), IdKey { pair_id: 1, ..a }.slot());
         assert_ne!(a.slot(), IdKey { tgid: 8, ..a }.slot());
+    }
+
+    #[test]
+    fn wait_sums_size_is_known_and_they_add_up() {
+        // 64 bytes per span name and CPU: 256 KB per CPU at MAX_PAIRS, sized at load to the
+        // span names traced (none without --hist).
+        assert_eq!(core::mem::size_of::<WaitSums>(), 64);
+        let a = Acct {
+            wait_ns: [3000, 0, 10, 400],
+            waits: [2, 0, 1, u32::MAX],
+            ..Acct::default()
+        };
+        let mut w = WaitSums::default();
+        w.add(&a);
+        w.add(&a);
+        assert_eq!(w.ns, [6000, 0, 20, 800]);
+        // Per span a count fits a u32; summed over spans it does not wrap at 2^32.
+        assert_eq!(w.n, [4, 0, 2, 2 * u32::MAX as u64]);
+        let mut m = w;
+        m.merge(&w);
+        assert_eq!(m.ns, [12000, 0, 40, 1600]);
+        let d = m.since(&w);
+        assert_eq!(d, w);
+        assert_eq!(w.since(&m), WaitSums::default());
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub const SITES: &str = "SITES";
 pub const SITE_COUNTS: &str = "SITE_COUNTS";
 pub const SYSCALL_CLASS: &str = "SYSCALL_CLASS";
 pub const THREADS: &str = "THREADS";
+pub const WAIT_SUMS: &str = "WAIT_SUMS";
 
 /// Every name above: what the object must define.
 pub const ALL: &[&str] = &[
@@ -61,4 +62,5 @@ pub const ALL: &[&str] = &[
     SITE_COUNTS,
     SYSCALL_CLASS,
     THREADS,
+    WAIT_SUMS,
 ];

@@ -6,7 +6,7 @@
 use super::{fmt_duration, json_escape, PairInfo};
 use std::fmt::Write as _;
 use usdt_trace_common::{
-    hist_bucket_range, log2_bucket, Hist, HIST_BUCKETS, HIST_COMPONENTS, LOG2_BUCKETS,
+    hist_bucket_range, log2_bucket, Hist, WaitSums, HIST_BUCKETS, HIST_COMPONENTS, LOG2_BUCKETS,
 };
 
 /// The percentiles quoted for every histogram.
@@ -101,8 +101,10 @@ fn short(v: u64) -> String {
     v.to_string()
 }
 
-/// Draw one span name's histograms.
-pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
+/// Draw one span name's histograms. `w`: what its spans waited on, shown after the sleep and
+/// io parts as span lines show it (`sleep 4.10ms (lock 3.10ms, net 900.0us)`), per split span
+/// like the parts, only the kinds that are not zero.
+pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS], w: &WaitSums) -> String {
     let mut s = String::new();
     let d = &h[0];
     let mean = |x: &Hist| x.sum.checked_div(x.count).unwrap_or(0);
@@ -137,13 +139,28 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS]) -> String {
                 fmt_duration(split_sum / n)
             );
         }
+        // The kinds nested in a part, each its sum over the same split spans.
+        let kinds = |in_sleep: bool| -> String {
+            let v: Vec<String> = super::wait_sum_kinds(w)
+                .iter()
+                .filter(|k| k.3 == in_sleep && k.1 > 0)
+                .map(|k| format!("{} {}", k.0, fmt_duration(k.1 / n)))
+                .collect();
+            if v.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", v.join(", "))
+            }
+        };
         let _ = write!(
             s,
-            " = on-CPU {} + runq {} + sleep {} + io {}",
+            " = on-CPU {} + runq {} + sleep {}{} + io {}{}",
             fmt_duration(mean(&h[1])),
             fmt_duration(mean(&h[2])),
             fmt_duration(mean(&h[3])),
-            fmt_duration(mean(&h[4]))
+            kinds(true),
+            fmt_duration(mean(&h[4])),
+            kinds(false)
         );
         // Only polled spans have idle time (the others' is 0 and not counted): its share of
         // the mean is over all the split spans, and how many were polled is said.
@@ -232,11 +249,13 @@ pub fn draw_bars(s: &mut String, h: &[Hist]) {
 }
 
 /// One `{"type":"hist",...}` line per span name. With `--interval`, `block` gives the
-/// monotonic bounds of what the line counts and whether it is the whole run.
+/// monotonic bounds of what the line counts and whether it is the whole run. `w`: what the
+/// spans waited on, the `waits` object (summed over the split spans; only kinds not zero).
 pub fn render_json(
     out: &mut Vec<u8>,
     pair: &PairInfo,
     h: &[Hist; HIST_COMPONENTS],
+    w: &WaitSums,
     block: Option<((u64, u64), bool)>,
 ) {
     out.extend_from_slice(b"{\"type\":\"hist\",\"provider\":\"");
@@ -266,7 +285,21 @@ pub fn render_json(
         buckets_json(out, x);
         out.push(b'}');
     }
-    out.extend_from_slice(b"}\n");
+    // Always there (empty when the spans waited on no known kind), so that a consumer summing
+    // lines needs no case for its absence.
+    out.extend_from_slice(b",\"waits\":{");
+    let mut first = true;
+    for (name, ns, n, _) in super::wait_sum_kinds(w) {
+        if ns == 0 && n == 0 {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        let _ = write!(Vec8(out), "\"{name}\":{{\"ns\":{ns},\"n\":{n}}}");
+    }
+    out.extend_from_slice(b"}}\n");
 }
 
 /// `,"buckets":[{"lo":..,"hi":..,"count":..},...]`: the histogram's non-empty log-linear
@@ -360,24 +393,107 @@ mod tests {
             start: "q__start".into(),
             ends: vec!["q__end".into()],
         };
-        let t = render_text(&pair, &h);
+        let t = render_text(&pair, &h, &WaitSums::default());
         assert!(t.contains("@p:q  3 spans"), "{t}");
         // Far-apart buckets: the empty rows between them fold into one "...".
         let mut far = h;
         far[4].buckets[0] = 3;
         far[4].count = 3;
-        let t2 = render_text(&pair, &far);
+        let t2 = render_text(&pair, &far, &WaitSums::default());
         assert!(t2.contains("[0] ") && t2.contains("\n...\n"), "{t2}");
         assert!(!t2.contains("[4, 8)"), "{t2}");
         assert!(t.contains("[1K, 2K)"), "{t}");
         let mut out = Vec::new();
-        render_json(&mut out, &pair, &h, None);
+        render_json(&mut out, &pair, &h, &WaitSums::default(), None);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["duration"]["count"], 3);
         assert_eq!(v["oncpu"]["sum_ns"], 3050);
         // 1500, 1600 and 3000 each have their own log-linear bucket.
         assert_eq!(v["duration"]["buckets"].as_array().unwrap().len(), 3);
         assert_eq!(v["duration"]["max_ns"], 3000);
+        // No split waited on anything known: an empty `waits`, always present.
+        assert_eq!(v["waits"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn header_and_json_show_the_kinds_inside_sleep_and_io() {
+        let mut h = [Hist::default(); HIST_COMPONENTS];
+        // Two split spans, 10ms each: 1ms on CPU + 8ms sleep + 1ms io, and of the sleep
+        // 6.2ms lock (3 waits) and 1.8ms net (1), of the io 0.6ms disk (2); summed over both.
+        for _ in 0..2 {
+            for (c, v) in [
+                (0, 10_000_000u64),
+                (1, 1_000_000),
+                (2, 0),
+                (3, 8_000_000),
+                (4, 1_000_000),
+            ] {
+                h[c].add(v);
+            }
+        }
+        let mut w = WaitSums {
+            ns: [12_400_000, 3_600_000, 0, 1_200_000],
+            n: [6, 2, 0, 4],
+        };
+        let pair = PairInfo {
+            provider: "p".into(),
+            stem: "q".into(),
+            start: "q__start".into(),
+            ends: vec!["q__end".into()],
+        };
+        let t = render_text(&pair, &h, &w);
+        let first = t.lines().next().unwrap();
+        assert!(
+            first.ends_with(
+                " = on-CPU 1.00ms + runq 0ns + sleep 8.00ms (lock 6.20ms, net 1.80ms) + io 1.00ms (disk 600.0us)"
+            ),
+            "{first}"
+        );
+        // The parts still add up to the mean, and each part's kinds stay within it.
+        let ms = |s: &str| -> f64 {
+            let (v, u) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap());
+            v.parse::<f64>().unwrap()
+                * match u {
+                    "ms" => 1e6,
+                    "us" => 1e3,
+                    "ns" => 1.0,
+                    _ => 1e9,
+                }
+        };
+        let eq = first.split(" = ").nth(1).unwrap();
+        let mut parts = 0.0;
+        for part in eq.split(" + ") {
+            let mut it = part.splitn(2, " (");
+            let v = ms(it.next().unwrap().rsplit(' ').next().unwrap());
+            parts += v;
+            if let Some(k) = it.next() {
+                let kinds: f64 = k
+                    .trim_end_matches(')')
+                    .split(", ")
+                    .map(|x| ms(x.rsplit(' ').next().unwrap()))
+                    .sum();
+                assert!(kinds <= v, "{part}");
+            }
+        }
+        assert_eq!(parts, 10_000_000.0, "{first}");
+        let mut out = Vec::new();
+        render_json(&mut out, &pair, &h, &w, None);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        // Only the kinds waited on, as sums over the split spans (the parts' sum_ns).
+        assert_eq!(
+            v["waits"],
+            serde_json::json!({
+                "lock": {"ns": 12_400_000, "n": 6},
+                "net": {"ns": 3_600_000, "n": 2},
+                "disk": {"ns": 1_200_000, "n": 4},
+            })
+        );
+        assert_eq!(v["sleep"]["sum_ns"], 16_000_000);
+        // A kind the spans never waited on is left out of the header too.
+        w.ns[1] = 0;
+        w.n[1] = 0;
+        let t = render_text(&pair, &h, &w);
+        assert!(t.contains("sleep 8.00ms (lock 6.20ms) + io"), "{t}");
     }
 
     #[test]
@@ -398,7 +514,7 @@ mod tests {
             start: "q__start".into(),
             ends: vec!["q__end".into()],
         };
-        let t = render_text(&pair, &h);
+        let t = render_text(&pair, &h, &WaitSums::default());
         let first = t.lines().next().unwrap();
         assert_eq!(
             first,
@@ -410,7 +526,7 @@ mod tests {
         for v in [100u64, 300] {
             all[0].add(v);
         }
-        let t = render_text(&pair, &all);
+        let t = render_text(&pair, &all, &WaitSums::default());
         assert!(
             t.starts_with(
                 "@p:q  2 spans, mean 200ns, p50 100ns, p90 300ns, p99 300ns, max 300ns = on-CPU 80ns + runq 0ns + sleep 120ns + io 0ns\n"
@@ -442,7 +558,7 @@ mod tests {
             start: "q__start".into(),
             ends: vec!["q__end".into()],
         };
-        let t = render_text(&pair, &h);
+        let t = render_text(&pair, &h, &WaitSums::default());
         let mut lines = t.lines();
         // 300 = 70 + 16 + 13 + 0 + 200 (rounding down each: exact sums over 3 spans).
         assert_eq!(
@@ -453,7 +569,7 @@ mod tests {
         assert!(head.trim_end().ends_with("io     idle"), "{head}");
         // One more span without a split: the header says over how many, idle included.
         h[0].add(10_000);
-        let t = render_text(&pair, &h);
+        let t = render_text(&pair, &h, &WaitSums::default());
         assert!(
             t.lines().next().unwrap().ends_with(
                 "; time split over 3 of them: 300ns = on-CPU 70ns + runq 16ns + sleep 13ns + io 0ns + idle 200ns (2 polled)"

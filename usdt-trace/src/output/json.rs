@@ -385,7 +385,7 @@ mod golden {
     use crate::output::hist::render_json;
     use crate::output::{test_strs, ArgFmt};
     use usdt_trace_common::{
-        Acct, Hist, RecordKind, HIST_COMPONENTS, STRS_CUT, STRS_FAULT, STRS_OK,
+        Acct, Hist, RecordKind, WaitSums, HIST_COMPONENTS, STRS_CUT, STRS_FAULT, STRS_OK,
     };
 
     fn hdr(kind: RecordKind) -> RecordHeader {
@@ -636,9 +636,23 @@ mod golden {
             h[c].add(v);
         }
         assert_eq!(
-            line(|o| render_json(o, &pair(), &h, None)),
-            r#"{"type":"hist","provider":"app","name":"request","duration":{"count":2,"sum_ns":4500,"p50_ns":1472,"p90_ns":2944,"p99_ns":2944,"max_ns":3000,"buckets":[{"lo":1408,"hi":1536,"count":1},{"lo":2816,"hi":3072,"count":1}]},"oncpu":{"count":1,"sum_ns":700,"p50_ns":672,"p90_ns":672,"p99_ns":672,"max_ns":700,"buckets":[{"lo":640,"hi":704,"count":1}]},"runq":{"count":0,"sum_ns":0,"buckets":[]},"sleep":{"count":0,"sum_ns":0,"buckets":[]},"io":{"count":0,"sum_ns":0,"buckets":[]},"idle":{"count":0,"sum_ns":0,"buckets":[]}}
+            line(|o| render_json(o, &pair(), &h, &WaitSums::default(), None)),
+            r#"{"type":"hist","provider":"app","name":"request","duration":{"count":2,"sum_ns":4500,"p50_ns":1472,"p90_ns":2944,"p99_ns":2944,"max_ns":3000,"buckets":[{"lo":1408,"hi":1536,"count":1},{"lo":2816,"hi":3072,"count":1}]},"oncpu":{"count":1,"sum_ns":700,"p50_ns":672,"p90_ns":672,"p99_ns":672,"max_ns":700,"buckets":[{"lo":640,"hi":704,"count":1}]},"runq":{"count":0,"sum_ns":0,"buckets":[]},"sleep":{"count":0,"sum_ns":0,"buckets":[]},"io":{"count":0,"sum_ns":0,"buckets":[]},"idle":{"count":0,"sum_ns":0,"buckets":[]},"waits":{}}
 "#
+        );
+        // A span that slept 800ns, 600 of them in two futex waits: `waits` after the parts.
+        h[3].add(800);
+        let w = WaitSums {
+            ns: [600, 0, 0, 0],
+            n: [2, 0, 0, 0],
+        };
+        let l = line(|o| render_json(o, &pair(), &h, &w, None));
+        assert!(
+            l.ends_with(
+                r#""idle":{"count":0,"sum_ns":0,"buckets":[]},"waits":{"lock":{"ns":600,"n":2}}}
+"#
+            ),
+            "{l}"
         );
     }
 

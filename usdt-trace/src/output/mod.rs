@@ -362,6 +362,14 @@ pub fn wait_kinds(a: &usdt_trace_common::Acct) -> [(&'static str, u64, u32, bool
     ]
 }
 
+/// The kinds of off-CPU wait a span name's spans summed (`--hist`'s `WaitSums`), as
+/// [`wait_kinds`] gives one span's: name, ns, count, and whether the kind is part of sleep
+/// (else of io).
+pub fn wait_sum_kinds(w: &usdt_trace_common::WaitSums) -> [(&'static str, u64, u64, bool); 4] {
+    let one = wait_kinds(&usdt_trace_common::Acct::default());
+    std::array::from_fn(|k| (one[k].0, w.ns[k], w.n[k], one[k].3))
+}
+
 /// Human-readable duration: `812ns`, `12.3us`, `4.56ms`, `1.234s`.
 pub fn fmt_duration(ns: u64) -> String {
     if ns < 1_000 {

@@ -314,6 +314,15 @@ impl OtlpSink {
             ] {
                 attrs.push(kv_int(k, v as i64));
             }
+            // What the sleep and io above waited on, only the kinds it waited on (as the
+            // NDJSON's `waits`): `usdt.wait.lock_ns` and `usdt.wait.lock_count`, and so on.
+            for (kind, ns, n, _) in crate::output::wait_kinds(a) {
+                if ns == 0 && n == 0 {
+                    continue;
+                }
+                attrs.push(kv_int(&format!("usdt.wait.{kind}_ns"), ns as i64));
+                attrs.push(kv_int(&format!("usdt.wait.{kind}_count"), i64::from(n)));
+            }
             // A polled span: the split above is its polls' time; the rest was between polls.
             if r.polls > 0 {
                 for (k, v) in [

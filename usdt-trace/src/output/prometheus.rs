@@ -20,7 +20,9 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use std::collections::BTreeMap;
-use usdt_trace_common::{hist_bucket, hist_bucket_range, Hist, HIST_COMPONENTS, HIST_SUB};
+use usdt_trace_common::{
+    hist_bucket, hist_bucket_range, Hist, WaitSums, HIST_COMPONENTS, HIST_SUB,
+};
 
 /// `Content-Type` of what [`render`] writes.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -78,6 +80,9 @@ pub struct Snapshot {
     /// Per span name: its names and its histograms (duration, then the split), as
     /// `Tracer::hists` returns them.
     pub pairs: Vec<(PairInfo, [Hist; HIST_COMPONENTS])>,
+    /// Per span name (same order as `pairs`): what its split spans waited on, by kind, as
+    /// `Tracer::wait_sums` returns it. Shorter than `pairs` (or empty) means none waited.
+    pub waits: Vec<WaitSums>,
     /// `--by`: the key's text and, per span name, each key's duration histogram and the
     /// "other" one (spans whose key found no room).
     pub by: Option<ByKeys>,
@@ -339,6 +344,36 @@ impl prometheus_client::collector::Collector for Exposition {
             Some(&Unit::Seconds),
             &d,
         )?;
+        // What the sleep and io parts waited on: every kind for every split span name, zero
+        // or not, so that the set of series is fixed once a span name has split spans.
+        let (mut wait_s, mut wait_n) = (Vec::new(), Vec::new());
+        for (i, (p, _)) in s
+            .pairs
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, h))| h[1].count > 0)
+        {
+            let w = s.waits.get(i).copied().unwrap_or_default();
+            for (kind, ns, n, _) in crate::output::wait_sum_kinds(&w) {
+                let mut l = span_labels(p);
+                l.push(("kind", kind.into()));
+                wait_s.push((l.clone(), ns_to_s(ns)));
+                wait_n.push((l, n));
+            }
+        }
+        counter(
+            &mut enc,
+            "usdt_span_wait",
+            "Off-CPU time of split spans by what they waited on (lock, net, timer: part of the sleep state; disk: part of io).",
+            Some(&Unit::Seconds),
+            &wait_s,
+        )?;
+        counter_u64(
+            &mut enc,
+            "usdt_span_waits",
+            "Off-CPU waits of split spans by kind: how many began (more waits tell from longer ones).",
+            &wait_n,
+        )?;
         let c = &s.counters;
         let none = Labels::new();
         let reason = |r: &str| vec![("reason", r.to_string())];
@@ -545,6 +580,11 @@ mod tests {
                 // Nothing closed yet: no series.
                 (pair("demo", "idle"), [Hist::default(); HIST_COMPONENTS]),
             ],
+            // Of the 4.5ms of sleep, 3ms in 2 futex waits and 1ms in one nanosleep.
+            waits: vec![WaitSums {
+                ns: [3_000_000, 0, 1_000_000, 0],
+                n: [2, 0, 1, 0],
+            }],
             counters: Counters {
                 events: 7,
                 spans: 2,
@@ -625,6 +665,32 @@ mod tests {
             ),
             2.0
         );
+        let wait = |m: &str, kind: &str| {
+            value(
+                &t,
+                &format!("{m}{{provider=\"demo\",span=\"request\",kind=\"{kind}\"}}"),
+            )
+        };
+        assert!(
+            t.contains("# TYPE usdt_span_wait_seconds_total counter"),
+            "{t}"
+        );
+        assert!(t.contains("# TYPE usdt_span_waits_total counter"), "{t}");
+        assert_eq!(wait("usdt_span_wait_seconds_total", "lock"), 0.003);
+        assert_eq!(wait("usdt_span_wait_seconds_total", "timer"), 0.001);
+        assert_eq!(wait("usdt_span_waits_total", "lock"), 2.0);
+        assert_eq!(wait("usdt_span_waits_total", "timer"), 1.0);
+        // Every kind, zero or not, from the first scrape; none for a name with no split.
+        assert_eq!(wait("usdt_span_wait_seconds_total", "net"), 0.0);
+        assert_eq!(wait("usdt_span_waits_total", "disk"), 0.0);
+        assert!(lines(&t, "usdt_span_waits_total{provider=\"demo\",span=\"idle\"").is_empty());
+        // The kinds of the sleep part stay within it.
+        assert!(
+            wait("usdt_span_wait_seconds_total", "lock")
+                + wait("usdt_span_wait_seconds_total", "net")
+                + wait("usdt_span_wait_seconds_total", "timer")
+                <= st("sleep")
+        );
         assert_eq!(value(&t, "usdt_events_total"), 7.0);
         assert_eq!(value(&t, "usdt_records_lost_total"), 1.0);
         assert_eq!(value(&t, "usdt_spans_dropped_total{reason=\"depth\"}"), 0.0);
@@ -641,6 +707,7 @@ mod tests {
         let comps = [Hist::default(); HIST_COMPONENTS];
         let snap = Snapshot {
             pairs: vec![(pair("demo", "request"), comps)],
+            waits: Vec::new(),
             by: Some(ByKeys {
                 by: "str0".into(),
                 keys: vec![

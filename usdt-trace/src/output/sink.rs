@@ -6,7 +6,7 @@
 use super::{hist, json, text, PairInfo, RunInfo, SiteInfo, Summary};
 use crate::agg::AggBlock;
 use std::io::{self, Write};
-use usdt_trace_common::{EventRecord, Hist, SpanRecord, StrSet, HIST_COMPONENTS};
+use usdt_trace_common::{EventRecord, Hist, SpanRecord, StrSet, WaitSums, HIST_COMPONENTS};
 
 /// A record with the sites it refers to already looked up.
 #[derive(Clone, Copy)]
@@ -32,6 +32,8 @@ pub enum View<'a> {
 pub struct Hists<'a> {
     pub pairs: &'a [PairInfo],
     pub hists: &'a [[Hist; HIST_COMPONENTS]],
+    /// What each span name's spans waited on (same order; what these histograms counted).
+    pub waits: &'a [WaitSums],
     /// With `--interval`: the monotonic bounds of what these count (`None` for the totals of
     /// a run without intervals), and whether this is the whole run rather than one interval.
     pub bounds: Option<(u64, u64)>,
@@ -40,11 +42,18 @@ pub struct Hists<'a> {
 
 impl Hists<'_> {
     /// Span names that closed at least one span (the others have nothing to draw).
-    fn drawn(&self) -> impl Iterator<Item = (&PairInfo, &[Hist; HIST_COMPONENTS])> {
+    fn drawn(&self) -> impl Iterator<Item = (&PairInfo, &[Hist; HIST_COMPONENTS], &WaitSums)> {
+        // A span name past `waits` (none read) waited on nothing known.
+        static NONE: WaitSums = WaitSums {
+            ns: [0; usdt_trace_common::WAIT_KINDS],
+            n: [0; usdt_trace_common::WAIT_KINDS],
+        };
         self.pairs
             .iter()
             .zip(self.hists.iter())
-            .filter(|(_, h)| h[0].count > 0)
+            .enumerate()
+            .filter(|(_, (_, h))| h[0].count > 0)
+            .map(|(i, (p, h))| (p, h, self.waits.get(i).unwrap_or(&NONE)))
     }
 }
 
@@ -153,9 +162,9 @@ impl<W: Write> Sink for TextSink<W> {
             let line = format!("--- {what} {:.3}s to {:.3}s ---\n", secs(a), secs(b));
             self.buf.extend_from_slice(line.as_bytes());
         }
-        for (p, x) in h.drawn() {
+        for (p, x, w) in h.drawn() {
             self.buf
-                .extend_from_slice(hist::render_text(p, x).as_bytes());
+                .extend_from_slice(hist::render_text(p, x, w).as_bytes());
             self.buf.push(b'\n');
         }
         self.out.write_all(&self.buf)?;
@@ -222,8 +231,8 @@ impl<W: Write> Sink for JsonSink<W> {
 
     fn hists(&mut self, h: &Hists) -> io::Result<()> {
         self.flush()?;
-        for (p, x) in h.drawn() {
-            hist::render_json(&mut self.buf, p, x, h.bounds.map(|b| (b, h.total)));
+        for (p, x, w) in h.drawn() {
+            hist::render_json(&mut self.buf, p, x, w, h.bounds.map(|b| (b, h.total)));
         }
         self.flush()
     }

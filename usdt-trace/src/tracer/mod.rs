@@ -37,7 +37,7 @@ use std::{
 use thiserror::Error;
 use usdt_trace_common::maps;
 use usdt_trace_common::{
-    Config, FilterProg, Hist, IdKey, SiteSpec, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_STACK,
+    Config, FilterProg, Hist, IdKey, SiteSpec, WaitSums, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_STACK,
     CFG_STOPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
 };
 
@@ -340,6 +340,7 @@ impl Tracer {
             .map_max_entries(maps::SITES, nsites)
             .map_max_entries(maps::FILTER_SITES, nsites)
             .map_max_entries(maps::HISTS, hist_slots)
+            .map_max_entries(maps::WAIT_SUMS, hist_pairs.max(1))
             .map_max_entries(maps::EVENTS, opts.ring_bytes)
             .map_max_entries(maps::THREADS, opts.max_threads.max(1))
             .map_max_entries(maps::ID_SPANS, opts.max_open_ids.max(1))
@@ -904,6 +905,28 @@ impl Tracer {
             on_threads += st.depth as u64;
         }
         Ok(by_id + on_threads)
+    }
+
+    /// What the spans of each of `npairs` span names waited on (`--hist`), summed over CPUs:
+    /// cumulative, like [`Tracer::hists`].
+    pub fn wait_sums(&self, npairs: usize) -> Result<Vec<WaitSums>, TraceError> {
+        let map: PerCpuArray<_, WaitSums> = PerCpuArray::try_from(
+            self.ebpf
+                .map(maps::WAIT_SUMS)
+                .ok_or(TraceError::MissingMap(maps::WAIT_SUMS))?,
+        )
+        .map_err(map_err(maps::WAIT_SUMS))?;
+        let mut out = vec![WaitSums::default(); npairs];
+        for (pair, w) in out.iter_mut().enumerate().take(self.hist_pairs) {
+            for v in map
+                .get(&(pair as u32), 0)
+                .map_err(map_err(maps::WAIT_SUMS))?
+                .iter()
+            {
+                w.merge(v);
+            }
+        }
+        Ok(out)
     }
 
     /// Histograms of `npairs` span names: for each, the five components summed over CPUs.

@@ -13,7 +13,7 @@ use crate::output::{self, Sink, View};
 use crate::plan::Plan;
 use crate::tracer::Tracer;
 use std::time::Duration;
-use usdt_trace_common::{Hist, HIST_COMPONENTS, STRS_RECORD_SENT};
+use usdt_trace_common::{Hist, WaitSums, HIST_COMPONENTS, STRS_RECORD_SENT};
 
 /// Reads records until told to stop, then detaches and drains what is left.
 pub(crate) struct Reader {
@@ -26,8 +26,9 @@ pub(crate) struct Reader {
     pub(crate) strs: output::decode::StrJoin,
     /// Records that did not decode or named no known site.
     pub(crate) bad_records: u64,
-    /// With `--interval`: the cumulative histograms at the last block, and when it was.
-    pub(crate) last: Option<(Vec<[Hist; HIST_COMPONENTS]>, u64)>,
+    /// With `--interval`: the cumulative histograms and wait sums at the last block, and when
+    /// it was.
+    pub(crate) last: Option<(Vec<[Hist; HIST_COMPONENTS]>, Vec<WaitSums>, u64)>,
     pub(crate) t0: u64,
     /// `--stack`: names the stacks, and holds each until its span's record comes.
     pub(crate) stacks: Option<Stacks>,
@@ -266,22 +267,29 @@ impl Reader {
             return self.agg_block(tracer, now, false, true);
         }
         let hists = tracer.hists(self.plan.pairs.len())?;
-        let (before, since) = self.last.take().unwrap_or_else(|| {
+        let waits = tracer.wait_sums(self.plan.pairs.len())?;
+        let (before, waits_before, since) = self.last.take().unwrap_or_else(|| {
             let zero = vec![[Hist::default(); HIST_COMPONENTS]; hists.len()];
-            (zero, self.t0)
+            (zero, vec![WaitSums::default(); waits.len()], self.t0)
         });
         let delta: Vec<_> = hists
             .iter()
             .zip(before.iter())
             .map(|(n, b)| output::hist::delta(n, b))
             .collect();
+        let waits_delta: Vec<_> = waits
+            .iter()
+            .zip(waits_before.iter())
+            .map(|(n, b)| n.since(b))
+            .collect();
         self.sinks.hists(&Hists {
             pairs: &self.plan.pairs,
             hists: &delta,
+            waits: &waits_delta,
             bounds: Some((since, now)),
             total: false,
         })?;
-        self.last = Some((hists, now));
+        self.last = Some((hists, waits, now));
         self.agg_block(tracer, now, false, true)
     }
 
@@ -297,6 +305,7 @@ impl Reader {
         use output::prometheus::{ByKeys, Counters, Health, Snapshot};
         let n = self.plan.pairs.len();
         let hists = tracer.hists(n)?;
+        let waits = tracer.wait_sums(n)?;
         let by = match &self.agg.key {
             Some(kp) => {
                 let b = tracer.by_hists(n)?;
@@ -317,6 +326,7 @@ impl Reader {
         let ac = tracer.agg_counters()?;
         Ok(Snapshot {
             pairs: self.plan.pairs.iter().cloned().zip(hists).collect(),
+            waits,
             by,
             counters: Counters {
                 events: c.events,
@@ -360,9 +370,11 @@ impl Reader {
         let now = monotonic_ns();
         if self.agg.hist {
             let hists = tracer.hists(self.plan.pairs.len())?;
+            let waits = tracer.wait_sums(self.plan.pairs.len())?;
             self.sinks.hists(&Hists {
                 pairs: &self.plan.pairs,
                 hists: &hists,
+                waits: &waits,
                 bounds: intervals.then_some((self.t0, now)),
                 total: true,
             })?;
