@@ -231,7 +231,8 @@ impl Snapshot {
             {
                 Some(i) => i,
                 None => {
-                    self.pairs.push((p.clone(), [Hist::default(); HIST_COMPONENTS]));
+                    self.pairs
+                        .push((p.clone(), [Hist::default(); HIST_COMPONENTS]));
                     if let Some(by) = self.by.as_mut() {
                         by.other.push(Hist::default());
                     }
@@ -919,7 +920,10 @@ mod tests {
         );
         assert_eq!(value(&t, "usdt_spans_total{definition=\"a\"}"), 2.0);
         assert_eq!(
-            value(&t, "usdt_spans_dropped_total{definition=\"b\",reason=\"depth\"}"),
+            value(
+                &t,
+                "usdt_spans_dropped_total{definition=\"b\",reason=\"depth\"}"
+            ),
             0.0
         );
         assert_eq!(value(&t, "usdt_definition_up{definition=\"c\"}"), 0.0);

@@ -248,10 +248,7 @@ fn definition_error(table: &toml::Table, e: &toml::de::Error) -> String {
         let mut one = toml::Table::new();
         one.insert("name".into(), name.clone());
         one.insert(k.clone(), v.clone());
-        if toml::Value::Table(one)
-            .try_into::<RawDefinition>()
-            .is_err()
-        {
+        if toml::Value::Table(one).try_into::<RawDefinition>().is_err() {
             return format!("{k}: {msg}");
         }
     }
@@ -281,7 +278,10 @@ pub fn watch_argv(d: &RawDefinition) -> Result<Vec<String>, String> {
     one("max-threads", d.max_threads.map(|v| v.to_string()));
     one("max-open-ids", d.max_open_ids.map(|v| v.to_string()));
     one("attach", d.attach.clone());
-    one("prometheus-buckets", d.prometheus_buckets.map(|v| v.to_string()));
+    one(
+        "prometheus-buckets",
+        d.prometheus_buckets.map(|v| v.to_string()),
+    );
     for (flag, vs) in [("span", &d.span), ("str", &d.str), ("args", &d.args)] {
         a.extend(vs.iter().map(|v| format!("--{flag}={v}")));
     }
@@ -303,7 +303,11 @@ pub fn watch_argv(d: &RawDefinition) -> Result<Vec<String>, String> {
             return Err(format!("targets: {t:?}: expected an absolute path"));
         }
     }
-    if let Some(p) = d.patterns.iter().find(|p| p.contains('/') && !p.starts_with("fn:")) {
+    if let Some(p) = d
+        .patterns
+        .iter()
+        .find(|p| p.contains('/') && !p.starts_with("fn:"))
+    {
         return Err(format!(
             "patterns: {p:?}: a pattern is provider:name (files go in targets)"
         ));
@@ -435,6 +439,23 @@ span = ["query__start=query__done"]
     #[test]
     fn an_unreadable_file_names_itself() {
         let e = load(Path::new("/nonexistent/serve.toml")).expect_err("missing");
-        assert!(e.to_string().starts_with("/nonexistent/serve.toml: cannot read: "), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("/nonexistent/serve.toml: cannot read: "),
+            "{e}"
+        );
+    }
+
+    /// The example shipped in packaging/ (docs/always-on.md shows it) checks.
+    #[test]
+    fn the_shipped_example_checks() {
+        let c = parse(
+            Path::new("packaging/serve.toml"),
+            include_str!("../../../packaging/serve.toml"),
+        )
+        .expect("packaging/serve.toml");
+        let names: Vec<&str> = c.definitions.iter().map(|d| d.name()).collect();
+        assert_eq!(names, ["web", "postgres"]);
+        assert_eq!(c.definitions[1].per_octave(), 4);
     }
 }

@@ -150,7 +150,9 @@ fn run(def: Definition, retry: Duration, rx: Receiver<Msg>) {
         let wait = if session.is_some() {
             Duration::ZERO
         } else {
-            next_try.saturating_duration_since(Instant::now()).min(POLL * 4)
+            next_try
+                .saturating_duration_since(Instant::now())
+                .min(POLL * 4)
         };
         let msg = match rx.recv_timeout(wait) {
             Ok(m) => m,

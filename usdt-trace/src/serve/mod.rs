@@ -12,7 +12,7 @@ pub mod config;
 mod definition;
 
 use crate::output::prometheus::{self, serve::Server, Part};
-use config::{ServeConfig, ConfigError};
+use config::{ConfigError, ServeConfig};
 use definition::{Report, Runner};
 use std::collections::HashMap;
 use std::path::Path;
@@ -112,11 +112,7 @@ impl Daemon {
                 });
             }
         }
-        prometheus::render_many(
-            parts,
-            up,
-            crate::watch::process_cpu_ns(),
-        )
+        prometheus::render_many(parts, up, crate::watch::process_cpu_ns())
     }
 
     /// SIGHUP: reads the file again; definitions removed or changed stop (changed ones start
@@ -138,8 +134,10 @@ impl Daemon {
                 new.listen, self.cfg.listen, self.cfg.listen
             ));
         }
-        let mut old: Vec<Option<Runner>> =
-            std::mem::take(&mut self.runners).into_iter().map(Some).collect();
+        let mut old: Vec<Option<Runner>> = std::mem::take(&mut self.runners)
+            .into_iter()
+            .map(Some)
+            .collect();
         let mut next = Vec::new();
         let (mut kept, mut started, mut stopped) = (0, 0, 0);
         for d in new.definitions.iter().cloned() {

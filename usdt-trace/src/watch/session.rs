@@ -46,10 +46,8 @@ impl Session {
         let t0 = monotonic_ns();
         let mut tracer =
             Tracer::load(&cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref()))?;
-        let raiser = crate::semaphores::Raiser::new(
-            crate::semaphores::affected(&objects, &plan),
-            &cfg.pids,
-        );
+        let raiser =
+            crate::semaphores::Raiser::new(crate::semaphores::affected(&objects, &plan), &cfg.pids);
         if let Some(w) = raiser.warning() {
             eprintln!("{}", crate::output::text::clean(&w));
         }
