@@ -131,7 +131,7 @@ impl Daemon {
         if new.listen != self.cfg.listen {
             log_daemon(&format!(
                 "reload: listen {} → {} needs a restart; still listening on {}",
-                new.listen, self.cfg.listen, self.cfg.listen
+                self.cfg.listen, new.listen, self.cfg.listen
             ));
         }
         let mut old: Vec<Option<Runner>> = std::mem::take(&mut self.runners)
