@@ -142,7 +142,9 @@ fn toml_error(text: &str, e: &toml::de::Error) -> String {
     let msg = e.message().trim().replace('\n', " ");
     match e.span() {
         Some(span) => {
-            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            // Counted in bytes: a span inside a character must not panic.
+            let upto = &text.as_bytes()[..span.start.min(text.len())];
+            let line = upto.iter().filter(|&&b| b == b'\n').count() + 1;
             format!("line {line}: {msg}")
         }
         None => msg,
