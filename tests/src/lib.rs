@@ -4,9 +4,11 @@
 //! in time; `watch`: run `usdt-trace watch` against real processes; `watch_util`: interactive
 //! targets and assertions; `testprogs`: build the C programs in `tests/testprogs/`; `markers`:
 //! the usdt-markers test programs, an ELF layout reader, the demo servers; `scenarios`: attach
-//! scenarios run under several flags (semaphore life cycle, shared-library records).
+//! scenarios run under several flags (semaphore life cycle, shared-library records);
+//! `prometheus`: a real Prometheus server that scrapes a target and answers PromQL.
 pub mod markers;
 pub mod proc;
+pub mod prometheus;
 pub mod scenarios;
 pub mod testprogs;
 pub mod watch;

@@ -4,12 +4,11 @@
 //! prom_load: 100 spans a second on an absolute clock, 19 in 20 busy for 1 ms, 1 in 20
 //! asleep for 6 ms.
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use usdt_trace_common::{hist_bucket, hist_bucket_range};
 use usdt_trace_tests::markers::free_port;
-use usdt_trace_tests::proc;
+use usdt_trace_tests::prometheus::Prometheus;
 use usdt_trace_tests::watch::Watch;
 use usdt_trace_tests::watch_util::build_c;
 
@@ -17,111 +16,6 @@ use usdt_trace_tests::watch_util::build_c;
 const RUN_SECONDS: u64 = 40;
 /// The `rate()` window: a scrape a second gives ~20 samples in it.
 const WINDOW: &str = "20s";
-
-/// A Prometheus server of our own: its own port, its own storage, killed at drop.
-struct Prometheus {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Prometheus {
-    fn start(target: &str) -> Prometheus {
-        assert!(
-            Command::new("prometheus")
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success()),
-            "prometheus is not installed: run scripts/setup.sh"
-        );
-        let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("usdt-trace-prom-{}-{port}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("prometheus dir");
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: usdt\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .expect("config");
-        let child = proc::spawn(
-            Command::new("prometheus")
-                .arg(format!("--config.file={}", config.display()))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.join("data").display()
-                ))
-                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                .arg("--log.level=warn")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null()),
-        );
-        let p = Prometheus { child, port, dir };
-        proc::wait_until("prometheus ready", Duration::from_secs(60), || {
-            p.get("/-/ready").is_some_and(|b| b.contains("Ready"))
-        });
-        p
-    }
-
-    fn get(&self, path_and_query: &str) -> Option<String> {
-        let out = Command::new("curl")
-            .args(["-s", "-f", "--max-time", "5"])
-            .arg(format!("http://127.0.0.1:{}{path_and_query}", self.port))
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// An instant query at `at` (Unix seconds): each series' labels and value.
-    fn query(&self, expr: &str, at: f64) -> Vec<(Value, f64)> {
-        let out = Command::new("curl")
-            .args(["-s", "-f", "--max-time", "10", "--data-urlencode"])
-            .arg(format!("query={expr}"))
-            .args(["--data-urlencode", &format!("time={at:.3}")])
-            .arg(format!("http://127.0.0.1:{}/api/v1/query", self.port))
-            .output()
-            .expect("curl");
-        let body = String::from_utf8_lossy(&out.stdout);
-        let v: Value =
-            serde_json::from_str(&body).unwrap_or_else(|e| panic!("query {expr}: {e}: {body}"));
-        assert_eq!(v["status"], "success", "{expr}: {body}");
-        let rows: Vec<(Value, f64)> = v["data"]["result"]
-            .as_array()
-            .expect("vector")
-            .iter()
-            .map(|r| {
-                let val = r["value"][1]
-                    .as_str()
-                    .expect("value")
-                    .parse()
-                    .expect("number");
-                (r["metric"].clone(), val)
-            })
-            .collect();
-        // What a person would see at the prompt: kept in the test's output (--nocapture).
-        eprintln!("PromQL> {expr}\n        {rows:?}");
-        rows
-    }
-
-    fn one(&self, expr: &str, at: f64) -> f64 {
-        let rows = self.query(expr, at);
-        assert_eq!(rows.len(), 1, "{expr}: {rows:?}");
-        rows[0].1
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        proc::kill_and_reap(&mut self.child);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn unix_now() -> f64 {
     SystemTime::now()

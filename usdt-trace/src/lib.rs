@@ -56,6 +56,7 @@ pub(crate) mod plan;
 pub mod procmaps;
 pub(crate) mod procmem;
 pub(crate) mod semaphores;
+pub(crate) mod serve;
 pub(crate) mod spans;
 pub(crate) mod symbolize;
 pub(crate) mod syscalls;

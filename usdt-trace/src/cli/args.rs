@@ -36,6 +36,12 @@ pub enum Command {
     List(ListArgs),
     /// Attach to probe sites and print spans and events as they happen.
     Watch(Deferred<WatchArgs>),
+    /// Run as a daemon: trace every definition of a config file (each what `watch --hist`
+    /// would trace) and serve all their histograms at one Prometheus /metrics endpoint.
+    /// SIGHUP reads the file again (definitions added, removed or changed start or stop;
+    /// unchanged ones keep running and counting); SIGTERM or SIGINT detaches and exits 0.
+    /// See docs/always-on.md.
+    Serve(ServeArgs),
     /// Show what this kernel supports for tracing and what `watch` will use (no root needed).
     Doctor(DoctorArgs),
     /// Compare two `watch --json` runs per span name: mean, p99, which parts of the time
@@ -109,6 +115,20 @@ pub struct DiffArgs {
     /// One JSON object per span name per line.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The config file (TOML): `listen = "HOST:PORT"`, then one `[[definition]]` table per
+    /// traced program, with a `name`, `targets` (absolute paths) and/or `pids`, `patterns`,
+    /// and `watch`'s flags by their long names (`by`, `str`, `span`, `filter`, `max-keys`,
+    /// `prometheus-buckets`, ...). The whole file is checked before anything starts.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Check the config file, print one line saying what it defines, and exit (0 when it
+    /// is good, 1 with the problem when not): for `ExecStartPre=` or before a reload.
+    #[arg(long)]
+    pub check: bool,
 }
 
 #[derive(Args, Debug)]

@@ -86,6 +86,13 @@ pub fn main() -> i32 {
                 Err(e) => Err(e.to_string()),
             },
         },
+        Command::Serve(a) if a.check => crate::serve::check(&a.config)
+            .map(|line| {
+                println!("{line}");
+                0
+            })
+            .map_err(|e| e.to_string()),
+        Command::Serve(a) => crate::serve::run(&a.config).map_err(|e| e.to_string()),
         Command::Diff(a) => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());

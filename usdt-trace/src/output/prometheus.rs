@@ -179,15 +179,34 @@ fn bytes_label(mut b: &[u8]) -> String {
 
 type Labels = Vec<(&'static str, String)>;
 
-/// The exposition, built per scrape from a [`Snapshot`] (a `Collector` of the crate).
-#[derive(Debug)]
-struct Exposition {
-    snap: Snapshot,
-    bounds: Vec<(usize, f64)>,
+/// One definition's share of a scrape: its snapshot, its bucket resolution and the labels
+/// that name it (`definition="NAME"` under `serve`; none under `watch`), put before every
+/// label of its series.
+#[derive(Clone, Debug)]
+pub struct Part {
+    pub labels: Labels,
+    pub snap: Snapshot,
+    /// `--prometheus-buckets`.
+    pub per_octave: u32,
 }
 
-fn span_labels(p: &PairInfo) -> Labels {
-    vec![("provider", p.provider.clone()), ("span", p.stem.clone())]
+/// The exposition, built per scrape from the parts' [`Snapshot`]s (a `Collector` of the
+/// crate). Every family is written once, with the series of every part under it: the text
+/// format wants one HELP/TYPE per family, its series together.
+#[derive(Debug)]
+struct Exposition {
+    parts: Vec<(Part, Vec<(usize, f64)>)>,
+    /// This process's CPU time: one series, whatever the number of parts.
+    cpu_ns: u64,
+    /// `serve`: per definition, whether it is attached (`usdt_definition_up`).
+    up: Option<Vec<(String, bool)>>,
+}
+
+fn span_labels(prefix: &Labels, p: &PairInfo) -> Labels {
+    let mut l = prefix.clone();
+    l.push(("provider", p.provider.clone()));
+    l.push(("span", p.stem.clone()));
+    l
 }
 
 /// Adds `h` into `into` (the duration histograms of keys whose labels turn out equal: two
@@ -201,45 +220,115 @@ fn merge(into: &mut Hist, h: &Hist) {
     into.max = into.max.max(h.max);
 }
 
-impl Exposition {
-    /// The duration histograms: per span name, or per span name and key with `--by`. Merged
-    /// by label set, so no series is written twice.
-    fn duration_series(&self) -> BTreeMap<Labels, Hist> {
-        let mut out: BTreeMap<Labels, Hist> = BTreeMap::new();
-        match &self.snap.by {
-            None => {
-                for (p, h) in &self.snap.pairs {
-                    if h[0].count > 0 {
-                        merge(out.entry(span_labels(p)).or_default(), &h[0]);
+impl Snapshot {
+    /// Adds `base` (what an earlier run of the same definition had counted when it ended)
+    /// into this one, so that a definition that detached and attached again goes on from
+    /// where it was: counters and buckets never go backwards. Span names and keys are
+    /// matched by what they print as; those the earlier run had and this one has not yet
+    /// are kept (their series must not vanish). The health gauges stay this run's.
+    pub fn add_base(&mut self, base: &Snapshot) {
+        let mut index = Vec::with_capacity(base.pairs.len());
+        for (p, h) in &base.pairs {
+            let i = match self
+                .pairs
+                .iter()
+                .position(|(q, _)| q.provider == p.provider && q.stem == p.stem)
+            {
+                Some(i) => i,
+                None => {
+                    self.pairs
+                        .push((p.clone(), [Hist::default(); HIST_COMPONENTS]));
+                    if let Some(by) = self.by.as_mut() {
+                        by.other.push(Hist::default());
                     }
+                    self.pairs.len() - 1
+                }
+            };
+            for (into, x) in self.pairs[i].1.iter_mut().zip(h.iter()) {
+                merge(into, x);
+            }
+            index.push(i);
+        }
+        // The wait sums go with their span names, as the histograms do.
+        for (bi, w) in base.waits.iter().enumerate() {
+            let Some(&i) = index.get(bi) else { continue };
+            if self.waits.len() <= i {
+                self.waits.resize(i + 1, Default::default());
+            }
+            self.waits[i].merge(w);
+        }
+        if let Some(bb) = &base.by {
+            let by = self.by.get_or_insert_with(|| ByKeys {
+                by: bb.by.clone(),
+                keys: Vec::new(),
+                other: Vec::new(),
+                max_keys: bb.max_keys,
+            });
+            by.other.resize(self.pairs.len(), Hist::default());
+            for (bi, k, h) in &bb.keys {
+                let Some(&i) = index.get(*bi) else { continue };
+                match by.keys.iter_mut().find(|(j, kk, _)| *j == i && kk == k) {
+                    Some((_, _, into)) => merge(into, h),
+                    None => by.keys.push((i, k.clone(), *h)),
                 }
             }
-            Some(by) => {
-                for (i, k, h) in &by.keys {
-                    let Some((p, _)) = self.snap.pairs.get(*i) else {
-                        continue;
-                    };
-                    let mut l = span_labels(p);
-                    l.push(("by", by.by.clone()));
-                    l.push(("key", key_label(k)));
-                    merge(out.entry(l).or_default(), h);
-                }
-                for ((p, _), h) in self.snap.pairs.iter().zip(&by.other) {
-                    if h.count == 0 {
-                        continue;
-                    }
-                    // A label of its own as well as the value: a real string key "other"
-                    // stays a series apart.
-                    let mut l = span_labels(p);
-                    l.push(("by", by.by.clone()));
-                    l.push(("key", "other".into()));
-                    l.push(("other", "true".into()));
-                    merge(out.entry(l).or_default(), h);
+            for (bi, h) in bb.other.iter().enumerate() {
+                if let Some(&i) = index.get(bi) {
+                    merge(&mut by.other[i], h);
                 }
             }
         }
-        out
+        let (c, b) = (&mut self.counters, &base.counters);
+        c.events += b.events;
+        c.spans += b.spans;
+        c.records_lost += b.records_lost;
+        c.unmatched_ends += b.unmatched_ends;
+        c.dropped_threads_full += b.dropped_threads_full;
+        c.dropped_open_ids_full += b.dropped_open_ids_full;
+        c.dropped_depth += b.dropped_depth;
+        c.hits_missed += b.hits_missed;
+        c.strings_dropped += b.strings_dropped;
+        c.keys_other += b.keys_other;
     }
+}
+
+/// The duration histograms of one part: per span name, or per span name and key with
+/// `--by`. Merged by label set, so no series is written twice.
+fn duration_series(prefix: &Labels, snap: &Snapshot) -> BTreeMap<Labels, Hist> {
+    let mut out: BTreeMap<Labels, Hist> = BTreeMap::new();
+    match &snap.by {
+        None => {
+            for (p, h) in &snap.pairs {
+                if h[0].count > 0 {
+                    merge(out.entry(span_labels(prefix, p)).or_default(), &h[0]);
+                }
+            }
+        }
+        Some(by) => {
+            for (i, k, h) in &by.keys {
+                let Some((p, _)) = snap.pairs.get(*i) else {
+                    continue;
+                };
+                let mut l = span_labels(prefix, p);
+                l.push(("by", by.by.clone()));
+                l.push(("key", key_label(k)));
+                merge(out.entry(l).or_default(), h);
+            }
+            for ((p, _), h) in snap.pairs.iter().zip(&by.other) {
+                if h.count == 0 {
+                    continue;
+                }
+                // A label of its own as well as the value: a real string key "other"
+                // stays a series apart.
+                let mut l = span_labels(prefix, p);
+                l.push(("by", by.by.clone()));
+                l.push(("key", "other".into()));
+                l.push(("other", "true".into()));
+                merge(out.entry(l).or_default(), h);
+            }
+        }
+    }
+    out
 }
 
 fn counter(
@@ -276,15 +365,17 @@ fn gauge(
     name: &str,
     help: &str,
     unit: Option<&Unit>,
-    v: i64,
+    rows: &[(Labels, i64)],
 ) -> Result<(), std::fmt::Error> {
-    enc.encode_descriptor(name, help, unit, MetricType::Gauge)?
-        .encode_gauge(&v)
+    let mut m = enc.encode_descriptor(name, help, unit, MetricType::Gauge)?;
+    for (l, v) in rows {
+        m.encode_family(l)?.encode_gauge(v)?;
+    }
+    Ok(())
 }
 
 impl prometheus_client::collector::Collector for Exposition {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = &self.snap;
         {
             let mut m = enc.encode_descriptor(
                 "usdt_span_duration",
@@ -292,23 +383,35 @@ impl prometheus_client::collector::Collector for Exposition {
                 Some(&Unit::Seconds),
                 MetricType::Histogram,
             )?;
-            for (l, h) in self.duration_series() {
-                let (b, count) = buckets(&h, &self.bounds);
-                m.encode_family(&l)?.encode_histogram::<NoLabelSet>(
-                    ns_to_s(h.sum),
-                    count,
-                    &b,
-                    None,
-                )?;
+            for (part, bounds) in &self.parts {
+                for (l, h) in duration_series(&part.labels, &part.snap) {
+                    let (b, count) = buckets(&h, bounds);
+                    m.encode_family(&l)?.encode_histogram::<NoLabelSet>(
+                        ns_to_s(h.sum),
+                        count,
+                        &b,
+                        None,
+                    )?;
+                }
             }
         }
         // The split is kept per span name only (the kernel's per-key histograms are of the
         // duration alone).
-        let split: Vec<_> = s.pairs.iter().filter(|(_, h)| h[1].count > 0).collect();
+        let split: Vec<_> = self
+            .parts
+            .iter()
+            .flat_map(|(part, _)| {
+                part.snap
+                    .pairs
+                    .iter()
+                    .filter(|(_, h)| h[1].count > 0)
+                    .map(move |(p, h)| (span_labels(&part.labels, p), h))
+            })
+            .collect();
         let mut time = Vec::new();
-        for (p, h) in &split {
+        for (l, h) in &split {
             for (state, x) in STATES.iter().zip(&h[1..]) {
-                let mut l = span_labels(p);
+                let mut l = l.clone();
                 l.push(("state", (*state).into()));
                 time.push((l, ns_to_s(x.sum)));
             }
@@ -320,10 +423,7 @@ impl prometheus_client::collector::Collector for Exposition {
             Some(&Unit::Seconds),
             &time,
         )?;
-        let n: Vec<_> = split
-            .iter()
-            .map(|(p, h)| (span_labels(p), h[1].count))
-            .collect();
+        let n: Vec<_> = split.iter().map(|(l, h)| (l.clone(), h[1].count)).collect();
         counter_u64(
             &mut enc,
             "usdt_span_split",
@@ -332,9 +432,9 @@ impl prometheus_client::collector::Collector for Exposition {
         )?;
         let d: Vec<_> = split
             .iter()
-            .map(|(p, h)| {
+            .map(|(l, h)| {
                 let parts: u64 = h[1..].iter().map(|x| x.sum).sum();
-                (span_labels(p), ns_to_s(parts))
+                (l.clone(), ns_to_s(parts))
             })
             .collect();
         counter(
@@ -347,18 +447,21 @@ impl prometheus_client::collector::Collector for Exposition {
         // What the sleep and io parts waited on: every kind for every split span name, zero
         // or not, so that the set of series is fixed once a span name has split spans.
         let (mut wait_s, mut wait_n) = (Vec::new(), Vec::new());
-        for (i, (p, _)) in s
-            .pairs
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, h))| h[1].count > 0)
-        {
-            let w = s.waits.get(i).copied().unwrap_or_default();
-            for (kind, ns, n, _) in crate::output::wait_sum_kinds(&w) {
-                let mut l = span_labels(p);
-                l.push(("kind", kind.into()));
-                wait_s.push((l.clone(), ns_to_s(ns)));
-                wait_n.push((l, n));
+        for (part, _) in &self.parts {
+            let snap = &part.snap;
+            for (i, (p, _)) in snap
+                .pairs
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, h))| h[1].count > 0)
+            {
+                let w = snap.waits.get(i).copied().unwrap_or_default();
+                for (kind, ns, n, _) in crate::output::wait_sum_kinds(&w) {
+                    let mut l = span_labels(&part.labels, p);
+                    l.push(("kind", kind.into()));
+                    wait_s.push((l.clone(), ns_to_s(ns)));
+                    wait_n.push((l, n));
+                }
             }
         }
         counter(
@@ -374,110 +477,182 @@ impl prometheus_client::collector::Collector for Exposition {
             "Off-CPU waits of split spans by kind: how many began (more waits tell from longer ones).",
             &wait_n,
         )?;
-        let c = &s.counters;
-        let none = Labels::new();
-        let reason = |r: &str| vec![("reason", r.to_string())];
+        // Per family, one row per part (with the part's labels, and `reason` where it has one).
+        let rows = |f: &dyn Fn(&Counters) -> u64| -> Vec<(Labels, u64)> {
+            self.parts
+                .iter()
+                .map(|(p, _)| (p.labels.clone(), f(&p.snap.counters)))
+                .collect()
+        };
+        let reasons = || -> Vec<(Labels, u64)> {
+            let mut out = Vec::new();
+            for (p, _) in &self.parts {
+                let c = &p.snap.counters;
+                for (r, v) in [
+                    ("threads_full", c.dropped_threads_full),
+                    ("open_ids_full", c.dropped_open_ids_full),
+                    ("depth", c.dropped_depth),
+                ] {
+                    let mut l = p.labels.clone();
+                    l.push(("reason", r.to_string()));
+                    out.push((l, v));
+                }
+            }
+            out
+        };
         for (name, help, rows) in [
             (
                 "usdt_events",
                 "Events (probes that are not part of a span) the kernel counted.",
-                vec![(none.clone(), c.events)],
+                rows(&|c| c.events),
             ),
-            (
-                "usdt_spans",
-                "Spans the kernel closed.",
-                vec![(none.clone(), c.spans)],
-            ),
+            ("usdt_spans", "Spans the kernel closed.", rows(&|c| c.spans)),
             (
                 "usdt_records_lost",
                 "Records lost: ring buffer full, undecodable, or output not read in time.",
-                vec![(none.clone(), c.records_lost)],
+                rows(&|c| c.records_lost),
             ),
             (
                 "usdt_span_ends_unmatched",
                 "Span ends with no start.",
-                vec![(none.clone(), c.unmatched_ends)],
+                rows(&|c| c.unmatched_ends),
             ),
             (
                 "usdt_spans_dropped",
                 "Span starts dropped: threads_full (--max-threads), open_ids_full (--max-open-ids), depth (nesting too deep).",
-                vec![
-                    (reason("threads_full"), c.dropped_threads_full),
-                    (reason("open_ids_full"), c.dropped_open_ids_full),
-                    (reason("depth"), c.dropped_depth),
-                ],
+                reasons(),
             ),
             (
                 "usdt_hits_missed",
                 "Probe hits the kernel ran no program for (another BPF program was running on that CPU).",
-                vec![(none.clone(), c.hits_missed)],
+                rows(&|c| c.hits_missed),
             ),
             (
                 "usdt_strings_dropped",
                 "Span starts whose --str strings could not be kept until their end.",
-                vec![(none.clone(), c.strings_dropped)],
+                rows(&|c| c.strings_dropped),
             ),
         ] {
             counter_u64(&mut enc, name, help, &rows)?;
         }
-        if let Some(by) = &s.by {
+        let keyed: Vec<_> = self
+            .parts
+            .iter()
+            .filter_map(|(p, _)| p.snap.by.as_ref().map(|by| (p, by)))
+            .collect();
+        if !keyed.is_empty() {
+            let other: Vec<_> = keyed
+                .iter()
+                .map(|(p, _)| (p.labels.clone(), p.snap.counters.keys_other))
+                .collect();
             counter_u64(
                 &mut enc,
                 "usdt_keys_other_spans",
                 "Spans whose --by key found no room (beyond --max-keys), counted under key=\"other\".",
-                &[(none.clone(), c.keys_other)],
+                &other,
             )?;
+            let max: Vec<_> = keyed
+                .iter()
+                .map(|(p, by)| (p.labels.clone(), by.max_keys as i64))
+                .collect();
             gauge(
                 &mut enc,
                 "usdt_keys_max",
                 "--max-keys: key values kept per run before the rest count as other.",
                 None,
-                by.max_keys as i64,
+                &max,
             )?;
         }
-        let h = &s.health;
+        let health = |f: &dyn Fn(&Health) -> u64| -> Vec<(Labels, i64)> {
+            self.parts
+                .iter()
+                .map(|(p, _)| (p.labels.clone(), f(&p.snap.health) as i64))
+                .collect()
+        };
         gauge(
             &mut enc,
             "usdt_attached_sites",
             "Probe sites attached.",
             None,
-            h.sites as i64,
+            &health(&|h| h.sites),
         )?;
         gauge(
             &mut enc,
             "usdt_span_names",
             "Span names traced.",
             None,
-            h.span_names as i64,
+            &health(&|h| h.span_names),
         )?;
         gauge(
             &mut enc,
             "usdt_ring_buffer_size",
             "Size of the ring buffer records go through.",
             Some(&Unit::Bytes),
-            h.ring_bytes as i64,
+            &health(&|h| h.ring_bytes),
         )?;
+        if let Some(up) = &self.up {
+            let rows: Vec<_> = up
+                .iter()
+                .map(|(name, up)| (vec![("definition", name.clone())], *up as i64))
+                .collect();
+            gauge(
+                &mut enc,
+                "usdt_definition_up",
+                "1 while the definition's probes are attached, 0 while it waits to retry.",
+                None,
+                &rows,
+            )?;
+        }
         counter(
             &mut enc,
             "process_cpu",
             "CPU time (user and system) of the tracer itself.",
             Some(&Unit::Seconds),
-            &[(none, ns_to_s(h.cpu_ns))],
+            &[(Labels::new(), ns_to_s(self.cpu_ns))],
         )
     }
 }
 
-/// The text exposition of one scrape.
-pub fn render(snap: Snapshot, per_octave: u32) -> String {
+fn encode(e: Exposition) -> String {
     let mut reg = Registry::default();
-    reg.register_collector(Box::new(Exposition {
-        snap,
-        bounds: bounds(per_octave),
-    }));
+    reg.register_collector(Box::new(e));
     let mut out = String::new();
     // Writing into a String cannot fail, and every value above is finite.
     let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &reg);
     out
+}
+
+/// The text exposition of one `watch` scrape.
+pub fn render(snap: Snapshot, per_octave: u32) -> String {
+    let cpu_ns = snap.health.cpu_ns;
+    encode(Exposition {
+        parts: vec![(
+            Part {
+                labels: Labels::new(),
+                snap,
+                per_octave,
+            },
+            bounds(per_octave),
+        )],
+        cpu_ns,
+        up: None,
+    })
+}
+
+/// The text exposition of one `serve` scrape: every definition's part (each labelled with
+/// its name), whether each is up, and this process's CPU time once.
+pub fn render_many(parts: Vec<Part>, up: Vec<(String, bool)>, cpu_ns: u64) -> String {
+    encode(Exposition {
+        parts: parts
+            .into_iter()
+            .map(|p| {
+                let b = bounds(p.per_octave);
+                (p, b)
+            })
+            .collect(),
+        cpu_ns,
+        up: Some(up),
+    })
 }
 
 #[cfg(test)]
@@ -757,5 +932,159 @@ mod tests {
         assert_eq!(c("key=\"x\\\\xfe\""), 1.0);
         assert_eq!(value(&t, "usdt_keys_other_spans_total"), 3.0);
         assert_eq!(value(&t, "usdt_keys_max"), 3.0);
+    }
+
+    fn req_snapshot(values: &[u64], spans: u64) -> Snapshot {
+        let mut comps = [Hist::default(); HIST_COMPONENTS];
+        comps[0] = hist_of(values);
+        Snapshot {
+            pairs: vec![(pair("demo", "request"), comps)],
+            counters: Counters {
+                spans,
+                ..Counters::default()
+            },
+            health: Health {
+                sites: 2,
+                ..Health::default()
+            },
+            by: None,
+            waits: Vec::new(),
+        }
+    }
+
+    /// `serve`: one HELP/TYPE per family, every definition's series under it with its
+    /// `definition` label, `usdt_definition_up` per definition, the process's CPU once.
+    #[test]
+    fn many_definitions_share_families() {
+        let part = |name: &str, snap| Part {
+            labels: vec![("definition", name.to_string())],
+            snap,
+            per_octave: 1,
+        };
+        let t = render_many(
+            vec![
+                part("a", req_snapshot(&[1000, 2000], 2)),
+                part("b", req_snapshot(&[5000], 1)),
+            ],
+            vec![("a".into(), true), ("b".into(), true), ("c".into(), false)],
+            2_000_000_000,
+        );
+        for family in [
+            "usdt_span_duration_seconds histogram",
+            "usdt_spans_total counter",
+            "usdt_attached_sites gauge",
+            "usdt_definition_up gauge",
+            "process_cpu_seconds_total counter",
+        ] {
+            assert_eq!(
+                t.matches(&format!("# TYPE {family}\n")).count(),
+                1,
+                "{family} in\n{t}"
+            );
+        }
+        let s = "usdt_span_duration_seconds_count";
+        assert_eq!(
+            value(
+                &t,
+                &format!("{s}{{definition=\"a\",provider=\"demo\",span=\"request\"}}")
+            ),
+            2.0
+        );
+        assert_eq!(
+            value(
+                &t,
+                &format!("{s}{{definition=\"b\",provider=\"demo\",span=\"request\"}}")
+            ),
+            1.0
+        );
+        assert_eq!(value(&t, "usdt_spans_total{definition=\"a\"}"), 2.0);
+        assert_eq!(
+            value(
+                &t,
+                "usdt_spans_dropped_total{definition=\"b\",reason=\"depth\"}"
+            ),
+            0.0
+        );
+        assert_eq!(value(&t, "usdt_definition_up{definition=\"c\"}"), 0.0);
+        assert_eq!(value(&t, "usdt_definition_up{definition=\"a\"}"), 1.0);
+        assert_eq!(lines(&t, "process_cpu_seconds_total").len(), 1);
+        assert_eq!(value(&t, "process_cpu_seconds_total"), 2.0);
+        // The families' series are together: a family's lines are not interleaved with
+        // another's.
+        let names: Vec<&str> = t
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split(['{', ' ']).next().unwrap_or_default())
+            // A histogram's series are _bucket, _sum, _count per label set.
+            .map(|n| {
+                ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|x| n.strip_suffix(x))
+                    .unwrap_or(n)
+            })
+            .collect();
+        let mut seen = Vec::new();
+        for n in names {
+            if seen.last() != Some(&n) {
+                assert!(!seen.contains(&n), "{n} split in\n{t}");
+                seen.push(n);
+            }
+        }
+    }
+
+    /// A definition that attached again adds what it counted before: nothing goes backwards,
+    /// and what only the earlier attachment saw stays.
+    #[test]
+    fn a_base_is_added_and_kept() {
+        let mut base = req_snapshot(&[1000, 2000, 3000], 3);
+        base.pairs.push((pair("demo", "old"), {
+            let mut c = [Hist::default(); HIST_COMPONENTS];
+            c[0] = hist_of(&[7000]);
+            c
+        }));
+        base.by = Some(ByKeys {
+            by: "arg1".into(),
+            keys: vec![(1, Key::one(KeyVal::Uint(7)), hist_of(&[7000]))],
+            other: vec![Hist::default(), hist_of(&[9000])],
+            max_keys: 10,
+        });
+        let mut now = req_snapshot(&[1500], 1);
+        now.by = Some(ByKeys {
+            by: "arg1".into(),
+            keys: vec![(0, Key::one(KeyVal::Uint(7)), hist_of(&[1500]))],
+            other: vec![Hist::default()],
+            max_keys: 10,
+        });
+        // Waits of "old" (the base's second span name) and of "request" in both.
+        base.waits = vec![
+            WaitSums {
+                ns: [100, 0, 0, 0],
+                n: [1, 0, 0, 0],
+            },
+            WaitSums {
+                ns: [0, 0, 50, 0],
+                n: [0, 0, 2, 0],
+            },
+        ];
+        now.waits = vec![WaitSums {
+            ns: [10, 0, 0, 0],
+            n: [1, 0, 0, 0],
+        }];
+        now.add_base(&base);
+        // The wait counters go on from the earlier attachment's, per span name.
+        assert_eq!(now.waits.len(), 2);
+        assert_eq!((now.waits[0].ns[0], now.waits[0].n[0]), (110, 2));
+        assert_eq!((now.waits[1].ns[2], now.waits[1].n[2]), (50, 2));
+        assert_eq!(now.counters.spans, 4);
+        assert_eq!(now.pairs.len(), 2);
+        assert_eq!(now.pairs[0].1[0].count, 4);
+        assert_eq!(now.pairs[1].0.stem, "old");
+        assert_eq!(now.pairs[1].1[0].count, 1);
+        let by = now.by.as_ref().expect("by");
+        // Key 7 of "request" (this run) and key 7 of "old" (the base) stay two series.
+        assert_eq!(by.keys.len(), 2);
+        assert_eq!(by.other.len(), 2);
+        assert_eq!(by.other[1].count, 1);
+        assert_eq!(now.health.sites, 2);
     }
 }

@@ -14,7 +14,7 @@
 //! the `--by` key, the `--filter` masks, the files watched for changes), `attach` (attaching
 //! and detaching), `reader` (the
 //! reading loop's work), `stacks` (`--stack`), `late_strs` (strings read from the live
-//! process), `signals` and `clock`, `warnings` (the end-of-run summary and warnings) and `error`.
+//! process), `signals` and `clock`, `session` (a run driven by its caller, for `serve`), `warnings` (the end-of-run summary and warnings) and `error`.
 
 mod attach;
 mod clock;
@@ -23,6 +23,7 @@ mod error;
 mod late_strs;
 mod planned;
 mod reader;
+mod session;
 mod signals;
 mod stacks;
 mod targets;
@@ -31,6 +32,7 @@ mod warnings;
 pub(crate) use attach::stop_changed;
 pub use config::{AggArgs, PromConfig, WatchConfig};
 pub use error::WatchError;
+pub use session::Session;
 
 use attach::attach;
 use clock::{monotonic_ns, monotonic_zero_unix_ns};
@@ -48,6 +50,11 @@ use crate::target;
 use crate::tracer::Tracer;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+/// This process's CPU time (user and system), for `serve`'s `process_cpu_seconds_total`.
+pub(crate) fn process_cpu_ns() -> u64 {
+    clock::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
 
 /// Why the reading loop should end now, if it should.
 fn should_stop(cfg: &WatchConfig, started: Instant, child: Option<&mut Child>) -> bool {

@@ -296,7 +296,7 @@ impl Reader {
     /// What one `--prometheus` scrape exports: the kernel's cumulative histograms and
     /// counters, read now (never reset, so nothing exported goes backwards). `out_lost`: the
     /// records the output queue dropped so far.
-    fn prom_snapshot(
+    pub(crate) fn prom_snapshot(
         &self,
         tracer: &Tracer,
         out_lost: u64,

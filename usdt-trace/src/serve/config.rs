@@ -1,0 +1,463 @@
+//! The `serve --config FILE` file → a checked [`ServeConfig`].   (pure, but for the files
+//! `watch`'s own validation looks at)
+//!
+//! Each definition's keys are `watch`'s flags, spelled the same (`max-keys`, `str`, `span`,
+//! ...), plus `targets`, `pids` and `patterns` for the positional arguments. A definition is
+//! turned into the argument list `watch --hist ...` would have and goes through clap and
+//! [`WatchArgs::validate`](crate::cli::WatchArgs::validate): every option means exactly what
+//! it means on the command line, checked by the same code, and a new `watch` check applies
+//! here without a change. Only keys that make sense for an exporter are accepted (no `-c`,
+//! `-o`, `--json`, `--perfetto`, `--otlp`, `--duration`): the rest are unknown keys.
+//!
+//! The whole file is checked before anything runs; every problem is one [`ConfigError`]
+//! line naming the file, the definition and the problem.
+
+use crate::watch::WatchConfig;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a definition that failed to attach waits before trying again, by default.
+pub const DEFAULT_RETRY: Duration = Duration::from_secs(10);
+/// Bounds of `retry-seconds`: a retry loads and verifies the eBPF programs again, so not
+/// more often than every second; and a day is the longest wait that is still a retry.
+pub const RETRY_RANGE: std::ops::RangeInclusive<u64> = 1..=86_400;
+/// Most definitions in one file: each loads its own eBPF programs and maps.
+pub const MAX_DEFINITIONS: usize = 64;
+
+/// A problem with the config file, as one line.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {msg}")]
+    Read { file: String, msg: String },
+    #[error("{file}: {msg}")]
+    File { file: String, msg: String },
+    #[error("{file}: definition {name:?}: {msg}")]
+    Definition {
+        file: String,
+        name: String,
+        msg: String,
+    },
+    #[error("{file}: definition #{index}: {msg}")]
+    Unnamed {
+        file: String,
+        index: usize,
+        msg: String,
+    },
+}
+
+/// The top level of the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawFile {
+    listen: String,
+    #[serde(default)]
+    retry_seconds: Option<u64>,
+    /// Kept as tables: each is checked on its own, so that an error can name its definition.
+    #[serde(default)]
+    definition: Vec<toml::Table>,
+}
+
+/// One `[[definition]]` as written: `watch`'s flags by their long names. Compared as a
+/// whole on SIGHUP: a definition whose text is unchanged keeps running.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawDefinition {
+    pub name: String,
+    #[serde(default)]
+    pub targets: Vec<String>,
+    #[serde(default)]
+    pub pids: Vec<u32>,
+    #[serde(default)]
+    pub patterns: Vec<String>,
+    #[serde(default)]
+    pub span: Vec<String>,
+    pub key: Option<u32>,
+    #[serde(default)]
+    pub str: Vec<String>,
+    pub str_max: Option<u32>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub no_auto_span: bool,
+    pub by: Option<String>,
+    pub max_keys: Option<u32>,
+    pub filter: Option<String>,
+    #[serde(default)]
+    pub tid: Vec<u32>,
+    #[serde(default)]
+    pub no_sched: bool,
+    pub fn_returns: Option<String>,
+    pub ring_kib: Option<u32>,
+    pub max_threads: Option<u32>,
+    pub max_open_ids: Option<u32>,
+    pub attach: Option<String>,
+    #[serde(default)]
+    pub wait_for_probes: bool,
+    pub prometheus_buckets: Option<u32>,
+}
+
+/// One checked definition.
+#[derive(Debug, Clone)]
+pub struct Definition {
+    pub raw: RawDefinition,
+    /// As `watch --hist` would run it; its `prometheus` holds the bucket resolution only
+    /// (the daemon's one listener serves every definition).
+    pub cfg: WatchConfig,
+}
+
+impl Definition {
+    pub fn name(&self) -> &str {
+        &self.raw.name
+    }
+
+    /// `--prometheus-buckets`.
+    pub fn per_octave(&self) -> u32 {
+        self.cfg.prometheus.as_ref().map_or(8, |p| p.per_octave)
+    }
+}
+
+/// The checked file.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub path: PathBuf,
+    pub listen: SocketAddr,
+    pub retry: Duration,
+    pub definitions: Vec<Definition>,
+}
+
+/// Reads and checks `path`.
+pub fn load(path: &Path) -> Result<ServeConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        file: path.display().to_string(),
+        msg: e.to_string(),
+    })?;
+    parse(path, &text)
+}
+
+/// One line of a TOML error: its message and where (toml's own text spans several lines,
+/// with the source quoted).
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            // Counted in bytes: a span inside a character must not panic.
+            let upto = &text.as_bytes()[..span.start.min(text.len())];
+            let line = upto.iter().filter(|&&b| b == b'\n').count() + 1;
+            format!("line {line}: {msg}")
+        }
+        None => msg,
+    }
+}
+
+/// A definition's name becomes a label value and a log prefix: kept to what reads well in
+/// both.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// Checks the text of a config file (`path` only names it in errors).
+pub fn parse(path: &Path, text: &str) -> Result<ServeConfig, ConfigError> {
+    let file = path.display().to_string();
+    let file_err = |msg: String| ConfigError::File {
+        file: file.clone(),
+        msg,
+    };
+    let raw: RawFile = toml::from_str(text).map_err(|e| file_err(toml_error(text, &e)))?;
+    let listen = crate::output::prometheus::serve::parse_addr(&raw.listen).map_err(|_| {
+        file_err(format!(
+            "listen {:?}: expected HOST:PORT, e.g. 127.0.0.1:9435 or [::]:9435",
+            raw.listen
+        ))
+    })?;
+    let retry = match raw.retry_seconds {
+        None => DEFAULT_RETRY,
+        Some(s) if RETRY_RANGE.contains(&s) => Duration::from_secs(s),
+        Some(s) => {
+            return Err(file_err(format!(
+                "retry-seconds {s}: must be between {} and {}",
+                RETRY_RANGE.start(),
+                RETRY_RANGE.end()
+            )))
+        }
+    };
+    if raw.definition.is_empty() {
+        return Err(file_err(
+            "no [[definition]]: nothing to trace (see docs/always-on.md)".into(),
+        ));
+    }
+    if raw.definition.len() > MAX_DEFINITIONS {
+        return Err(file_err(format!(
+            "{} definitions: at most {MAX_DEFINITIONS} (each loads its own eBPF programs)",
+            raw.definition.len()
+        )));
+    }
+    let mut definitions: Vec<Definition> = Vec::new();
+    for (i, table) in raw.definition.into_iter().enumerate() {
+        let name = table
+            .get("name")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+        let def_err = |msg: String| match &name {
+            Some(n) => ConfigError::Definition {
+                file: file.clone(),
+                name: n.clone(),
+                msg,
+            },
+            None => ConfigError::Unnamed {
+                file: file.clone(),
+                index: i + 1,
+                msg,
+            },
+        };
+        let d: RawDefinition = toml::Value::Table(table.clone())
+            .try_into()
+            .map_err(|e: toml::de::Error| def_err(definition_error(&table, &e)))?;
+        if !valid_name(&d.name) {
+            return Err(def_err(
+                "name: 1 to 64 letters, digits, '_', '-' or '.'".into(),
+            ));
+        }
+        if definitions.iter().any(|o| o.raw.name == d.name) {
+            return Err(def_err("defined twice: names must be unique".into()));
+        }
+        let cfg = watch_config(&d).map_err(def_err)?;
+        definitions.push(Definition { raw: d, cfg });
+    }
+    Ok(ServeConfig {
+        path: path.to_path_buf(),
+        listen,
+        retry,
+        definitions,
+    })
+}
+
+/// A definition that does not deserialize: the message, and which key when it is one
+/// value's type (serde's message from a table names the type, not the key). Found by trying
+/// each key alone.
+fn definition_error(table: &toml::Table, e: &toml::de::Error) -> String {
+    let msg = e.message().trim().replace('\n', " ");
+    let name = table
+        .get("name")
+        .cloned()
+        .unwrap_or_else(|| toml::Value::String("x".into()));
+    for (k, v) in table {
+        let mut one = toml::Table::new();
+        one.insert("name".into(), name.clone());
+        one.insert(k.clone(), v.clone());
+        if toml::Value::Table(one).try_into::<RawDefinition>().is_err() {
+            return format!("{k}: {msg}");
+        }
+    }
+    msg
+}
+
+/// The arguments `watch` would be given for `d`: every value as `--flag=VALUE`, so that a
+/// value starting with '-' is never taken for a flag, and the positional arguments after
+/// `--`, targets first.
+pub fn watch_argv(d: &RawDefinition) -> Result<Vec<String>, String> {
+    let mut a: Vec<String> = vec!["usdt-trace".into(), "watch".into(), "--hist".into()];
+    // The address is never listened on: it is there so that `--prometheus-buckets` is
+    // checked as `watch` checks it (clap wants --prometheus with it).
+    a.push("--prometheus=127.0.0.1:0".into());
+    let mut one = |flag: &str, v: Option<String>| {
+        if let Some(v) = v {
+            a.push(format!("--{flag}={v}"));
+        }
+    };
+    one("key", d.key.map(|v| v.to_string()));
+    one("str-max", d.str_max.map(|v| v.to_string()));
+    one("by", d.by.clone());
+    one("max-keys", d.max_keys.map(|v| v.to_string()));
+    one("filter", d.filter.clone());
+    one("fn-returns", d.fn_returns.clone());
+    one("ring-kib", d.ring_kib.map(|v| v.to_string()));
+    one("max-threads", d.max_threads.map(|v| v.to_string()));
+    one("max-open-ids", d.max_open_ids.map(|v| v.to_string()));
+    one("attach", d.attach.clone());
+    one(
+        "prometheus-buckets",
+        d.prometheus_buckets.map(|v| v.to_string()),
+    );
+    for (flag, vs) in [("span", &d.span), ("str", &d.str), ("args", &d.args)] {
+        a.extend(vs.iter().map(|v| format!("--{flag}={v}")));
+    }
+    a.extend(d.pids.iter().map(|p| format!("--pid={p}")));
+    a.extend(d.tid.iter().map(|t| format!("--tid={t}")));
+    for (flag, on) in [
+        ("no-auto-span", d.no_auto_span),
+        ("no-sched", d.no_sched),
+        ("wait-for-probes", d.wait_for_probes),
+    ] {
+        if on {
+            a.push(format!("--{flag}"));
+        }
+    }
+    for t in &d.targets {
+        // A daemon's working directory is /: a relative path would depend on how it was
+        // started. And a target must read as a file, never as a pattern.
+        if !t.starts_with('/') {
+            return Err(format!("targets: {t:?}: expected an absolute path"));
+        }
+    }
+    if let Some(p) = d
+        .patterns
+        .iter()
+        .find(|p| p.contains('/') && !p.starts_with("fn:"))
+    {
+        return Err(format!(
+            "patterns: {p:?}: a pattern is provider:name (files go in targets)"
+        ));
+    }
+    a.push("--".into());
+    a.extend(d.targets.iter().cloned());
+    a.extend(d.patterns.iter().cloned());
+    Ok(a)
+}
+
+/// `d` through clap and `watch`'s validation, as if given on the command line.
+fn watch_config(d: &RawDefinition) -> Result<WatchConfig, String> {
+    use clap::Parser;
+    let argv = watch_argv(d)?;
+    let cli = crate::cli::Cli::try_parse_from(&argv).map_err(|e| {
+        // clap's first line is the error; the rest is usage for a command line.
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or_default();
+        first.trim_start_matches("error: ").to_string()
+    })?;
+    let crate::cli::Command::Watch(w) = cli.command else {
+        return Err("internal: not a watch command".into());
+    };
+    w.validate().map_err(|e| e.to_string().replace('\n', " "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(text: &str) -> Result<ServeConfig, String> {
+        parse(Path::new("/etc/usdt-trace/serve.toml"), text).map_err(|e| e.to_string())
+    }
+
+    const GOOD: &str = r#"
+listen = "127.0.0.1:9435"
+retry-seconds = 5
+
+[[definition]]
+name = "web"
+targets = ["/usr/local/bin/myserver"]
+patterns = ["httpserver:request__*"]
+by = "request__end:arg1"
+max-keys = 50
+prometheus-buckets = 2
+
+[[definition]]
+name = "pg"
+targets = ["/usr/lib/postgresql/15/bin/postgres"]
+patterns = ["postgresql:query__*"]
+str = ["query__start:0"]
+by = "str0"
+filter = "comm == postgres"
+span = ["query__start=query__done"]
+"#;
+
+    #[test]
+    fn a_good_file_becomes_watch_configs() {
+        let c = check(GOOD).expect("good");
+        assert_eq!(c.listen, "127.0.0.1:9435".parse().expect("addr"));
+        assert_eq!(c.retry, Duration::from_secs(5));
+        assert_eq!(c.definitions.len(), 2);
+        let web = &c.definitions[0];
+        assert_eq!(web.name(), "web");
+        assert!(web.cfg.hist);
+        assert_eq!(
+            web.cfg.targets,
+            vec![PathBuf::from("/usr/local/bin/myserver")]
+        );
+        assert_eq!(web.cfg.patterns.len(), 1);
+        assert_eq!(web.cfg.agg.max_keys, 50);
+        assert!(web.cfg.agg.by.is_some());
+        assert_eq!(web.per_octave(), 2);
+        let pg = &c.definitions[1];
+        assert_eq!(pg.per_octave(), 8);
+        assert_eq!(pg.cfg.strs.len(), 1);
+        assert_eq!(pg.cfg.spans.len(), 1);
+        assert!(pg.cfg.filter.is_some());
+        // Nothing a daemon cannot use slips in.
+        assert!(pg.cfg.command.is_none() && pg.cfg.output.is_none() && !pg.cfg.json);
+    }
+
+    #[test]
+    fn values_that_look_like_flags_stay_values() {
+        let c = check(
+            "listen = \"[::1]:0\"\n[[definition]]\nname = \"a\"\npids = [1]\npatterns = [\"--json\"]\n",
+        );
+        // "--json" is a pattern after `--`, never the flag.
+        match c {
+            Ok(c) => assert!(!c.definitions[0].cfg.json),
+            Err(e) => assert!(e.contains("definition \"a\"") && !e.contains('\n'), "{e}"),
+        }
+    }
+
+    /// Every bad file is one line naming the file, the definition when there is one, and
+    /// the problem.
+    #[test]
+    fn bad_files_are_one_line_errors() {
+        let head = "listen = \"127.0.0.1:9435\"\n[[definition]]\nname = \"web\"\n";
+        for (text, wants) in [
+            ("listen = 9435\n", "line 1"),
+            ("[[definition]]\nname = \"x\"\n", "missing field `listen`"),
+            ("listen = \"nowhere\"\n[[definition]]\nname=\"a\"\npids=[1]\n", "listen \"nowhere\""),
+            ("listen = \"127.0.0.1:1\"\n", "no [[definition]]"),
+            ("listen = \"127.0.0.1:1\"\nretry-seconds = 0\n[[definition]]\nname=\"a\"\npids=[1]\n", "retry-seconds 0"),
+            ("listen = \"127.0.0.1:1\"\nbogus = 1\n", "unknown field `bogus`"),
+            (&format!("{head}targets = [\"/bin/true\"]\nmax-keys = 0\n"), "definition \"web\": --max-keys 0: must be between 1 and 65536"),
+            (&format!("{head}targets = [\"/bin/true\"]\nby = \"nonsense\"\n"), "definition \"web\": "),
+            (&format!("{head}targets = [\"/bin/true\"]\nprometheus-buckets = 3\n"), "--prometheus-buckets 3"),
+            (&format!("{head}targets = [\"/bin/true\"]\nfilter = \"arg1 >\"\n"), "definition \"web\": "),
+            (&format!("{head}targets = [\"/bin/true\"]\nspan = [\"nope\"]\n"), "definition \"web\": "),
+            (&format!("{head}targets = [\"/bin/true\"]\nattach = \"sideways\"\n"), "definition \"web\": invalid value 'sideways'"),
+            (&format!("{head}targets = [\"bin/true\"]\n"), "targets: \"bin/true\": expected an absolute path"),
+            (&format!("{head}\n"), "nothing to trace"),
+            (&format!("{head}targets = [\"/bin/true\"]\noutput = \"/tmp/x\"\n"), "definition \"web\": output: unknown field `output`"),
+            (&format!("{head}targets = [\"/bin/true\"]\n[[definition]]\nname = \"web\"\npids = [1]\n"), "definition \"web\": defined twice"),
+            ("listen = \"127.0.0.1:1\"\n[[definition]]\npids = [1]\n", "definition #1: missing field `name`"),
+            ("listen = \"127.0.0.1:1\"\n[[definition]]\nname = \"a b\"\npids = [1]\n", "definition \"a b\": name: "),
+            (&format!("{head}pids = [\"x\"]\n"), "definition \"web\": pids: invalid type"),
+            (&format!("{head}pids = [1]\nmax-keys = \"a\"\n"), "definition \"web\": max-keys: invalid type: string \"a\", expected u32"),
+        ] {
+            let e = check(text).err().unwrap_or_else(|| panic!("accepted:\n{text}"));
+            assert!(e.starts_with("/etc/usdt-trace/serve.toml: "), "{e}");
+            assert!(e.contains(wants), "{e:?} lacks {wants:?}");
+            assert!(!e.contains('\n'), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn an_unreadable_file_names_itself() {
+        let e = load(Path::new("/nonexistent/serve.toml")).expect_err("missing");
+        assert!(
+            e.to_string()
+                .starts_with("/nonexistent/serve.toml: cannot read: "),
+            "{e}"
+        );
+    }
+
+    /// The example shipped in packaging/ (docs/always-on.md shows it) checks.
+    #[test]
+    fn the_shipped_example_checks() {
+        let c = parse(
+            Path::new("packaging/serve.toml"),
+            include_str!("../../../packaging/serve.toml"),
+        )
+        .expect("packaging/serve.toml");
+        let names: Vec<&str> = c.definitions.iter().map(|d| d.name()).collect();
+        assert_eq!(names, ["web", "postgres"]);
+        assert_eq!(c.definitions[1].per_octave(), 4);
+    }
+}

@@ -1,0 +1,257 @@
+//! `usdt-trace serve --config FILE`: several `watch --hist` definitions in one process, one
+//! `/metrics` endpoint for all of them.
+//!
+//! - `config`: the file → checked definitions, each a [`WatchConfig`](crate::watch::WatchConfig)
+//!   made by `watch`'s own validation (pure);
+//! - `definition`: each definition on its own thread, attaching, retrying and answering
+//!   scrapes (through [`crate::watch::Session`], the kernel-facing part);
+//! - here: the listener, the signals (SIGHUP reloads, SIGTERM/SIGINT stop) and the merged
+//!   exposition ([`crate::output::prometheus::render_many`]).
+
+pub mod config;
+mod definition;
+
+use crate::output::prometheus::{self, serve::Server, Part};
+use config::{ConfigError, ServeConfig};
+use definition::{Report, Runner};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a scrape waits for the definitions' reports, all together. One still loading
+/// its programs (a retry) answers with what it last reported.
+const REPORT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often the main loop looks at signals and scrapes.
+const TICK: Duration = Duration::from_millis(20);
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+extern "C" fn on_hup(_: libc::c_int) {
+    RELOAD.store(true, Ordering::Relaxed);
+}
+
+fn install_signal_handlers() {
+    // SAFETY: both handlers only store to an atomic, which is async-signal-safe; the
+    // sigaction structs are zeroed then filled as sigaction(2) wants.
+    unsafe {
+        for (sig, handler) in [
+            (libc::SIGINT, on_stop as extern "C" fn(libc::c_int)),
+            (libc::SIGTERM, on_stop),
+            (libc::SIGHUP, on_hup),
+        ] {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// One log line on stderr, about one definition (journald adds the time).
+pub(crate) fn log(name: &str, msg: &str) {
+    eprintln!(
+        "usdt-trace serve: [{name}] {}",
+        crate::output::text::clean(msg)
+    );
+}
+
+fn log_daemon(msg: &str) {
+    eprintln!("usdt-trace serve: {}", crate::output::text::clean(msg));
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Listen(#[from] prometheus::serve::ServeError),
+    #[error("starting a definition's thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// What the daemon runs: the definitions by name, in the file's order.
+struct Daemon {
+    cfg: ServeConfig,
+    runners: Vec<Runner>,
+    /// Each definition's last report: answered again when it does not answer in time.
+    last: HashMap<String, Report>,
+}
+
+impl Daemon {
+    fn scrape(&mut self) -> String {
+        let asked: Vec<_> = self.runners.iter().map(|r| r.ask()).collect();
+        let deadline = Instant::now() + REPORT_TIMEOUT;
+        let mut parts = Vec::new();
+        let mut up = Vec::new();
+        for (r, rx) in self.runners.iter().zip(asked) {
+            let name = r.def.name().to_string();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let report = match rx.recv_timeout(left) {
+                Ok(rep) => {
+                    self.last.insert(name.clone(), rep.clone());
+                    rep
+                }
+                Err(_) => self.last.get(&name).cloned().unwrap_or(Report {
+                    up: false,
+                    snap: None,
+                }),
+            };
+            up.push((name.clone(), report.up));
+            if let Some(snap) = report.snap {
+                parts.push(Part {
+                    labels: vec![("definition", name)],
+                    snap,
+                    per_octave: r.def.per_octave(),
+                });
+            }
+        }
+        prometheus::render_many(parts, up, crate::watch::process_cpu_ns())
+    }
+
+    /// SIGHUP: reads the file again; definitions removed or changed stop (changed ones start
+    /// again, their counters from 0), new ones start, unchanged ones keep running. A file
+    /// that does not check out changes nothing.
+    fn reload(&mut self) {
+        let new = match config::load(&self.cfg.path) {
+            Ok(c) => c,
+            Err(e) => {
+                log_daemon(&format!(
+                    "reload refused, the running definitions are kept: {e}"
+                ));
+                return;
+            }
+        };
+        if new.listen != self.cfg.listen {
+            log_daemon(&format!(
+                "reload: listen {} → {} needs a restart; still listening on {}",
+                self.cfg.listen, new.listen, self.cfg.listen
+            ));
+        }
+        let mut old: Vec<Option<Runner>> = std::mem::take(&mut self.runners)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut next = Vec::new();
+        let (mut kept, mut started, mut stopped) = (0, 0, 0);
+        for d in new.definitions.iter().cloned() {
+            let same = old.iter_mut().find(|r| {
+                r.as_ref()
+                    .is_some_and(|r| r.def.name() == d.name() && r.def.raw == d.raw)
+            });
+            match same.and_then(Option::take) {
+                Some(r) => {
+                    kept += 1;
+                    next.push(r);
+                }
+                None => {
+                    if let Some(r) = old
+                        .iter_mut()
+                        .find(|r| r.as_ref().is_some_and(|r| r.def.name() == d.name()))
+                        .and_then(Option::take)
+                    {
+                        r.stop("changed in the config; starting it again");
+                        self.last.remove(d.name());
+                        stopped += 1;
+                    }
+                    match Runner::spawn(d.clone(), new.retry) {
+                        Ok(r) => {
+                            log(d.name(), "started");
+                            started += 1;
+                            next.push(r);
+                        }
+                        Err(e) => log(d.name(), &format!("cannot start a thread: {e}")),
+                    }
+                }
+            }
+        }
+        for r in old.into_iter().flatten() {
+            self.last.remove(r.def.name());
+            r.stop("removed from the config");
+            stopped += 1;
+        }
+        log_daemon(&format!(
+            "reloaded {}: {kept} kept, {started} started, {stopped} stopped",
+            new.path.display()
+        ));
+        let listen = self.cfg.listen;
+        self.cfg = ServeConfig { listen, ..new };
+        self.runners = next;
+    }
+}
+
+/// Reaps the helper processes that detach many perf-event sites in the background
+/// (`Tracer::detach_all`): the daemon starts no other children.
+fn reap_helpers() {
+    loop {
+        // SAFETY: waitpid with WNOHANG on any child only reads their status; a null status
+        // pointer is allowed.
+        let pid = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        if pid <= 0 {
+            break;
+        }
+    }
+}
+
+/// Checks the file, listens, starts every definition, and runs until SIGTERM or SIGINT.
+pub fn run(path: &Path) -> Result<i32, ServeError> {
+    let cfg = config::load(path)?;
+    // Listening first: an address in use fails the daemon at once, before anything attaches.
+    let server = Server::bind(cfg.listen)?;
+    install_signal_handlers();
+    log_daemon(&format!(
+        "listening on http://{}/metrics; {} definition{} from {}",
+        server.local_addr(),
+        cfg.definitions.len(),
+        if cfg.definitions.len() == 1 { "" } else { "s" },
+        cfg.path.display()
+    ));
+    let mut runners = Vec::new();
+    for d in &cfg.definitions {
+        runners.push(Runner::spawn(d.clone(), cfg.retry)?);
+    }
+    let mut daemon = Daemon {
+        cfg,
+        runners,
+        last: HashMap::new(),
+    };
+    while !STOP.load(Ordering::Relaxed) {
+        if RELOAD.swap(false, Ordering::Relaxed) {
+            log_daemon("SIGHUP: reloading the config");
+            daemon.reload();
+        }
+        while let Some(s) = server.pending() {
+            s.answer(daemon.scrape());
+        }
+        reap_helpers();
+        std::thread::sleep(TICK);
+    }
+    log_daemon("stopping: detaching every definition");
+    drop(server);
+    for r in std::mem::take(&mut daemon.runners) {
+        r.stop("shutting down");
+    }
+    reap_helpers();
+    log_daemon("stopped");
+    Ok(0)
+}
+
+/// `serve --check`: the file checked, one line saying what it holds.
+pub fn check(path: &Path) -> Result<String, ServeError> {
+    let cfg = config::load(path)?;
+    let names: Vec<&str> = cfg.definitions.iter().map(|d| d.name()).collect();
+    Ok(format!(
+        "{}: ok: listen {}, {} definition{}: {}",
+        cfg.path.display(),
+        cfg.listen,
+        names.len(),
+        if names.len() == 1 { "" } else { "s" },
+        names.join(", ")
+    ))
+}

@@ -1,0 +1,130 @@
+//! A `watch --hist` run as a value the caller drives, for `serve`: [`Session::start`] does
+//! what `run` does before its loop (open the targets, plan, load, raise semaphores,
+//! attach), [`Session::step`] one turn of the loop, [`Session::snapshot`] what a
+//! `--prometheus` scrape reads, and [`Session::stop`] the detach. Built from the same stages
+//! as `run`, so a definition traces exactly what `watch` with its flags would; kept apart
+//! from `run` because `run` also owns the command, the sinks' output and the end-of-run
+//! summary, which a daemon has none of.
+
+use super::attach::{attach, stop_changed};
+use super::clock::monotonic_ns;
+use super::planned::{plan_run, Planned};
+use super::reader::{Agg, Reader};
+use super::targets::open_targets;
+use super::{WatchConfig, WatchError};
+use crate::output::prometheus::Snapshot;
+use crate::output::sink::Fanout;
+use crate::target::{self, Object};
+use crate::tracer::Tracer;
+use std::time::Duration;
+
+/// One definition's live tracing.
+pub struct Session {
+    cfg: WatchConfig,
+    tracer: Tracer,
+    reader: Reader,
+    raiser: crate::semaphores::Raiser,
+    late: Option<crate::late::Late>,
+    watched: crate::changes::ChangeWatch,
+    /// Kept open for as long as the probes are attached: the uprobes were attached through
+    /// their descriptors.
+    _objects: Vec<Object>,
+    /// What `watch` prints once attached ("Attached N probe sites in ...").
+    pub attached: String,
+}
+
+impl Session {
+    /// Opens, plans, loads and attaches `cfg` (a `--hist` configuration).
+    pub fn start(cfg: &WatchConfig) -> Result<Session, WatchError> {
+        let objects = open_targets(cfg)?;
+        let Planned {
+            plan,
+            key_plan,
+            filter_masks,
+            watched,
+        } = plan_run(cfg, &objects)?;
+        let t0 = monotonic_ns();
+        let mut tracer =
+            Tracer::load(&cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref()))?;
+        let raiser =
+            crate::semaphores::Raiser::new(crate::semaphores::affected(&objects, &plan), &cfg.pids);
+        if let Some(w) = raiser.warning() {
+            eprintln!("{}", crate::output::text::clean(&w));
+        }
+        attach(&mut tracer, &objects, &plan, &cfg.pids)?;
+        let attached = plan.attached_line();
+        let late = cfg.late().then(|| {
+            let scope = crate::late::Scope::of_run(None, &cfg.pids, &objects);
+            let (l, warning) = crate::late::Late::new(scope, &objects);
+            if let Some(w) = warning {
+                eprintln!("{}", crate::output::text::clean(&w));
+            }
+            tracer.wake_on(l.wake_fds());
+            l
+        });
+        tracer.wake_on(watched.wake_fd().into_iter().collect());
+        let reader = Reader {
+            plan,
+            // Nothing is printed: the histograms stay in the kernel and scrapes read them.
+            sinks: Fanout(Vec::new()),
+            str_max: cfg.str_max as usize,
+            strs: Default::default(),
+            bad_records: 0,
+            last: None,
+            t0,
+            stacks: None,
+            agg: Agg::new(cfg, key_plan, t0),
+        };
+        Ok(Session {
+            cfg: cfg.clone(),
+            tracer,
+            reader,
+            raiser,
+            late,
+            watched,
+            _objects: objects,
+            attached,
+        })
+    }
+
+    /// One turn of `watch`'s loop: read what the ring buffer holds (waiting at most
+    /// `timeout`), detach files changed in place, raise semaphores in new processes, attach
+    /// probes loaded late. `Ok(false)` once every `-p` process has exited: nothing is left to
+    /// trace.
+    pub fn step(&mut self, timeout: Duration) -> Result<bool, WatchError> {
+        self.reader.batch(&mut self.tracer, timeout)?;
+        stop_changed(
+            &self.watched.take_changed(),
+            &mut self.tracer,
+            Some(&mut self.raiser),
+        );
+        self.raiser.poll();
+        if let Some(l) = self.late.as_mut() {
+            let rules = crate::late::Rules {
+                plan: self.cfg.plan_options(),
+                filter: self.cfg.filter.as_ref(),
+            };
+            l.poll(&mut self.reader.plan, &mut self.tracer, &rules);
+        }
+        Ok(self.cfg.pids.is_empty() || self.cfg.pids.iter().any(|&p| target::pid_alive(p)))
+    }
+
+    /// What a scrape exports now: the kernel's cumulative histograms and counters.
+    pub fn snapshot(&self) -> Result<Snapshot, WatchError> {
+        self.reader
+            .prom_snapshot(&self.tracer, 0, self.cfg.ring_bytes)
+    }
+
+    /// Detaches (semaphores drop with the links, and those raised by hand are lowered after),
+    /// and returns the last snapshot, read after the detach.
+    pub fn stop(mut self) -> Option<Snapshot> {
+        let _ = self.tracer.detach_all();
+        self.raiser.lower_all();
+        while self
+            .reader
+            .batch(&mut self.tracer, Duration::ZERO)
+            .is_ok_and(|n| n > 0)
+        {}
+        self.snapshot().ok()
+    }
+}
