@@ -12,7 +12,7 @@
  *   why_scen net     [N]   poll() on a socket another thread writes to 10 ms later, then
  *                          10 ms of CPU work (a network wait)
  * (poll and net report their waiting call's time as sleep_ns.)
- *   why_scen disk FILE [N [R]]  R (default 8) pread()s of 64 KiB with O_DIRECT from FILE (at
+ *   why_scen disk FILE [N [R [K]]]  R (default 8) pread()s of K KiB (default 64) with O_DIRECT from FILE (at
  *                          least 16 MiB), then 1 ms of CPU work
  *
  * "CPU work" spins until the thread's own CPU clock advanced by the amount, so it is the same
@@ -121,6 +121,10 @@ int main(int argc, char **argv) {
     int nidx = disk ? 3 : 2;
     int n = argc > nidx ? atoi(argv[nidx]) : 6;
     int reads = disk && argc > 4 ? atoi(argv[4]) : 8;
+    /* KiB per read (default 64; at most 1024). */
+    long rsize = (disk && argc > 5 ? atol(argv[5]) : 64) * 1024;
+    if (rsize < 4096 || rsize > (1 << 20))
+        rsize = 65536;
     (void)setpriority(PRIO_PROCESS, 0, -20);
     if (setsid() >= 0) {
         FILE *ag = fopen("/proc/self/autogroup", "w");
@@ -148,7 +152,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         fd = open(file, O_RDONLY | O_DIRECT);
-        if (fd < 0 || posix_memalign(&buf, 4096, 65536) != 0) {
+        if (fd < 0 || posix_memalign(&buf, 4096, (size_t)rsize) != 0) {
             perror(file);
             return 2;
         }
@@ -206,9 +210,9 @@ int main(int argc, char **argv) {
         } else if (disk) {
             for (int i = 0; i < reads; i++) {
                 /* Different offsets each span: O_DIRECT skips the page cache anyway. */
-                off_t off = ((off_t)(r * reads + i) * 65536) % (16 << 20);
+                off_t off = ((off_t)(r * reads + i) * rsize) % (16 << 20);
                 uint64_t c = clock_ns(CLOCK_THREAD_CPUTIME_ID), t = clock_ns(CLOCK_MONOTONIC);
-                if (pread(fd, buf, 65536, off) < 0) {
+                if (pread(fd, buf, (size_t)rsize, off) < 0) {
                     perror("pread");
                     return 2;
                 }
