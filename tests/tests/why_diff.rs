@@ -299,22 +299,40 @@ fn twice_the_direct_reads_is_more_io() {
     // Its own baseline: 8 reads of 512 KiB and 1 ms of CPU per span, against 16 reads (with
     // 64 KiB reads each extra read's wakeup latency on this VM, ~160 us of run queue, once
     // outgrew its ~65 us of disk wait beside a CPU hog: the verdict said CPU contention); 40
-    // spans, as
-    // one slow span in 6 (6.3 ms of a 3 ms mean) made the change not significant, and with 20
-    // on a loaded host a +37% mean was once within the noise (p99 2.9 times the mean).
-    let (base, out) = {
-        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        record_out(&format!("disk {f} 40 8 512"), "disk8")
-    };
-    if !check_kinds(&out) {
+    // spans, as one slow span in 6 (6.3 ms of a 3 ms mean) made the change not significant,
+    // and with 20 on a loaded host a +37% mean was once within the noise.
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (base, bout) = record_out(&format!("disk {f} 40 8 512"), "disk8");
+    let (after, aout) = record_out(&format!("disk {f} 40 16 512"), "disk16");
+    if !check_kinds(&bout) || !check_kinds(&aout) {
         eprintln!("skipped: the device served the reads without the reader waiting");
         return;
     }
-    // How long the reads take depends on the device: the growth is whatever 8 more take.
-    let Some(v) = check_against(&base, &format!("disk {f} 40 16 512"), "more_io", None) else {
-        eprintln!("skipped: the device served the reads without the reader waiting");
-        return;
+    // Which of "more waits" and "longer waits" grew is only known for reads the tool saw
+    // wait. On this VM the host sometimes serves a direct read while the vCPU is stopped, and
+    // the guest sees the reader running: once 11.45 waits per span for 16 reads, and the
+    // verdict (rightly, for what was seen) said a busier disk. The oracle is the program's
+    // own count of reads: the test asks for the verdict when the tool saw nearly all of them.
+    let seen = |out: &watch::Output| {
+        let waits: u64 = out.spans().iter().map(|s| wait(s, "disk").1).sum();
+        let reads: u64 = truths(&out.stderr).iter().map(|t| t.preads).sum();
+        waits as f64 / reads.max(1) as f64
     };
+    let (sb, sa) = (seen(&bout), seen(&aout));
+    if sb < 0.9 || sa < 0.9 {
+        eprintln!(
+            "skipped: the tool saw {:.0}% and {:.0}% of the reads wait (the rest were served \
+             while the vCPU was stopped)",
+            100.0 * sb,
+            100.0 * sa
+        );
+        return;
+    }
+    let v = diff_files(&base, &after);
+    assert_eq!(v["verdict"]["cause"], "more_io", "{v}");
+    // Each read also costs CPU in the syscall and a run-queue wait after its wakeup, which
+    // grow with the reads too.
+    assert!(v["verdict"]["share"].as_f64().unwrap() >= 0.4, "{v}");
     let n = |run: &str| v[run]["waits"]["disk"]["n"].as_f64().unwrap();
     assert!(n("after") >= 1.5 * n("before"), "{v}");
 }
