@@ -5,11 +5,13 @@
 //! targets and assertions; `testprogs`: build the C programs in `tests/testprogs/`; `markers`:
 //! the usdt-markers test programs, an ELF layout reader, the demo servers; `scenarios`: attach
 //! scenarios run under several flags (semaphore life cycle, shared-library records);
-//! `prometheus`: a real Prometheus server that scrapes a target and answers PromQL.
+//! `prometheus`: a real Prometheus server that scrapes a target and answers PromQL; `serve`:
+//! the `serve` daemon, its log and its parsed `/metrics`.
 pub mod markers;
 pub mod proc;
 pub mod prometheus;
 pub mod scenarios;
+pub mod serve;
 pub mod testprogs;
 pub mod watch;
 pub mod watch_util;

@@ -101,6 +101,20 @@ impl ChangeWatch {
         }
     }
 
+    /// Stops watching the file with this (device, inode), which is being detached and
+    /// closed: once closed, its descriptor's number may name another file.
+    pub fn forget(&mut self, dev: (u32, u32), inode: u64) {
+        let inotify = &self.inotify;
+        self.files.retain(|f| {
+            let gone = f.file.dev == dev && f.file.inode == inode;
+            if let (Some(fd), true) = (inotify, gone && f.wd >= 0) {
+                // SAFETY: our inotify descriptor and one of its watch descriptors.
+                unsafe { libc::inotify_rm_watch(fd.as_raw_fd(), f.wd) };
+            }
+            !gone
+        });
+    }
+
     /// The descriptor that becomes readable when a watched file is written.
     pub fn wake_fd(&self) -> Option<i32> {
         self.inotify.as_ref().map(|fd| fd.as_raw_fd())

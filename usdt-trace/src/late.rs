@@ -204,7 +204,7 @@ pub struct Late {
     changes: ChangeWatch,
 }
 
-fn key_of(o: &Object) -> ((u32, u32), u64) {
+pub(crate) fn key_of(o: &Object) -> ((u32, u32), u64) {
     ((libc::major(o.dev), libc::minor(o.dev)), o.inode)
 }
 
@@ -215,7 +215,7 @@ fn maps_one_of(pid: u32, files: &[((u32, u32), u64)]) -> bool {
 }
 
 /// Every process that maps one of `files` now (a walk of `/proc`, once at start).
-fn running(files: &[((u32, u32), u64)]) -> Vec<u32> {
+pub(crate) fn running(files: &[((u32, u32), u64)]) -> Vec<u32> {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -378,7 +378,10 @@ impl Late {
                 Err(e) if matches!(e.elf(), Some(ElfError::TooLarge { .. })) => {
                     self.known.insert(key);
                     let why = e.elf().map(|k| k.to_string()).unwrap_or_default();
-                    eprintln!("warning: {} (pid {pid}): not traced: {why}", clean(&shown));
+                    crate::output::text::say(&format!(
+                        "warning: {} (pid {pid}): not traced: {why}",
+                        clean(&shown)
+                    ));
                     continue;
                 }
                 // Not ELF, not a regular file, or not what was mapped: nothing to trace.
@@ -392,7 +395,7 @@ impl Late {
                 continue;
             }
             if let Err(e) = self.add(pid, o, plan, tracer, rules) {
-                eprintln!("warning: {}", clean(&e));
+                crate::output::text::say(&format!("warning: {}", clean(&e)));
             }
         }
         if again {
@@ -411,44 +414,65 @@ impl Late {
         rules: &Rules,
     ) -> Result<(), String> {
         let what = format!("{} (pid {pid})", o.shown);
-        let sub = match plan_object(&o.shown, &o.probes, rules) {
-            Ok(Some(p)) => p,
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(format!("{what}: {e}")),
-        };
-        let first = plan.sites.len();
-        let nsites = sub.sites.len();
-        let mut merged = plan.clone();
-        let room = (tracer.hist_capacity() > 0).then(|| tracer.hist_capacity());
-        let points = merge(&mut merged, sub, room).map_err(|e| format!("{what}: {e}"))?;
-        let masks = rules.filter.map(|f| plan::masks_from(&merged, first, f));
-        tracer
-            .add_sites(first as u32, &merged.specs[first..], masks.as_deref())
-            .map_err(|e| format!("{what}: {e}"))?;
-        let path = o.fd_path();
-        // Watched from before it is attached: a write the moment it is attached still counts.
-        self.changes.add(&o);
-        if let Err(e) = tracer.attach_object(&path.to_string_lossy(), &points, Some(pid)) {
-            self.changes.pop();
-            return Err(format!("{what}: {e}"));
+        if let Some(line) =
+            attach_new(&o, Some(pid), &what, plan, tracer, rules, &mut self.changes)?
+        {
+            crate::output::text::say(&line);
+            self.objects.push(o);
         }
-        // Records of the new sites are read after this returns, by then with their cookies.
-        *plan = merged;
-        let spans: std::collections::BTreeSet<u32> =
-            plan.sites[first..].iter().filter_map(|s| s.pair).collect();
-        let s = |k: usize| if k == 1 { "" } else { "s" };
-        eprintln!(
-            "Attached {nsites} new probe site{} in {}{}",
-            s(nsites),
-            clean(&what),
-            match spans.len() {
-                0 => String::new(),
-                k => format!(" ({k} span name{})", s(k)),
-            }
-        );
-        self.objects.push(o);
         Ok(())
     }
+}
+
+/// Plans `o` alone with the run's rules, merges it into `plan`, writes its specs into the
+/// room the tracer reserved and attaches it: for `pid`, or for every process running the
+/// file (None). `o` is watched for writes in place from before it is attached. The line to
+/// print when something was attached (`what` names the object in it and in errors); None
+/// when nothing in `o` is traced.
+pub(crate) fn attach_new(
+    o: &Object,
+    pid: Option<u32>,
+    what: &str,
+    plan: &mut Plan,
+    tracer: &mut Tracer,
+    rules: &Rules,
+    changes: &mut ChangeWatch,
+) -> Result<Option<String>, String> {
+    let sub = match plan_object(&o.shown, &o.probes, rules) {
+        Ok(Some(p)) => p,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("{what}: {e}")),
+    };
+    let first = plan.sites.len();
+    let nsites = sub.sites.len();
+    let mut merged = plan.clone();
+    let room = (tracer.hist_capacity() > 0).then(|| tracer.hist_capacity());
+    let points = merge(&mut merged, sub, room).map_err(|e| format!("{what}: {e}"))?;
+    let masks = rules.filter.map(|f| plan::masks_from(&merged, first, f));
+    tracer
+        .add_sites(first as u32, &merged.specs[first..], masks.as_deref())
+        .map_err(|e| format!("{what}: {e}"))?;
+    let path = o.fd_path();
+    // Watched from before it is attached: a write the moment it is attached still counts.
+    changes.add(o);
+    if let Err(e) = tracer.attach_object(&path.to_string_lossy(), &points, pid) {
+        changes.pop();
+        return Err(format!("{what}: {e}"));
+    }
+    // Records of the new sites are read after this returns, by then with their cookies.
+    *plan = merged;
+    let spans: std::collections::BTreeSet<u32> =
+        plan.sites[first..].iter().filter_map(|s| s.pair).collect();
+    let s = |k: usize| if k == 1 { "" } else { "s" };
+    Ok(Some(format!(
+        "Attached {nsites} new probe site{} in {}{}",
+        s(nsites),
+        clean(what),
+        match spans.len() {
+            0 => String::new(),
+            k => format!(" ({k} span name{})", s(k)),
+        }
+    )))
 }
 
 /// What reading a process's maps came to.

@@ -11,6 +11,7 @@
 //! | find | [`argspec`] | argument specs: parsing (x86_64, aarch64), lowering for the kernel, description | yes |
 //! | find | `functions` | `fn:` probes: function entries and their ends, refused where unsafe | yes |
 //! | find | [`procmaps`] | `/proc/PID/maps` text → mapped objects | yes |
+//! | find | `procnames` | `--process NAME` → the processes so called and their executables | matching yes |
 //! | find | `libhint` | the libraries with probes that an executable without them loads | parsing yes |
 //! | find | [`pattern`] | `provider:name` globs | yes |
 //! | plan | `spans` | start/end pairing rules → roles and span names | yes |
@@ -20,7 +21,7 @@
 //! | plan | `btf`, `syscalls` | a kernel struct member's offset; syscall numbers → wait kinds | yes |
 //! | run | `watch` | the driver: targets → plan → tracer → sinks | no |
 //! | run | `tracer` | load the eBPF object, attach uprobes, read the ring buffer and maps | no |
-//! | run | `child`, `semaphores`, `procmem`, `late`, `changes` | the `-c` command; semaphores raised in new processes; strings read late; objects mapped later; traced files rewritten | no |
+//! | run | `child`, `semaphores`, `procmem`, `late`, `changes`, `follow` | the `-c` command; semaphores raised in new processes; strings read late; objects mapped later; traced files rewritten; named files replaced and new executables of `--process` names | no |
 //! | output | [`output`] | sinks: text, NDJSON, histograms, Perfetto, OTLP, Prometheus | yes |
 //! | output | `outqueue`, `outfile`, `terminal` | stdout behind a bounded queue; `-o` files opened safely; escaping untrusted text | |
 //! | output | `symbolize` | `--stack` addresses → object, function and offset | lookups yes |
@@ -44,6 +45,7 @@ pub mod filter;
 // docs/flags.md from the clap definitions, and the test that keeps it current.
 #[cfg(test)]
 mod flagsdoc;
+pub(crate) mod follow;
 pub(crate) mod functions;
 pub(crate) mod late;
 pub(crate) mod libhint;
@@ -55,6 +57,7 @@ pub mod pattern;
 pub(crate) mod plan;
 pub mod procmaps;
 pub(crate) mod procmem;
+pub(crate) mod procnames;
 pub(crate) mod semaphores;
 pub(crate) mod serve;
 pub(crate) mod spans;

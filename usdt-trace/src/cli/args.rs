@@ -120,7 +120,8 @@ pub struct DiffArgs {
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// The config file (TOML): `listen = "HOST:PORT"`, then one `[[definition]]` table per
-    /// traced program, with a `name`, `targets` (absolute paths) and/or `pids`, `patterns`,
+    /// traced program, with a `name`, `targets` (absolute paths), `processes` (names) and/or
+    /// `pids`, `patterns`,
     /// and `watch`'s flags by their long names (`by`, `str`, `span`, `filter`, `max-keys`,
     /// `prometheus-buckets`, ...). The whole file is checked before anything starts.
     #[arg(long, value_name = "FILE")]
@@ -192,6 +193,13 @@ pub struct WatchArgs {
     /// including those it maps later (libraries it loads, probes it defines at run time).
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
+    /// Trace every process called NAME (repeatable): its command name, as `ps` and `pgrep`
+    /// show it, or its executable's file name. What is traced is the executable file each
+    /// one runs, for every process running it, those started later included; a process of
+    /// that name running another file (a new build at the same path, a second install) is
+    /// found and traced within a second. Not with -p or -c.
+    #[arg(long = "process", value_name = "NAME", conflicts_with_all = ["pids", "command"])]
+    pub processes: Vec<String>,
     /// Run this command once the probes are live, trace it, and stop when it exits; exit with
     /// its status. If tracing stops first (--duration, Ctrl-C, SIGTERM), the command gets
     /// SIGTERM, then SIGKILL 2 s later, unless --leave-running.

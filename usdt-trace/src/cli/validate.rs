@@ -75,8 +75,10 @@ pub enum UsageError {
     Command(String),
     #[error("-c: {0:?} is not an executable file (nor found in PATH)")]
     CommandNotFound(String),
-    #[error("nothing to trace: name a TARGET file, give -p PID, or -c CMD")]
+    #[error("nothing to trace: name a TARGET file, give -p PID, --process NAME, or -c CMD")]
     NoTarget,
+    #[error("--process {0}")]
+    ProcessName(String),
     #[error("-c cannot be combined with -p")]
     CommandAndPid,
     #[error("--wait-for-probes: with both -p and TARGET no probe is looked for later; drop TARGET (every object of the process is followed) or -p (every process running TARGET is)")]
@@ -335,7 +337,8 @@ pub(crate) fn which(prog: &str) -> Option<PathBuf> {
 impl WatchArgs {
     pub fn validate(&self) -> Result<WatchConfig, UsageError> {
         // With -p or -c the program is known: bare words are patterns.
-        let first_may_be_file = self.pids.is_empty() && self.command.is_none();
+        let first_may_be_file =
+            self.pids.is_empty() && self.command.is_none() && self.processes.is_empty();
         let (mut targets, patterns) = split_targets(&self.args, first_may_be_file)?;
         let key = match self.key {
             Some(k) if k >= usdt_trace_common::MAX_ARGS => {
@@ -445,8 +448,11 @@ impl WatchArgs {
             }
             None => None,
         };
-        if targets.is_empty() && self.pids.is_empty() {
+        if targets.is_empty() && self.pids.is_empty() && self.processes.is_empty() {
             return Err(UsageError::NoTarget);
+        }
+        for name in &self.processes {
+            crate::procnames::check_name(name).map_err(UsageError::ProcessName)?;
         }
         if self.wait_for_probes && !targets.is_empty() && !self.pids.is_empty() {
             return Err(UsageError::WaitWithPidAndTarget);
@@ -530,6 +536,7 @@ impl WatchArgs {
             otlp,
             targets,
             pids,
+            processes: self.processes.clone(),
             command,
             duration,
             patterns,

@@ -69,6 +69,9 @@ pub struct RawDefinition {
     pub targets: Vec<String>,
     #[serde(default)]
     pub pids: Vec<u32>,
+    /// Process names (`watch --process`): every process so called, now and later.
+    #[serde(default)]
+    pub processes: Vec<String>,
     #[serde(default)]
     pub patterns: Vec<String>,
     #[serde(default)]
@@ -288,6 +291,7 @@ pub fn watch_argv(d: &RawDefinition) -> Result<Vec<String>, String> {
         a.extend(vs.iter().map(|v| format!("--{flag}={v}")));
     }
     a.extend(d.pids.iter().map(|p| format!("--pid={p}")));
+    a.extend(d.processes.iter().map(|p| format!("--process={p}")));
     a.extend(d.tid.iter().map(|t| format!("--tid={t}")));
     for (flag, on) in [
         ("no-auto-span", d.no_auto_span),
@@ -388,6 +392,15 @@ span = ["query__start=query__done"]
         assert_eq!(pg.cfg.strs.len(), 1);
         assert_eq!(pg.cfg.spans.len(), 1);
         assert!(pg.cfg.filter.is_some());
+        let by_name = check(
+            "listen = \"127.0.0.1:1\"\n[[definition]]\nname = \"n\"\nprocesses = [\"postgres\", \"python3.11\"]\n",
+        )
+        .expect("processes");
+        assert_eq!(
+            by_name.definitions[0].cfg.processes,
+            ["postgres", "python3.11"]
+        );
+        assert!(by_name.definitions[0].cfg.targets.is_empty());
         // Nothing a daemon cannot use slips in.
         assert!(pg.cfg.command.is_none() && pg.cfg.output.is_none() && !pg.cfg.json);
     }
@@ -429,6 +442,8 @@ span = ["query__start=query__done"]
             ("listen = \"127.0.0.1:1\"\n[[definition]]\npids = [1]\n", "definition #1: missing field `name`"),
             ("listen = \"127.0.0.1:1\"\n[[definition]]\nname = \"a b\"\npids = [1]\n", "definition \"a b\": name: "),
             (&format!("{head}pids = [\"x\"]\n"), "definition \"web\": pids: invalid type"),
+            (&format!("{head}processes = [\"/usr/bin/x\"]\n"), "definition \"web\": --process \"/usr/bin/x\": a process name has no '/'"),
+            (&format!("{head}processes = [\"x\"]\npids = [1]\n"), "definition \"web\": "),
             (&format!("{head}pids = [1]\nmax-keys = \"a\"\n"), "definition \"web\": max-keys: invalid type: string \"a\", expected u32"),
         ] {
             let e = check(text).err().unwrap_or_else(|| panic!("accepted:\n{text}"));

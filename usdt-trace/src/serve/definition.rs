@@ -79,6 +79,9 @@ fn with_base(mut now: Snapshot, base: &Option<Snapshot>) -> Snapshot {
 
 fn run(def: Definition, retry: Duration, rx: Receiver<Msg>) {
     let name = def.name().to_string();
+    // What tracing says on this thread (objects attached late, files replaced or detached)
+    // names the definition, as the lines logged here do.
+    crate::output::text::set_speaker(format!("usdt-trace serve: [{name}] "));
     let mut session: Option<Session> = None;
     // Counted by attachments that ended: added to every later report, so that a definition
     // attaching again goes on counting from where it was.

@@ -67,10 +67,10 @@ pub(crate) fn stop_changed(
                 n
             }
         };
-        eprintln!(
+        crate::output::text::say(&format!(
             "warning: {} was modified in place while traced: its {sites} probe site{} are detached (they sat at the old offsets, which in the new content may be mid-instruction); the new content is not traced: run watch again to trace it",
             clean(&c.shown),
             if sites == 1 { "" } else { "s" }
-        );
+        ));
     }
 }

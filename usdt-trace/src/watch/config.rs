@@ -24,6 +24,8 @@ pub struct WatchConfig {
     pub json: bool,
     pub targets: Vec<PathBuf>,
     pub pids: Vec<u32>,
+    /// `--process` names: the executables of the processes so called.
+    pub processes: Vec<String>,
     /// argv of `-c`.
     pub command: Option<Vec<String>>,
     pub duration: Option<Duration>,
@@ -93,6 +95,17 @@ impl WatchConfig {
     /// running it); not when both `-p` and TARGET narrow it down.
     pub(crate) fn late(&self) -> bool {
         self.pids.is_empty() || self.targets.is_empty()
+    }
+
+    /// The named files to look at again while tracing ([`crate::follow`]): the TARGETs
+    /// when every process running them is traced (not with -p or -c, where the processes'
+    /// own files are what was asked for).
+    pub(crate) fn follow_paths(&self) -> Vec<PathBuf> {
+        if self.pids.is_empty() && self.command.is_none() {
+            self.targets.clone()
+        } else {
+            Vec::new()
+        }
     }
 
     /// `--wait-for-probes` where it applies: no match at start is a warning, not an error.

@@ -29,6 +29,11 @@ pub enum WatchError {
         "{path} is not mapped by process {pids} (list what it maps with: usdt-trace list -p PID)"
     )]
     NotMapped { path: String, pids: String },
+    #[error("--process {0}: no process by that name is running (its command name or its executable's file name)")]
+    NoProcessNamed(String),
+    /// A file that came to be named while tracing had no room in the running plan.
+    #[error("{0}")]
+    FollowRoom(String),
     #[error(transparent)]
     Functions(#[from] crate::functions::FnError),
     #[error(transparent)]

@@ -177,6 +177,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         plan: cfg.plan_options(),
         filter: cfg.filter.as_ref(),
     };
+    // From here the objects live in `follow`, with those attached later.
+    let mut follow = crate::follow::Follow::new(&cfg.follow_paths(), &cfg.processes, objects);
+    tracer.wake_on(follow.wake_fds());
     let mut last_hist = Instant::now();
     while !should_stop(cfg, started, child.as_mut()) {
         reader.batch(&mut tracer, Duration::from_millis(50))?;
@@ -192,6 +195,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         if let Some(l) = late.as_mut() {
             l.poll(&mut reader.plan, &mut tracer, &late_rules);
         }
+        // A file without room in the plan was said in a warning; the run goes on.
+        let _ = follow.poll(&mut reader.plan, &mut tracer, &late_rules, &mut watched);
     }
 
     // Detach first (semaphores drop), then take what is left in the ring.

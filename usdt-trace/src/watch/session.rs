@@ -14,7 +14,7 @@ use super::targets::open_targets;
 use super::{WatchConfig, WatchError};
 use crate::output::prometheus::Snapshot;
 use crate::output::sink::Fanout;
-use crate::target::{self, Object};
+use crate::target;
 use crate::tracer::Tracer;
 use std::time::Duration;
 
@@ -26,9 +26,9 @@ pub struct Session {
     raiser: crate::semaphores::Raiser,
     late: Option<crate::late::Late>,
     watched: crate::changes::ChangeWatch,
-    /// Kept open for as long as the probes are attached: the uprobes were attached through
-    /// their descriptors.
-    _objects: Vec<Object>,
+    /// The objects attached (kept open: the uprobes were attached through their
+    /// descriptors), and the named paths and process names looked at again.
+    follow: crate::follow::Follow,
     /// What `watch` prints once attached ("Attached N probe sites in ...").
     pub attached: String,
 }
@@ -49,7 +49,7 @@ impl Session {
         let raiser =
             crate::semaphores::Raiser::new(crate::semaphores::affected(&objects, &plan), &cfg.pids);
         if let Some(w) = raiser.warning() {
-            eprintln!("{}", crate::output::text::clean(&w));
+            crate::output::text::say(&crate::output::text::clean(&w));
         }
         attach(&mut tracer, &objects, &plan, &cfg.pids)?;
         let attached = plan.attached_line();
@@ -57,12 +57,14 @@ impl Session {
             let scope = crate::late::Scope::of_run(None, &cfg.pids, &objects);
             let (l, warning) = crate::late::Late::new(scope, &objects);
             if let Some(w) = warning {
-                eprintln!("{}", crate::output::text::clean(&w));
+                crate::output::text::say(&crate::output::text::clean(&w));
             }
             tracer.wake_on(l.wake_fds());
             l
         });
         tracer.wake_on(watched.wake_fd().into_iter().collect());
+        let follow = crate::follow::Follow::new(&cfg.follow_paths(), &cfg.processes, objects);
+        tracer.wake_on(follow.wake_fds());
         let reader = Reader {
             plan,
             // Nothing is printed: the histograms stay in the kernel and scrapes read them.
@@ -82,7 +84,7 @@ impl Session {
             raiser,
             late,
             watched,
-            _objects: objects,
+            follow,
             attached,
         })
     }
@@ -99,13 +101,23 @@ impl Session {
             Some(&mut self.raiser),
         );
         self.raiser.poll();
+        let rules = crate::late::Rules {
+            plan: self.cfg.plan_options(),
+            filter: self.cfg.filter.as_ref(),
+        };
         if let Some(l) = self.late.as_mut() {
-            let rules = crate::late::Rules {
-                plan: self.cfg.plan_options(),
-                filter: self.cfg.filter.as_ref(),
-            };
             l.poll(&mut self.reader.plan, &mut self.tracer, &rules);
         }
+        // No room for a new build of a traced file: the definition starts again (its
+        // counters carried), rather than go on without tracing what the path now runs.
+        self.follow
+            .poll(
+                &mut self.reader.plan,
+                &mut self.tracer,
+                &rules,
+                &mut self.watched,
+            )
+            .map_err(WatchError::FollowRoom)?;
         Ok(self.cfg.pids.is_empty() || self.cfg.pids.iter().any(|&p| target::pid_alive(p)))
     }
 

@@ -84,7 +84,28 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
             objects.push(o);
         }
     }
-    if cfg.targets.is_empty() {
+    // `--process`: each running one's executable, opened as it maps it, once per file.
+    for name in &cfg.processes {
+        let found = crate::procnames::executables(name);
+        if found.is_empty() {
+            return Err(WatchError::NoProcessNamed(name.clone()));
+        }
+        for (pid, m) in found {
+            if seen.contains(&(libc::makedev(m.dev.0, m.dev.1), m.inode)) {
+                continue;
+            }
+            // One that exited or exec'd since the scan is passed over; another of the same
+            // file still stands for it.
+            let Ok(mut o) = target::open_mapped(pid, &m, &m.shown()) else {
+                continue;
+            };
+            crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_returns)?;
+            if seen.insert((o.dev, o.inode)) {
+                objects.push(o);
+            }
+        }
+    }
+    if cfg.targets.is_empty() && cfg.processes.is_empty() {
         for &pid in &cfg.pids {
             for m in target::open_process(pid)? {
                 // Objects that are not ELF (fonts, locale archives) or have no probes are
@@ -113,7 +134,7 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
         && (fn_pats.is_empty() || objects.is_empty())
         && !cfg.waits()
     {
-        let what = if cfg.targets.is_empty() {
+        let what = if cfg.targets.is_empty() && cfg.processes.is_empty() {
             format!("process {}", join_pids(&cfg.pids))
         } else {
             let shown: Vec<&str> = objects.iter().map(|o| o.shown.as_str()).collect();

@@ -1,0 +1,222 @@
+//! Keeping up with what the named files and processes stand for while a run goes on: a
+//! deploy that replaces a traced binary (a new file renamed over the path: a new inode), a
+//! process of a `--process` name running a file not traced yet.
+//!
+//! Uprobes belong to an inode. When a path traced by `watch TARGET` (no `-p`) or a `serve`
+//! definition comes to name another file, the processes started from then on run the new
+//! file, and none of them would be traced. [`Follow::poll`] looks at every named path (a
+//! `stat`) and, for `--process` names, at the running processes' executables, once every
+//! [`CHECK`]; each file it has not attached yet is opened, planned alone with the run's
+//! rules and merged into the running plan ([`crate::late::attach_new`]: span names shared by
+//! name, so the same histograms and metric series go on), and attached for every process
+//! running it. The old file's attachment stays for the processes still running it. Once the
+//! old file is gone from the file system *and* no process maps it any more, nothing can run
+//! it again: its probes are detached and its descriptor closed, so a deleted binary is not
+//! kept on disk by the tracer (checked every [`REAP`]).
+//!
+//! Each file is opened as [`crate::target`] opens any (a regular file, parsed through the
+//! descriptor; a process's executable through its own mapping, checked by device and
+//! inode), so a path swapped between the `stat` and the open is traced as what was opened.
+
+use crate::changes::ChangeWatch;
+use crate::late::{attach_new, key_of, running, Rules};
+use crate::output::text::{clean, say};
+use crate::plan::Plan;
+use crate::target::{self, Object};
+use crate::tracer::Tracer;
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How often the named paths and process names are looked at again.
+pub const CHECK: Duration = Duration::from_secs(1);
+/// How often files deleted since they were attached are checked for processes still running
+/// them (a walk of every process's maps, so less often).
+pub const REAP: Duration = Duration::from_secs(5);
+
+type Key = ((u32, u32), u64);
+
+/// The run's objects (those of the start and those attached since), and what to look at
+/// again.
+pub struct Follow {
+    /// Named paths to `stat` again (TARGETs without `-p`), with the file each named last.
+    paths: Vec<(PathBuf, Option<Key>)>,
+    /// `--process` names.
+    names: Vec<String>,
+    /// Every object attached, kept open: the uprobes were attached through their descriptors.
+    objects: Vec<Object>,
+    /// Their (device, inode), and those seen that had nothing to trace.
+    known: HashSet<Key>,
+    /// Objects attached here, watched for writes in place (the start's are watched by the
+    /// run's own [`ChangeWatch`]).
+    changes: ChangeWatch,
+    last_check: Instant,
+    last_reap: Instant,
+}
+
+fn stat_key(path: &std::path::Path) -> Option<Key> {
+    let m = std::fs::metadata(path).ok()?;
+    m.is_file()
+        .then(|| ((libc::major(m.dev()), libc::minor(m.dev())), m.ino()))
+}
+
+/// The file behind `o`'s descriptor has no name left in any directory.
+fn unlinked(o: &Object) -> bool {
+    o.file.metadata().is_ok_and(|m| m.nlink() == 0)
+}
+
+impl Follow {
+    /// `paths`: the named files to follow (empty with `-p` or `-c`: those processes' files
+    /// are what was asked for); `names`: `--process` names; `objects`: what the run attached
+    /// at start.
+    pub fn new(paths: &[PathBuf], names: &[String], objects: Vec<Object>) -> Follow {
+        Follow {
+            // None: each path is compared with the start's files at the first look.
+            paths: paths.iter().map(|p| (p.clone(), None)).collect(),
+            names: names.to_vec(),
+            known: objects.iter().map(key_of).collect(),
+            objects,
+            changes: ChangeWatch::new(),
+            last_check: Instant::now(),
+            last_reap: Instant::now(),
+        }
+    }
+
+    /// Descriptors readable when an object attached here is written in place.
+    pub fn wake_fds(&self) -> Vec<i32> {
+        self.changes.wake_fd().into_iter().collect()
+    }
+
+    /// Attaches the files the paths and names stand for now and that are not attached yet;
+    /// detaches the ones no process can run any more. Problems are warnings, as for objects
+    /// mapped late. Err when a new file cannot join the plan for want of room (the tracer
+    /// reserved room at load): a daemon then starts its definition again. `watched` watches
+    /// the start's objects for writes: a file detached here is taken out of it first.
+    pub fn poll(
+        &mut self,
+        plan: &mut Plan,
+        tracer: &mut Tracer,
+        rules: &Rules,
+        watched: &mut ChangeWatch,
+    ) -> Result<(), String> {
+        crate::watch::stop_changed(&self.changes.take_changed(), tracer, None);
+        if self.paths.is_empty() && self.names.is_empty() {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        if self.last_check.elapsed() >= CHECK {
+            self.last_check = Instant::now();
+            for (o, what) in self.new_files() {
+                match attach_new(&o, None, &what, plan, tracer, rules, &mut self.changes) {
+                    Ok(Some(line)) => {
+                        say(&line);
+                        self.objects.push(o);
+                    }
+                    Ok(None) => say(&format!(
+                        "warning: {}: nothing in it matches the patterns: not traced",
+                        clean(&what)
+                    )),
+                    Err(e) => {
+                        say(&format!("warning: {}: not traced", clean(&e)));
+                        if e.contains("no room") {
+                            result = Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        if self.last_reap.elapsed() >= REAP {
+            self.last_reap = Instant::now();
+            self.reap(tracer, watched);
+        }
+        result
+    }
+
+    /// The files the paths and names stand for that were not seen before, opened.
+    fn new_files(&mut self) -> Vec<(Object, String)> {
+        let mut found = Vec::new();
+        for (path, last) in &mut self.paths {
+            let now = stat_key(path);
+            if now == *last {
+                continue;
+            }
+            *last = now;
+            let Some(key) = now else { continue };
+            if self.known.contains(&key) {
+                continue;
+            }
+            let shown = path.display().to_string();
+            match target::open(&shown, path) {
+                Ok(o) => {
+                    self.known.insert(key_of(&o));
+                    found.push((o, format!("{shown} (a new file at that path)")));
+                }
+                // Half-written, or gone again: looked at the next time its identity changes.
+                Err(e) => say(&format!(
+                    "warning: {}: not traced: {}",
+                    clean(&shown),
+                    clean(&e.to_string())
+                )),
+            }
+        }
+        for name in &self.names {
+            for (pid, m) in crate::procnames::executables(name) {
+                if self.known.contains(&(m.dev, m.inode)) {
+                    continue;
+                }
+                let shown = m.shown();
+                match target::open_mapped(pid, &m, &shown) {
+                    Ok(o) => {
+                        self.known.insert(key_of(&o));
+                        let what = format!("{shown} (process {name}, pid {pid})");
+                        found.push((o, what));
+                    }
+                    // It exited, or is mid-exec: found again at the next look if it runs on.
+                    Err(_) => {}
+                }
+            }
+        }
+        found
+    }
+
+    /// Detaches and closes the objects deleted from the file system that no process maps.
+    fn reap(&mut self, tracer: &mut Tracer, watched: &mut ChangeWatch) {
+        let gone: Vec<Key> = self
+            .objects
+            .iter()
+            .filter(|o| unlinked(o))
+            .map(key_of)
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let still: HashSet<Key> = running(&gone)
+            .into_iter()
+            .filter_map(|pid| crate::procmaps::mapped_objects(pid).ok())
+            .flatten()
+            .map(|m| (m.dev, m.inode))
+            .collect();
+        let mut kept = Vec::new();
+        for o in std::mem::take(&mut self.objects) {
+            let key = key_of(&o);
+            if !gone.contains(&key) || still.contains(&key) {
+                kept.push(o);
+                continue;
+            }
+            // Before its descriptor closes and its number is reused.
+            watched.forget(key.0, key.1);
+            self.changes.forget(key.0, key.1);
+            let sites = match tracer.detach_object(&o.fd_path().to_string_lossy()) {
+                crate::tracer::Detach::Done(n)
+                | crate::tracer::Detach::Background { sites: n, .. } => n,
+            };
+            say(&format!(
+                "Detached {sites} probe site{} in {} (deleted or replaced, and no process runs it any more)",
+                if sites == 1 { "" } else { "s" },
+                clean(&o.shown)
+            ));
+        }
+        self.objects = kept;
+    }
+}
