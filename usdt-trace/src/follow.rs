@@ -166,14 +166,11 @@ impl Follow {
                     continue;
                 }
                 let shown = m.shown();
-                match target::open_mapped(pid, &m, &shown) {
-                    Ok(o) => {
-                        self.known.insert(key_of(&o));
-                        let what = format!("{shown} (process {name}, pid {pid})");
-                        found.push((o, what));
-                    }
-                    // It exited, or is mid-exec: found again at the next look if it runs on.
-                    Err(_) => {}
+                // One that exited or is mid-exec is found again at the next look if it runs on.
+                if let Ok(o) = target::open_mapped(pid, &m, &shown) {
+                    self.known.insert(key_of(&o));
+                    let what = format!("{shown} (process {name}, pid {pid})");
+                    found.push((o, what));
                 }
             }
         }
