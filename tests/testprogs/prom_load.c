@@ -3,8 +3,10 @@
  *   19 of every 20 busy-wait 1 ms on the CPU (on-CPU time),
  *   1 of every 20 sleeps 6 ms (sleep time), so the 99th percentile is in the 6 ms bucket.
  * At the end it prints "spans N seconds S" on stderr: its own rate, to compare with rate(_count).
+ * Then it stays IDLE seconds (default 0) with no span, so that a scraper sees the final counts
+ * for a while before the tracer ends.
  *
- *   ./prom_load SECONDS
+ *   ./prom_load SECONDS [IDLE]
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -54,5 +56,8 @@ int main(int argc, char **argv)
     }
     /* stderr: under watch -c, stdout is the tracer's JSON. */
     fprintf(stderr, "spans %ld seconds %.6f\n", i, (now_ns() - start) / 1e9);
+    fflush(stderr);
+    double idle = argc > 2 ? atof(argv[2]) : 0;
+    sleep_until(now_ns() + (uint64_t)(idle * 1e9));
     return 0;
 }
