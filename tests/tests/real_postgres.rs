@@ -313,3 +313,128 @@ fn percentiles_per_interval_into_a_file() {
         .expect("summary");
     assert!(sum["spans"].as_u64().unwrap() >= N, "{sum}");
 }
+
+/// The always-on form over a real PostgreSQL: `serve` with a definition by process name
+/// (`processes = ["postgres"]`: the postmaster and every backend it forks, all started after
+/// the daemon attached), query latency keyed by the query text, scraped by a real Prometheus.
+/// The oracles are the queries themselves: how many of each psql sent, and how long each
+/// sleeps (`pg_sleep`): every one lasts at least that, and at most a scheduling delay more.
+#[test]
+#[ignore = "needs root"]
+fn serve_exports_query_latency_by_text_for_every_postgres_process() {
+    use usdt_trace_tests::prometheus::Prometheus;
+    use usdt_trace_tests::serve::{Daemon, Metrics};
+    let Some(pg) = Cluster::start() else { return };
+    let tag = nonce();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let config = pg.dir.join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"{addr}\"\nretry-seconds = 1\n\
+             [[definition]]\nname = \"pg\"\nprocesses = [\"postgres\"]\n\
+             patterns = [\"postgresql:query__start\", \"postgresql:query__done\"]\n\
+             span = [\"query__start=query__done\"]\nstr = [\"query__start:0\"]\n\
+             str-max = 128\nby = \"str0\"\nmax-keys = 200\n"
+        ),
+    )
+    .expect("config");
+    let mut d = Daemon::start(&config);
+    d.wait_log("[pg] attached", Duration::from_secs(90));
+    let short = format!("SELECT pg_sleep(0.05), '{tag}-short'");
+    let long = format!("SELECT pg_sleep(0.2), '{tag}-long'");
+    // Each psql a backend of its own: processes forked after the attach.
+    for _ in 0..6 {
+        pg.psql(std::slice::from_ref(&short));
+    }
+    for _ in 0..3 {
+        pg.psql(std::slice::from_ref(&long));
+    }
+    let prom = Prometheus::start(&addr);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    fn key(q: &str) -> [(&str, &str); 3] {
+        [("definition", "pg"), ("span", "query"), ("key", q)]
+    }
+    let m = loop {
+        let m = Metrics::scrape(&addr);
+        let n = |q: &str| {
+            m.find("usdt_span_duration_seconds_count", &key(q))
+                .first()
+                .map_or(0.0, |s| s.value)
+        };
+        if (n(&short), n(&long)) == (6.0, 3.0) {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "counted {} and {} of 6 and 3\n{}",
+            n(&short),
+            n(&long),
+            m.text
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Every query lasts its sleep at least: no bucket below it holds one.
+    for (q, sleep, n) in [(&short, 0.05, 6.0), (&long, 0.2, 3.0)] {
+        for b in m.find("usdt_span_duration_seconds_bucket", &key(q)) {
+            let le: f64 = b.labels["le"].parse().unwrap_or(f64::INFINITY);
+            if le < sleep {
+                assert_eq!(b.value, 0.0, "{q}: {b:?}");
+            }
+        }
+        let sum = m.one("usdt_span_duration_seconds_sum", &key(q));
+        assert!(
+            sum >= n * sleep && sum < n * (sleep + 0.1),
+            "{q}: {sum} s for {n} sleeps of {sleep} s"
+        );
+    }
+    // Prometheus, scraping the daemon, answers the same: the counts, and the median of each
+    // query inside the kernel bucket its sleep falls in or just above.
+    proc_wait_scrape(&prom, &tag);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let count = prom.one(
+        &format!(
+            "sum(usdt_span_duration_seconds_count{{definition=\"pg\",key=~\".*{tag}-long.*\"}})"
+        ),
+        now,
+    );
+    assert_eq!(count, 3.0);
+    let median = prom.one(
+        &format!("histogram_quantile(0.5, usdt_span_duration_seconds_bucket{{definition=\"pg\",key=~\".*{tag}-long.*\"}})"),
+        now,
+    );
+    assert!(
+        (0.2..0.3).contains(&median),
+        "median of the 0.2 s queries: {median}"
+    );
+    println!("/metrics (this test's queries):");
+    for l in m.text.lines().filter(|l| l.contains(&tag) && !l.contains("_bucket")) {
+        println!("{l}");
+    }
+    d.signal(15);
+    let status = usdt_trace_tests::proc::wait_within(&mut d.child, Duration::from_secs(60));
+    assert!(status.is_some_and(|s| s.success()), "daemon: {status:?}");
+}
+
+/// Waits until Prometheus has scraped a series carrying `tag`.
+fn proc_wait_scrape(prom: &usdt_trace_tests::prometheus::Prometheus, tag: &str) {
+    wait_until(
+        "Prometheus scraped the daemon",
+        Duration::from_secs(60),
+        || {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs_f64();
+            !prom
+                .query(
+                    &format!("usdt_span_duration_seconds_count{{key=~\".*{tag}.*\"}}"),
+                    now,
+                )
+                .is_empty()
+        },
+    );
+}
