@@ -411,7 +411,11 @@ fn serve_exports_query_latency_by_text_for_every_postgres_process() {
         "median of the 0.2 s queries: {median}"
     );
     println!("/metrics (this test's queries):");
-    for l in m.text.lines().filter(|l| l.contains(&tag) && !l.contains("_bucket")) {
+    for l in m
+        .text
+        .lines()
+        .filter(|l| l.contains(&tag) && !l.contains("_bucket"))
+    {
         println!("{l}");
     }
     d.signal(15);

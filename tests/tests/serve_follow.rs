@@ -173,7 +173,16 @@ fn serve_follows_a_replaced_binary_and_every_process_of_a_name() {
     );
     p2.spans(7);
     p1.spans(5);
-    expect_counts(&addr, 22.0, 22.0);
+    let m = expect_counts(&addr, 22.0, 22.0);
+    // Both builds attached under the one path: 2 sites each.
+    let shown = path.display().to_string();
+    let sites = |m: &Metrics| {
+        m.one(
+            "usdt_object_attached_sites",
+            &[("definition", "bypath"), ("object", &shown)],
+        )
+    };
+    assert_eq!(sites(&m), 4.0, "{}", m.text);
 
     // Another file of the same name, elsewhere: only the name's definition takes it.
     let mut p3 = Load::start(&second);
@@ -199,6 +208,7 @@ fn serve_follows_a_replaced_binary_and_every_process_of_a_name() {
     p2.spans(2);
     p3.spans(1);
     let m = expect_counts(&addr, 24.0, 28.0);
+    assert_eq!(sites(&m), 2.0, "{}", m.text);
     for def in ["bypath", "byname"] {
         assert_eq!(
             m.one("usdt_definition_up", &[("definition", def)]),

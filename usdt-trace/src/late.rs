@@ -459,6 +459,7 @@ pub(crate) fn attach_new(
         changes.pop();
         return Err(format!("{what}: {e}"));
     }
+    tracer.name_object(&path.to_string_lossy(), &o.shown);
     // Records of the new sites are read after this returns, by then with their cookies.
     *plan = merged;
     let spans: std::collections::BTreeSet<u32> =

@@ -264,6 +264,9 @@ pub struct Tracer {
     multi_links: Vec<OwnedFd>,
     /// The path and number of sites of each of `multi_links`.
     multi_paths: Vec<(Rc<str>, usize)>,
+    /// What each attach path (`/proc/self/fd/N`) is to the user: the file as named or
+    /// mapped (for the per-object health gauge).
+    owner_names: std::collections::HashMap<Rc<str>, String>,
     /// The program loaded for uprobe_multi links (multi path).
     multi_prog: Option<OwnedFd>,
     /// The same program loaded by aya for perf-event links (perf path).
@@ -487,6 +490,7 @@ impl Tracer {
             multi_links: Vec::new(),
             fd_paths: Vec::new(),
             multi_paths: Vec::new(),
+            owner_names: std::collections::HashMap::new(),
             multi_prog,
             prog_fd: None,
             sites: 0,
@@ -607,6 +611,31 @@ impl Tracer {
     /// Probe sites attached so far (one per process for a per-process uprobe).
     pub fn attached_sites(&self) -> usize {
         self.sites
+    }
+
+    /// Names the object attached through `path` (`/proc/self/fd/N`) as the user knows it.
+    pub fn name_object(&mut self, path: &str, shown: &str) {
+        self.owner_names.insert(Rc::from(path), shown.to_string());
+    }
+
+    /// Probe sites attached now, per object as [`Tracer::name_object`] named it (the path
+    /// attached through when it was not named), sorted by name.
+    pub fn sites_by_object(&self) -> Vec<(String, u64)> {
+        let mut by: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+        let name = |p: &Rc<str>| {
+            self.owner_names
+                .get(p)
+                .cloned()
+                .unwrap_or_else(|| p.to_string())
+        };
+        for (p, n) in &self.multi_paths {
+            *by.entry(name(p)).or_default() += *n as u64;
+        }
+        // Two descriptors per perf-event site (the event and its link).
+        for p in self.fd_paths.iter().step_by(2) {
+            *by.entry(name(p)).or_default() += 1;
+        }
+        by.into_iter().collect()
     }
 
     /// Span names the histograms have room for.
@@ -746,6 +775,7 @@ impl Tracer {
         self.multi_links.clear();
         self.multi_paths.clear();
         self.fd_paths.clear();
+        self.owner_names.clear();
         let fds = std::mem::take(&mut self.fds);
         let sites = std::mem::take(&mut self.sites);
         Self::drop_links(fds, sites)
@@ -779,6 +809,7 @@ impl Tracer {
         }
         sites += gone.len() / 2;
         self.sites = self.sites.saturating_sub(sites);
+        self.owner_names.remove(path);
         Self::drop_links(gone, sites)
     }
 

@@ -44,6 +44,7 @@ pub(crate) fn attach(
                     e => e,
                 })?;
         }
+        tracer.name_object(&path, &o.shown);
     }
     Ok(())
 }

@@ -342,6 +342,7 @@ impl Reader {
             },
             health: Health {
                 sites: tracer.attached_sites() as u64,
+                objects: tracer.sites_by_object(),
                 span_names: n as u64,
                 ring_bytes: ring_bytes.into(),
                 cpu_ns: clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID),

@@ -393,6 +393,24 @@ impl prometheus_client::collector::Collector for Exposition {
             None,
             &health(&|h| h.sites),
         )?;
+        let objects: Vec<_> = self
+            .parts
+            .iter()
+            .flat_map(|(p, _)| {
+                p.snap.health.objects.iter().map(|(o, n)| {
+                    let mut l = p.labels.clone();
+                    l.push(("object", o.clone()));
+                    (l, *n as i64)
+                })
+            })
+            .collect();
+        gauge(
+            &mut enc,
+            "usdt_object_attached_sites",
+            "Probe sites attached, per traced object (one per process for a per-process attachment).",
+            None,
+            &objects,
+        )?;
         gauge(
             &mut enc,
             "usdt_span_names",

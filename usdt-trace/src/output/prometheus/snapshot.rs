@@ -60,9 +60,11 @@ pub struct Counters {
 }
 
 /// The tracer's own state.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Health {
     pub sites: u64,
+    /// Sites attached now per object (its path as named or mapped).
+    pub objects: Vec<(String, u64)>,
     pub span_names: u64,
     pub ring_bytes: u64,
     /// This process's CPU time (user + system), nanoseconds.

@@ -111,6 +111,7 @@ fn renders_histogram_split_and_counters() {
         },
         health: Health {
             sites: 4,
+            objects: vec![("/usr/bin/app".into(), 3), ("/usr/lib/libx.so".into(), 1)],
             span_names: 2,
             ring_bytes: 1 << 24,
             cpu_ns: 1_500_000_000,
@@ -213,6 +214,17 @@ fn renders_histogram_split_and_counters() {
     assert_eq!(value(&t, "usdt_records_lost_total"), 1.0);
     assert_eq!(value(&t, "usdt_spans_dropped_total{reason=\"depth\"}"), 0.0);
     assert_eq!(value(&t, "usdt_attached_sites"), 4.0);
+    assert_eq!(
+        value(&t, "usdt_object_attached_sites{object=\"/usr/bin/app\"}"),
+        3.0
+    );
+    assert_eq!(
+        value(
+            &t,
+            "usdt_object_attached_sites{object=\"/usr/lib/libx.so\"}"
+        ),
+        1.0
+    );
     assert_eq!(value(&t, "usdt_ring_buffer_size_bytes"), 16777216.0);
     assert_eq!(value(&t, "process_cpu_seconds_total"), 1.5);
     // No --by: no key series, no key counters.
