@@ -300,7 +300,7 @@ fn disk_file() -> Option<PathBuf> {
 #[ignore = "needs root"]
 fn twice_the_direct_reads_is_more_io() {
     let Some(file) = disk_file() else {
-        eprintln!("skipped: no writable directory on a block device (only tmpfs)");
+        eprintln!("skipped in twice_the_direct_reads_is_more_io: no writable directory on a block device (only tmpfs)");
         return;
     };
     let f = file.display();
@@ -316,7 +316,7 @@ fn twice_the_direct_reads_is_more_io() {
     let (base, bout) = record_out(&format!("disk {f} 40 8 512"), "disk8");
     let (after, aout) = record_out(&format!("disk {f} 40 32 512"), "disk32");
     if !check_kinds(&bout) || !check_kinds(&aout) {
-        eprintln!("skipped: the device served the reads without the reader waiting");
+        eprintln!("skipped in twice_the_direct_reads_is_more_io: the device served the reads without the reader waiting");
         return;
     }
     // Which of "more waits" and "longer waits" grew is only known for reads the tool saw
@@ -332,7 +332,7 @@ fn twice_the_direct_reads_is_more_io() {
     let (sb, sa) = (seen(&bout), seen(&aout));
     if sb < 0.9 || sa < 0.9 {
         eprintln!(
-            "skipped: the tool saw {:.0}% and {:.0}% of the reads wait (the rest were served \
+            "skipped in twice_the_direct_reads_is_more_io: the tool saw {:.0}% and {:.0}% of the reads wait (the rest were served \
              while the vCPU was stopped)",
             100.0 * sb,
             100.0 * sa
@@ -425,7 +425,7 @@ fn pread_per_call(out: &watch::Output) -> (f64, u64) {
 #[ignore = "needs root"]
 fn the_same_reads_beside_a_write_flood_are_a_busy_disk() {
     let Some(file) = disk_file() else {
-        eprintln!("skipped: no writable directory on a block device (only tmpfs)");
+        eprintln!("skipped in the_same_reads_beside_a_write_flood_are_a_busy_disk: no writable directory on a block device (only tmpfs)");
         return;
     };
     let f = file.display();
@@ -435,7 +435,7 @@ fn the_same_reads_beside_a_write_flood_are_a_busy_disk() {
     let mode = format!("disk {f} 40 8");
     let (quiet, qout) = record_out(&mode, "disk8_quiet");
     if !check_kinds(&qout) {
-        eprintln!("skipped: the device served the reads without the reader waiting");
+        eprintln!("skipped in the_same_reads_beside_a_write_flood_are_a_busy_disk: the device served the reads without the reader waiting");
         return;
     }
     let (busy, bout) = {
@@ -445,11 +445,11 @@ fn the_same_reads_beside_a_write_flood_are_a_busy_disk() {
     let ((q, qn), (b, bn)) = (pread_per_call(&qout), pread_per_call(&bout));
     assert_eq!(qn, bn, "the same reads in both runs");
     if b < 2.0 * q {
-        eprintln!("skipped: the flood did not slow the reads ({q:.0} → {b:.0} ns per pread)");
+        eprintln!("skipped in the_same_reads_beside_a_write_flood_are_a_busy_disk: the flood did not slow the reads ({q:.0} → {b:.0} ns per pread)");
         return;
     }
     if !check_kinds(&bout) {
-        eprintln!("skipped: the device served the busy run's reads without the reader waiting");
+        eprintln!("skipped in the_same_reads_beside_a_write_flood_are_a_busy_disk: the device served the busy run's reads without the reader waiting");
         return;
     }
     let v = diff_files(&quiet, &busy);
