@@ -314,3 +314,51 @@ impl Sink for Fanout {
         self.0.iter_mut().try_for_each(|x| x.finish(s))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One comparison of a span name only the baseline has (the simplest to build).
+    fn compared() -> Vec<crate::diff::Comparison> {
+        let base = "{\"type\":\"span\",\"provider\":\"app\",\"name\":\"x\",\"duration_ns\":1000}\n";
+        let spans = crate::diff::read_run(std::path::Path::new("b"), base.as_bytes()).unwrap();
+        crate::diff::compare_runs(spans, Default::default())
+    }
+
+    #[test]
+    fn the_baseline_report_follows_the_summary_in_text_and_precedes_it_in_json() {
+        let c = compared();
+        let report = Compared {
+            baseline: std::path::Path::new("base.ndjson"),
+            comparisons: &c,
+        };
+        let mut text = TextSink::new(Vec::new(), false);
+        text.compared(&report).unwrap();
+        text.finish(&Summary::default()).unwrap();
+        let text = String::from_utf8(text.into_inner()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1..],
+            [
+                "--- compared with the baseline base.ndjson ---",
+                "app:x: only before (1 spans, mean 1.0us)"
+            ],
+            "{text}"
+        );
+        assert!(lines[0].starts_with("0 spans, 0 events"), "{text}");
+
+        let mut json = JsonSink::new(Vec::new());
+        json.compared(&report).unwrap();
+        json.finish(&Summary::default()).unwrap();
+        let json = String::from_utf8(json.into_inner()).unwrap();
+        let v: Vec<serde_json::Value> = json
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(v.len(), 2, "{json}");
+        assert_eq!(v[0], crate::diff::to_json(&c[0]));
+        assert_eq!(v[0]["type"], "diff");
+        assert_eq!(v[1]["type"], "summary");
+    }
+}
