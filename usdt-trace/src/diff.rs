@@ -2,7 +2,9 @@
 //! changed, which parts of the time split explain the change of the mean, and a verdict that
 //! names the dominant cause (CPU contention, more work, more I/O, waiting, ...).
 //!
-//! Pure: reads two files, writes text or NDJSON. Only `{"type":"span"}` lines count; the
+//! Pure: reads two files, writes text or NDJSON; `watch --baseline FILE` compares its live
+//! run with a file through the same code ([`Run`] collects a run's spans from either source,
+//! [`compare_runs`] compares the summaries, [`to_text`] and [`to_json`] write them). Only `{"type":"span"}` lines count; the
 //! split comes from their `oncpu_ns`, `runq_ns`, `sleep_ns`, `io_ns` and `idle_ns` fields,
 //! which add up to `duration_ns` (see the README, "Where did the time go?"), and what the
 //! sleep and io waited on from their `waits` (lock, net, timer within sleep; disk within io):
@@ -37,6 +39,8 @@ pub enum DiffError {
     NoDuration { path: PathBuf, line: usize },
     #[error("{path}: no span lines (record with `usdt-trace watch --json`)")]
     NoSpans { path: PathBuf },
+    #[error("{path}: not a regular file")]
+    NotFile { path: PathBuf },
     #[error("writing the report: {0}")]
     Write(#[from] std::io::Error),
 }
@@ -195,9 +199,126 @@ fn percentile(sorted: &[u64], p: u64) -> u64 {
     sorted[rank as usize - 1]
 }
 
+/// One span as the comparison counts it: its duration and, when it has one, its time split.
+/// Built from a `watch --json` span line ([`SpanSample::of_json`]) or, in a live `watch
+/// --baseline` run, from the kernel's record ([`SpanSample::of_record`]): the same numbers
+/// either way (a unit test holds the two to each other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanSample {
+    pub duration_ns: u64,
+    pub split: Option<SplitSample>,
+}
+
+/// A span's time split: its parts (`PARTS` order) and, per kind of wait (`KINDS` order), the
+/// time and the number of waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitSample {
+    pub parts: [u64; PARTS.len()],
+    pub kinds_ns: [u64; KINDS.len()],
+    pub kinds_n: [u64; KINDS.len()],
+}
+
+impl SpanSample {
+    /// From a `{"type":"span"}` line; None for any other line, an error for a span line
+    /// without a numeric `duration_ns`.
+    fn of_json(v: &Value) -> Option<Result<SpanSample, ()>> {
+        if v["type"] != "span" {
+            return None;
+        }
+        let Some(duration_ns) = v["duration_ns"].as_u64() else {
+            return Some(Err(()));
+        };
+        // A split has at least on-CPU time; idle_ns only exists for polled spans.
+        let split = v["oncpu_ns"].is_u64().then(|| SplitSample {
+            parts: PARTS.map(|p| v[p.field()].as_u64().unwrap_or(0)),
+            // Absent: no wait of that kind (or a run recorded before kinds were known).
+            kinds_ns: KINDS.map(|(kind, _)| v["waits"][kind]["ns"].as_u64().unwrap_or(0)),
+            kinds_n: KINDS.map(|(kind, _)| v["waits"][kind]["n"].as_u64().unwrap_or(0)),
+        });
+        Some(Ok(SpanSample { duration_ns, split }))
+    }
+
+    /// From the kernel's record of a span, as `watch --json` would write it
+    /// (`output::json::span_json`): the split when the record's accounting is valid, idle time
+    /// only for a polled span.
+    pub fn of_record(r: &usdt_trace_common::SpanRecord) -> SpanSample {
+        let split = (r.acct_valid != 0).then(|| {
+            let a = &r.acct;
+            let idle = if r.polls > 0 { r.idle_ns } else { 0 };
+            let kinds = crate::output::wait_kinds(a);
+            let by_name = |want: &str| {
+                kinds
+                    .iter()
+                    .find(|k| k.0 == want)
+                    .map_or((0, 0), |k| (k.1, k.2 as u64))
+            };
+            SplitSample {
+                parts: PARTS.map(|p| match p {
+                    Part::OnCpu => a.oncpu,
+                    Part::RunQ => a.runq,
+                    Part::Sleep => a.sleep,
+                    Part::Io => a.io,
+                    Part::Idle => idle,
+                }),
+                kinds_ns: KINDS.map(|(kind, _)| by_name(kind).0),
+                kinds_n: KINDS.map(|(kind, _)| by_name(kind).1),
+            }
+        });
+        SpanSample {
+            duration_ns: r.hdr.ts_ns.saturating_sub(r.start_ns),
+            split,
+        }
+    }
+}
+
+/// The span summaries of one run, per span name (`provider:name`): what a comparison takes.
+pub type Summaries = BTreeMap<String, Stats>;
+
+/// The spans of one run as they come, per span name; [`Run::summaries`] makes the
+/// [`Summaries`] a comparison takes. Keeps each span's duration (8 bytes a span: the p99 and
+/// the variance are exact).
+#[derive(Debug, Default, Clone)]
+pub struct Run {
+    by_name: BTreeMap<String, Samples>,
+}
+
+impl Run {
+    /// One span of the span name `name` (`provider:name`).
+    pub fn add(&mut self, name: &str, sp: &SpanSample) {
+        let s = match self.by_name.get_mut(name) {
+            Some(s) => s,
+            None => self.by_name.entry(name.to_string()).or_default(),
+        };
+        s.durations.push(sp.duration_ns);
+        if let Some(split) = &sp.split {
+            s.split_n += 1;
+            s.split_dur += sp.duration_ns as u128;
+            for (sum, x) in s.parts.iter_mut().zip(split.parts) {
+                *sum += x as u128;
+            }
+            for k in 0..KINDS.len() {
+                s.kind_ns[k] += split.kinds_ns[k] as u128;
+                s.kind_n[k] += split.kinds_n[k] as u128;
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// Per span name, its summary.
+    pub fn summaries(self) -> Summaries {
+        self.by_name
+            .into_iter()
+            .map(|(k, s)| (k, s.stats()))
+            .collect()
+    }
+}
+
 /// Per span name (`provider:name`), the spans of one NDJSON run.
-fn read_run(path: &Path, r: impl BufRead) -> Result<BTreeMap<String, Stats>, DiffError> {
-    let mut by_name: BTreeMap<String, Samples> = BTreeMap::new();
+pub fn read_run(path: &Path, r: impl BufRead) -> Result<Summaries, DiffError> {
+    let mut run = Run::default();
     for (i, line) in r.lines().enumerate() {
         let line = line.map_err(|source| DiffError::Read {
             path: path.into(),
@@ -211,10 +332,10 @@ fn read_run(path: &Path, r: impl BufRead) -> Result<BTreeMap<String, Stats>, Dif
             line: i + 1,
             msg: e.to_string(),
         })?;
-        if v["type"] != "span" {
+        let Some(sample) = SpanSample::of_json(&v) else {
             continue;
-        }
-        let dur = v["duration_ns"].as_u64().ok_or(DiffError::NoDuration {
+        };
+        let sample = sample.map_err(|()| DiffError::NoDuration {
             path: path.into(),
             line: i + 1,
         })?;
@@ -223,26 +344,35 @@ fn read_run(path: &Path, r: impl BufRead) -> Result<BTreeMap<String, Stats>, Dif
             v["provider"].as_str().unwrap_or(""),
             v["name"].as_str().unwrap_or("")
         );
-        let s = by_name.entry(name).or_default();
-        s.durations.push(dur);
-        // A split has at least on-CPU time; idle_ns only exists for polled spans.
-        if v["oncpu_ns"].is_u64() {
-            s.split_n += 1;
-            s.split_dur += dur as u128;
-            for (sum, p) in s.parts.iter_mut().zip(PARTS) {
-                *sum += v[p.field()].as_u64().unwrap_or(0) as u128;
-            }
-            // Absent: no wait of that kind (or a run recorded before kinds were known).
-            for (k, (kind, _)) in KINDS.iter().enumerate() {
-                s.kind_ns[k] += v["waits"][kind]["ns"].as_u64().unwrap_or(0) as u128;
-                s.kind_n[k] += v["waits"][kind]["n"].as_u64().unwrap_or(0) as u128;
-            }
-        }
+        run.add(&name, &sample);
     }
-    if by_name.is_empty() {
+    if run.is_empty() {
         return Err(DiffError::NoSpans { path: path.into() });
     }
-    Ok(by_name.into_iter().map(|(k, s)| (k, s.stats())).collect())
+    Ok(run.summaries())
+}
+
+/// `watch --baseline FILE`: a run read before tracing starts, compared with the live run's
+/// spans when it ends.
+#[derive(Debug, Clone)]
+pub struct Baseline {
+    pub path: PathBuf,
+    pub spans: Summaries,
+}
+
+impl Baseline {
+    pub fn read(path: &Path) -> Result<Baseline, DiffError> {
+        Ok(Baseline {
+            path: path.into(),
+            spans: read_run_file(path)?,
+        })
+    }
+}
+
+/// Reads a whole run from the file at `path`: a regular file (a FIFO or a device would be
+/// read forever, or block opening), NDJSON with span lines.
+pub fn read_run_file(path: &Path) -> Result<Summaries, DiffError> {
+    read_run(path, open(path)?)
 }
 
 /// What one span name's comparison found.
@@ -405,45 +535,66 @@ fn kind_cause(part: Part, grew_ns: f64, b: &Stats, a: &Stats) -> Option<(&'stati
     })
 }
 
-/// Compare two runs read from `before` and `after`.
-pub fn diff_readers(
-    before: (&Path, impl BufRead),
-    after: (&Path, impl BufRead),
-) -> Result<Vec<Comparison>, DiffError> {
-    let mut b = read_run(before.0, before.1)?;
-    let mut a = read_run(after.0, after.1)?;
+/// Compare two runs' summaries, per span name in name order: `usdt-trace diff` compares two
+/// files, `watch --baseline` a file and the live run.
+pub fn compare_runs(mut b: Summaries, mut a: Summaries) -> Vec<Comparison> {
     let mut names: Vec<String> = b.keys().chain(a.keys()).cloned().collect();
     names.sort_unstable();
     names.dedup();
-    Ok(names
+    names
         .into_iter()
         .map(|n| {
             let (sb, sa) = (b.remove(&n), a.remove(&n));
             compare(n, sb, sa)
         })
-        .collect())
+        .collect()
+}
+
+/// Compare two runs read from `before` and `after`.
+#[cfg(test)]
+fn diff_readers(
+    before: (&Path, impl BufRead),
+    after: (&Path, impl BufRead),
+) -> Result<Vec<Comparison>, DiffError> {
+    let b = read_run(before.0, before.1)?;
+    let a = read_run(after.0, after.1)?;
+    Ok(compare_runs(b, a))
 }
 
 fn open(path: &Path) -> Result<std::io::BufReader<std::fs::File>, DiffError> {
-    std::fs::File::open(path)
-        .map(std::io::BufReader::new)
-        .map_err(|source| DiffError::Read {
-            path: path.into(),
-            source,
-        })
+    use std::os::unix::fs::OpenOptionsExt;
+    let err = |source| DiffError::Read {
+        path: path.into(),
+        source,
+    };
+    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(err)?;
+    if !f.metadata().map_err(err)?.is_file() {
+        return Err(DiffError::NotFile { path: path.into() });
+    }
+    Ok(std::io::BufReader::new(f))
+}
+
+/// Writes one comparison as `usdt-trace diff` does: its text, or its JSON line.
+pub fn write_comparison(c: &Comparison, json: bool, out: &mut impl Write) -> std::io::Result<()> {
+    if json {
+        let mut line = serde_json::to_vec(&to_json(c)).map_err(std::io::Error::from)?;
+        line.push(b'\n');
+        out.write_all(&line)
+    } else {
+        out.write_all(to_text(c).as_bytes())
+    }
 }
 
 /// `usdt-trace diff`: read both files, write the report.
 pub fn run(before: &Path, after: &Path, json: bool, out: &mut impl Write) -> Result<(), DiffError> {
-    let cmp = diff_readers((before, open(before)?), (after, open(after)?))?;
+    let cmp = compare_runs(read_run_file(before)?, read_run_file(after)?);
     for c in &cmp {
-        if json {
-            let mut line = serde_json::to_vec(&to_json(c)).map_err(std::io::Error::from)?;
-            line.push(b'\n');
-            out.write_all(&line)?;
-        } else {
-            out.write_all(to_text(c).as_bytes())?;
-        }
+        write_comparison(c, json, out)?;
     }
     out.flush()?;
     Ok(())
@@ -578,10 +729,11 @@ fn stats_json(s: &Stats) -> Value {
     })
 }
 
-/// One NDJSON line per name: `{"span","before","after","delta","verdict"}`; before or after
-/// is null for a name only one run has.
+/// One NDJSON line per name: `{"type":"diff","span","before","after","delta","verdict"}`;
+/// before or after is null for a name only one run has.
 pub fn to_json(c: &Comparison) -> Value {
     let mut v = json!({
+        "type": "diff",
         "span": c.name,
         "before": c.before.as_ref().map(stats_json),
         "after": c.after.as_ref().map(stats_json),
@@ -929,5 +1081,137 @@ mod tests {
             e.to_string(),
             "b:1: span line without a numeric duration_ns"
         );
+    }
+
+    /// A span record as the kernel sends it: `dur` ns long, with this accounting.
+    fn record(
+        dur: u64,
+        acct: Option<usdt_trace_common::Acct>,
+        idle_polls: (u64, u32),
+    ) -> usdt_trace_common::SpanRecord {
+        use usdt_trace_common::*;
+        SpanRecord {
+            hdr: RecordHeader {
+                kind: RecordKind::SPAN,
+                site: 1,
+                pid: 10,
+                tid: 11,
+                ts_ns: 5_000_000 + dur,
+                comm: *b"app\0\0\0\0\0\0\0\0\0\0\0\0\0",
+            },
+            start_site: 0,
+            start_tid: 11,
+            start_ns: 5_000_000,
+            acct: acct.unwrap_or_default(),
+            acct_valid: acct.is_some() as u32,
+            waker_pid: 0,
+            waker_tid: 0,
+            has_strs: 0,
+            longest_off_ns: 0,
+            waker_comm: [0; 16],
+            args: [0; MAX_ARGS],
+            end_args: [0; MAX_ARGS],
+            idle_ns: idle_polls.0,
+            polls: idle_polls.1,
+            threads: idle_polls.1.min(1),
+        }
+    }
+
+    /// The oracle of `watch --baseline`'s numbers: a live span counts as its `watch --json`
+    /// line would in `diff`, whatever its split, waits and polls.
+    #[test]
+    fn a_live_span_counts_as_its_json_line_would() {
+        use crate::output::{json::span_json, PairInfo, SiteInfo};
+        use usdt_trace_common::*;
+        let acct = |waits: &[(u32, u64, u32)]| {
+            let mut a = Acct {
+                oncpu: 3_000_000,
+                runq: 250_000,
+                sleep: 1_200_000,
+                io: 700_000,
+                ..Acct::default()
+            };
+            for &(kind, ns, n) in waits {
+                a.wait_ns[(kind - 1) as usize] = ns;
+                a.waits[(kind - 1) as usize] = n;
+            }
+            a
+        };
+        let recs = [
+            record(5_150_000, Some(acct(&[])), (0, 0)),
+            record(
+                5_150_000,
+                Some(acct(&[
+                    (WAIT_LOCK, 1_000_000, 2),
+                    (WAIT_NET, 100_000, 1),
+                    (WAIT_TIMER, 50_000, 3),
+                    (WAIT_DISK, 650_000, 8),
+                ])),
+                (0, 0),
+            ),
+            // A polled span: idle time between polls.
+            record(
+                9_000_000,
+                Some(acct(&[(WAIT_DISK, 600_000, 1)])),
+                (3_850_000, 3),
+            ),
+            // No split (crossed threads unmarked, or --no-sched).
+            record(7_000, None, (0, 0)),
+            // idle_ns without polls is not written, so not counted.
+            record(5_150_000, Some(acct(&[])), (99, 0)),
+        ];
+        let pair = PairInfo {
+            provider: "app".into(),
+            stem: "request".into(),
+            start: "request__start".into(),
+            ends: vec!["request__end".into()],
+        };
+        let site = SiteInfo::for_test("app", "request__start", &[], &[]);
+        let (mut live, mut file) = (Run::default(), String::new());
+        for r in &recs {
+            let mut line = Vec::new();
+            span_json(&mut line, &pair, &site, &site, r, None, None);
+            let v: Value = serde_json::from_slice(&line).unwrap();
+            let from_line = SpanSample::of_json(&v).unwrap().unwrap();
+            assert_eq!(SpanSample::of_record(r), from_line, "{v}");
+            live.add("app:request", &SpanSample::of_record(r));
+            file.push_str(std::str::from_utf8(&line).unwrap());
+        }
+        assert!(SpanSample::of_record(&recs[1])
+            .split
+            .unwrap()
+            .kinds_n
+            .iter()
+            .all(|&n| n > 0));
+        assert_eq!(
+            SpanSample::of_record(&recs[2]).split.unwrap().parts[4],
+            3_850_000
+        );
+        assert_eq!(SpanSample::of_record(&recs[3]).split, None);
+        // And the summaries, hence every comparison, are the same.
+        let from_file = read_run(Path::new("live.ndjson"), file.as_bytes()).unwrap();
+        assert_eq!(live.summaries(), from_file);
+    }
+
+    #[test]
+    fn a_baseline_that_is_missing_not_a_file_or_not_from_watch_is_one_line() {
+        let dir = std::env::temp_dir().join(format!("usdt-trace-diff-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = Baseline::read(&dir.join("missing.ndjson")).unwrap_err();
+        assert!(
+            e.to_string().contains("missing.ndjson: No such file"),
+            "{e}"
+        );
+        let e = Baseline::read(&dir).unwrap_err();
+        assert!(e.to_string().ends_with(": not a regular file"), "{e}");
+        let text = dir.join("text.out");
+        std::fs::write(&text, "END(s) PID TID\n").unwrap();
+        let e = Baseline::read(&text).unwrap_err();
+        assert!(
+            e.to_string().contains("text.out:1: not a JSON object"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains('\n'), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -341,6 +341,13 @@ pub struct WatchArgs {
     // --hist keeps spans in the kernel: there would be nothing to write.
     #[arg(long, value_name = "FILE", conflicts_with = "hist")]
     pub perfetto: Option<PathBuf>,
+    /// Compare this run's spans with an earlier run's, per span name, as `usdt-trace diff
+    /// FILE THIS-RUN` would: FILE is NDJSON an earlier `watch --json` wrote. Printed once
+    /// tracing ends, after the summary in text; with --json, as `diff --json`'s lines
+    /// (`"type":"diff"`) just before the summary. Not with --hist, --count or --top (they
+    /// keep no span records to compare). FILE is read, and checked, before anything attaches.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["hist", "count", "top"])]
+    pub baseline: Option<PathBuf>,
     /// Also export spans over OTLP/HTTP (protobuf) to this collector:
     /// `http[s]://HOST[:PORT][/PATH]` (port 4318 for http, 443 for https; path /v1/traces by
     /// default), or `env`: where the OpenTelemetry SDKs' environment says

@@ -95,6 +95,8 @@ pub enum UsageError {
         "--prometheus-buckets {0}: expected 1, 2, 4 or 8 (kernel bucket bounds per power of two)"
     )]
     PromBuckets(u32),
+    #[error("--baseline: {0}")]
+    Baseline(crate::diff::DiffError),
 }
 
 /// Split positional arguments into files and patterns, by one rule that never guesses from
@@ -514,6 +516,13 @@ impl WatchArgs {
             }
             None => None,
         };
+        // Read whole before anything attaches: a bad file fails the run, not its end.
+        let baseline = self
+            .baseline
+            .as_deref()
+            .map(crate::diff::Baseline::read)
+            .transpose()
+            .map_err(UsageError::Baseline)?;
         if !crate::output::prometheus::BUCKETS_PER_OCTAVE.contains(&self.prometheus_buckets) {
             return Err(UsageError::PromBuckets(self.prometheus_buckets));
         }
@@ -530,6 +539,7 @@ impl WatchArgs {
             })
             .transpose()?;
         Ok(WatchConfig {
+            baseline,
             prometheus,
             json: self.json,
             perfetto: self.perfetto.clone(),

@@ -57,6 +57,13 @@ impl Hists<'_> {
     }
 }
 
+/// `--baseline`: the live run compared with an earlier one, per span name, at the end.
+pub struct Compared<'a> {
+    /// The baseline file, as given.
+    pub baseline: &'a std::path::Path,
+    pub comparisons: &'a [crate::diff::Comparison],
+}
+
 /// Consumes records. Each call may buffer; [`Sink::flush`] follows every batch.
 pub trait Sink {
     /// Once, before the first record.
@@ -73,6 +80,10 @@ pub trait Sink {
     /// The aggregates (`--by`, `--count`, `--top`) at an interval or at the end: each sink
     /// renders them its own way (text tables, JSON lines), or not at all.
     fn block(&mut self, _b: &AggBlock) -> io::Result<()> {
+        Ok(())
+    }
+    /// `--baseline`: once, at the end, just before [`Sink::finish`].
+    fn compared(&mut self, _c: &Compared) -> io::Result<()> {
         Ok(())
     }
     /// Once, at the end.
@@ -99,6 +110,8 @@ pub struct TextSink<W: Write> {
     header: bool,
     /// Spans carry a time split (not --no-sched): one without says why.
     split: bool,
+    /// `--baseline`: the comparison, printed after the summary.
+    compared: String,
 }
 
 impl<W: Write> TextSink<W> {
@@ -109,6 +122,7 @@ impl<W: Write> TextSink<W> {
             t0: 0,
             header,
             split: false,
+            compared: String::new(),
         }
     }
 
@@ -178,9 +192,26 @@ impl<W: Write> Sink for TextSink<W> {
         self.out.flush()
     }
 
+    fn compared(&mut self, c: &Compared) -> io::Result<()> {
+        self.compared = format!(
+            "--- compared with the baseline {} ---\n",
+            text::clean(&c.baseline.display().to_string())
+        );
+        for x in c.comparisons {
+            // Span names come from the traced files: escaped as on span lines.
+            for line in crate::diff::to_text(x).lines() {
+                self.compared.push_str(&text::clean(line));
+                self.compared.push('\n');
+            }
+        }
+        Ok(())
+    }
+
     fn finish(&mut self, s: &Summary) -> io::Result<()> {
         self.flush()?;
         self.out.write_all(text::summary_text(s).as_bytes())?;
+        self.out
+            .write_all(std::mem::take(&mut self.compared).as_bytes())?;
         self.out.flush()
     }
 }
@@ -243,6 +274,13 @@ impl<W: Write> Sink for JsonSink<W> {
         self.flush()
     }
 
+    fn compared(&mut self, c: &Compared) -> io::Result<()> {
+        for x in c.comparisons {
+            crate::diff::write_comparison(x, true, &mut self.buf)?;
+        }
+        Ok(())
+    }
+
     fn finish(&mut self, s: &Summary) -> io::Result<()> {
         json::summary_json(&mut self.buf, s);
         self.flush()
@@ -269,7 +307,58 @@ impl Sink for Fanout {
     fn block(&mut self, b: &AggBlock) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.block(b))
     }
+    fn compared(&mut self, c: &Compared) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.compared(c))
+    }
     fn finish(&mut self, s: &Summary) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|x| x.finish(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One comparison of a span name only the baseline has (the simplest to build).
+    fn compared() -> Vec<crate::diff::Comparison> {
+        let base = "{\"type\":\"span\",\"provider\":\"app\",\"name\":\"x\",\"duration_ns\":1000}\n";
+        let spans = crate::diff::read_run(std::path::Path::new("b"), base.as_bytes()).unwrap();
+        crate::diff::compare_runs(spans, Default::default())
+    }
+
+    #[test]
+    fn the_baseline_report_follows_the_summary_in_text_and_precedes_it_in_json() {
+        let c = compared();
+        let report = Compared {
+            baseline: std::path::Path::new("base.ndjson"),
+            comparisons: &c,
+        };
+        let mut text = TextSink::new(Vec::new(), false);
+        text.compared(&report).unwrap();
+        text.finish(&Summary::default()).unwrap();
+        let text = String::from_utf8(text.into_inner()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1..],
+            [
+                "--- compared with the baseline base.ndjson ---",
+                "app:x: only before (1 spans, mean 1.0us)"
+            ],
+            "{text}"
+        );
+        assert!(lines[0].starts_with("0 spans, 0 events"), "{text}");
+
+        let mut json = JsonSink::new(Vec::new());
+        json.compared(&report).unwrap();
+        json.finish(&Summary::default()).unwrap();
+        let json = String::from_utf8(json.into_inner()).unwrap();
+        let v: Vec<serde_json::Value> = json
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(v.len(), 2, "{json}");
+        assert_eq!(v[0], crate::diff::to_json(&c[0]));
+        assert_eq!(v[0]["type"], "diff");
+        assert_eq!(v[1]["type"], "summary");
     }
 }

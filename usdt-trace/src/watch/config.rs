@@ -70,6 +70,9 @@ pub struct WatchConfig {
     pub bench_null_program: bool,
     /// `--prometheus ADDR`: serve the kernel's histograms at ADDR/metrics.
     pub prometheus: Option<PromConfig>,
+    /// `--baseline FILE`: the earlier run, read already, that this run's spans are compared
+    /// with when it ends.
+    pub baseline: Option<crate::diff::Baseline>,
 }
 
 /// `--prometheus ADDR` and `--prometheus-buckets`.

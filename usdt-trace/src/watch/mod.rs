@@ -161,6 +161,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         t0,
         stacks,
         agg: Agg::new(cfg, key_plan, t0),
+        live: cfg.baseline.as_ref().map(|_| Default::default()),
     };
     reader.sinks.begin(&RunInfo {
         version: env!("CARGO_PKG_VERSION"),
@@ -208,6 +209,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     if cfg.hist || cfg.agg.count || cfg.agg.top.is_some() {
         reader.totals(&tracer, cfg.interval.is_some())?;
     }
+    reader.compare_baseline(cfg.baseline.as_ref())?;
     let ac = tracer.agg_counters()?;
     let out_lost = output.lost();
     let summary = summarize(&tracer, &reader, &ac, out_lost, t0)?;

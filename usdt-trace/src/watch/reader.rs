@@ -33,6 +33,8 @@ pub(crate) struct Reader {
     /// `--stack`: names the stacks, and holds each until its span's record comes.
     pub(crate) stacks: Option<Stacks>,
     pub(crate) agg: Agg,
+    /// `--baseline`: this run's spans, per span name, for the comparison at the end.
+    pub(crate) live: Option<crate::diff::Run>,
 }
 
 /// User-space state of `--by`, `--count` and `--top`: the last cumulative snapshots (for
@@ -85,6 +87,7 @@ impl Reader {
     ) -> Result<usize, WatchError> {
         let mut res = Ok(());
         let mut late_budget = LATE_READS_PER_BATCH;
+        let mut name = String::new();
         let n = tracer.poll(timeout, |bytes| {
             // An event's or span's strings (and a span's stack) come just before it: held until
             // it comes.
@@ -127,6 +130,13 @@ impl Reader {
             };
             if let View::Span { stack, .. } = &mut v {
                 *stack = stack_of_span.as_ref();
+            }
+            if let (Some(run), View::Span { pair, rec, .. }) = (self.live.as_mut(), &v) {
+                name.clear();
+                name.push_str(&pair.provider);
+                name.push(':');
+                name.push_str(&pair.stem);
+                run.add(&name, &crate::diff::SpanSample::of_record(rec));
             }
             // `--top`: spans go to the heaps, which print at intervals and at the end; events
             // are only counted (name span probes to keep them from being sent at all).
@@ -363,6 +373,22 @@ impl Reader {
             let snap = self.prom_snapshot(tracer, out_lost, ring_bytes)?;
             scrape.answer(output::prometheus::render(snap, cfg.per_octave));
         }
+        Ok(())
+    }
+
+    /// `--baseline`: this run's spans against the baseline's, to the sinks (once, at the end).
+    pub(crate) fn compare_baseline(
+        &mut self,
+        baseline: Option<&crate::diff::Baseline>,
+    ) -> Result<(), WatchError> {
+        let (Some(b), Some(run)) = (baseline, self.live.take()) else {
+            return Ok(());
+        };
+        let comparisons = crate::diff::compare_runs(b.spans.clone(), run.summaries());
+        self.sinks.compared(&output::sink::Compared {
+            baseline: &b.path,
+            comparisons: &comparisons,
+        })?;
         Ok(())
     }
 

@@ -76,6 +76,8 @@ impl Session {
             t0,
             stacks: None,
             agg: Agg::new(cfg, key_plan, t0),
+            // serve runs --hist: no span records, nothing to compare.
+            live: None,
         };
         Ok(Session {
             cfg: cfg.clone(),
