@@ -151,15 +151,23 @@ mod tests {
     }
 
     #[test]
-    fn this_test_finds_itself_by_its_executables_name() {
-        // The scan skips the calling process: a child of it is what it must find.
+    fn a_child_is_found_by_name_and_the_caller_never() {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let name = exe.file_name().unwrap().to_str().unwrap().to_string();
         let mut child = std::process::Command::new("sleep")
-            .arg("5")
+            .arg("30")
             .spawn()
             .unwrap();
-        let found = executables("sleep");
+        // Until its exec, the child is a copy of this process: wait for it to be `sleep`.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut found = Vec::new();
+        while std::time::Instant::now() < deadline {
+            found = executables("sleep");
+            if found.iter().any(|(p, _)| *p == child.id()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let _ = child.kill();
         let _ = child.wait();
         assert!(found.iter().any(|(p, _)| *p == child.id()), "{found:?}");
