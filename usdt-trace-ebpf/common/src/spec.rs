@@ -97,6 +97,11 @@ pub const CFG_FILTER: u32 = 16;
 /// `Config::flags`: `--stack`: each recorded span is preceded by a [`StackRecord`].
 pub const CFG_STACK: u32 = 32;
 
+/// `Config::flags`: `--perfetto`: the scheduler hooks send a [`WaitRecord`] for each off-CPU
+/// interval of a thread with a span open, as it gets the CPU back. Only the Perfetto output
+/// draws them; without it they would cost a ring-buffer record per context switch for nothing.
+pub const CFG_WAITS: u32 = 64;
+
 /// How to read one argument at a probe site.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
