@@ -13,7 +13,7 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_task_pt_regs,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_task_pt_regs,
     },
     programs::BtfTracePointContext,
 };
@@ -38,7 +38,7 @@ use crate::{
 /// with a span open, so threads without one pay nothing more. A full ring buffer loses the
 /// interval, counted (`CNT_WAITS_LOST`); the span's split still has its time.
 #[inline(always)]
-fn send_wait(st: &ThreadState, tid: u32, off: &OffInterval) {
+fn send_wait(st: &ThreadState, task: *const u8, tid: u32, off: &OffInterval) {
     let Some(cfg) = CONFIG.get(0) else {
         return;
     };
@@ -57,7 +57,15 @@ fn send_wait(st: &ThreadState, tid: u32, off: &OffInterval) {
     rec.hdr.pid = st.tgid;
     rec.hdr.tid = tid;
     rec.hdr.ts_ns = off.running_ns;
-    usdt_trace_common::zero_comm(&mut rec.hdr.comm);
+    // The thread's name, for its track: `task` is not the current task at a switch-in.
+    let comm_off = cfg.task_comm_off as usize;
+    // SAFETY: the helper checks the kernel address and fails on a fault.
+    if comm_off == 0
+        || unsafe { bpf_probe_read_kernel_buf(task.wrapping_add(comm_off), &mut rec.hdr.comm) }
+            .is_err()
+    {
+        usdt_trace_common::zero_comm(&mut rec.hdr.comm);
+    }
     rec.off = *off;
     rec.waker_pid = st.last_waker_pid;
     rec.waker_tid = st.last_waker_tid;
@@ -171,7 +179,7 @@ pub extern "C" fn usdt_catch_up(st: *mut ThreadState, now: u64) -> u32 {
         let task = unsafe { bpf_get_current_task() } as *const u8;
         let (exec, delay) = task_counters(task);
         if let Some(off) = st.catch_up_running(now, exec, delay, false) {
-            send_wait(st, bpf_get_current_pid_tgid() as u32, &off);
+            send_wait(st, task, bpf_get_current_pid_tgid() as u32, &off);
         }
     }
     0
@@ -210,7 +218,7 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             // kernel's counters for the next repair.
             let (exec, delay) = task_counters(prev_task);
             if let Some(off) = st.catch_up_running(now, exec, delay, true) {
-                send_wait(st, bpf_get_current_pid_tgid() as u32, &off);
+                send_wait(st, prev_task, bpf_get_current_pid_tgid() as u32, &off);
             }
             st.snap_counters(exec, delay);
             // `preempt` is a bool widened to a register: only its low bit is defined.
@@ -228,18 +236,18 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             leave_filter(st);
         }
     }
-    let next: *const u8 = ctx.arg(2);
-    if !opaque(next as u64, OPAQUE_SCHED).is_none_or(maybe_tracked) {
+    let next_task: *const u8 = ctx.arg(2);
+    if !opaque(next_task as u64, OPAQUE_SCHED).is_none_or(maybe_tracked) {
         return;
     }
-    let Some(next) = task_tid(next) else {
+    let Some(next) = task_tid(next_task) else {
         return;
     };
     if let Some(st) = existing_thread(next) {
         if st.active() && st.state != TS_RUNNING {
             // SAFETY: the helper has no preconditions.
             let off = st.switch_in(unsafe { bpf_ktime_get_ns() });
-            send_wait(st, next, &off);
+            send_wait(st, next_task, next, &off);
         }
     }
 }

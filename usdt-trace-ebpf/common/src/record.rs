@@ -174,7 +174,7 @@ pub struct StackRecord {
 #[derive(Clone, Copy)]
 pub struct WaitRecord {
     /// `kind` [`RecordKind::WAIT`], `site` 0, `pid`/`tid` the thread's, `ts_ns` when it ran
-    /// again; `comm` is not filled (the hook runs in another task's context).
+    /// again; `comm` the thread's, read from its task (`Config::task_comm_off`), else empty.
     pub hdr: RecordHeader,
     pub off: OffInterval,
     /// Who woke it (sched_waking): a task, or (pid and tid 0) an interrupt's label in `comm`;

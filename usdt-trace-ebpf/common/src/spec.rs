@@ -231,7 +231,9 @@ pub struct Config {
     /// `orig_ax`), 0 when unknown: sched_switch reads it to tell what a sleeping thread waits
     /// on (`SYSCALL_CLASS`).
     pub regs_nr_off: u32,
-    pub _pad: u32,
+    /// Offset of `comm` in `struct task_struct`, 0 when unknown: the scheduler hooks name the
+    /// thread of a [`WaitRecord`] (`CFG_WAITS`) through it, as they run as another task.
+    pub task_comm_off: u32,
     /// `--min`: spans shorter than this many ns make no record (0: every span does).
     pub min_ns: u64,
 }

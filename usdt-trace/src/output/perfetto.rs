@@ -281,7 +281,7 @@ impl<W: Write> PerfettoSink<W> {
             });
         }
         if self.threads.insert(tid) {
-            // A wait record carries no name (the scheduler hook runs as another task).
+            // A wait record's is empty when this kernel's BTF did not say where it is.
             let comm = if comm.is_empty() {
                 std::fs::read(format!("/proc/{pid}/task/{tid}/comm"))
                     .map(|mut n| {
@@ -701,7 +701,7 @@ impl<W: Write> Sink for PerfettoSink<W> {
         if h.pid == 0 {
             return Ok(());
         }
-        self.tracks_for(h.pid, h.tid, b"");
+        self.tracks_for(h.pid, h.tid, cstr(&h.comm));
         let uuid = thread_uuid(h.tid);
         let o = &w.off;
         let kind = wait_name(o.kind);

@@ -407,7 +407,9 @@ impl Tracer {
                 regs_nr_off: crate::syscalls::nr_member()
                     .and_then(|(st, m)| crate::btf::member_offset(&vmlinux, st, m).ok())
                     .unwrap_or(0),
-                _pad: 0,
+                // Optional: without it a thread first seen in a wait record is named from /proc.
+                task_comm_off: crate::btf::member_offset(&vmlinux, "task_struct", "comm")
+                    .unwrap_or(0),
                 min_ns: opts.min_ns,
             };
             cfg.set(0, config, 0).map_err(map_err(maps::CONFIG))?;
