@@ -59,11 +59,12 @@ fn send_wait(st: &ThreadState, task: *const u8, tid: u32, off: &OffInterval) {
     rec.hdr.ts_ns = off.running_ns;
     // The thread's name, for its track: `task` is not the current task at a switch-in.
     let comm_off = cfg.task_comm_off as usize;
-    // SAFETY: the helper checks the kernel address and fails on a fault.
-    if comm_off == 0
-        || unsafe { bpf_probe_read_kernel_buf(task.wrapping_add(comm_off), &mut rec.hdr.comm) }
-            .is_err()
-    {
+    let read = comm_off != 0 && {
+        // SAFETY: the helper checks the kernel address and fails on a fault.
+        unsafe { bpf_probe_read_kernel_buf(task.wrapping_add(comm_off), &mut rec.hdr.comm) }
+            .is_ok()
+    };
+    if !read {
         usdt_trace_common::zero_comm(&mut rec.hdr.comm);
     }
     rec.off = *off;
