@@ -61,8 +61,7 @@ fn send_wait(st: &ThreadState, task: *const u8, tid: u32, off: &OffInterval) {
     let comm_off = cfg.task_comm_off as usize;
     let read = comm_off != 0 && {
         // SAFETY: the helper checks the kernel address and fails on a fault.
-        unsafe { bpf_probe_read_kernel_buf(task.wrapping_add(comm_off), &mut rec.hdr.comm) }
-            .is_ok()
+        unsafe { bpf_probe_read_kernel_buf(task.wrapping_add(comm_off), &mut rec.hdr.comm) }.is_ok()
     };
     if !read {
         usdt_trace_common::zero_comm(&mut rec.hdr.comm);

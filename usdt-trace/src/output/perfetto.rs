@@ -956,6 +956,49 @@ mod tests {
         got
     }
 
+    /// A wait record becomes the wait (asleep → woken, named by its kind) and the run queue
+    /// (woken → running) on its thread's track; a preemption only the run queue; a thread of
+    /// no known process, nothing.
+    #[test]
+    fn an_off_cpu_interval_is_a_wait_slice_then_a_runq_slice_on_its_thread() {
+        use usdt_trace_common::{OffInterval, RecordKind, TS_RUNQ, TS_SLEEP};
+        let mut s = PerfettoSink::new(Vec::new(), Vec::new());
+        let wait = |pid: u32, slept, woken, running, kind, off_state| {
+            // SAFETY: a plain-data record; all zeroes is a valid one.
+            let mut w: WaitRecord = unsafe { std::mem::zeroed() };
+            w.hdr.kind = RecordKind::WAIT;
+            w.hdr.pid = pid;
+            w.hdr.tid = 9;
+            w.hdr.comm[..2].copy_from_slice(b"pp");
+            w.off = OffInterval {
+                slept_ns: slept,
+                woken_ns: woken,
+                running_ns: running,
+                kind,
+                off_state,
+            };
+            w.waker_pid = 7;
+            w.waker_tid = 8;
+            w.waker_comm[..1].copy_from_slice(b"h");
+            w
+        };
+        s.wait(&wait(7, 100, 150, 160, WAIT_LOCK, TS_SLEEP))
+            .unwrap();
+        s.wait(&wait(7, 200, 200, 230, 0, TS_RUNQ)).unwrap();
+        // Woken and running at once: no run-queue slice.
+        s.wait(&wait(7, 300, 310, 310, WAIT_DISK, TS_IO)).unwrap();
+        s.wait(&wait(0, 400, 410, 420, WAIT_LOCK, TS_SLEEP))
+            .unwrap();
+        let t = thread_uuid(9);
+        let begins: Vec<(u64, u64)> = slice_begins(&s.buf).iter().map(|b| (b.0, b.1)).collect();
+        assert_eq!(begins, [(100, t), (150, t), (200, t), (300, t)]);
+        let text = String::from_utf8_lossy(&s.buf);
+        for want in ["lock", "runq", "disk", "preempted", "h 7/8", "offcpu", "pp"] {
+            assert!(text.contains(want), "{want}");
+        }
+        assert!(!text.contains("other"));
+    }
+
     /// Through the sink: interleaved requests and a polled one go on async tracks; a child
     /// whose parent is on another track gets a flow from it.
     #[test]
