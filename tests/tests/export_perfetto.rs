@@ -931,3 +931,48 @@ fn disk_wait_slices_nest_in_their_span_and_add_up_to_its_split() {
     wait_slices_match_the_split_and_the_programs_clock(&mode, "disk", "any");
     let _ = std::fs::remove_file(&file);
 }
+
+/// A thread in a span that switches 400,000 times (tests/testprogs/bench_pingpong.c: a pipe
+/// round trip per span) into a 4 KiB ring: off-CPU records are lost, and the run says so, in
+/// the summary (`waits_lost`) and a warning; the trace still loads without errors.
+#[test]
+#[ignore = "needs root"]
+fn lost_wait_records_are_counted_and_said() {
+    let bin = build_c("bench_pingpong", &["-O2"]);
+    let path = trace_path("perfetto-waits-lost");
+    // Its result goes to a file (/dev/null): stdout is the NDJSON.
+    let cmd = format!("{} 200000 1 1 /dev/null", bin.display());
+    let out = watch::Watch::start(&[
+        "--ring-kib",
+        "4",
+        "--perfetto",
+        path.to_str().unwrap(),
+        "-c",
+        &cmd,
+    ])
+    .finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let lost = out.summary()["waits_lost"].as_u64().unwrap_or(0);
+    assert!(lost > 0, "a 4 KiB ring cannot hold them: {}", out.summary());
+    assert!(
+        out.stderr.contains(&format!(
+            "warning: --perfetto: {lost} off-CPU intervals were lost"
+        )),
+        "{}",
+        out.stderr
+    );
+    let res = trace_processor(
+        &path,
+        &[
+            "select name, idx, severity, source, value from stats \
+             where severity in ('error', 'data_loss') and value > 0",
+            "select count(*) from slice where category = 'offcpu'",
+        ],
+    );
+    let _ = std::fs::remove_file(&path);
+    assert!(res[0].is_empty(), "trace processor stats: {:?}", res[0]);
+    eprintln!(
+        "{lost} off-CPU intervals lost, {} slices drawn",
+        res[1][0][0]
+    );
+}
