@@ -9,9 +9,14 @@ trip), CPU time per switch:
     looks up `next` only);
   - the same with a span around each round trip (per-thread accounting active), and with
     --no-sched (no hooks);
+  - with --perfetto (the hooks also send each off-CPU interval of a thread in a span): a
+    tracked thread with no span open (must cost what it does without), and a span per round
+    trip (one wait record per switch-in);
   - bpftrace with an empty-count sched_switch probe (`tracepoint:sched:sched_switch { @c =
     count(); }`), for scale.
-Medians of --reps interleaved runs. Not a test.
+Medians of --reps interleaved runs. --before PATH adds the watch cases run with another
+build (e.g. main's), interleaved with these, to measure a change on a shared, noisy machine.
+Not a test.
 """
 import argparse, os, re, signal, statistics, subprocess, sys, tempfile, time, shutil
 
@@ -52,6 +57,7 @@ def main():
     ap.add_argument("--usdt-trace", default=os.path.join(ROOT, "target/release/usdt-trace"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rts", type=int, default=100_000)
+    ap.add_argument("--before", help="another usdt-trace build whose watch cases run too")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="usdt-ctxsw.", dir="/var/tmp")
     binp = os.path.join(work, "bench_pingpong")
@@ -67,6 +73,13 @@ def main():
         "watch --no-sched, span per round trip": ("1", ([usdt, "watch", "--json", "--no-sched", binp], "stderr", r"^Attached")),
         "watch, span per round trip": ("1", ([usdt, "watch", "--json", binp], "stderr", r"^Attached")),
     }
+    trace = os.path.join(work, "pp.pftrace")
+    cases["watch --perfetto, tracked thread, no span open"] = ("2", ([usdt, "watch", "--json", "--perfetto", trace, binp], "stderr", r"^Attached"))
+    cases["watch --perfetto, span per round trip"] = ("1", ([usdt, "watch", "--json", "--perfetto", trace, binp], "stderr", r"^Attached"))
+    if a.before:
+        for k, (spans, tracer) in list(cases.items()):
+            if tracer and "--perfetto" not in tracer[0]:
+                cases[f"before: {k}"] = (spans, ([a.before] + tracer[0][1:], tracer[1], tracer[2]))
     if bpftrace:
         cases["bpftrace sched_switch count()"] = ("0", ([bpftrace, "-e", 'BEGIN { printf("READY\\n"); } tracepoint:sched:sched_switch { @c = count(); }'], "stdout", r"READY"))
     res = {k: [] for k in cases}

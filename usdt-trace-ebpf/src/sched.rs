@@ -13,23 +13,73 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_task_pt_regs,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_task_pt_regs,
     },
     programs::BtfTracePointContext,
 };
 use usdt_trace_common::{
-    off_cpu_state, str_key_thread, ThreadState, CNT_UNMATCHED_START, MAX_DEPTH, SC_NONE,
-    SYSCALL_CLASS_LEN, TS_RUNNING, TS_RUNQ,
+    off_cpu_state, str_key_thread, OffInterval, RecordKind, ThreadState, WaitRecord, CFG_WAITS,
+    CNT_UNMATCHED_START, CNT_WAITS_LOST, MAX_DEPTH, SC_NONE, SYSCALL_CLASS_LEN, TS_RUNNING,
+    TS_RUNQ,
 };
 
 use crate::{
     irq,
     maps::{
-        any_tracked, count_n, current_comm_into, enter_filter, existing_thread, leave_filter,
-        maybe_tracked, opaque, untrack, CONFIG, NO_STATE_TIDS, OPAQUE_SCHED, STRS, SYSCALL_CLASS,
-        THREADS,
+        any_tracked, count, count_n, current_comm_into, enter_filter, existing_thread,
+        leave_filter, maybe_tracked, opaque, ringbuf_flags, untrack, CONFIG, EVENTS, NO_STATE_TIDS,
+        OPAQUE_SCHED, STRS, SYSCALL_CLASS, THREADS,
     },
 };
+
+/// `--perfetto` (`CFG_WAITS`): sends the off-CPU interval `off` of thread `tid` that just
+/// ended, with who woke it. One ring-buffer record per interval, at the switch-in, where all
+/// three moments (asleep, woken, running) are known: the hooks only run this for a thread
+/// with a span open, so threads without one pay nothing more. A full ring buffer loses the
+/// interval, counted (`CNT_WAITS_LOST`); the span's split still has its time.
+#[inline(always)]
+fn send_wait(st: &ThreadState, task: *const u8, tid: u32, off: &OffInterval) {
+    let Some(cfg) = CONFIG.get(0) else {
+        return;
+    };
+    if cfg.flags & CFG_WAITS == 0 {
+        return;
+    }
+    let Some(mut entry) = EVENTS.reserve::<WaitRecord>(0) else {
+        count(CNT_WAITS_LOST);
+        return;
+    };
+    // SAFETY: the reservation is a WaitRecord-sized, aligned slot that only we write; every
+    // field user space reads is written below.
+    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    rec.hdr.kind = RecordKind::WAIT;
+    rec.hdr.site = 0;
+    rec.hdr.pid = st.tgid;
+    rec.hdr.tid = tid;
+    rec.hdr.ts_ns = off.running_ns;
+    // The thread's name, for its track: `task` is not the current task at a switch-in.
+    let comm_off = cfg.task_comm_off as usize;
+    let read = comm_off != 0 && {
+        // SAFETY: the helper checks the kernel address and fails on a fault.
+        unsafe { bpf_probe_read_kernel_buf(task.wrapping_add(comm_off), &mut rec.hdr.comm) }.is_ok()
+    };
+    if !read {
+        usdt_trace_common::zero_comm(&mut rec.hdr.comm);
+    }
+    rec.off = *off;
+    rec.waker_pid = st.last_waker_pid;
+    rec.waker_tid = st.last_waker_tid;
+    // Two word copies: a plain assignment is a call of the byte-loop `memcpy` subprogram.
+    const _: () = assert!(core::mem::offset_of!(WaitRecord, waker_comm) % 8 == 0);
+    const _: () = assert!(core::mem::offset_of!(ThreadState, last_waker_comm) % 8 == 0);
+    let src = st.last_waker_comm.as_ptr() as *const u64;
+    let dst = rec.waker_comm.as_mut_ptr() as *mut u64;
+    for i in 0..2 {
+        // SAFETY: in bounds (16 bytes each) and 8-byte aligned (asserted above).
+        unsafe { core::ptr::write_volatile(dst.add(i), core::ptr::read_volatile(src.add(i))) };
+    }
+    entry.submit(ringbuf_flags(cfg, 8 + core::mem::size_of::<WaitRecord>()));
+}
 
 /// The thread id of a `struct task_struct *`, through the offset user space found in BTF.
 #[inline(always)]
@@ -90,10 +140,12 @@ fn current_syscall_class() -> u8 {
 }
 
 /// In a probe, before the current thread opens a span (or enters a polled one): accounting
-/// runs from here, and the scheduler hooks must look at this thread from here on.
+/// runs from here, and the scheduler hooks must look at this thread from here on. `tgid`: its
+/// process, which the hooks cannot cheaply read from the task they see (for its waits).
 #[inline(always)]
-pub fn resume_accounting(st: &mut ThreadState, now: u64) {
+pub fn resume_accounting(st: &mut ThreadState, now: u64, tgid: u32) {
     enter_filter(st);
+    st.tgid = tgid;
     st.resume_accounting(now);
 }
 
@@ -126,7 +178,9 @@ pub extern "C" fn usdt_catch_up(st: *mut ThreadState, now: u64) -> u32 {
         // bpf_probe_read_kernel.
         let task = unsafe { bpf_get_current_task() } as *const u8;
         let (exec, delay) = task_counters(task);
-        st.catch_up_running(now, exec, delay, false);
+        if let Some(off) = st.catch_up_running(now, exec, delay, false) {
+            send_wait(st, task, bpf_get_current_pid_tgid() as u32, &off);
+        }
     }
     0
 }
@@ -163,7 +217,9 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             // It is leaving the CPU, so it ran: repair a switch-in we never saw, then keep the
             // kernel's counters for the next repair.
             let (exec, delay) = task_counters(prev_task);
-            st.catch_up_running(now, exec, delay, true);
+            if let Some(off) = st.catch_up_running(now, exec, delay, true) {
+                send_wait(st, prev_task, bpf_get_current_pid_tgid() as u32, &off);
+            }
             st.snap_counters(exec, delay);
             // `preempt` is a bool widened to a register: only its low bit is defined.
             let preempt = preempt & 1 != 0;
@@ -180,17 +236,18 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             leave_filter(st);
         }
     }
-    let next: *const u8 = ctx.arg(2);
-    if !opaque(next as u64, OPAQUE_SCHED).is_none_or(maybe_tracked) {
+    let next_task: *const u8 = ctx.arg(2);
+    if !opaque(next_task as u64, OPAQUE_SCHED).is_none_or(maybe_tracked) {
         return;
     }
-    let Some(next) = task_tid(next) else {
+    let Some(next) = task_tid(next_task) else {
         return;
     };
     if let Some(st) = existing_thread(next) {
         if st.active() && st.state != TS_RUNNING {
             // SAFETY: the helper has no preconditions.
-            st.switch_in(unsafe { bpf_ktime_get_ns() });
+            let off = st.switch_in(unsafe { bpf_ktime_get_ns() });
+            send_wait(st, next_task, next, &off);
         }
     }
 }

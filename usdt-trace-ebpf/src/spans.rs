@@ -400,7 +400,7 @@ fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         return Ok(());
     };
     if hit.split() {
-        sched::resume_accounting(st, hit.now);
+        sched::resume_accounting(st, hit.now, hit.tgid);
         sched::catch_up(st, hit.now);
     }
     // A full stack drops the start (and, through the thread's overflow count, its end).
@@ -573,7 +573,7 @@ fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     let mut acct_start = None;
     // No split (`--no-sched`): the start touches no thread state, and its end none either.
     if let Some(st) = hit.split().then(|| thread_state(hit.tid)).flatten() {
-        sched::resume_accounting(st, hit.now);
+        sched::resume_accounting(st, hit.now, hit.tgid);
         sched::catch_up(st, hit.now);
         acct_start = Some(st.acct_at(hit.now));
         st.id_open += 1;
@@ -717,7 +717,7 @@ fn poll_enter<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         release_id_span(prev);
         p.enter_tid = 0;
     }
-    sched::resume_accounting(st, hit.now);
+    sched::resume_accounting(st, hit.now, hit.tgid);
     sched::catch_up(st, hit.now);
     p.enter(hit.tid, hit.now, st.acct_at(hit.now));
     // The entered span keeps this thread's accounting running, like an open frame does.

@@ -714,8 +714,9 @@ impl Plan {
                     stack: None,
                 })
             }
-            // Paired with their span by the reader, never resolved alone.
-            Record::Strs(_) | Record::Stack(_) => None,
+            // Paired with their span by the reader, never resolved alone; waits name no site
+            // and go straight to the sinks.
+            Record::Strs(_) | Record::Stack(_) | Record::Wait(_) => None,
         }
     }
 }

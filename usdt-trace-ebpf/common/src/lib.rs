@@ -222,6 +222,81 @@ mod tests {
         assert_eq!(a.sleep, 170);
     }
 
+    /// The intervals the hooks close (what `CFG_WAITS` sends) add up, part by part, to what
+    /// the accounting filed: the sleep part of each to its kind, the woken part and every
+    /// preemption to the run queue, also across a switch-in the hooks never saw.
+    #[test]
+    fn off_cpu_intervals_add_up_to_the_split_kind_by_kind() {
+        let mut st = thread();
+        st.depth = 1;
+        st.resume_accounting(0);
+        st.snap_counters(Some(0), Some(0));
+        let mut ivs = [OffInterval::default(); 6];
+        let mut n = 0;
+        let mut push = |iv: OffInterval| {
+            ivs[n] = iv;
+            n += 1;
+        };
+        // A futex wait 0..100, woken, run queue until 130.
+        st.switch_out(0, false, 1, SC_LOCK);
+        st.set_state(100, TS_RUNQ);
+        push(st.switch_in(130));
+        // Preempted 150..170.
+        st.switch_out(150, true, 0, SC_NONE);
+        push(st.switch_in(170));
+        // A disk read 200..260 whose wakeup the hooks did not see.
+        st.switch_out(200, false, TASK_UNINTERRUPTIBLE, SC_FILE);
+        push(st.switch_in(260));
+        // A poll its timeout ended 300..340, then 5 ns of run queue.
+        st.switch_out(300, false, 1, SC_NET);
+        st.timed_out();
+        st.set_state(340, TS_RUNQ);
+        push(st.switch_in(345));
+        // A nanosleep 400.., its switch-in never seen: seen running at 500 with 20 ns of CPU
+        // and 30 ns of run queue since, so asleep until 450, runnable until 480.
+        st.switch_out(400, false, 1, SC_TIMER);
+        push(st.catch_up_running(500, Some(20), Some(30), true).unwrap());
+        // A pipe read (other) from 520, woken at 560, switch-in never seen: seen running at
+        // 600 with 10 ns more of run-queue wait, so runnable until 570.
+        st.snap_counters(Some(20), Some(30));
+        st.switch_out(520, false, 1, SC_FILE);
+        st.set_state(560, TS_RUNQ);
+        push(st.catch_up_running(600, Some(30), Some(40), false).unwrap());
+        assert_eq!(st.catch_up_running(610, None, None, false), None, "running");
+        assert_eq!(n, 6);
+        let iv = |s, w, r, kind, off_state| OffInterval {
+            slept_ns: s,
+            woken_ns: w,
+            running_ns: r,
+            kind,
+            off_state,
+        };
+        assert_eq!(
+            ivs,
+            [
+                iv(0, 100, 130, WAIT_LOCK, TS_SLEEP),
+                iv(150, 150, 170, WAIT_OTHER, TS_RUNQ),
+                iv(200, 260, 260, WAIT_DISK, TS_IO),
+                iv(300, 340, 345, WAIT_TIMER, TS_SLEEP),
+                iv(400, 450, 480, WAIT_TIMER, TS_SLEEP),
+                iv(520, 560, 570, WAIT_OTHER, TS_SLEEP),
+            ]
+        );
+        let a = st.acct_at(610);
+        let mut kinds = [0u64; WAIT_KINDS];
+        let (mut runq, mut off) = (0, 0);
+        for i in &ivs {
+            if let Some(k) = kinds.get_mut((i.kind as usize).wrapping_sub(1)) {
+                *k += i.woken_ns - i.slept_ns;
+            }
+            runq += i.running_ns - i.woken_ns;
+            off += i.running_ns - i.slept_ns;
+        }
+        assert_eq!(kinds, a.wait_ns);
+        assert_eq!(runq, a.runq);
+        assert_eq!(off, a.runq + a.sleep + a.io);
+    }
+
     #[test]
     fn a_missed_switch_in_keeps_only_the_slept_part_as_a_wait() {
         let mut st = thread();
@@ -565,7 +640,7 @@ mod tests {
         // The memory figures in docs/reference.md (Limits) come from this: a change must update them.
         assert_eq!(core::mem::size_of::<Acct>(), 80);
         assert_eq!(core::mem::size_of::<Frame>(), 240);
-        assert_eq!(core::mem::size_of::<ThreadState>(), 168 + 240 * MAX_DEPTH);
+        assert_eq!(core::mem::size_of::<ThreadState>(), 176 + 240 * MAX_DEPTH);
         // With the hash map's element header, one 16 KB (order-2) allocation.
         assert!(core::mem::size_of::<ThreadState>() + 64 <= 16 * 1024);
         assert_eq!(core::mem::size_of::<PollAcct>(), 208);
@@ -689,16 +764,18 @@ mod tests {
                 RecordKind::EVENT.0,
                 RecordKind::SPAN.0,
                 RecordKind::STACK.0,
-                RecordKind::STRS.0
+                RecordKind::STRS.0,
+                RecordKind::WAIT.0
             ),
-            (1, 2, 3, 4)
+            (1, 2, 3, 4, 5)
         );
         assert_eq!(ArgKind::default(), ArgKind::NONE);
         assert_eq!(
             (ArgKind::CONST.0, ArgKind::RIP.0, ArgKind::UNSUPPORTED.0),
             (1, 4, 5)
         );
-        assert_eq!(NUM_COUNTERS, 15);
+        assert_eq!(NUM_COUNTERS, 16);
+        assert_eq!(CFG_WAITS, 64);
         assert_eq!(core::mem::size_of::<FilterTerm>(), 32);
     }
 
@@ -723,6 +800,8 @@ mod tests {
         );
         assert_eq!((RecordKind::STACK.0, RecordKind::STRS.0), (3, 4));
         assert_eq!((SiteRole::ENTER.0, SiteRole::EXIT.0), (3, 4));
+        assert_eq!(core::mem::size_of::<OffInterval>(), 32);
+        assert_eq!(core::mem::size_of::<WaitRecord>(), 40 + 32 + 8 + 16);
     }
 
     fn acct(oncpu: u64, runq: u64, sleep: u64, io: u64) -> Acct {

@@ -17,6 +17,8 @@ impl RecordKind {
     pub const STACK: RecordKind = RecordKind(3);
     /// A [`StrsRecord`]: the strings of the next event or span record of its thread.
     pub const STRS: RecordKind = RecordKind(4);
+    /// A [`WaitRecord`]: one off-CPU interval of a thread with a span open (`CFG_WAITS`).
+    pub const WAIT: RecordKind = RecordKind(5);
 }
 
 /// Indices into the `COUNTERS` per-CPU array. Events seen.
@@ -68,8 +70,12 @@ pub const CNT_FILTER_REJECT: u32 = 13;
 /// with `has_strs` = [`STRS_RECORD_LOST`].
 pub const CNT_STRS_LOST: u32 = 14;
 
+/// [`WaitRecord`]s the ring buffer had no room for (`CFG_WAITS`): those off-CPU intervals
+/// are missing from the Perfetto trace, though their time is still in their spans' split.
+pub const CNT_WAITS_LOST: u32 = 15;
+
 /// Number of counters.
-pub const NUM_COUNTERS: u32 = CNT_STRS_LOST + 1;
+pub const NUM_COUNTERS: u32 = CNT_WAITS_LOST + 1;
 
 /// `EventRecord::has_strs`/`SpanRecord::has_strs`: its strings went just before it.
 pub const STRS_RECORD_SENT: u32 = 1;
@@ -159,4 +165,21 @@ pub struct StackRecord {
     /// bpf_get_stack's result: bytes of `ips` filled, or a negative errno when the walk failed.
     pub len: i64,
     pub ips: [u64; STACK_DEPTH],
+}
+
+/// One off-CPU interval of a thread that had a span open, sent by the scheduler hooks as the
+/// thread gets the CPU back (`CFG_WAITS`, the Perfetto output only): one record per interval,
+/// carrying all three moments, rather than one at each of them. See [`OffInterval`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct WaitRecord {
+    /// `kind` [`RecordKind::WAIT`], `site` 0, `pid`/`tid` the thread's, `ts_ns` when it ran
+    /// again; `comm` the thread's, read from its task (`Config::task_comm_off`), else empty.
+    pub hdr: RecordHeader,
+    pub off: OffInterval,
+    /// Who woke it (sched_waking): a task, or (pid and tid 0) an interrupt's label in `comm`;
+    /// all zero for a preemption or a wakeup the hook did not see.
+    pub waker_pid: u32,
+    pub waker_tid: u32,
+    pub waker_comm: [u8; 16],
 }

@@ -97,6 +97,11 @@ pub const CFG_FILTER: u32 = 16;
 /// `Config::flags`: `--stack`: each recorded span is preceded by a [`StackRecord`].
 pub const CFG_STACK: u32 = 32;
 
+/// `Config::flags`: `--perfetto`: the scheduler hooks send a [`WaitRecord`] for each off-CPU
+/// interval of a thread with a span open, as it gets the CPU back. Only the Perfetto output
+/// draws them; without it they would cost a ring-buffer record per context switch for nothing.
+pub const CFG_WAITS: u32 = 64;
+
 /// How to read one argument at a probe site.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -226,7 +231,9 @@ pub struct Config {
     /// `orig_ax`), 0 when unknown: sched_switch reads it to tell what a sleeping thread waits
     /// on (`SYSCALL_CLASS`).
     pub regs_nr_off: u32,
-    pub _pad: u32,
+    /// Offset of `comm` in `struct task_struct`, 0 when unknown: the scheduler hooks name the
+    /// thread of a [`WaitRecord`] (`CFG_WAITS`) through it, as they run as another task.
+    pub task_comm_off: u32,
     /// `--min`: spans shorter than this many ns make no record (0: every span does).
     pub min_ns: u64,
 }

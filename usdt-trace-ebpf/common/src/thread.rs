@@ -144,6 +144,24 @@ pub struct Frame {
     pub args: [u64; MAX_ARGS],
 }
 
+/// One off-CPU interval of a thread, closed when it gets the CPU back: asleep from `slept_ns`
+/// (waiting on `kind`) until woken at `woken_ns`, then runnable until `running_ns`. A
+/// preempted thread (`off_state` `TS_RUNQ`) was runnable throughout: `woken_ns` is
+/// `slept_ns`. The two parts are exactly what the thread's accounting added to the sleep (or
+/// io) and wait-kind totals and to the run-queue total for this interval, so the intervals
+/// inside a span add up to its split.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffInterval {
+    pub slept_ns: u64,
+    pub woken_ns: u64,
+    pub running_ns: u64,
+    /// `WAIT_*` of `[slept_ns, woken_ns]`.
+    pub kind: u32,
+    /// `TS_*` it left the CPU in: `TS_SLEEP`, `TS_IO` or `TS_RUNQ`.
+    pub off_state: u32,
+}
+
 /// Slots of the scheduler hooks' filter (`TRACKED_TASKS`): per slot, how many threads with
 /// per-thread state have a `task_struct` whose address hashes there.
 pub const TASK_SLOTS: u32 = 16384;
@@ -272,7 +290,14 @@ pub struct ThreadState {
     /// `WAIT_*`: what the thread waits on in the off-CPU interval in progress (`WAIT_OTHER`
     /// when running, in the run queue, or unknown).
     pub off_kind: u32,
-    pub _pad: u32,
+    /// `WAIT_*` of the current off-CPU interval's sleep, kept through the run-queue wait that
+    /// follows it (`off_kind` is cleared at the wakeup): what its [`OffInterval`] is named.
+    pub sleep_kind: u32,
+    /// Process (tgid) of the thread, set by the probes: the scheduler hooks see the thread
+    /// only as a `task_struct`, and its [`OffInterval`]s go to its process's track.
+    pub tgid: u32,
+    /// `TS_*` the thread left the CPU in at the start of the current off-CPU interval.
+    pub off_state: u32,
     /// Who last woke this thread (recorded by sched_waking).
     pub last_waker_pid: u32,
     pub last_waker_tid: u32,
@@ -401,6 +426,8 @@ impl ThreadState {
         let state = off_cpu_state(preempt, prev_state);
         self.set_state(now, state);
         self.off_kind = wait_kind(class, state);
+        self.sleep_kind = self.off_kind;
+        self.off_state = state;
         self.acct.count_wait(self.off_kind);
         self.off_start_ns = now;
         self.last_waker_pid = 0;
@@ -421,15 +448,40 @@ impl ThreadState {
             *x = x.wrapping_sub(1);
         }
         self.off_kind = WAIT_TIMER;
+        self.sleep_kind = WAIT_TIMER;
         self.acct.count_wait(WAIT_TIMER);
     }
 
     /// The thread gets the CPU back (sched_switch, as `next`). Each open frame remembers the
     /// longest off-CPU interval it saw and who ended it (the last waker).
+    ///
+    /// Returns the off-CPU interval it ends.
     #[inline(always)]
-    pub fn switch_in(&mut self, now: u64) {
+    pub fn switch_in(&mut self, now: u64) -> OffInterval {
+        let off = self.closing_interval(now, 0);
         self.set_state(now, TS_RUNNING);
         self.note_off_interval(now.saturating_sub(self.off_start_ns));
+        off
+    }
+
+    /// The off-CPU interval in progress, as it ends with the thread back on CPU at `running`
+    /// after `runq_tail` ns of run queue that the state does not show yet (a switch-in that
+    /// [`ThreadState::catch_up_running`] repairs). Its wakeup is where the run-queue state
+    /// began; with none seen, where the run queue tail began.
+    #[inline(always)]
+    pub fn closing_interval(&self, running: u64, runq_tail: u64) -> OffInterval {
+        let woken = if self.state == TS_RUNQ {
+            self.since_ns
+        } else {
+            running.saturating_sub(runq_tail)
+        };
+        OffInterval {
+            slept_ns: self.off_start_ns,
+            woken_ns: woken,
+            running_ns: running,
+            kind: self.sleep_kind,
+            off_state: self.off_state,
+        }
     }
 
     /// The thread is seen running (in a probe, or leaving the CPU) while its state says it is
@@ -442,6 +494,8 @@ impl ThreadState {
     /// CPU time is what `sum_exec_runtime` grew by (in a probe it lags by up to a tick). Without
     /// the counters the interval keeps its state, as before; from now on the thread runs.
     ///
+    /// Returns the off-CPU interval it ends, if the thread was off CPU.
+    ///
     /// `note_waker` also updates each open frame's longest off-CPU interval: the scheduler hook
     /// does; the probe paths do not, because that loop over every frame, inlined into the
     /// uprobe program at each call site, is more than the verifier's budget allows at depth 64
@@ -453,9 +507,9 @@ impl ThreadState {
         now_exec: Option<u64>,
         now_delay: Option<u64>,
         note_waker: bool,
-    ) {
+    ) -> Option<OffInterval> {
         if self.state == TS_RUNNING {
-            return;
+            return None;
         }
         let d = now.saturating_sub(self.since_ns);
         let (mut oncpu, mut runq) = (0, 0);
@@ -471,6 +525,7 @@ impl ThreadState {
                 runq = if waited < rest { waited } else { rest };
             }
         }
+        let off = self.closing_interval(now.saturating_sub(oncpu), runq);
         // The interval up to the switch-in keeps its state; what the counters say ran, ran.
         self.acct = self.acct_at(now.saturating_sub(oncpu + runq));
         self.acct.oncpu += oncpu;
@@ -481,6 +536,7 @@ impl ThreadState {
         self.since_ns = now;
         self.state = TS_RUNNING;
         self.off_kind = WAIT_OTHER;
+        Some(off)
     }
 
     /// Remembers the kernel's counters as the thread leaves the CPU, for

@@ -330,6 +330,7 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
         ("by_unkeyed", s.by_unkeyed),
         ("strings_dropped", s.strings_dropped),
         ("strings_lost", s.strings_lost),
+        ("waits_lost", s.waits_lost),
     ] {
         if v > 0 {
             out.pop();

@@ -284,6 +284,9 @@ pub struct Summary {
     /// counted in `spans`/`events` and printed (marked) when their own record fit: `lost`
     /// counts spans and events, never these.
     pub strings_lost: u64,
+    /// `--perfetto`: off-CPU intervals the ring buffer had no room for: missing from the
+    /// trace's wait slices (their spans' split still counts their time).
+    pub waits_lost: u64,
 }
 
 /// Span starts dropped because a kernel-side limit was reached (their ends are dropped with

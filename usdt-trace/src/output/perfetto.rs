@@ -31,7 +31,10 @@ use super::sink::{Sink, View};
 use super::{arg_key, arg_value, str_value, ArgValue, RunInfo, SiteInfo, Summary};
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
-use usdt_trace_common::{SpanRecord, StrSet, MAX_ARGS};
+use usdt_trace_common::{
+    SpanRecord, StrSet, WaitRecord, MAX_ARGS, TS_IO, TS_RUNQ, WAIT_DISK, WAIT_LOCK, WAIT_NET,
+    WAIT_TIMER,
+};
 
 /// Protobuf wire encoding: just what the trace needs.
 pub mod pb {
@@ -278,6 +281,19 @@ impl<W: Write> PerfettoSink<W> {
             });
         }
         if self.threads.insert(tid) {
+            // A wait record's is empty when this kernel's BTF did not say where it is.
+            let comm = if comm.is_empty() {
+                std::fs::read(format!("/proc/{pid}/task/{tid}/comm"))
+                    .map(|mut n| {
+                        while n.last() == Some(&b'\n') {
+                            n.pop();
+                        }
+                        n
+                    })
+                    .unwrap_or_default()
+            } else {
+                comm.to_vec()
+            };
             self.packet(|p| {
                 pb::message(p, packet::TRACK_DESCRIPTOR, |t| {
                     pb::uint(t, track::UUID, thread_uuid(tid));
@@ -285,7 +301,9 @@ impl<W: Write> PerfettoSink<W> {
                     pb::message(t, track::THREAD, |d| {
                         pb::int(d, 1, pid as i64); // pid
                         pb::int(d, 2, tid as i64); // tid
-                        pb::string(d, 5, comm); // thread_name
+                        if !comm.is_empty() {
+                            pb::string(d, 5, &comm); // thread_name
+                        }
                     });
                 });
             });
@@ -377,6 +395,7 @@ impl<W: Write> PerfettoSink<W> {
         ts: u64,
         kind: u64,
         uuid: u64,
+        // (category, name)
         name: Option<(&str, &str)>,
         annotations: &[u8],
         (flows, terminating): (&[u64], Option<u64>),
@@ -387,9 +406,9 @@ impl<W: Write> PerfettoSink<W> {
             pb::message(p, packet::TRACK_EVENT, |e| {
                 pb::uint(e, event::TYPE, kind);
                 pb::uint(e, event::TRACK_UUID, uuid);
-                if let Some((provider, name)) = name {
-                    pb::string(e, event::CATEGORIES, provider.as_bytes());
-                    pb::string(e, event::NAME, format!("{provider}:{name}").as_bytes());
+                if let Some((category, name)) = name {
+                    pb::string(e, event::CATEGORIES, category.as_bytes());
+                    pb::string(e, event::NAME, name.as_bytes());
                 }
                 e.extend_from_slice(annotations);
                 for &f in flows {
@@ -500,6 +519,35 @@ fn span_annotations(
     }
 }
 
+/// The category of the off-CPU slices: a query (or the UI's filter) tells them from spans by it.
+pub const WAIT_CATEGORY: &str = "offcpu";
+
+/// The slice name of an off-CPU wait of kind `kind` (`WAIT_*`): what the thread waited on, as
+/// the spans' `wait_KIND_ns` annotations name it; `other` for the rest of sleep and I/O.
+pub fn wait_name(kind: u32) -> &'static str {
+    match kind {
+        WAIT_LOCK => "lock",
+        WAIT_NET => "net",
+        WAIT_TIMER => "timer",
+        WAIT_DISK => "disk",
+        _ => "other",
+    }
+}
+
+/// The waker as the spans' `waker` annotation shows it: `comm pid/tid`, or an interrupt's
+/// label alone.
+fn waker_label(w: &WaitRecord) -> Option<Vec<u8>> {
+    let comm = cstr(&w.waker_comm);
+    if w.waker_pid == 0 && comm.is_empty() {
+        return None;
+    }
+    let mut s = comm.to_vec();
+    if w.waker_pid != 0 {
+        let _ = write!(s, " {}/{}", w.waker_pid, w.waker_tid);
+    }
+    Some(s)
+}
+
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -551,11 +599,12 @@ impl<W: Write> Sink for PerfettoSink<W> {
                 self.tracks_for(h.pid, h.tid, cstr(&h.comm));
                 let mut ann = Vec::new();
                 args_annotations(&mut ann, "arg", site, &rec.args, strs);
+                let name = format!("{}:{}", site.provider, site.name);
                 self.track_event(
                     h.ts_ns,
                     event::INSTANT,
                     thread_uuid(h.tid),
-                    Some((&site.provider, &site.name)),
+                    Some((&site.provider, &name)),
                     &ann,
                     (&[], None),
                 );
@@ -623,7 +672,8 @@ impl<W: Write> Sink for PerfettoSink<W> {
                 };
                 let mut ann = Vec::new();
                 span_annotations(&mut ann, start, end, rec, strs, uuid != thread_uuid(h.tid));
-                let name = Some((pair.provider.as_str(), pair.stem.as_str()));
+                let name = format!("{}:{}", pair.provider, pair.stem);
+                let name = Some((pair.provider.as_str(), name.as_str()));
                 self.track_event(
                     t0,
                     event::SLICE_BEGIN,
@@ -634,6 +684,77 @@ impl<W: Write> Sink for PerfettoSink<W> {
                 );
                 self.track_event(t1, event::SLICE_END, uuid, None, &[], (&[], None));
             }
+        }
+        Ok(())
+    }
+
+    /// One off-CPU interval on its thread's track: the wait (asleep until woken, named by what
+    /// it waited on, with the waker), then the run queue until the thread ran (`runq`); a
+    /// preemption is a run-queue slice alone. The scheduler hooks send intervals only while
+    /// the thread has a span open, and spans begin and end while their thread runs, so an
+    /// interval never crosses a slice of the thread's track: it nests in the innermost one
+    /// open there (a span on an async track is not on that track: its waits show on the
+    /// thread track under whatever is open there, or at the top).
+    fn wait(&mut self, w: &WaitRecord) -> io::Result<()> {
+        let h = &w.hdr;
+        // A thread whose process the probes never noted has no track to go on.
+        if h.pid == 0 {
+            return Ok(());
+        }
+        self.tracks_for(h.pid, h.tid, cstr(&h.comm));
+        let uuid = thread_uuid(h.tid);
+        let o = &w.off;
+        let kind = wait_name(o.kind);
+        if o.off_state != TS_RUNQ && o.woken_ns > o.slept_ns {
+            let mut ann = Vec::new();
+            let state: &[u8] = if o.off_state == TS_IO {
+                b"io"
+            } else {
+                b"sleep"
+            };
+            annotation(&mut ann, "state", |a| pb::string(a, annot::STRING, state));
+            if let Some(label) = waker_label(w) {
+                annotation(&mut ann, "waker", |a| pb::string(a, annot::STRING, &label));
+                if w.waker_pid != 0 {
+                    annotation(&mut ann, "waker_pid", |a| {
+                        pb::uint(a, annot::UINT, w.waker_pid as u64)
+                    });
+                    annotation(&mut ann, "waker_tid", |a| {
+                        pb::uint(a, annot::UINT, w.waker_tid as u64)
+                    });
+                }
+            }
+            let name = Some((WAIT_CATEGORY, kind));
+            self.track_event(
+                o.slept_ns,
+                event::SLICE_BEGIN,
+                uuid,
+                name,
+                &ann,
+                (&[], None),
+            );
+            self.track_event(o.woken_ns, event::SLICE_END, uuid, None, &[], (&[], None));
+        }
+        if o.running_ns > o.woken_ns {
+            let mut ann = Vec::new();
+            let after = if o.off_state == TS_RUNQ {
+                "preempted"
+            } else {
+                kind
+            };
+            annotation(&mut ann, "after", |a| {
+                pb::string(a, annot::STRING, after.as_bytes())
+            });
+            let name = Some((WAIT_CATEGORY, "runq"));
+            self.track_event(
+                o.woken_ns,
+                event::SLICE_BEGIN,
+                uuid,
+                name,
+                &ann,
+                (&[], None),
+            );
+            self.track_event(o.running_ns, event::SLICE_END, uuid, None, &[], (&[], None));
         }
         Ok(())
     }
@@ -833,6 +954,49 @@ mod tests {
             }
         }
         got
+    }
+
+    /// A wait record becomes the wait (asleep → woken, named by its kind) and the run queue
+    /// (woken → running) on its thread's track; a preemption only the run queue; a thread of
+    /// no known process, nothing.
+    #[test]
+    fn an_off_cpu_interval_is_a_wait_slice_then_a_runq_slice_on_its_thread() {
+        use usdt_trace_common::{OffInterval, RecordKind, TS_RUNQ, TS_SLEEP};
+        let mut s = PerfettoSink::new(Vec::new(), Vec::new());
+        let wait = |pid: u32, slept, woken, running, kind, off_state| {
+            // SAFETY: a plain-data record; all zeroes is a valid one.
+            let mut w: WaitRecord = unsafe { std::mem::zeroed() };
+            w.hdr.kind = RecordKind::WAIT;
+            w.hdr.pid = pid;
+            w.hdr.tid = 9;
+            w.hdr.comm[..2].copy_from_slice(b"pp");
+            w.off = OffInterval {
+                slept_ns: slept,
+                woken_ns: woken,
+                running_ns: running,
+                kind,
+                off_state,
+            };
+            w.waker_pid = 7;
+            w.waker_tid = 8;
+            w.waker_comm[..1].copy_from_slice(b"h");
+            w
+        };
+        s.wait(&wait(7, 100, 150, 160, WAIT_LOCK, TS_SLEEP))
+            .unwrap();
+        s.wait(&wait(7, 200, 200, 230, 0, TS_RUNQ)).unwrap();
+        // Woken and running at once: no run-queue slice.
+        s.wait(&wait(7, 300, 310, 310, WAIT_DISK, TS_IO)).unwrap();
+        s.wait(&wait(0, 400, 410, 420, WAIT_LOCK, TS_SLEEP))
+            .unwrap();
+        let t = thread_uuid(9);
+        let begins: Vec<(u64, u64)> = slice_begins(&s.buf).iter().map(|b| (b.0, b.1)).collect();
+        assert_eq!(begins, [(100, t), (150, t), (200, t), (300, t)]);
+        let text = String::from_utf8_lossy(&s.buf);
+        for want in ["lock", "runq", "disk", "preempted", "h 7/8", "offcpu", "pp"] {
+            assert!(text.contains(want), "{want}");
+        }
+        assert!(!text.contains("other"));
     }
 
     /// Through the sink: interleaved requests and a polled one go on async tracks; a child

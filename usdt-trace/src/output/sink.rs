@@ -6,7 +6,9 @@
 use super::{hist, json, text, PairInfo, RunInfo, SiteInfo, Summary};
 use crate::agg::AggBlock;
 use std::io::{self, Write};
-use usdt_trace_common::{EventRecord, Hist, SpanRecord, StrSet, WaitSums, HIST_COMPONENTS};
+use usdt_trace_common::{
+    EventRecord, Hist, SpanRecord, StrSet, WaitRecord, WaitSums, HIST_COMPONENTS,
+};
 
 /// A record with the sites it refers to already looked up.
 #[derive(Clone, Copy)]
@@ -71,6 +73,11 @@ pub trait Sink {
         Ok(())
     }
     fn record(&mut self, v: &View) -> io::Result<()>;
+    /// `--perfetto`: one off-CPU interval of a thread with a span open, as it ended (before
+    /// the span that holds it). Only the Perfetto sink draws them.
+    fn wait(&mut self, _w: &WaitRecord) -> io::Result<()> {
+        Ok(())
+    }
     /// After each batch of records: make what was written visible.
     fn flush(&mut self) -> io::Result<()>;
     /// The histograms, at each `--interval` and at the end of a `--hist` run.
@@ -297,6 +304,9 @@ impl Sink for Fanout {
     }
     fn record(&mut self, v: &View) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.record(v))
+    }
+    fn wait(&mut self, w: &WaitRecord) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.wait(w))
     }
     fn flush(&mut self) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.flush())

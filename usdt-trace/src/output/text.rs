@@ -275,6 +275,9 @@ pub fn summary_text(s: &Summary) -> String {
     if s.strings_lost > 0 {
         filtered.push_str(&format!(", {} strings records lost", s.strings_lost));
     }
+    if s.waits_lost > 0 {
+        filtered.push_str(&format!(", {} wait slices lost", s.waits_lost));
+    }
     format!(
         "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends{hits}{dropped}{filtered}{other} in {:.1}s\n",
         s.spans,

@@ -38,7 +38,7 @@ use thiserror::Error;
 use usdt_trace_common::maps;
 use usdt_trace_common::{
     Config, FilterProg, Hist, IdKey, SiteSpec, WaitSums, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_STACK,
-    CFG_STOPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
+    CFG_STOPPED, CFG_WAITS, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
 };
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
@@ -161,6 +161,8 @@ pub struct Counters {
     pub strs_dropped: u64,
     /// `--str` strings records the ring buffer had no room for.
     pub strs_lost: u64,
+    /// `--perfetto`: off-CPU interval records the ring buffer had no room for.
+    pub waits_lost: u64,
     /// Span starts dropped because THREADS (`--max-threads`) was full, and their ends.
     pub threads_full: u64,
     pub threads_full_ends: u64,
@@ -217,6 +219,9 @@ pub struct LoadOptions<'a> {
     pub filter: Option<(FilterProg, &'a [u32])>,
     /// `--stack`: a user stack record before each span record.
     pub stack: bool,
+    /// `--perfetto`: the scheduler hooks send each off-CPU interval of a thread with a span
+    /// open (`CFG_WAITS`), for the trace's wait slices.
+    pub waits: bool,
     /// `--by`, `--count`, `--top`.
     pub agg: AggLoad,
     /// Attach `usdt_null` (records nothing): `--bench-null-program`, for benchmarks only.
@@ -242,6 +247,9 @@ impl LoadOptions<'_> {
         }
         if self.stack {
             flags |= CFG_STACK;
+        }
+        if self.waits && self.sched {
+            flags |= CFG_WAITS;
         }
         flags | self.agg.config_flags()
     }
@@ -402,7 +410,9 @@ impl Tracer {
                 regs_nr_off: crate::syscalls::nr_member()
                     .and_then(|(st, m)| crate::btf::member_offset(&vmlinux, st, m).ok())
                     .unwrap_or(0),
-                _pad: 0,
+                // Optional: without it a thread first seen in a wait record is named from /proc.
+                task_comm_off: crate::btf::member_offset(&vmlinux, "task_struct", "comm")
+                    .unwrap_or(0),
                 min_ns: opts.min_ns,
             };
             cfg.set(0, config, 0).map_err(map_err(maps::CONFIG))?;
@@ -896,6 +906,7 @@ impl Tracer {
             unmatched_end: v[CNT_UNMATCHED_END as usize],
             strs_dropped: v[CNT_STRS_DROPPED as usize],
             strs_lost: v[CNT_STRS_LOST as usize],
+            waits_lost: v[CNT_WAITS_LOST as usize],
             threads_full: v[CNT_THREADS_FULL as usize],
             threads_full_ends: v[CNT_THREADS_FULL_END as usize],
             id_full: v[CNT_ID_FULL as usize],
@@ -1128,6 +1139,7 @@ mod tests {
             strs: false,
             filter: None,
             stack: false,
+            waits: false,
             agg: AggLoad::default(),
             null_program: false,
             spare_sites: 0,

@@ -156,6 +156,9 @@ impl WatchConfig {
                 .zip(filter_masks)
                 .map(|(f, m)| (f.compile(), m)),
             stack: self.stack,
+            // Only the Perfetto output draws the waits; for the others they would cost a
+            // record per context switch of a thread in a span.
+            waits: self.perfetto.is_some(),
             agg: crate::tracer::AggLoad {
                 count: self.agg.count,
                 by: key_plan.map(|k| k.by.config()).unwrap_or_default(),

@@ -103,6 +103,13 @@ impl Reader {
                     }
                     return;
                 }
+                // An off-CPU interval: no site to resolve; the sinks that draw them do.
+                Some(output::Record::Wait(w)) => {
+                    if res.is_ok() {
+                        res = self.sinks.wait(w);
+                    }
+                    return;
+                }
                 // Only a record whose strings went (`STRS_RECORD_SENT`) has any to join.
                 Some(output::Record::Event(r, _)) if r.has_strs == STRS_RECORD_SENT => {
                     held = self.strs.take(&r.hdr);

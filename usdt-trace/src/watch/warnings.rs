@@ -42,6 +42,12 @@ pub(crate) fn end_warnings(
             summary.strings_lost
         );
     }
+    if summary.waits_lost > 0 {
+        eprintln!(
+            "warning: --perfetto: {} off-CPU intervals were lost with the ring buffer full: their wait slices are missing from the trace (their spans' time split still counts them; try a larger --ring-kib)",
+            summary.waits_lost
+        );
+    }
     for (n, what) in [(ac.by_unkeyed, "spans"), (ac.count_unkeyed, "hits")] {
         if n > 0 {
             eprintln!(
@@ -118,6 +124,7 @@ pub(super) fn summarize(
         filtered: c.below_min + c.filter_rejected,
         strings_dropped: c.strs_dropped,
         strings_lost: c.strs_lost,
+        waits_lost: c.waits_lost,
         stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
         frames_unnamed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.unnamed),
         hits: reader.agg.hits,
