@@ -108,7 +108,12 @@ pub fn thread_count(pid: u32) -> u64 {
 /// utime + stime, in clock ticks (/proc/PID/stat).
 pub fn cpu_ticks(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-    let f: Vec<&str> = s.rsplit_once(')').expect("stat").1.split_whitespace().collect();
+    let f: Vec<&str> = s
+        .rsplit_once(')')
+        .expect("stat")
+        .1
+        .split_whitespace()
+        .collect();
     f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
 }
 

@@ -60,8 +60,7 @@ fn config(port: u16, path_bin: &Path, pid: u32) -> String {
 }
 
 fn spans(m: &Metrics, def: &str) -> Option<u64> {
-    sp::get(m, "usdt_spans_total", &[("definition", def)])
-        .map(|v| v as u64)
+    sp::get(m, "usdt_spans_total", &[("definition", def)]).map(|v| v as u64)
 }
 
 /// Scrapes until `def`'s span count is `want`, then asserts it and the histogram's `_count`
@@ -134,9 +133,13 @@ impl Run {
         write_atomic(&self.conf, &config(self.port, &self.path_bin, t.pid()));
         let mark = self.daemon.log.len();
         self.daemon.signal(1);
-        sp::wait_log_from(&mut self.daemon, mark, "[pid] attached", ATTACH_TIMEOUT, |l| {
-            l.contains("[pid] attached:")
-        });
+        sp::wait_log_from(
+            &mut self.daemon,
+            mark,
+            "[pid] attached",
+            ATTACH_TIMEOUT,
+            |l| l.contains("[pid] attached:"),
+        );
         if let Some(old) = self.current.take() {
             assert!(old.quit().success());
         }
@@ -179,7 +182,10 @@ impl Run {
 #[test]
 #[ignore = "needs root"]
 fn serve_memory_fds_threads_and_scrape_cpu_stay_flat_over_restarts_reloads_and_scrapes() {
-    assert!(proc::is_root(), "needs root (run with --include-ignored as root)");
+    assert!(
+        proc::is_root(),
+        "needs root (run with --include-ignored as root)"
+    );
     let started = Instant::now();
     let path_bin = build_c("serve_restart", &[]);
     let pid_bin = build_c("serve_restart", &["-DVARIANT=1"]);
@@ -242,12 +248,14 @@ fn serve_memory_fds_threads_and_scrape_cpu_stay_flat_over_restarts_reloads_and_s
     let last_third = per_scrape_ms(&all[ROUNDS - third..]);
 
     println!(
-        "long run: {} scrapes, {} process restarts ({} spans of path, {} reloads of pid), \
-         {:.1} s",
+        "long run: {} scrapes, {} processes ({} of path making {} spans, {} of pid: {} \
+         reloads), {:.1} s",
         run.scrapes,
         run.restarts,
+        run.path_total / PATH_SPANS,
         run.path_total,
         run.restarts - run.path_total / PATH_SPANS,
+        run.restarts - run.path_total / PATH_SPANS - 1,
         started.elapsed().as_secs_f64()
     );
     println!("  attached, before the warm-up: VmRSS {rss0} KiB, {fds0} fds, {threads0} threads");
