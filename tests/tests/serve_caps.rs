@@ -8,9 +8,11 @@
 //!   may run it, not read it): CAP_DAC_READ_SEARCH;
 //! - `pid` traces by `pids` a process of that other user: CAP_SYS_PTRACE (its
 //!   /proc/PID/root, through which the daemon opens what the process maps);
-//! - both load eBPF programs and attach uprobes: CAP_BPF and CAP_PERFMON.
+//! - `byname` traces that process's program by `processes` (its name): CAP_SYS_PTRACE too
+//!   (its /proc/PID/exe);
+//! - all load eBPF programs and attach uprobes: CAP_BPF and CAP_PERFMON.
 //!
-//! With exactly that set both count the programs' spans exactly. Without any one of them the
+//! With exactly that set each counts the programs' spans exactly. Without any one of them the
 //! daemon keeps running, the definitions that need it are down (`usdt_definition_up` 0) with
 //! one log line saying what is missing, and the others count as before.
 use std::os::unix::fs::PermissionsExt;
@@ -118,7 +120,9 @@ struct Run {
     setup: Setup,
 }
 
-fn start(tag: &str, caps: &[&str]) -> Run {
+/// `byname`: with `by_name`, a third definition tracing the `pids` process's program by
+/// `processes` (its file's name): the same process, found by a scan of /proc.
+fn start(tag: &str, caps: &[&str], by_name: bool) -> Run {
     let setup = setup(tag);
     // The `pids` process, another user's, waiting for a line before it makes its spans.
     let (target, ready) = Target::spawn(
@@ -144,7 +148,11 @@ fn start(tag: &str, caps: &[&str]) -> Run {
              [[definition]]\nname = \"pid\"\npids = [{}]\npatterns = [\"sr:*\"]\n",
             setup.private.display(),
             target.pid()
-        ),
+        ) + if by_name {
+            "\n[[definition]]\nname = \"byname\"\nprocesses = [\"sr_public\"]\npatterns = [\"sr:*\"]\n"
+        } else {
+            ""
+        },
     )
     .expect("config");
     std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o644)).expect("chmod");
@@ -268,7 +276,7 @@ fn serve_as_nobody_with_the_documented_capabilities_counts_another_users_spans_e
     if !precondition() {
         return;
     }
-    let mut run = start("all", &names(&DOCUMENTED));
+    let mut run = start("all", &names(&DOCUMENTED), true);
     // It runs as nobody with exactly these capabilities, none more.
     let pid = run.daemon.child.id();
     sp::wait_log_from(
@@ -305,15 +313,18 @@ fn serve_as_nobody_with_the_documented_capabilities_counts_another_users_spans_e
 
     let path_line = run.wait("[path] attached:");
     let pid_line = run.wait("[pid] attached:");
-    println!("{path_line}\n{pid_line}");
+    let name_line = run.wait("[byname] attached:");
+    println!("{path_line}\n{pid_line}\n{name_line}");
     for _ in 0..2 {
         run.run_private();
     }
     run.go();
     run.expect_count("path", 2 * PATH_SPANS);
     run.expect_count("pid", PID_SPANS);
+    run.expect_count("byname", PID_SPANS);
     assert_eq!(run.up("path"), Some(1.0));
     assert_eq!(run.up("pid"), Some(1.0));
+    assert_eq!(run.up("byname"), Some(1.0));
     run.stop();
 }
 
@@ -323,7 +334,7 @@ fn serve_without_cap_sys_ptrace_says_another_users_pid_needs_it_and_the_rest_sti
     if !precondition() {
         return;
     }
-    let mut run = start("noptrace", &documented_but("sys_ptrace"));
+    let mut run = start("noptrace", &documented_but("sys_ptrace"), false);
     let line = run.wait("[pid] cannot attach:");
     println!("{line}");
     assert!(
@@ -347,7 +358,7 @@ fn serve_without_cap_dac_read_search_says_the_root_only_target_is_denied_and_the
     if !precondition() {
         return;
     }
-    let mut run = start("nodac", &documented_but("dac_read_search"));
+    let mut run = start("nodac", &documented_but("dac_read_search"), false);
     let line = run.wait("[path] cannot attach:");
     println!("{line}");
     let private = run.setup.private.display().to_string();
@@ -369,7 +380,7 @@ fn serve_without_cap_bpf_or_cap_perfmon_says_both_are_needed_and_keeps_running()
         return;
     }
     for missing in ["bpf", "perfmon"] {
-        let mut run = start(&format!("no{missing}"), &documented_but(missing));
+        let mut run = start(&format!("no{missing}"), &documented_but(missing), false);
         for def in ["path", "pid"] {
             let line = run.wait(&format!("[{def}] cannot attach:"));
             println!("without {missing}: {line}");
