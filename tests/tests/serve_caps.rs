@@ -12,6 +12,9 @@
 //!   (its /proc/PID/exe);
 //! - all load eBPF programs and attach uprobes: CAP_BPF and CAP_PERFMON.
 //!
+//! Semaphores (is-enabled probes) need nothing more: the kernel raises them through the
+//! uprobes' `ref_ctr_offset`, in another user's running process too.
+//!
 //! With exactly that set each counts the programs' spans exactly. Without any one of them the
 //! daemon keeps running, the definitions that need it are down (`usdt_definition_up` 0) with
 //! one log line saying what is missing, and the others count as before.
@@ -396,4 +399,74 @@ fn serve_without_cap_bpf_or_cap_perfmon_says_both_are_needed_and_keeps_running()
         run.go();
         run.stop();
     }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn serve_with_cap_bpf_and_cap_perfmon_alone_raises_another_users_semaphores_and_counts_its_events()
+{
+    if !precondition() {
+        return;
+    }
+    let setup = setup("sema");
+    let sema = setup.dir.join("watch_sema");
+    std::fs::copy(build_c("watch_sema", &[]), &sema).expect("copy");
+    std::fs::set_permissions(&sema, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // Is-enabled probes of a process of another user, running before the daemon attaches.
+    let (mut t, ready) = Target::spawn(
+        Path::new("setpriv"),
+        &[
+            &format!("--reuid={OTHER}"),
+            &format!("--regid={OTHER}"),
+            "--clear-groups",
+            "--",
+            sema.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert!(ready.starts_with("ready "), "{ready}");
+    assert_eq!(t.ask("sema"), "sema 0 0");
+    let port = free_port();
+    let conf = setup.dir.join("serve.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\nretry-seconds = 1\n\n\
+             [[definition]]\nname = \"sema\"\ntargets = [\"{}\"]\n",
+            sema.display()
+        ),
+    )
+    .expect("config");
+    std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let mut daemon = sp::start(
+        setpriv(NOBODY, &["bpf", "perfmon"])
+            .arg(&setup.tracer)
+            .args(["serve", "--config"])
+            .arg(&conf),
+    );
+    sp::wait_log_from(&mut daemon, 0, "[sema] attached", ATTACH_TIMEOUT, |l| {
+        l.contains("[sema] attached:")
+    });
+    // The kernel raised them (one site on the first semaphore, two on the second).
+    assert_eq!(t.ask("sema"), "sema 1 2");
+    // Each fire, with both raised, hits the three sites.
+    for _ in 0..2 {
+        assert_eq!(t.ask("fire"), "fired 1 2");
+    }
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + COUNT_DEADLINE;
+    loop {
+        let m = sp::scrape(&addr, SCRAPE_TIMEOUT);
+        let got = sp::get(&m, "usdt_events_total", &[("definition", "sema")]);
+        if got == Some(6.0) || got.is_some_and(|g| g > 6.0) || Instant::now() > deadline {
+            assert_eq!(got, Some(6.0), "usdt_events_total\n{}", m.text);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    daemon.signal(15);
+    let st = proc::wait_within(&mut daemon.child, Duration::from_secs(60))
+        .expect("serve exits after SIGTERM");
+    assert!(st.success(), "serve exit status {st:?}");
+    // Detached: the kernel took them back.
+    assert_eq!(t.ask("sema"), "sema 0 0");
 }

@@ -36,7 +36,7 @@ const PATH_SPANS: u64 = 3;
 const PID_SPANS: u64 = 5;
 /// Rounds before the figures are taken: allocator arenas, the listener's buffers, the
 /// exposition's strings reach their size; every definition has been through a reload.
-const WARMUP_ROUNDS: usize = 2;
+const WARMUP_ROUNDS: usize = 1;
 /// Rounds measured after the warm-up (in thirds for the CPU per scrape).
 const ROUNDS: usize = 9;
 const SCRAPES_PER_ROUND: usize = 100;
@@ -47,7 +47,8 @@ const RESTART_EVERY: usize = 3;
 /// the scatter of a heap that allocates and frees a 30 KiB exposition per scrape and a set of
 /// eBPF maps and programs per reload (a leak of one exposition per scrape, or of one
 /// definition's buffers per reload, would exceed it many times over), and far below what
-/// a thousand scrapes or a dozen reloads would leak.
+/// a thousand scrapes or a dozen reloads would leak. Measured: +16 to +24 KiB over 900
+/// scrapes, 340 processes and 9 reloads (119,944 KiB after the warm-up), beside a CPU hog too.
 const RSS_GROWTH_KIB: u64 = 4096;
 
 fn config(port: u16, path_bin: &Path, pid: u32) -> String {
