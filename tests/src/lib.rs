@@ -6,12 +6,14 @@
 //! the usdt-markers test programs, an ELF layout reader, the demo servers; `scenarios`: attach
 //! scenarios run under several flags (semaphore life cycle, shared-library records);
 //! `prometheus`: a real Prometheus server that scrapes a target and answers PromQL; `serve`:
-//! the `serve` daemon, its log and its parsed `/metrics`.
+//! the `serve` daemon, its log and its parsed `/metrics`; `serve_proc`: the daemon from any
+//! command (`setpriv`), scraped in-process, and its /proc figures.
 pub mod markers;
 pub mod proc;
 pub mod prometheus;
 pub mod scenarios;
 pub mod serve;
+pub mod serve_proc;
 pub mod testprogs;
 pub mod watch;
 pub mod watch_util;

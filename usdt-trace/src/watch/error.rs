@@ -29,6 +29,10 @@ pub enum WatchError {
         "{path} is not mapped by process {pids} (list what it maps with: usdt-trace list -p PID)"
     )]
     NotMapped { path: String, pids: String },
+    /// `-p` processes whose files could not be opened (another user's, without
+    /// CAP_SYS_PTRACE) and nothing with probes that could.
+    #[error("cannot open the files process {pids} maps ({first}): another user's process needs root or CAP_SYS_PTRACE, and a file only its owner may read CAP_DAC_READ_SEARCH")]
+    ProcessFilesDenied { pids: String, first: String },
     #[error("--process {0}: no process by that name is running (its command name or its executable's file name)")]
     NoProcessNamed(String),
     /// A file that came to be named while tracing had no room in the running plan.

@@ -105,12 +105,24 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
             }
         }
     }
+    // The first file a `-p` process maps that we may not open: when nothing with probes
+    // could be opened, that is the error (not "no USDT probes"), and it says what is missing.
+    let mut denied: Option<String> = None;
     if cfg.targets.is_empty() && cfg.processes.is_empty() {
         for &pid in &cfg.pids {
             for m in target::open_process(pid)? {
                 // Objects that are not ELF (fonts, locale archives) or have no probes are
                 // not what the user is after.
-                let Ok(mut o) = m.object else { continue };
+                let mut o = match m.object {
+                    Ok(o) => o,
+                    Err(target::TargetError::Open { path, source })
+                        if source.kind() == io::ErrorKind::PermissionDenied =>
+                    {
+                        denied.get_or_insert_with(|| format!("{path}: {source}"));
+                        continue;
+                    }
+                    Err(_) => continue,
+                };
                 crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_returns)?;
                 if !o.probes.sites.is_empty() && seen.insert((o.dev, o.inode)) {
                     objects.push(o);
@@ -134,6 +146,12 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
         && (fn_pats.is_empty() || objects.is_empty())
         && !cfg.waits()
     {
+        if let Some(first) = denied {
+            return Err(WatchError::ProcessFilesDenied {
+                pids: join_pids(&cfg.pids),
+                first,
+            });
+        }
         let what = if cfg.targets.is_empty() && cfg.processes.is_empty() {
             format!("process {}", join_pids(&cfg.pids))
         } else {
