@@ -55,7 +55,7 @@ pub enum Command {
     /// Print a man page (roff) to stdout: `usdt-trace man | man -l -`, `usdt-trace man watch`
     /// for a command's page (every flag); or write them all with --dir.
     Man {
-        /// The command whose page to print (list, watch, doctor, completions, man); the
+        /// The command whose page to print (list, watch, serve, diff, doctor, completions, man); the
         /// top-level page without one.
         #[arg(value_name = "COMMAND", conflicts_with = "dir")]
         command: Option<String>,

@@ -22,8 +22,9 @@ pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManError {
-    #[error("man {0}: no such command (list, watch, doctor, completions, man)")]
-    NoCommand(String),
+    /// The commands named from the parser itself, so the list never goes stale.
+    #[error("man {name}: no such command ({known})")]
+    NoCommand { name: String, known: String },
     #[error("rendering the man page: {0}")]
     Render(std::io::Error),
 }
@@ -40,7 +41,15 @@ pub fn man_page(command: Option<&str>) -> Result<Vec<u8>, ManError> {
             .get_subcommands()
             .find(|c| c.get_name() == name && name != "help")
             .cloned()
-            .ok_or_else(|| ManError::NoCommand(name.to_string()))?
+            .ok_or_else(|| ManError::NoCommand {
+                name: name.to_string(),
+                known: top
+                    .get_subcommands()
+                    .map(|c| c.get_name())
+                    .filter(|n| *n != "help")
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?
             // The page's title and its NAME section: `usdt-trace-watch`. Leaked: clap takes
             // names as &'static str without its `string` feature, and this runs once.
             .name(&*format!("usdt-trace-{name}").leak())

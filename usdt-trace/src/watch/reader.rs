@@ -334,6 +334,7 @@ impl Reader {
                         .map(|(k, h)| (k.id as usize, kp.value(&self.plan, k), *h))
                         .collect(),
                     other: b.other,
+                    unkeyed: b.unkeyed,
                     max_keys: self.agg.max_keys,
                 })
             }
@@ -356,6 +357,7 @@ impl Reader {
                 hits_missed: tracer.missed_hits().unwrap_or(0),
                 strings_dropped: c.strs_dropped,
                 keys_other: ac.by_other,
+                keys_unkeyed: ac.by_unkeyed,
             },
             health: Health {
                 sites: tracer.attached_sites() as u64,

@@ -131,17 +131,20 @@ fn duration_series(prefix: &Labels, snap: &Snapshot) -> BTreeMap<Labels, Hist> {
                 l.push(("key", key_label(k)));
                 merge(out.entry(l).or_default(), h);
             }
-            for ((p, _), h) in snap.pairs.iter().zip(&by.other) {
-                if h.count == 0 {
-                    continue;
+            // A label of its own as well as the value: a real string key "other" or
+            // "unkeyed" stays a series apart. Together with the keys they add up to every
+            // span the kernel counted.
+            for (rest, name) in [(&by.other, "other"), (&by.unkeyed, "unkeyed")] {
+                for ((p, _), h) in snap.pairs.iter().zip(rest) {
+                    if h.count == 0 {
+                        continue;
+                    }
+                    let mut l = span_labels(prefix, p);
+                    l.push(("by", by.by.clone()));
+                    l.push(("key", name.into()));
+                    l.push((name, "true".into()));
+                    merge(out.entry(l).or_default(), h);
                 }
-                // A label of its own as well as the value: a real string key "other"
-                // stays a series apart.
-                let mut l = span_labels(prefix, p);
-                l.push(("by", by.by.clone()));
-                l.push(("key", "other".into()));
-                l.push(("other", "true".into()));
-                merge(out.entry(l).or_default(), h);
             }
         }
     }
@@ -367,6 +370,16 @@ impl prometheus_client::collector::Collector for Exposition {
                 "usdt_keys_other_spans",
                 "Spans whose --by key found no room (beyond --max-keys), counted under key=\"other\".",
                 &other,
+            )?;
+            let unkeyed: Vec<_> = keyed
+                .iter()
+                .map(|(p, _)| (p.labels.clone(), p.snap.counters.keys_unkeyed))
+                .collect();
+            counter_u64(
+                &mut enc,
+                "usdt_keys_unkeyed_spans",
+                "Spans whose new --by key the kernel had no memory for (its reserve full too), counted under key=\"unkeyed\".",
+                &unkeyed,
             )?;
             let max: Vec<_> = keyed
                 .iter()

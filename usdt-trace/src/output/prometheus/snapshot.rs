@@ -37,6 +37,9 @@ pub struct ByKeys {
     pub keys: Vec<(usize, Key, Hist)>,
     /// Per pair (same order as `Snapshot::pairs`).
     pub other: Vec<Hist>,
+    /// Per pair: spans whose new key the kernel had no memory for (and its reserve was
+    /// full), counted as "unkeyed" rather than lost.
+    pub unkeyed: Vec<Hist>,
     /// `--max-keys`.
     pub max_keys: u32,
 }
@@ -57,6 +60,8 @@ pub struct Counters {
     pub strings_dropped: u64,
     /// `--by`: spans counted as "other" (beyond `--max-keys`).
     pub keys_other: u64,
+    /// `--by`: spans counted as "unkeyed" (no kernel memory for their new key).
+    pub keys_unkeyed: u64,
 }
 
 /// The tracer's own state.
@@ -102,6 +107,7 @@ impl Snapshot {
                         .push((p.clone(), [Hist::default(); HIST_COMPONENTS]));
                     if let Some(by) = self.by.as_mut() {
                         by.other.push(Hist::default());
+                        by.unkeyed.push(Hist::default());
                     }
                     self.pairs.len() - 1
                 }
@@ -124,9 +130,11 @@ impl Snapshot {
                 by: bb.by.clone(),
                 keys: Vec::new(),
                 other: Vec::new(),
+                unkeyed: Vec::new(),
                 max_keys: bb.max_keys,
             });
             by.other.resize(self.pairs.len(), Hist::default());
+            by.unkeyed.resize(self.pairs.len(), Hist::default());
             for (bi, k, h) in &bb.keys {
                 let Some(&i) = index.get(*bi) else { continue };
                 match by.keys.iter_mut().find(|(j, kk, _)| *j == i && kk == k) {
@@ -137,6 +145,11 @@ impl Snapshot {
             for (bi, h) in bb.other.iter().enumerate() {
                 if let Some(&i) = index.get(bi) {
                     merge(&mut by.other[i], h);
+                }
+            }
+            for (bi, h) in bb.unkeyed.iter().enumerate() {
+                if let Some(&i) = index.get(bi) {
+                    merge(&mut by.unkeyed[i], h);
                 }
             }
         }
@@ -151,5 +164,6 @@ impl Snapshot {
         c.hits_missed += b.hits_missed;
         c.strings_dropped += b.strings_dropped;
         c.keys_other += b.keys_other;
+        c.keys_unkeyed += b.keys_unkeyed;
     }
 }

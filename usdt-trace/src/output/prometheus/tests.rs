@@ -264,10 +264,12 @@ fn by_keys_other_and_escaping() {
                 ),
             ],
             other: vec![hist_of(&[5000, 6000, 7000])],
+            unkeyed: vec![hist_of(&[8000, 9000])],
             max_keys: 3,
         }),
         counters: Counters {
             keys_other: 3,
+            keys_unkeyed: 2,
             ..Counters::default()
         },
         health: Health::default(),
@@ -286,6 +288,9 @@ fn by_keys_other_and_escaping() {
     assert_eq!(c("key=\"x\\\\xff\""), 1.0);
     assert_eq!(c("key=\"x\\\\xfe\""), 1.0);
     assert_eq!(value(&t, "usdt_keys_other_spans_total"), 3.0);
+    // Spans the kernel had no memory to key are a series too: the keys add up to them all.
+    assert_eq!(c("key=\"unkeyed\",unkeyed=\"true\""), 2.0);
+    assert_eq!(value(&t, "usdt_keys_unkeyed_spans_total"), 2.0);
     assert_eq!(value(&t, "usdt_keys_max"), 3.0);
 }
 
@@ -401,6 +406,7 @@ fn a_base_is_added_and_kept() {
         by: "arg1".into(),
         keys: vec![(1, Key::one(KeyVal::Uint(7)), hist_of(&[7000]))],
         other: vec![Hist::default(), hist_of(&[9000])],
+        unkeyed: vec![hist_of(&[3000]), Hist::default()],
         max_keys: 10,
     });
     let mut now = req_snapshot(&[1500], 1);
@@ -408,6 +414,7 @@ fn a_base_is_added_and_kept() {
         by: "arg1".into(),
         keys: vec![(0, Key::one(KeyVal::Uint(7)), hist_of(&[1500]))],
         other: vec![Hist::default()],
+        unkeyed: vec![hist_of(&[4000])],
         max_keys: 10,
     });
     // Waits of "old" (the base's second span name) and of "request" in both.
@@ -440,5 +447,8 @@ fn a_base_is_added_and_kept() {
     assert_eq!(by.keys.len(), 2);
     assert_eq!(by.other.len(), 2);
     assert_eq!(by.other[1].count, 1);
+    // The unkeyed spans are carried as the other ones are.
+    assert_eq!(by.unkeyed.len(), 2);
+    assert_eq!(by.unkeyed[0].count, 2);
     assert_eq!(now.health.sites, 2);
 }
