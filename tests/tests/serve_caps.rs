@@ -337,7 +337,7 @@ fn serve_without_cap_sys_ptrace_says_another_users_pid_needs_it_and_the_rest_sti
     if !precondition() {
         return;
     }
-    let mut run = start("noptrace", &documented_but("sys_ptrace"), false);
+    let mut run = start("noptrace", &documented_but("sys_ptrace"), true);
     let line = run.wait("[pid] cannot attach:");
     println!("{line}");
     assert!(
@@ -346,10 +346,20 @@ fn serve_without_cap_sys_ptrace_says_another_users_pid_needs_it_and_the_rest_sti
             && line.contains("CAP_SYS_PTRACE"),
         "{line}"
     );
+    // By name: the process is there (its command name is anyone's to read), which file it
+    // runs is not.
+    let line = run.wait("[byname] cannot attach:");
+    println!("{line}");
+    assert!(
+        line.contains("--process sr_public: 1 process(es) so called")
+            && line.contains("CAP_SYS_PTRACE"),
+        "{line}"
+    );
     run.wait("[path] attached:");
     run.run_private();
     run.expect_count("path", PATH_SPANS);
     assert_eq!(run.up("pid"), Some(0.0));
+    assert_eq!(run.up("byname"), Some(0.0));
     run.go();
     run.stop();
 }

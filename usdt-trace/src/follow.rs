@@ -161,7 +161,7 @@ impl Follow {
             }
         }
         for name in &self.names {
-            for (pid, m) in crate::procnames::executables(name) {
+            for (pid, m) in crate::procnames::executables(name).procs {
                 if self.known.contains(&(m.dev, m.inode)) {
                     continue;
                 }

@@ -56,15 +56,24 @@ pub fn exe_file_name(link: &[u8]) -> &[u8] {
     }
 }
 
-/// Each running process called `name` (but this one): its pid and its executable as it maps
-/// it. Processes that exit meanwhile, kernel threads and those whose mappings cannot be read
-/// are skipped.
-pub fn executables(name: &str) -> Vec<(u32, MappedObject)> {
+/// The running processes called `name` (but this one).
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Each one's pid and its executable as it maps it.
+    pub procs: Vec<(u32, MappedObject)>,
+    /// Those so called by their command name whose executable could not be read: another
+    /// user's process, without the right to look into it (root or CAP_SYS_PTRACE).
+    pub denied: Vec<u32>,
+}
+
+/// Each running process called `name` (but this one). Processes that exit meanwhile and
+/// kernel threads are skipped.
+pub fn executables(name: &str) -> Found {
     let me = std::process::id();
+    let mut found = Found::default();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+        return found;
     };
-    let mut found = Vec::new();
     for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
         if pid == me {
             continue;
@@ -73,16 +82,26 @@ pub fn executables(name: &str) -> Vec<(u32, MappedObject)> {
             continue;
         };
         let comm = comm.strip_suffix(b"\n").unwrap_or(&comm);
+        let denied = |e: &std::io::Error| e.kind() == std::io::ErrorKind::PermissionDenied;
         // Kernel threads have no executable: the link does not read.
-        let Ok(link) = std::fs::read_link(format!("/proc/{pid}/exe")) else {
-            continue;
+        let link = match std::fs::read_link(format!("/proc/{pid}/exe")) {
+            Ok(l) => l,
+            Err(e) => {
+                if denied(&e) && is_named(name.as_bytes(), comm, None) {
+                    found.denied.push(pid);
+                }
+                continue;
+            }
         };
         let link = link.as_os_str().as_bytes();
         if !is_named(name.as_bytes(), comm, Some(exe_file_name(link))) {
             continue;
         }
-        if let Some(m) = executable_of(pid) {
-            found.push((pid, m));
+        match executable_of(pid) {
+            Ok(Some(m)) => found.procs.push((pid, m)),
+            Ok(None) => {}
+            Err(e) if denied(&e) => found.denied.push(pid),
+            Err(_) => {}
         }
     }
     found
@@ -90,17 +109,18 @@ pub fn executables(name: &str) -> Vec<(u32, MappedObject)> {
 
 /// The mapping of `pid`'s executable: the mapped object with the device and inode of the
 /// file `/proc/PID/exe` leads to (the kernel's own link to what it executed).
-fn executable_of(pid: u32) -> Option<MappedObject> {
+fn executable_of(pid: u32) -> std::io::Result<Option<MappedObject>> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    let meta = std::fs::metadata(format!("/proc/{pid}/exe"))?;
     let key = (
         (libc::major(meta.dev()), libc::minor(meta.dev())),
         meta.ino(),
     );
-    crate::procmaps::mapped_objects(pid)
-        .ok()?
-        .into_iter()
-        .find(|m| (m.dev, m.inode) == key)
+    let maps = crate::procmaps::mapped_objects(pid).map_err(|e| match e {
+        crate::procmaps::ProcError::Io { source, .. } => source,
+        other => std::io::Error::other(other.to_string()),
+    })?;
+    Ok(maps.into_iter().find(|m| (m.dev, m.inode) == key))
 }
 
 #[cfg(test)]
@@ -162,7 +182,7 @@ mod tests {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let mut found = Vec::new();
         while std::time::Instant::now() < deadline {
-            found = executables("sleep");
+            found = executables("sleep").procs;
             if found.iter().any(|(p, _)| *p == child.id()) {
                 break;
             }

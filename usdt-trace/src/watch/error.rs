@@ -35,6 +35,8 @@ pub enum WatchError {
     ProcessFilesDenied { pids: String, first: String },
     #[error("--process {0}: no process by that name is running (its command name or its executable's file name)")]
     NoProcessNamed(String),
+    #[error("--process {name}: {n} process(es) so called (pid {pid}, ...), but which file each runs cannot be read: another user's process needs root or CAP_SYS_PTRACE")]
+    ProcessNotReadable { name: String, n: usize, pid: u32 },
     /// A file that came to be named while tracing had no room in the running plan.
     #[error("{0}")]
     FollowRoom(String),

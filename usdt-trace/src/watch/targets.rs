@@ -87,10 +87,17 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
     // `--process`: each running one's executable, opened as it maps it, once per file.
     for name in &cfg.processes {
         let found = crate::procnames::executables(name);
-        if found.is_empty() {
-            return Err(WatchError::NoProcessNamed(name.clone()));
+        if found.procs.is_empty() {
+            return Err(match found.denied.first() {
+                Some(&pid) => WatchError::ProcessNotReadable {
+                    name: name.clone(),
+                    n: found.denied.len(),
+                    pid,
+                },
+                None => WatchError::NoProcessNamed(name.clone()),
+            });
         }
-        for (pid, m) in found {
+        for (pid, m) in found.procs {
             if seen.contains(&(libc::makedev(m.dev.0, m.dev.1), m.inode)) {
                 continue;
             }
