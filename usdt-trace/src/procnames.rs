@@ -192,6 +192,7 @@ mod tests {
         let _ = child.wait();
         assert!(found.iter().any(|(p, _)| *p == child.id()), "{found:?}");
         assert!(executables(&name)
+            .procs
             .iter()
             .all(|(p, _)| *p != std::process::id()));
     }
