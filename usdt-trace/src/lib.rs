@@ -66,4 +66,5 @@ pub(crate) mod syscalls;
 pub mod target;
 pub(crate) mod terminal;
 pub(crate) mod tracer;
+pub(crate) mod wake;
 pub(crate) mod watch;

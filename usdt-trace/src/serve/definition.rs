@@ -4,8 +4,10 @@
 //! channel, so one that fails or is slow to load never holds up the others.
 
 use crate::output::prometheus::{Health, Snapshot};
+use crate::wake::Wake;
 use crate::watch::Session;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -34,6 +36,8 @@ enum Msg {
 pub struct Runner {
     pub def: Definition,
     tx: Sender<Msg>,
+    /// Rung with each message: ends the definition's poll of its ring buffer at once.
+    wake: Arc<Wake>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -41,12 +45,15 @@ impl Runner {
     pub fn spawn(def: Definition, retry: Duration) -> std::io::Result<Runner> {
         let (tx, rx) = mpsc::channel();
         let d = def.clone();
+        let wake = Arc::new(Wake::new()?);
+        let w = wake.clone();
         let thread = std::thread::Builder::new()
             .name(format!("def-{}", def.name()))
-            .spawn(move || run(d, retry, rx))?;
+            .spawn(move || run(d, retry, rx, &w))?;
         Ok(Runner {
             def,
             tx,
+            wake,
             thread: Some(thread),
         })
     }
@@ -55,6 +62,7 @@ impl Runner {
     pub fn ask(&self) -> Receiver<Report> {
         let (tx, rx) = mpsc::sync_channel(1);
         let _ = self.tx.send(Msg::Scrape(tx));
+        self.wake.ring();
         rx
     }
 
@@ -62,6 +70,7 @@ impl Runner {
     /// milliseconds, the rest goes to a helper process).
     pub fn stop(mut self, why: &str) {
         let _ = self.tx.send(Msg::Stop);
+        self.wake.ring();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -77,7 +86,7 @@ fn with_base(mut now: Snapshot, base: &Option<Snapshot>) -> Snapshot {
     now
 }
 
-fn run(def: Definition, retry: Duration, rx: Receiver<Msg>) {
+fn run(def: Definition, retry: Duration, rx: Receiver<Msg>, wake: &Wake) {
     let name = def.name().to_string();
     // What tracing says on this thread (objects attached late, files replaced or detached)
     // names the definition, as the lines logged here do.
@@ -98,7 +107,8 @@ fn run(def: Definition, retry: Duration, rx: Receiver<Msg>) {
     loop {
         if session.is_none() && Instant::now() >= next_try {
             match Session::start(&def.cfg) {
-                Ok(s) => {
+                Ok(mut s) => {
+                    s.wake_on(wake.fd());
                     let line = s.attached.trim_end_matches("; Ctrl-C to stop").to_string();
                     log(&name, &format!("attached: {line}"));
                     session = Some(s);
@@ -157,6 +167,8 @@ fn run(def: Definition, retry: Duration, rx: Receiver<Msg>) {
                 .saturating_duration_since(Instant::now())
                 .min(POLL * 4)
         };
+        // Cleared before the channel is read: a message sent after this rings it again.
+        wake.clear();
         let msg = match rx.recv_timeout(wait) {
             Ok(m) => m,
             Err(RecvTimeoutError::Timeout) => continue,

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 /// its programs (a retry) answers with what it last reported.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How often the main loop looks at signals and scrapes.
+/// How often the main loop looks at signals (a scrape ends its wait at once).
 const TICK: Duration = Duration::from_millis(20);
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -226,11 +226,11 @@ pub fn run(path: &Path) -> Result<i32, ServeError> {
             log_daemon("SIGHUP: reloading the config");
             daemon.reload();
         }
-        while let Some(s) = server.pending() {
+        // Waiting for a scrape is the loop's pause: one is answered the moment it comes.
+        if let Some(s) = server.wait(TICK) {
             s.answer(daemon.scrape());
         }
         reap_helpers();
-        std::thread::sleep(TICK);
     }
     log_daemon("stopping: detaching every definition");
     drop(server);

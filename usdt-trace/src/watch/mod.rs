@@ -121,6 +121,10 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     if let Some(w) = raiser.warning() {
         eprintln!("{}", clean(&w));
     }
+    // A scrape ends the loop's wait at once.
+    if let Some((server, _)) = &prom {
+        tracer.wake_on(vec![server.wake_fd()]);
+    }
     attach(&mut tracer, &objects, &plan, &pids)?;
     // The run has started: only now is an existing -o or --perfetto file emptied (an error
     // above left it as it was, and removed one we created).

@@ -123,6 +123,11 @@ impl Session {
         Ok(self.cfg.pids.is_empty() || self.cfg.pids.iter().any(|&p| target::pid_alive(p)))
     }
 
+    /// Also ends [`Session::step`]'s wait when `fd` becomes readable (a scrape to answer).
+    pub fn wake_on(&mut self, fd: i32) {
+        self.tracer.wake_on(vec![fd]);
+    }
+
     /// What a scrape exports now: the kernel's cumulative histograms and counters.
     pub fn snapshot(&self) -> Result<Snapshot, WatchError> {
         self.reader

@@ -4,6 +4,7 @@
 //! time, so a slow or hostile client costs at most [`CLIENT_TIMEOUT`] of the endpoint and
 //! nothing of the tracing.
 
+use crate::wake::Wake;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +56,8 @@ pub struct Server {
     /// The connection being served, so that stopping need not wait out its timeouts.
     current: Arc<Mutex<Option<TcpStream>>>,
     thread: Option<JoinHandle<()>>,
+    /// Rung when a scrape is queued: for the owner's poll ([`Server::wake_fd`]).
+    wake: Arc<Wake>,
 }
 
 impl Server {
@@ -73,6 +76,11 @@ impl Server {
         let stop2 = stop.clone();
         let current: Arc<Mutex<Option<TcpStream>>> = Arc::default();
         let current2 = current.clone();
+        let wake = Arc::new(Wake::new().map_err(|source| ServeError::Bind {
+            addr: addr.to_string(),
+            source,
+        })?);
+        let wake2 = wake.clone();
         let thread = std::thread::Builder::new()
             .name("prometheus".into())
             .spawn(move || {
@@ -86,7 +94,7 @@ impl Server {
                         if let Ok(mut slot) = current2.lock() {
                             *slot = c.try_clone().ok();
                         }
-                        let _ = handle(c, &tx);
+                        let _ = handle(c, &tx, &wake2);
                         if let Ok(mut slot) = current2.lock() {
                             *slot = None;
                         }
@@ -103,6 +111,7 @@ impl Server {
             stop,
             current,
             thread: Some(thread),
+            wake,
         })
     }
 
@@ -111,9 +120,22 @@ impl Server {
         self.addr
     }
 
+    /// Readable while a scrape waits: for a poll that should end when one comes.
+    pub fn wake_fd(&self) -> i32 {
+        self.wake.fd()
+    }
+
     /// A scrape waiting to be answered, if any.
     pub fn pending(&self) -> Option<Scrape> {
+        // Cleared before the queue is read: a scrape queued after this rings it again.
+        self.wake.clear();
         self.requests.try_recv().ok()
+    }
+
+    /// Waits up to `timeout` for a scrape.
+    pub fn wait(&self, timeout: Duration) -> Option<Scrape> {
+        self.wake.clear();
+        self.requests.recv_timeout(timeout).ok()
     }
 }
 
@@ -194,7 +216,7 @@ fn respond(
     c.flush()
 }
 
-fn handle(mut c: TcpStream, tx: &SyncSender<Scrape>) -> io::Result<()> {
+fn handle(mut c: TcpStream, tx: &SyncSender<Scrape>, wake: &Wake) -> io::Result<()> {
     c.set_write_timeout(Some(CLIENT_TIMEOUT))?;
     let head = match read_head(&mut c) {
         Ok(h) => h,
@@ -220,10 +242,11 @@ fn handle(mut c: TcpStream, tx: &SyncSender<Scrape>) -> io::Result<()> {
     match path {
         "/metrics" => {
             let (reply, answer) = mpsc::sync_channel(1);
-            let body = tx
-                .send(Scrape { reply })
-                .ok()
-                .and_then(|()| answer.recv_timeout(ANSWER_TIMEOUT).ok());
+            let body = tx.send(Scrape { reply }).ok().and_then(|()| {
+                // The owner's poll ends now, not at its next timeout.
+                wake.ring();
+                answer.recv_timeout(ANSWER_TIMEOUT).ok()
+            });
             match body {
                 Some(b) => respond(&mut c, "200 OK", super::CONTENT_TYPE, &b, head_only),
                 None => respond(
