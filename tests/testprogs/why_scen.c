@@ -14,6 +14,12 @@
  * (poll and net report their waiting call's time as sleep_ns.)
  *   why_scen disk FILE [N [R [K]]]  R (default 8) pread()s of K KiB (default 64) with O_DIRECT from FILE (at
  *                          least 16 MiB), then 1 ms of CPU work
+ *   why_scen fault FILE [N [P]]  touch one byte in each of P pages (default 64) of FILE (at least
+ *                          16 MiB, on a block device) mapped with MADV_RANDOM, its pages dropped from
+ *                          the page cache before each span: P major faults that read a page each
+ *                          (no readahead), then 1 ms of CPU work. Each span prints
+ *                          "truth fault majflt M touch_ns T pages P": the thread's major faults in
+ *                          the span (getrusage(RUSAGE_THREAD)) and the time in the touching loop.
  *
  * "CPU work" spins until the thread's own CPU clock advanced by the amount, so it is the same
  * work with or without a competitor. Each span prints (on stderr; stdout is the tracer's)
@@ -38,6 +44,7 @@
 #include <string.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/sdt.h>
@@ -112,13 +119,18 @@ static void *writer(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s base|work|contend|lock|sleep|poll|net|disk FILE [N]\n", argv[0]);
+        fprintf(stderr, "usage: %s base|work|contend|lock|sleep|poll|net|disk FILE|fault FILE [N]\n", argv[0]);
         return 2;
     }
     const char *mode = argv[1];
     int disk = strcmp(mode, "disk") == 0;
-    const char *file = disk && argc > 2 ? argv[2] : NULL;
-    int nidx = disk ? 3 : 2;
+    int fault = strcmp(mode, "fault") == 0;
+    const char *file = (disk || fault) && argc > 2 ? argv[2] : NULL;
+    int nidx = disk || fault ? 3 : 2;
+    /* fault: pages touched per span. */
+    long pages = fault && argc > 4 ? atol(argv[4]) : 64;
+    if (pages < 1 || pages > 4096)
+        pages = 64;
     int n = argc > nidx ? atoi(argv[nidx]) : 6;
     int reads = disk && argc > 4 ? atoi(argv[4]) : 8;
     /* KiB per read (default 64; at most 1024). */
@@ -136,7 +148,7 @@ int main(int argc, char **argv) {
     /* Not for disk: the block completion's softirq wakes the reader wherever it runs, and a
      * reader pinned to another (idle) CPU waits for that CPU to wake up, which in a VM can
      * take longer than the read: run-queue time that is no part of the I/O. */
-    if (!disk)
+    if (!disk && !fault)
         pin(1);
     pthread_t comp;
     int contend = strcmp(mode, "contend") == 0;
@@ -157,6 +169,26 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    char *map = NULL;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t maplen = 16u << 20;
+    if (fault) {
+        if (!file) {
+            fprintf(stderr, "fault needs a FILE\n");
+            return 2;
+        }
+        fd = open(file, O_RDONLY);
+        map = fd < 0 ? MAP_FAILED : mmap(NULL, maplen, PROT_READ, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED) {
+            perror(file);
+            return 2;
+        }
+        /* One page per fault: no fault-around or readahead brings in the neighbours. */
+        if (madvise(map, maplen, MADV_RANDOM) != 0) {
+            perror("madvise");
+            return 2;
+        }
+    }
     for (int r = 0; r < n; r++) {
         uint64_t lock_ns = 0, slp_ns = 0, pread_ns = 0, preads = 0, call_cpu = 0;
         pthread_t h;
@@ -167,8 +199,31 @@ int main(int argc, char **argv) {
             while (!__atomic_load_n(&holder_has_lock, __ATOMIC_SEQ_CST))
                 sched_yield();
         }
+        uint64_t majflt = 0, touch_ns = 0;
+        struct rusage ru0, ru1;
+        if (fault) {
+            /* Unmapped from the page tables and dropped from the page cache (the file is clean:
+             * written and fsynced), so each touch below reads its page from the device. */
+            if (madvise(map, maplen, MADV_DONTNEED) != 0 ||
+                posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) {
+                perror("drop the pages");
+                return 2;
+            }
+        }
         DTRACE_PROBE1(why, req__start, r);
-        if (lock) {
+        if (fault) {
+            /* Pages spread over the file, a different set each span. */
+            size_t npages = maplen / (size_t)page;
+            getrusage(RUSAGE_THREAD, &ru0);
+            uint64_t t = clock_ns(CLOCK_MONOTONIC);
+            for (long i = 0; i < pages; i++) {
+                size_t pg = ((size_t)r * 7 + (size_t)i * 61) % npages;
+                sink += (unsigned char)map[pg * (size_t)page];
+            }
+            touch_ns = clock_ns(CLOCK_MONOTONIC) - t;
+            getrusage(RUSAGE_THREAD, &ru1);
+            majflt = (uint64_t)(ru1.ru_majflt - ru0.ru_majflt);
+        } else if (lock) {
             uint64_t c = clock_ns(CLOCK_THREAD_CPUTIME_ID), t = clock_ns(CLOCK_MONOTONIC);
             pthread_mutex_lock(&mu);
             lock_ns += clock_ns(CLOCK_MONOTONIC) - t;
@@ -222,8 +277,11 @@ int main(int argc, char **argv) {
             }
         }
         /* Only 1 ms for disk, so that the reads' fraction of a millisecond is most of the span. */
-        cpu_work_ms(strcmp(mode, "work") == 0 ? 20 : disk ? 1 : 10);
+        cpu_work_ms(strcmp(mode, "work") == 0 ? 20 : disk || fault ? 1 : 10);
         DTRACE_PROBE1(why, req__end, r);
+        if (fault)
+            fprintf(stderr, "truth fault majflt %llu touch_ns %llu pages %ld\n",
+                    (unsigned long long)majflt, (unsigned long long)touch_ns, pages);
         fprintf(stderr, "truth req lock_ns %llu sleep_ns %llu pread_ns %llu preads %llu call_cpu_ns %llu\n",
                 (unsigned long long)lock_ns, (unsigned long long)slp_ns,
                 (unsigned long long)pread_ns, (unsigned long long)preads,

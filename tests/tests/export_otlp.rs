@@ -356,7 +356,7 @@ fn check_span(s: &Span, j: &Value, zero: u64) {
     }
     // What the sleep and io waited on: the NDJSON's `waits`, and no attribute for a kind it
     // has not.
-    for kind in ["lock", "net", "timer", "disk"] {
+    for kind in ["lock", "net", "timer", "disk", "fault"] {
         let w = &j["waits"][kind];
         assert_eq!(
             int(a, &format!("usdt.wait.{kind}_ns")),

@@ -593,7 +593,7 @@ fn check_wait_slices(d: &Value, out: &Output) {
         .iter()
         .map(|t| (t["uuid"].as_u64().unwrap(), t))
         .collect();
-    let known = ["lock", "net", "timer", "disk", "other", "runq"];
+    let known = ["lock", "net", "timer", "disk", "fault", "other", "runq"];
     for w in waits {
         assert!(known.contains(&w["name"].as_str().unwrap()), "{w}");
         assert!(tracks[&w["track"].as_u64().unwrap()]["tid"].is_u64(), "{w}");
@@ -636,7 +636,7 @@ fn check_wait_slices(d: &Value, out: &Output) {
             }
         }
         let get = |k: &str| a.get(k).and_then(Value::as_u64).unwrap_or(0);
-        let kinds: u64 = ["lock", "net", "timer", "disk"]
+        let kinds: u64 = ["lock", "net", "timer", "disk", "fault"]
             .iter()
             .map(|k| get(&format!("wait_{k}_ns")))
             .sum();
@@ -645,6 +645,7 @@ fn check_wait_slices(d: &Value, out: &Output) {
             ("net", get("wait_net_ns")),
             ("timer", get("wait_timer_ns")),
             ("disk", get("wait_disk_ns")),
+            ("fault", get("wait_fault_ns")),
             ("other", get("sleep_ns") + get("io_ns") - kinds),
             ("runq", get("runq_ns")),
         ] {
@@ -763,6 +764,7 @@ fn wait_slices_match_the_split_and_the_programs_clock(mode: &str, kind: &str, wa
                extract_arg(s.arg_set_id, 'debug.wait_net_ns'), \
                extract_arg(s.arg_set_id, 'debug.wait_timer_ns'), \
                extract_arg(s.arg_set_id, 'debug.wait_disk_ns'), \
+               extract_arg(s.arg_set_id, 'debug.wait_fault_ns'), \
                extract_arg(s.arg_set_id, 'debug.sleep_ns'), \
                extract_arg(s.arg_set_id, 'debug.io_ns'), \
                extract_arg(s.arg_set_id, 'debug.runq_ns'), t.tid \
@@ -792,14 +794,15 @@ fn wait_slices_match_the_split_and_the_programs_clock(mode: &str, kind: &str, wa
         wait_rows.iter().filter(|w| w[4] == "disk").count() as u64,
     );
     // Not for disk: once a span's 8 reads made no disk slice though the run's others did.
-    let every_span = kind != "disk";
+    // Nor for fault, for the same reason (why_fault.rs checks the faults against the program).
+    let every_span = kind != "disk" && kind != "fault";
     if kind == "disk" {
         eprintln!("{disk_waits} disk waits for {reads} reads");
     }
     for ((s, ndjson), &(lock_ns, sleep_ns, pread_ns, _, call_cpu)) in
         span_rows.iter().zip(&spans).zip(&truth)
     {
-        assert_eq!(u(&s[11]), ndjson["tid"].as_u64().unwrap(), "{s:?}");
+        assert_eq!(u(&s[12]), ndjson["tid"].as_u64().unwrap(), "{s:?}");
         let (t0, t1) = (u(&s[2]), u(&s[2]) + u(&s[3]));
         let mine: Vec<&Vec<Value>> = wait_rows.iter().filter(|w| w[5] == s[0]).collect();
         let mut sums: HashMap<&str, u64> = HashMap::new();
@@ -811,14 +814,15 @@ fn wait_slices_match_the_split_and_the_programs_clock(mode: &str, kind: &str, wa
             );
             *sums.entry(w[4].as_str().unwrap()).or_default() += u(&w[3]);
         }
-        let kinds = u(&s[4]) + u(&s[5]) + u(&s[6]) + u(&s[7]);
+        let kinds = u(&s[4]) + u(&s[5]) + u(&s[6]) + u(&s[7]) + u(&s[8]);
         for (k, want) in [
             ("lock", u(&s[4])),
             ("net", u(&s[5])),
             ("timer", u(&s[6])),
             ("disk", u(&s[7])),
-            ("other", u(&s[8]) + u(&s[9]) - kinds),
-            ("runq", u(&s[10])),
+            ("fault", u(&s[8])),
+            ("other", u(&s[9]) + u(&s[10]) - kinds),
+            ("runq", u(&s[11])),
         ] {
             assert_eq!(
                 sums.get(k).copied().unwrap_or(0),
@@ -854,10 +858,15 @@ fn wait_slices_match_the_split_and_the_programs_clock(mode: &str, kind: &str, wa
             );
             continue;
         }
+        if kind == "fault" {
+            // No disk time: the thread faulted outside any syscall.
+            assert_eq!(u(&s[7]), 0, "disk time in a fault span: {s:?}");
+            continue;
+        }
         let inside = if kind == "lock" { lock_ns } else { sleep_ns };
         let want = inside.saturating_sub(call_cpu) as f64;
         let slack = (0.1 * want).max(100_000.0);
-        let runq = u(&s[10]) as f64;
+        let runq = u(&s[11]) as f64;
         assert!(
             got <= want + slack && got >= want - runq - slack,
             "{kind}: {got} ns of {kind} slices, the program measured {want} ns off CPU in \
@@ -926,6 +935,20 @@ fn disk_wait_slices_nest_in_their_span_and_add_up_to_its_split() {
     };
     let mode = format!("disk {}", file.display());
     wait_slices_match_the_split_and_the_programs_clock(&mode, "disk", "any");
+    let _ = std::fs::remove_file(&file);
+}
+
+/// Major page faults on a mapped file whose pages were dropped: `fault` slices (uninterruptible
+/// sleep outside any syscall), their sums exact, and no `disk` time.
+#[test]
+#[ignore = "needs root"]
+fn fault_wait_slices_nest_in_their_span_and_add_up_to_its_split() {
+    let Some(file) = disk_file() else {
+        eprintln!("skipped: no block device for a file here (tmpfs only)");
+        return;
+    };
+    let mode = format!("fault {}", file.display());
+    wait_slices_match_the_split_and_the_programs_clock(&mode, "fault", "any");
     let _ = std::fs::remove_file(&file);
 }
 

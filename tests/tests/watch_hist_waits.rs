@@ -217,7 +217,7 @@ fn prometheus_wait_counters_equal_the_hist_totals() {
     let h = hist_line(&out);
     check_against_truth(&h, "lock", &out.stderr);
     let series = |m: &str, kind: &str| format!("{m}{{{labels},kind=\"{kind}\"}}");
-    for kind in ["lock", "net", "timer", "disk"] {
+    for kind in ["lock", "net", "timer", "disk", "fault"] {
         let secs = last[&series("usdt_span_wait_seconds_total", kind)];
         let n = last[&series("usdt_span_waits_total", kind)];
         let ns = num(&h["waits"][kind]["ns"]);

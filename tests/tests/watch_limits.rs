@@ -39,7 +39,7 @@ fn id_slot(pid: u32, id: u64) -> usize {
 #[ignore = "needs root"]
 fn recursion_past_the_stack_drops_and_never_mispairs() {
     const N: u64 = 80;
-    const STACK: u64 = 64;
+    const STACK: u64 = usdt_trace_common::MAX_DEPTH as u64;
     // The strings live apart from the frames: check each level keeps its own.
     let out = run("depth", N as usize, &["--str", "lim:rec__start:1"]);
     let spans = out.spans();
@@ -64,7 +64,7 @@ fn recursion_past_the_stack_drops_and_never_mispairs() {
         );
     }
     assert!(
-        out.stderr.contains("deeper than 64"),
+        out.stderr.contains(&format!("deeper than {STACK}")),
         "warning expected: {}",
         out.stderr
     );

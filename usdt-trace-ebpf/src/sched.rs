@@ -19,8 +19,8 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     off_cpu_state, str_key_thread, OffInterval, RecordKind, ThreadState, WaitRecord, CFG_WAITS,
-    CNT_UNMATCHED_START, CNT_WAITS_LOST, MAX_DEPTH, SC_NONE, SYSCALL_CLASS_LEN, TS_RUNNING,
-    TS_RUNQ,
+    CNT_UNMATCHED_START, CNT_WAITS_LOST, MAX_DEPTH, SC_NONE, SC_USER, SYSCALL_CLASS_LEN,
+    TS_RUNNING, TS_RUNQ,
 };
 
 use crate::{
@@ -117,8 +117,9 @@ fn task_counters(task: *const u8) -> (Option<u64>, Option<u64>) {
 }
 
 /// The class (`SC_*`) of the syscall the current task is in, from the syscall number its
-/// entry saved in its user registers (`orig_ax` on x86_64; -1 outside a syscall, e.g. in a
-/// page fault). Only called for a traced thread that goes to sleep.
+/// entry saved in its user registers (`orig_ax` on x86_64, `syscallno` on aarch64): -1 outside
+/// a syscall, e.g. in a page fault, which is `SC_USER`. Only called for a traced thread that
+/// goes to sleep.
 #[inline(always)]
 fn current_syscall_class() -> u8 {
     let off = match CONFIG.get(0) {
@@ -135,6 +136,7 @@ fn current_syscall_class() -> u8 {
         Ok(nr) if (0..SYSCALL_CLASS_LEN as i64).contains(&nr) => {
             SYSCALL_CLASS.get(nr as u32).copied().unwrap_or(SC_NONE)
         }
+        Ok(-1) => SC_USER,
         _ => SC_NONE,
     }
 }

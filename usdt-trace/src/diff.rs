@@ -64,11 +64,12 @@ pub enum Part {
 pub const PARTS: [Part; 5] = [Part::OnCpu, Part::RunQ, Part::Sleep, Part::Io, Part::Idle];
 
 /// The kinds of off-CPU wait of a span line's `waits` object, and the part each is in.
-pub const KINDS: [(&str, Part); 4] = [
+pub const KINDS: [(&str, Part); usdt_trace_common::WAIT_KINDS] = [
     ("lock", Part::Sleep),
     ("net", Part::Sleep),
     ("timer", Part::Sleep),
     ("disk", Part::Io),
+    ("fault", Part::Io),
 ];
 
 impl Part {
@@ -479,7 +480,7 @@ fn compare(name: String, before: Option<Stats>, after: Option<Stats>) -> Compari
 
 /// When `part` grew by `grew_ns` and the runs know what their waits were: the kind of wait
 /// that grew the most within it, as a cause and in words. None when no kind explains at least
-/// half of the part's growth (the rest of sleep and io is "other": a pipe, a page fault, ...).
+/// half of the part's growth (the rest of sleep and io is "other": a pipe, a tty, ...).
 fn kind_cause(part: Part, grew_ns: f64, b: &Stats, a: &Stats) -> Option<(&'static str, String)> {
     let (k, d) = KINDS
         .iter()
@@ -505,31 +506,47 @@ fn kind_cause(part: Part, grew_ns: f64, b: &Stats, a: &Stats) -> Option<(&'stati
             "timer",
             format!("sleeping on timers: {share_of_time:.0}% of the time in nanosleep ({per_span} per span)"),
         ),
-        _ => {
+        kind => {
             // More waits of the same length, or as many waits that each take longer: split
-            // the growth d = Δn·t_before + n_after·Δt and name the larger term.
+            // the growth d = Δn·t_before + n_after·Δt and name the larger term. A page fault
+            // that sleeps reads its page in (from a file or swap): more of them is more
+            // paging, each taking longer is slower paging (often the same busier disk).
             let (nb, na) = (b.kinds_n[k], a.kinds_n[k]);
             let tb = if nb > 0.0 { b.kinds_ns[k] / nb } else { 0.0 };
             let ta = if na > 0.0 { a.kinds_ns[k] / na } else { 0.0 };
             let more = (na - nb) * tb;
             let longer = na * (ta - tb);
-            if nb == 0.0 || more >= longer {
-                (
+            match (kind == "fault", nb == 0.0 || more >= longer) {
+                (false, true) => (
                     "more_io",
                     format!(
                         "more I/O: {nb:.1} → {na:.1} disk waits per span, {} each ({per_span} per span)",
                         fmt_mean(ta)
                     ),
-                )
-            } else {
-                (
+                ),
+                (false, false) => (
                     "busy_disk",
                     format!(
                         "a busier disk: each disk wait {} → {}, {na:.1} per span ({per_span} per span)",
                         fmt_mean(tb),
                         fmt_mean(ta)
                     ),
-                )
+                ),
+                (true, true) => (
+                    "more_faults",
+                    format!(
+                        "more page faults: {nb:.1} → {na:.1} major faults per span, {} each ({per_span} per span)",
+                        fmt_mean(ta)
+                    ),
+                ),
+                (true, false) => (
+                    "slower_faults",
+                    format!(
+                        "slower page faults (slower paging or a busier disk): each fault {} → {}, {na:.1} per span ({per_span} per span)",
+                        fmt_mean(tb),
+                        fmt_mean(ta)
+                    ),
+                ),
             }
         }
     })
@@ -1030,9 +1047,48 @@ mod tests {
 
     /// Ten spans of `oncpu` plus `n` disk waits of `each` ns.
     fn many_waits(oncpu: u64, n: u64, each: u64) -> Vec<String> {
+        many_of("disk", oncpu, n, each)
+    }
+
+    /// Ten spans of `oncpu` plus `n` io waits of `kind` of `each` ns.
+    fn many_of(kind: &str, oncpu: u64, n: u64, each: u64) -> Vec<String> {
         (0..10)
-            .map(|_| span_waits(oncpu, 0, n * each, &[("disk", n * each, n)]))
+            .map(|_| span_waits(oncpu, 0, n * each, &[(kind, n * each, n)]))
             .collect()
+    }
+
+    #[test]
+    fn more_page_faults_and_slower_ones_are_told_apart_and_not_called_disk_waits() {
+        let base = run_of(&many_of("fault", 1_000_000, 20, 50_000));
+        // Three times the faults (a bigger working set, a colder cache), each as long.
+        let more = run_of(&many_of("fault", 1_000_000, 60, 50_000));
+        let c = &diff(&base, &more)[0];
+        assert_eq!(
+            c.verdict.as_ref().unwrap().cause,
+            "more_faults",
+            "{}",
+            to_text(c)
+        );
+        let t = to_text(c);
+        assert!(
+            t.contains("more page faults: 20.0 → 60.0 major faults per span, 50.0us each"),
+            "{t}"
+        );
+        assert!(!t.contains("disk wait"), "{t}");
+        // As many faults, each 4 times as long.
+        let slow = run_of(&many_of("fault", 1_000_000, 20, 200_000));
+        let c = &diff(&base, &slow)[0];
+        assert_eq!(
+            c.verdict.as_ref().unwrap().cause,
+            "slower_faults",
+            "{}",
+            to_text(c)
+        );
+        let t = to_text(c);
+        assert!(
+            t.contains("slower page faults (slower paging or a busier disk): each fault 50.0us → 200.0us, 20.0 per span"),
+            "{t}"
+        );
     }
 
     #[test]
@@ -1146,6 +1202,7 @@ mod tests {
                     (WAIT_NET, 100_000, 1),
                     (WAIT_TIMER, 50_000, 3),
                     (WAIT_DISK, 650_000, 8),
+                    (WAIT_FAULT, 40_000, 2),
                 ])),
                 (0, 0),
             ),

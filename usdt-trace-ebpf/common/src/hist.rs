@@ -49,7 +49,7 @@ pub fn hist_slot(pair_id: u32, component: usize) -> u32 {
 /// one entry per span name, indexed by its pair id). Per `WAIT_*` kind (`index kind - 1`): the
 /// off-CPU ns and how many waits began. One entry holds every kind, so a span that waited adds
 /// its waits with one map lookup rather than one per kind. Nested in the split's parts as the
-/// span records' `waits` are: lock, net and timer in sleep, disk in io.
+/// span records' `waits` are: lock, net and timer in sleep, disk and fault in io.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WaitSums {

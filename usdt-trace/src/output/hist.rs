@@ -419,7 +419,8 @@ mod tests {
     fn header_and_json_show_the_kinds_inside_sleep_and_io() {
         let mut h = [Hist::default(); HIST_COMPONENTS];
         // Two split spans, 10ms each: 1ms on CPU + 8ms sleep + 1ms io, and of the sleep
-        // 6.2ms lock (3 waits) and 1.8ms net (1), of the io 0.6ms disk (2); summed over both.
+        // 6.2ms lock (3 waits) and 1.8ms net (1), of the io 0.6ms disk (2) and 0.3ms in page
+        // faults (5); summed over both.
         for _ in 0..2 {
             for (c, v) in [
                 (0, 10_000_000u64),
@@ -432,8 +433,8 @@ mod tests {
             }
         }
         let mut w = WaitSums {
-            ns: [12_400_000, 3_600_000, 0, 1_200_000],
-            n: [6, 2, 0, 4],
+            ns: [12_400_000, 3_600_000, 0, 1_200_000, 600_000],
+            n: [6, 2, 0, 4, 10],
         };
         let pair = PairInfo {
             provider: "p".into(),
@@ -445,7 +446,7 @@ mod tests {
         let first = t.lines().next().unwrap();
         assert!(
             first.ends_with(
-                " = on-CPU 1.00ms + runq 0ns + sleep 8.00ms (lock 6.20ms, net 1.80ms) + io 1.00ms (disk 600.0us)"
+                " = on-CPU 1.00ms + runq 0ns + sleep 8.00ms (lock 6.20ms, net 1.80ms) + io 1.00ms (disk 600.0us, fault 300.0us)"
             ),
             "{first}"
         );
@@ -486,6 +487,7 @@ mod tests {
                 "lock": {"ns": 12_400_000, "n": 6},
                 "net": {"ns": 3_600_000, "n": 2},
                 "disk": {"ns": 1_200_000, "n": 4},
+                "fault": {"ns": 600_000, "n": 10},
             })
         );
         assert_eq!(v["sleep"]["sum_ns"], 16_000_000);

@@ -493,13 +493,14 @@ mod golden {
         let start = info("request__start", &[ArgFmt::Unsigned], &[]);
         let end = info("request__end", &[ArgFmt::Unsigned, ArgFmt::Signed], &[]);
         let mut r = span(1, 101);
-        // Of sleep 3500: 3000 in two futex waits; of io 500: 400 in one disk read.
-        r.acct.wait_ns = [3000, 0, 0, 400];
-        r.acct.waits = [2, 0, 0, 1];
+        // Of sleep 3500: 3000 in two futex waits; of io 500: 300 in one disk read and 150 in
+        // three page faults.
+        r.acct.wait_ns = [3000, 0, 0, 300, 150];
+        r.acct.waits = [2, 0, 0, 1, 3];
         let got = line(|o| span_json(o, &pair(), &start, &end, &r, None, None));
         assert!(
             got.contains(
-                r#""io_ns":500,"waits":{"lock":{"ns":3000,"n":2},"disk":{"ns":400,"n":1}},"waker""#
+                r#""io_ns":500,"waits":{"lock":{"ns":3000,"n":2},"disk":{"ns":300,"n":1},"fault":{"ns":150,"n":3}},"waker""#
             ),
             "{got}"
         );
@@ -644,8 +645,8 @@ mod golden {
         // A span that slept 800ns, 600 of them in two futex waits: `waits` after the parts.
         h[3].add(800);
         let w = WaitSums {
-            ns: [600, 0, 0, 0],
-            n: [2, 0, 0, 0],
+            ns: [600, 0, 0, 0, 0],
+            n: [2, 0, 0, 0, 0],
         };
         let l = line(|o| render_json(o, &pair(), &h, &w, None));
         assert!(

@@ -344,8 +344,10 @@ impl Dropped {
 /// The kinds of off-CPU wait of a span's split (`Acct::wait_ns`, `Acct::waits`): name, ns,
 /// count, and whether the kind is part of sleep (else of io). A kind the span never waited on
 /// has 0 of both.
-pub fn wait_kinds(a: &usdt_trace_common::Acct) -> [(&'static str, u64, u32, bool); 4] {
-    use usdt_trace_common::{WAIT_DISK, WAIT_LOCK, WAIT_NET, WAIT_TIMER};
+pub fn wait_kinds(
+    a: &usdt_trace_common::Acct,
+) -> [(&'static str, u64, u32, bool); usdt_trace_common::WAIT_KINDS] {
+    use usdt_trace_common::{WAIT_DISK, WAIT_FAULT, WAIT_LOCK, WAIT_NET, WAIT_TIMER};
     let k = |kind: u32| (kind - 1) as usize;
     [
         ("lock", a.wait_ns[k(WAIT_LOCK)], a.waits[k(WAIT_LOCK)], true),
@@ -362,13 +364,21 @@ pub fn wait_kinds(a: &usdt_trace_common::Acct) -> [(&'static str, u64, u32, bool
             a.waits[k(WAIT_DISK)],
             false,
         ),
+        (
+            "fault",
+            a.wait_ns[k(WAIT_FAULT)],
+            a.waits[k(WAIT_FAULT)],
+            false,
+        ),
     ]
 }
 
 /// The kinds of off-CPU wait a span name's spans summed (`--hist`'s `WaitSums`), as
 /// [`wait_kinds`] gives one span's: name, ns, count, and whether the kind is part of sleep
 /// (else of io).
-pub fn wait_sum_kinds(w: &usdt_trace_common::WaitSums) -> [(&'static str, u64, u64, bool); 4] {
+pub fn wait_sum_kinds(
+    w: &usdt_trace_common::WaitSums,
+) -> [(&'static str, u64, u64, bool); usdt_trace_common::WAIT_KINDS] {
     let one = wait_kinds(&usdt_trace_common::Acct::default());
     std::array::from_fn(|k| (one[k].0, w.ns[k], w.n[k], one[k].3))
 }
@@ -562,10 +572,11 @@ mod tests {
         assert!(line.contains("httpserver:request"), "{line}");
         assert!(!line.contains("no split"), "{line}");
         assert!(line.contains("cpu 25% runq 12% sleep 50% io 12%"), "{line}");
-        // The kinds of wait follow the part they are in: lock, net and timer in sleep, disk in io.
+        // The kinds of wait follow the part they are in: lock, net and timer in sleep, disk and
+        // fault in io.
         let mut r = r;
-        r.acct.wait_ns = [1240, 360, 0, 500];
-        r.acct.waits = [3, 1, 0, 2];
+        r.acct.wait_ns = [1240, 360, 0, 200, 280];
+        r.acct.waits = [3, 1, 0, 2, 4];
         let line = span_text(
             &pair,
             &site(&[ArgFmt::Unsigned], None),
@@ -576,7 +587,9 @@ mod tests {
             true,
         );
         assert!(
-            line.contains("cpu 25% runq 12% sleep 50% (lock 31%, net 9%) io 12% (disk 12%)"),
+            line.contains(
+                "cpu 25% runq 12% sleep 50% (lock 31%, net 9%) io 12% (disk 5%, fault 7%)"
+            ),
             "{line}"
         );
     }
@@ -643,6 +656,7 @@ mod tests {
         let w = d.warnings(8, 16);
         assert_eq!(w.len(), 2);
         assert!(w[0].contains("more than 8 threads") && w[0].contains("--max-threads"));
-        assert!(w[1].contains("deeper than 64"), "{}", w[1]);
+        let deeper = format!("deeper than {}", usdt_trace_common::MAX_DEPTH);
+        assert!(w[1].contains(&deeper), "{}", w[1]);
     }
 }

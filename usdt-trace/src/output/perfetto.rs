@@ -32,8 +32,8 @@ use super::{arg_key, arg_value, str_value, ArgValue, RunInfo, SiteInfo, Summary}
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use usdt_trace_common::{
-    SpanRecord, StrSet, WaitRecord, MAX_ARGS, TS_IO, TS_RUNQ, WAIT_DISK, WAIT_LOCK, WAIT_NET,
-    WAIT_TIMER,
+    SpanRecord, StrSet, WaitRecord, MAX_ARGS, TS_IO, TS_RUNQ, WAIT_DISK, WAIT_FAULT, WAIT_LOCK,
+    WAIT_NET, WAIT_TIMER,
 };
 
 /// Protobuf wire encoding: just what the trace needs.
@@ -530,6 +530,7 @@ pub fn wait_name(kind: u32) -> &'static str {
         WAIT_NET => "net",
         WAIT_TIMER => "timer",
         WAIT_DISK => "disk",
+        WAIT_FAULT => "fault",
         _ => "other",
     }
 }
@@ -987,13 +988,23 @@ mod tests {
         s.wait(&wait(7, 200, 200, 230, 0, TS_RUNQ)).unwrap();
         // Woken and running at once: no run-queue slice.
         s.wait(&wait(7, 300, 310, 310, WAIT_DISK, TS_IO)).unwrap();
+        s.wait(&wait(7, 320, 330, 330, WAIT_FAULT, TS_IO)).unwrap();
         s.wait(&wait(0, 400, 410, 420, WAIT_LOCK, TS_SLEEP))
             .unwrap();
         let t = thread_uuid(9);
         let begins: Vec<(u64, u64)> = slice_begins(&s.buf).iter().map(|b| (b.0, b.1)).collect();
-        assert_eq!(begins, [(100, t), (150, t), (200, t), (300, t)]);
+        assert_eq!(begins, [(100, t), (150, t), (200, t), (300, t), (320, t)]);
         let text = String::from_utf8_lossy(&s.buf);
-        for want in ["lock", "runq", "disk", "preempted", "h 7/8", "offcpu", "pp"] {
+        for want in [
+            "lock",
+            "runq",
+            "disk",
+            "fault",
+            "preempted",
+            "h 7/8",
+            "offcpu",
+            "pp",
+        ] {
             assert!(text.contains(want), "{want}");
         }
         assert!(!text.contains("other"));

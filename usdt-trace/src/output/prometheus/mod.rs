@@ -287,7 +287,7 @@ impl prometheus_client::collector::Collector for Exposition {
         counter(
             &mut enc,
             "usdt_span_wait",
-            "Off-CPU time of split spans by what they waited on (lock, net, timer: part of the sleep state; disk: part of io).",
+            "Off-CPU time of split spans by what they waited on (lock, net, timer: part of the sleep state; disk, fault: part of io).",
             Some(&Unit::Seconds),
             &wait_s,
         )?;

@@ -100,8 +100,8 @@ fn renders_histogram_split_and_counters() {
         ],
         // Of the 4.5ms of sleep, 3ms in 2 futex waits and 1ms in one nanosleep.
         waits: vec![WaitSums {
-            ns: [3_000_000, 0, 1_000_000, 0],
-            n: [2, 0, 1, 0],
+            ns: [3_000_000, 0, 1_000_000, 0, 0],
+            n: [2, 0, 1, 0, 0],
         }],
         counters: Counters {
             events: 7,
@@ -202,6 +202,7 @@ fn renders_histogram_split_and_counters() {
     // Every kind, zero or not, from the first scrape; none for a name with no split.
     assert_eq!(wait("usdt_span_wait_seconds_total", "net"), 0.0);
     assert_eq!(wait("usdt_span_waits_total", "disk"), 0.0);
+    assert_eq!(wait("usdt_span_waits_total", "fault"), 0.0);
     assert!(lines(&t, "usdt_span_waits_total{provider=\"demo\",span=\"idle\"").is_empty());
     // The kinds of the sleep part stay within it.
     assert!(
@@ -420,17 +421,17 @@ fn a_base_is_added_and_kept() {
     // Waits of "old" (the base's second span name) and of "request" in both.
     base.waits = vec![
         WaitSums {
-            ns: [100, 0, 0, 0],
-            n: [1, 0, 0, 0],
+            ns: [100, 0, 0, 0, 0],
+            n: [1, 0, 0, 0, 0],
         },
         WaitSums {
-            ns: [0, 0, 50, 0],
-            n: [0, 0, 2, 0],
+            ns: [0, 0, 50, 0, 0],
+            n: [0, 0, 2, 0, 0],
         },
     ];
     now.waits = vec![WaitSums {
-        ns: [10, 0, 0, 0],
-        n: [1, 0, 0, 0],
+        ns: [10, 0, 0, 0, 0],
+        n: [1, 0, 0, 0, 0],
     }];
     now.add_base(&base);
     // The wait counters go on from the earlier attachment's, per span name.
