@@ -339,7 +339,7 @@ pub struct WatchArgs {
     /// Also write a Perfetto trace (protobuf) to FILE, as the run goes: open it in
     /// ui.perfetto.dev. Spans are slices on their thread's track, events are instants; under
     /// each span, every off-CPU interval of its thread is a slice named by what it waited on
-    /// (lock, net, timer, disk, other) with its waker, then `runq` until it ran again (not
+    /// (lock, net, timer, disk, fault, other) with its waker, then `runq` until it ran again (not
     /// with --no-sched).
     // --hist keeps spans in the kernel: there would be nothing to write.
     #[arg(long, value_name = "FILE", conflicts_with = "hist")]
