@@ -18,8 +18,9 @@
  *                          16 MiB, on a block device) mapped with MADV_RANDOM, its pages dropped from
  *                          the page cache before each span: P major faults that read a page each
  *                          (no readahead), then 1 ms of CPU work. Each span prints
- *                          "truth fault majflt M touch_ns T pages P": the thread's major faults in
- *                          the span (getrusage(RUSAGE_THREAD)) and the time in the touching loop.
+ *                          "truth fault majflt M nvcsw V touch_ns T pages P": the thread's major
+ *                          faults and voluntary context switches (its sleeps) in the touching loop
+ *                          (getrusage(RUSAGE_THREAD)) and the time in the loop.
  *
  * "CPU work" spins until the thread's own CPU clock advanced by the amount, so it is the same
  * work with or without a competitor. Each span prints (on stderr; stdout is the tracer's)
@@ -199,7 +200,7 @@ int main(int argc, char **argv) {
             while (!__atomic_load_n(&holder_has_lock, __ATOMIC_SEQ_CST))
                 sched_yield();
         }
-        uint64_t majflt = 0, touch_ns = 0;
+        uint64_t majflt = 0, nvcsw = 0, touch_ns = 0;
         struct rusage ru0, ru1;
         if (fault) {
             /* Unmapped from the page tables and dropped from the page cache (the file is clean:
@@ -223,6 +224,7 @@ int main(int argc, char **argv) {
             touch_ns = clock_ns(CLOCK_MONOTONIC) - t;
             getrusage(RUSAGE_THREAD, &ru1);
             majflt = (uint64_t)(ru1.ru_majflt - ru0.ru_majflt);
+            nvcsw = (uint64_t)(ru1.ru_nvcsw - ru0.ru_nvcsw);
         } else if (lock) {
             uint64_t c = clock_ns(CLOCK_THREAD_CPUTIME_ID), t = clock_ns(CLOCK_MONOTONIC);
             pthread_mutex_lock(&mu);
@@ -280,8 +282,9 @@ int main(int argc, char **argv) {
         cpu_work_ms(strcmp(mode, "work") == 0 ? 20 : disk || fault ? 1 : 10);
         DTRACE_PROBE1(why, req__end, r);
         if (fault)
-            fprintf(stderr, "truth fault majflt %llu touch_ns %llu pages %ld\n",
-                    (unsigned long long)majflt, (unsigned long long)touch_ns, pages);
+            fprintf(stderr, "truth fault majflt %llu nvcsw %llu touch_ns %llu pages %ld\n",
+                    (unsigned long long)majflt, (unsigned long long)nvcsw,
+                    (unsigned long long)touch_ns, pages);
         fprintf(stderr, "truth req lock_ns %llu sleep_ns %llu pread_ns %llu preads %llu call_cpu_ns %llu\n",
                 (unsigned long long)lock_ns, (unsigned long long)slp_ns,
                 (unsigned long long)pread_ns, (unsigned long long)preads,
