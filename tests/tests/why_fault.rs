@@ -146,7 +146,7 @@ fn major_faults_are_fault_waits_within_the_programs_count_and_time() {
     if seen < 0.9 {
         eprintln!(
             "skipped in major_faults_are_fault_waits_within_the_programs_count_and_time: the tool saw {:.0}% of the major faults wait \
-             (the rest were served without the thread sleeping)",
+             (the rest were served without the thread sleeping; its sleeps were checked)",
             100.0 * seen
         );
     }
