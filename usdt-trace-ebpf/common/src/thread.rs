@@ -523,7 +523,7 @@ impl ThreadState {
     ///
     /// `note_waker` also updates each open frame's longest off-CPU interval: the scheduler hook
     /// does; the probe paths do not, because that loop over every frame, inlined into the
-    /// uprobe program at each call site, is more than the verifier's budget allows at depth 64
+    /// uprobe program at each call site, is more than the verifier's budget allows at full depth (`MAX_DEPTH`)
     /// (the next switch-out and switch-in settle the waker anyway).
     #[inline(always)]
     pub fn catch_up_running(
