@@ -294,3 +294,36 @@ fn watch_traces_every_process_of_a_name() {
     assert_eq!((by_pid(pids.0), by_pid(pids.1)), (6, 3), "{}", out.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `watch TARGET 'fn:main'`: a build deployed over the path while tracing gets its function
+/// sites as the first did (found in its own symbols), and its run is a span.
+#[test]
+#[ignore = "needs root"]
+fn watch_gives_a_deployed_build_its_function_sites() {
+    let first = build_c("follow_load", &["-DVARIANT=3"]);
+    let second = build_c("follow_load", &["-DVARIANT=41"]);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("watch_fn_follow.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let path = dir.join("fnfollow");
+    deploy(&first, &path);
+    let shown = path.display().to_string();
+    let mut w = Watch::start(&[&shown, "fn:main"]);
+    deploy(&second, &path);
+    w.wait_stderr(FOLLOW_TIMEOUT, |l| l.contains("(a new file at that path)"))
+        .expect("the new build attached");
+    let mut p = Load::start(&path);
+    p.spans(1);
+    let pid = p.pid();
+    p.finish();
+    assert!(
+        w.wait_for(Duration::from_secs(30), |v| v["type"] == "span"
+            && v["name"] == "main"
+            && v["pid"].as_u64() == Some(pid.into())),
+        "no fn:main span of the new build"
+    );
+    let out = w.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -44,6 +44,10 @@ pub struct Follow {
     paths: Vec<(PathBuf, Option<Key>)>,
     /// `--process` names.
     names: Vec<String>,
+    /// The `fn:` patterns and how their ends are traced: a new build gets its function
+    /// sites as the start's objects did.
+    fn_patterns: Vec<crate::pattern::Pattern>,
+    fn_returns: crate::elf::FnReturns,
     /// Every object attached, kept open: the uprobes were attached through their descriptors.
     objects: Vec<Object>,
     /// Their (device, inode), and those seen that had nothing to trace.
@@ -67,11 +71,17 @@ fn unlinked(o: &Object) -> bool {
 }
 
 impl Follow {
-    /// `paths`: the named files to follow (empty with `-p` or `-c`: those processes' files
-    /// are what was asked for); `names`: `--process` names; `objects`: what the run attached
-    /// at start.
-    pub fn new(paths: &[PathBuf], names: &[String], objects: Vec<Object>) -> Follow {
+    /// What `cfg` names to follow (its TARGETs when not narrowed by -p or -c, its
+    /// `--process` names); `objects`: what the run attached at start.
+    pub fn new(cfg: &crate::watch::WatchConfig, objects: Vec<Object>) -> Follow {
+        let paths = cfg.follow_paths();
+        let names = &cfg.processes;
         Follow {
+            fn_patterns: crate::functions::fn_patterns(&cfg.patterns)
+                .into_iter()
+                .cloned()
+                .collect(),
+            fn_returns: cfg.fn_returns,
             // None: each path is compared with the start's files at the first look.
             paths: paths.iter().map(|p| (p.clone(), None)).collect(),
             names: names.to_vec(),
@@ -107,7 +117,17 @@ impl Follow {
         let mut result = Ok(());
         if self.last_check.elapsed() >= CHECK {
             self.last_check = Instant::now();
-            for (o, what) in self.new_files() {
+            for (mut o, what) in self.new_files() {
+                let pats: Vec<&crate::pattern::Pattern> = self.fn_patterns.iter().collect();
+                if let Err(e) = crate::functions::add_function_sites(&mut o, &pats, self.fn_returns)
+                {
+                    say(&format!(
+                        "warning: {}: not traced: {}",
+                        clean(&what),
+                        clean(&e.to_string())
+                    ));
+                    continue;
+                }
                 match attach_new(&o, None, &what, plan, tracer, rules, &mut self.changes) {
                     Ok(Some(line)) => {
                         say(&line);

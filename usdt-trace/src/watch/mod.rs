@@ -183,7 +183,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         filter: cfg.filter.as_ref(),
     };
     // From here the objects live in `follow`, with those attached later.
-    let mut follow = crate::follow::Follow::new(&cfg.follow_paths(), &cfg.processes, objects);
+    let mut follow = crate::follow::Follow::new(cfg, objects);
     tracer.wake_on(follow.wake_fds());
     let mut last_hist = Instant::now();
     while !should_stop(cfg, started, child.as_mut()) {

@@ -63,7 +63,7 @@ impl Session {
             l
         });
         tracer.wake_on(watched.wake_fd().into_iter().collect());
-        let follow = crate::follow::Follow::new(&cfg.follow_paths(), &cfg.processes, objects);
+        let follow = crate::follow::Follow::new(cfg, objects);
         tracer.wake_on(follow.wake_fds());
         let reader = Reader {
             plan,
