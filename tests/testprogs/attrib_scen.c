@@ -54,7 +54,7 @@ static volatile uint64_t sink;
  * spent runnable waiting for a CPU (sched_info run_delay, field 2 of schedstat; exact for the
  * running thread, it is updated each time the thread gets a CPU). */
 struct truth {
-    uint64_t cpu_ns, runq_ns, switches, wakeups;
+    uint64_t cpu_ns, runq_ns, switches, wakeups, wall_ns;
 };
 
 static struct truth truth_now(void) {
@@ -63,7 +63,7 @@ static struct truth truth_now(void) {
     static int fd = -2;
     if (fd == -2)
         fd = open("/proc/thread-self/schedstat", O_RDONLY);
-    struct truth t = {0, 0, 0, 0};
+    struct truth t = {0, 0, 0, 0, 0};
     struct rusage ru;
     if (getrusage(RUSAGE_THREAD, &ru) == 0)
         t.wakeups = (uint64_t)ru.ru_nvcsw; /* each voluntary switch ends in a wakeup */
@@ -78,16 +78,21 @@ static struct truth truth_now(void) {
         }
     }
     t.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    /* Wall time too: the span's own length by this thread's clock. Less the CPU time and the
+     * run-queue wait it is the time the thread slept; on a VM whose host steals time from a
+     * running vCPU, wall less run-queue wait is what the thread spent "on CPU". */
+    t.wall_ns = clock_ns(CLOCK_MONOTONIC);
     return t;
 }
 
 /* One line per span on stderr (stdout is the tracer's JSON): the tests compare the tool's
  * split with these deltas. Taken just outside the probes, so they also cover the probe hits. */
 static void truth_report(const char *span, struct truth a, struct truth b) {
-    fprintf(stderr, "truth %s tid %ld cpu_ns %llu runq_ns %llu switches %llu wakeups %llu\n", span,
-            tid(), (unsigned long long)(b.cpu_ns - a.cpu_ns),
+    fprintf(stderr,
+            "truth %s tid %ld cpu_ns %llu runq_ns %llu switches %llu wakeups %llu wall_ns %llu\n",
+            span, tid(), (unsigned long long)(b.cpu_ns - a.cpu_ns),
             (unsigned long long)(b.runq_ns - a.runq_ns), (unsigned long long)(b.switches - a.switches),
-            (unsigned long long)(b.wakeups - a.wakeups));
+            (unsigned long long)(b.wakeups - a.wakeups), (unsigned long long)(b.wall_ns - a.wall_ns));
 }
 
 /* Spin until this thread has consumed `ms` of CPU time. */
