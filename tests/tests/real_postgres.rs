@@ -17,6 +17,11 @@ use usdt_trace_tests::watch::Watch;
 
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 
+/// One test at a time: each traces the postgres executable system-wide, and another test's
+/// `initdb` runs hundreds of bootstrap statements through it (they once took all 200 keys of
+/// the serve test's definition before its own queries came).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A running throwaway cluster; stopped and removed on drop.
 struct Cluster {
     dir: PathBuf,
@@ -165,6 +170,7 @@ fn postgres_bin() -> String {
 #[test]
 #[ignore = "needs root"]
 fn slow_queries_by_text_with_min_and_a_comm_filter() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(pg) = Cluster::start() else { return };
     let tag = nonce();
     let bin = postgres_bin();
@@ -242,6 +248,7 @@ fn records_in(path: &Path) -> Vec<Value> {
 #[test]
 #[ignore = "needs root"]
 fn percentiles_per_interval_into_a_file() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(pg) = Cluster::start() else { return };
     let file = pg.dir.join("out.json");
     let f = file.to_str().unwrap().to_string();
@@ -322,6 +329,7 @@ fn percentiles_per_interval_into_a_file() {
 #[test]
 #[ignore = "needs root"]
 fn serve_exports_query_latency_by_text_for_every_postgres_process() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     use usdt_trace_tests::prometheus::Prometheus;
     use usdt_trace_tests::serve::{Daemon, Metrics};
     let Some(pg) = Cluster::start() else { return };
