@@ -292,3 +292,28 @@ pub fn readelf_section(path: &Path, name: &str) -> SectionHeader {
         size: hex(4),
     }
 }
+
+/// A 16 MiB file named `name` on a block device, written and fsynced (on the device, not only
+/// in the page cache: O_DIRECT reads and dropped pages then reach the disk), in `tmp` (a
+/// test's `CARGO_TARGET_TMPDIR`) or else `/var/tmp`; None where both are tmpfs.
+pub fn disk_file(tmp: &Path, name: &str) -> Option<PathBuf> {
+    let dir = [tmp.to_path_buf(), PathBuf::from("/var/tmp")]
+        .into_iter()
+        .find(|d| {
+            let _ = std::fs::create_dir_all(d);
+            let fs = Command::new("stat")
+                .args(["-f", "-c", "%T"])
+                .arg(d)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_default();
+            !fs.is_empty() && !["tmpfs", "ramfs"].contains(&fs.as_str())
+        })?;
+    let path = dir.join(name);
+    let data: Vec<u8> = (0..16u32 << 20).map(|i| (i * 31 + 7) as u8).collect();
+    std::fs::write(&path, data).expect("write the disk file");
+    std::fs::File::open(&path)
+        .and_then(|f| f.sync_all())
+        .expect("fsync");
+    Some(path)
+}

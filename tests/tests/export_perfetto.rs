@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use usdt_trace_tests::proc::{output_within, RUN_TIMEOUT};
+use usdt_trace_tests::testprogs;
 use usdt_trace_tests::watch::{self, Output};
 use usdt_trace_tests::watch_util::{build_c, named};
 
@@ -899,37 +900,14 @@ fn a_poll_its_timeout_ended_is_a_timer_slice() {
     wait_slices_match_the_split_and_the_programs_clock("poll", "timer", "[timer]");
 }
 
-/// A 16 MiB file on a block device (written and synced), or None where there is only tmpfs.
-fn disk_file() -> Option<PathBuf> {
-    let dir = [
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
-        PathBuf::from("/var/tmp"),
-    ]
-    .into_iter()
-    .find(|d| {
-        let _ = std::fs::create_dir_all(d);
-        let fs = Command::new("stat")
-            .args(["-f", "-c", "%T"])
-            .arg(d)
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default();
-        !fs.is_empty() && !["tmpfs", "ramfs"].contains(&fs.as_str())
-    })?;
-    let path = dir.join(format!("perfetto_disk_{}.dat", std::process::id()));
-    let data: Vec<u8> = (0..16u32 << 20).map(|i| (i * 31 + 7) as u8).collect();
-    std::fs::write(&path, data).expect("write the disk file");
-    std::fs::File::open(&path)
-        .and_then(|f| f.sync_all())
-        .expect("fsync");
-    Some(path)
-}
-
 /// O_DIRECT reads: `disk` slices (uninterruptible sleep in pread), their sums exact.
 #[test]
 #[ignore = "needs root"]
 fn disk_wait_slices_nest_in_their_span_and_add_up_to_its_split() {
-    let Some(file) = disk_file() else {
+    let Some(file) = testprogs::disk_file(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &format!("perfetto_disk_{}.dat", std::process::id()),
+    ) else {
         eprintln!("skipped: no block device for a file here (tmpfs only)");
         return;
     };
@@ -943,7 +921,10 @@ fn disk_wait_slices_nest_in_their_span_and_add_up_to_its_split() {
 #[test]
 #[ignore = "needs root"]
 fn fault_wait_slices_nest_in_their_span_and_add_up_to_its_split() {
-    let Some(file) = disk_file() else {
+    let Some(file) = testprogs::disk_file(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &format!("perfetto_disk_{}.dat", std::process::id()),
+    ) else {
         eprintln!("skipped: no block device for a file here (tmpfs only)");
         return;
     };

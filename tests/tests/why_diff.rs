@@ -269,37 +269,11 @@ fn nanosleep_is_sleeping_on_timers() {
     );
 }
 
-/// A 16 MiB file on a block device, or None (only tmpfs here).
-fn disk_file() -> Option<PathBuf> {
-    let dir = [
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
-        PathBuf::from("/var/tmp"),
-    ]
-    .into_iter()
-    .find(|d| {
-        let _ = std::fs::create_dir_all(d);
-        let fs = std::process::Command::new("stat")
-            .args(["-f", "-c", "%T"])
-            .arg(d)
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default();
-        !fs.is_empty() && !["tmpfs", "ramfs"].contains(&fs.as_str())
-    })?;
-    let path = dir.join("why_disk.dat");
-    let data: Vec<u8> = (0..16u32 << 20).map(|i| (i * 31 + 7) as u8).collect();
-    std::fs::write(&path, data).expect("write the disk file");
-    // On the device, not only in the page cache (O_DIRECT would read it from there anyway).
-    std::fs::File::open(&path)
-        .and_then(|f| f.sync_all())
-        .expect("fsync");
-    Some(path)
-}
-
 #[test]
 #[ignore = "needs root"]
 fn twice_the_direct_reads_is_more_io() {
-    let Some(file) = disk_file() else {
+    let Some(file) = testprogs::disk_file(Path::new(env!("CARGO_TARGET_TMPDIR")), "why_disk.dat")
+    else {
         eprintln!("skipped in twice_the_direct_reads_is_more_io: no writable directory on a block device (only tmpfs)");
         return;
     };
@@ -424,7 +398,8 @@ fn pread_per_call(out: &watch::Output) -> (f64, u64) {
 #[test]
 #[ignore = "needs root"]
 fn the_same_reads_beside_a_write_flood_are_a_busy_disk() {
-    let Some(file) = disk_file() else {
+    let Some(file) = testprogs::disk_file(Path::new(env!("CARGO_TARGET_TMPDIR")), "why_disk.dat")
+    else {
         eprintln!("skipped in the_same_reads_beside_a_write_flood_are_a_busy_disk: no writable directory on a block device (only tmpfs)");
         return;
     };

@@ -15,39 +15,12 @@
 //! fewer than 90% of the faults, the test says so and skips the count against the faults, as
 //! the disk tests do.
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use usdt_trace_tests::{testprogs, watch};
 
 /// One run at a time: each drops the pages of the same file.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// A 16 MiB file on a block device, written and fsynced (so its pages are clean and can be
-/// dropped), or None (only tmpfs here).
-fn disk_file() -> Option<PathBuf> {
-    let dir = [
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
-        PathBuf::from("/var/tmp"),
-    ]
-    .into_iter()
-    .find(|d| {
-        let _ = std::fs::create_dir_all(d);
-        let fs = std::process::Command::new("stat")
-            .args(["-f", "-c", "%T"])
-            .arg(d)
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default();
-        !fs.is_empty() && !["tmpfs", "ramfs"].contains(&fs.as_str())
-    })?;
-    let path = dir.join("why_fault.dat");
-    let data: Vec<u8> = (0..16u32 << 20).map(|i| (i * 31 + 7) as u8).collect();
-    std::fs::write(&path, data).expect("write the fault file");
-    std::fs::File::open(&path)
-        .and_then(|f| f.sync_all())
-        .expect("fsync");
-    Some(path)
-}
 
 /// One span's truth: (major faults, voluntary switches, ns in the touching loop).
 fn truths(stderr: &str) -> Vec<(u64, u64, f64)> {
@@ -131,7 +104,8 @@ fn check_faults(out: &watch::Output) -> f64 {
 #[test]
 #[ignore = "needs root"]
 fn major_faults_are_fault_waits_within_the_programs_count_and_time() {
-    let Some(file) = disk_file() else {
+    let Some(file) = testprogs::disk_file(Path::new(env!("CARGO_TARGET_TMPDIR")), "why_fault.dat")
+    else {
         eprintln!("skipped in major_faults_are_fault_waits_within_the_programs_count_and_time: no writable directory on a block device (only tmpfs)");
         return;
     };
@@ -157,7 +131,8 @@ fn major_faults_are_fault_waits_within_the_programs_count_and_time() {
 #[test]
 #[ignore = "needs root"]
 fn four_times_the_faults_is_more_page_faults() {
-    let Some(file) = disk_file() else {
+    let Some(file) = testprogs::disk_file(Path::new(env!("CARGO_TARGET_TMPDIR")), "why_fault.dat")
+    else {
         eprintln!("skipped in four_times_the_faults_is_more_page_faults: no writable directory on a block device (only tmpfs)");
         return;
     };
