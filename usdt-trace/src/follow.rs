@@ -138,9 +138,9 @@ impl Follow {
                         clean(&what)
                     )),
                     Err(e) => {
-                        say(&format!("warning: {}: not traced", clean(&e)));
-                        if e.contains("no room") {
-                            result = Err(e);
+                        say(&format!("warning: {}: not traced", clean(&e.msg)));
+                        if e.no_room {
+                            result = Err(e.msg);
                         }
                     }
                 }

@@ -414,14 +414,23 @@ impl Late {
         rules: &Rules,
     ) -> Result<(), String> {
         let what = format!("{} (pid {pid})", o.shown);
-        if let Some(line) =
-            attach_new(&o, Some(pid), &what, plan, tracer, rules, &mut self.changes)?
+        if let Some(line) = attach_new(&o, Some(pid), &what, plan, tracer, rules, &mut self.changes)
+            .map_err(|e| e.msg)?
         {
             crate::output::text::say(&line);
             self.objects.push(o);
         }
         Ok(())
     }
+}
+
+/// Why an object could not join the running trace.
+pub(crate) struct NotJoined {
+    /// What to say (naming the object).
+    pub msg: String,
+    /// For want of the room the tracer reserved at load (span names, sites): the one reason
+    /// for which loading the programs again, with fresh room, helps.
+    pub no_room: bool,
 }
 
 /// Plans `o` alone with the run's rules, merges it into `plan`, writes its specs into the
@@ -437,27 +446,32 @@ pub(crate) fn attach_new(
     tracer: &mut Tracer,
     rules: &Rules,
     changes: &mut ChangeWatch,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, NotJoined> {
+    let fail = |e: &dyn std::fmt::Display, no_room: bool| NotJoined {
+        msg: format!("{what}: {e}"),
+        no_room,
+    };
     let sub = match plan_object(&o.shown, &o.probes, rules) {
         Ok(Some(p)) => p,
         Ok(None) => return Ok(None),
-        Err(e) => return Err(format!("{what}: {e}")),
+        Err(e) => return Err(fail(&e, false)),
     };
     let first = plan.sites.len();
     let nsites = sub.sites.len();
     let mut merged = plan.clone();
     let room = (tracer.hist_capacity() > 0).then(|| tracer.hist_capacity());
-    let points = merge(&mut merged, sub, room).map_err(|e| format!("{what}: {e}"))?;
+    // Merging fails only for want of span names.
+    let points = merge(&mut merged, sub, room).map_err(|e| fail(&e, true))?;
     let masks = rules.filter.map(|f| plan::masks_from(&merged, first, f));
     tracer
         .add_sites(first as u32, &merged.specs[first..], masks.as_deref())
-        .map_err(|e| format!("{what}: {e}"))?;
+        .map_err(|e| fail(&e, matches!(e, crate::tracer::TraceError::SitesFull { .. })))?;
     let path = o.fd_path();
     // Watched from before it is attached: a write the moment it is attached still counts.
     changes.add(o);
     if let Err(e) = tracer.attach_object(&path.to_string_lossy(), &points, pid) {
         changes.pop();
-        return Err(format!("{what}: {e}"));
+        return Err(fail(&e, false));
     }
     tracer.name_object(&path.to_string_lossy(), &o.shown);
     // Records of the new sites are read after this returns, by then with their cookies.

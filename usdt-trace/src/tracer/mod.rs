@@ -61,6 +61,12 @@ pub enum TraceError {
     MissingMap(&'static str),
     #[error("eBPF map {name}: {msg}")]
     Map { name: &'static str, msg: String },
+    /// Sites added after the start found the room reserved at load used up.
+    #[error(
+        "eBPF map {}: no room for {n} more sites (room for {room} in all)",
+        maps::SITES
+    )]
+    SitesFull { n: usize, room: u32 },
     #[error("attaching the tracepoint {name}: {source}")]
     Tracepoint {
         name: &'static str,
@@ -577,13 +583,9 @@ impl Tracer {
     ) -> Result<(), TraceError> {
         let end = first as u64 + specs.len() as u64;
         if end > self.site_capacity as u64 {
-            return Err(TraceError::Map {
-                name: maps::SITES,
-                msg: format!(
-                    "no room for {} more sites (room for {} in all)",
-                    specs.len(),
-                    self.site_capacity
-                ),
+            return Err(TraceError::SitesFull {
+                n: specs.len(),
+                room: self.site_capacity,
             });
         }
         let mut sites: Array<_, SiteSpec> = Array::try_from(
