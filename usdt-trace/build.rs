@@ -64,16 +64,22 @@ fn git_revision() {
     };
     let rev = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=USDT_TRACE_GIT_REV={rev}");
-    // A new commit moves the branch ref (or HEAD itself when detached).
-    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
-        let dir = std::path::Path::new(&dir);
-        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
-        if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={}", dir.join(r).display());
+    // A new commit moves the branch ref (or HEAD itself when detached). Cargo reads a watched
+    // path that does not exist as changed on every build (a checkout whose refs are all packed
+    // has no loose `refs/heads/main`; a clone may have no `packed-refs`), which recompiled this
+    // crate and the eBPF object on every build: watch only paths that exist, and the refs
+    // directory itself, where a commit writes a loose ref that was packed before.
+    let watch = |p: std::path::PathBuf| {
+        if p.exists() {
+            println!("cargo:rerun-if-changed={}", p.display());
         }
-        println!(
-            "cargo:rerun-if-changed={}",
-            dir.join("packed-refs").display()
-        );
+    };
+    if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        watch(std::path::Path::new(&dir).join("HEAD"));
+    }
+    if let Some(common) = git(&["rev-parse", "--path-format=absolute", "--git-common-dir"]) {
+        let common = std::path::Path::new(&common);
+        watch(common.join("refs/heads"));
+        watch(common.join("packed-refs"));
     }
 }
