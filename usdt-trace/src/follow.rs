@@ -47,7 +47,7 @@ pub struct Follow {
     /// The `fn:` patterns and how their ends are traced: a new build gets its function
     /// sites as the start's objects did.
     fn_patterns: Vec<crate::pattern::Pattern>,
-    fn_returns: crate::elf::FnReturns,
+    fn_place: crate::elf::FnPlacement,
     /// Every object attached, kept open: the uprobes were attached through their descriptors.
     objects: Vec<Object>,
     /// Their (device, inode), and those seen that had nothing to trace.
@@ -81,7 +81,7 @@ impl Follow {
                 .into_iter()
                 .cloned()
                 .collect(),
-            fn_returns: cfg.fn_returns,
+            fn_place: cfg.fn_placement(),
             // None: each path is compared with the start's files at the first look.
             paths: paths.iter().map(|p| (p.clone(), None)).collect(),
             names: names.to_vec(),
@@ -119,8 +119,7 @@ impl Follow {
             self.last_check = Instant::now();
             for (mut o, what) in self.new_files() {
                 let pats: Vec<&crate::pattern::Pattern> = self.fn_patterns.iter().collect();
-                if let Err(e) = crate::functions::add_function_sites(&mut o, &pats, self.fn_returns)
-                {
+                if let Err(e) = crate::functions::add_function_sites(&mut o, &pats, self.fn_place) {
                     say(&format!(
                         "warning: {}: not traced: {}",
                         clean(&what),

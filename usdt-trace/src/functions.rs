@@ -6,8 +6,8 @@
 //! file.
 
 use crate::elf::{
-    self, ElfError, FnEnd, FnProbeError, FnReturns, FnSites, Function, Functions, SiteInsn,
-    FN_PROVIDER,
+    self, ElfError, FnEnd, FnPlacement, FnProbeError, FnReturns, FnSites, Function, Functions,
+    SiteInsn, FN_PROVIDER,
 };
 use crate::output::text::clean;
 use crate::pattern::Pattern;
@@ -62,13 +62,13 @@ fn read_functions(path: &Path, shown: &str) -> Result<Functions, FnError> {
 pub fn add_function_sites(
     o: &mut Object,
     patterns: &[&Pattern],
-    mode: FnReturns,
+    place: FnPlacement,
 ) -> Result<(), FnError> {
     if patterns.is_empty() {
         return Ok(());
     }
     let funcs = read_functions(&o.fd_path(), &o.shown)?;
-    let found = elf::function_sites(&funcs, patterns, &o.shown, mode)?;
+    let found = elf::function_sites(&funcs, patterns, &o.shown, place)?;
     let mut err = io::stderr().lock();
     for w in fn_warnings(&funcs, &found) {
         let _ = writeln!(err, "warning: {}: {}", clean(&o.shown), clean(&w));
@@ -205,11 +205,18 @@ pub fn list(
     let mut out = io::BufWriter::with_capacity(64 * 1024, out);
     if json {
         for (f, end) in chosen.iter().zip(&ends) {
+            let hist = FnPlacement {
+                returns: FnReturns::Auto,
+                entry_args: false,
+            };
             let rec = JsonFunction {
                 path: &shown,
                 go: funcs.go,
                 f,
                 end,
+                end_why: decide.why(f, end, FnReturns::Auto),
+                entry: entry_place(f, FnPlacement::default()),
+                entry_hist: entry_place(f, hist),
             };
             serde_json::to_writer(&mut out, &rec).map_err(io::Error::from)?;
             out.write_all(b"\n")?;
@@ -229,16 +236,50 @@ struct JsonFunction<'a> {
     f: &'a Function,
     /// How its end is traced, or why it is not.
     end: &'a FnEnd,
+    /// Why its end is traced that way (absent when it is refused: `end.reason` says why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_why: Option<String>,
+    /// Where its entry probe sits when arguments are read, and with `--hist` (no arguments).
+    entry: EntryPlace,
+    entry_hist: EntryPlace,
 }
 
-/// What the entry probe's instruction costs: a Go function's is past its stack check, a
-/// function's past a leading `endbr64` when an emulated `push` follows.
-fn entry_insn(f: &Function) -> SiteInsn {
-    match (&f.go_layout, f.shape.entry_past_endbr) {
-        (Some(g), _) => g.entry_insn,
-        (None, Some(_)) => SiteInsn::Push,
-        (None, None) => f.insn,
+/// Where an entry probe sits and what the kernel does there.
+#[derive(Serialize)]
+struct EntryPlace {
+    file_offset: u64,
+    insn: SiteInsn,
+    /// Instructions passed over to reach an emulated one (0: the first instruction).
+    skipped: u32,
+}
+
+fn entry_place(f: &Function, place: FnPlacement) -> EntryPlace {
+    if let Some(g) = &f.go_layout {
+        return EntryPlace {
+            file_offset: g.layout.entry_offset,
+            insn: g.entry_insn,
+            skipped: 0,
+        };
     }
+    match place.moved_entry(f) {
+        Some(m) => EntryPlace {
+            file_offset: m.offset,
+            insn: m.insn,
+            skipped: m.skipped,
+        },
+        None => EntryPlace {
+            file_offset: f.file_offset,
+            insn: f.insn,
+            skipped: 0,
+        },
+    }
+}
+
+/// What the entry probe's instruction costs: a Go function's is past its stack check, any
+/// other's on the first instruction the kernel emulates when nothing before it changes what
+/// the probe reads (`place` says whether it reads arguments).
+fn entry_insn(f: &Function, place: FnPlacement) -> SiteInsn {
+    entry_place(f, place).insn
 }
 
 /// The END column: how the function's end is traced.
@@ -268,7 +309,23 @@ fn write_text(
         i == SiteInsn::SingleStep
             || (i == SiteInsn::Push && !crate::tracer::features::push_emulated())
     };
-    let step = chosen.iter().filter(|f| single(entry_insn(f))).count();
+    let hist = FnPlacement {
+        returns: FnReturns::Auto,
+        entry_args: false,
+    };
+    let step = chosen
+        .iter()
+        .filter(|f| single(entry_insn(f, FnPlacement::default())))
+        .count();
+    let step_hist = chosen
+        .iter()
+        .filter(|f| single(entry_insn(f, hist)))
+        .count();
+    let step_hist = if step_hist == step {
+        String::new()
+    } else {
+        format!(" ({step_hist} with --hist, which reads no arguments)")
+    };
     let refused = ends
         .iter()
         .filter(|e| matches!(e, FnEnd::Refused { .. }))
@@ -289,7 +346,7 @@ fn write_text(
     };
     writeln!(
         out,
-        "{}: {} function{}, {step} single-stepped at entry{refused}{go}{stripped}",
+        "{}: {} function{}, {step} single-stepped at entry{step_hist}{refused}{go}{stripped}",
         clean(shown),
         chosen.len(),
         if chosen.len() == 1 { "" } else { "s" },
@@ -318,7 +375,7 @@ fn write_text(
             f.size,
             format!("{:#x}", f.file_offset),
             // A function entry is never the 5-byte nop the kernel optimizes.
-            crate::list::insn_label(entry_insn(f), f.file_offset, false),
+            crate::list::insn_label(entry_insn(f, FnPlacement::default()), f.file_offset, false),
             end_label(end),
         )?;
     }

@@ -267,6 +267,7 @@ fn write_json(
         SiteInsn::Nop5 => b"\"nop5\"",
         SiteInsn::SingleStep => b"\"single_step\"",
         SiteInsn::Push => b"\"push\"",
+        SiteInsn::Branch => b"\"branch\"",
         SiteInsn::Unknown => b"\"unknown\"",
     });
     buf.extend_from_slice(b",\"insn_bytes\":");
@@ -317,7 +318,8 @@ fn push_json_bool(buf: &mut Vec<u8>, v: bool) {
 
 /// The SITE column: what a hit costs on this kernel (`optimize`: it turns uprobes on 5-byte
 /// nops into calls). `optimized` (a call, ~3x cheaper than a trap), `trap` (the kernel
-/// emulates a nop), `emulated (push)` (a `push %reg` this kernel emulates), or single-stepped
+/// emulates a nop), `emulated (push)` (a `push %reg` this kernel emulates), `emulated (jump)` (a
+/// relative `jmp`, `call` or `jcc`, where a function's entry may move), or single-stepped
 /// sites, which stand out: several µs a hit, an order of magnitude more than a trap.
 pub fn insn_label(insn: SiteInsn, file_offset: u64, optimize: bool) -> &'static str {
     let optimizable = crate::elf::optimizable_offset(insn, file_offset).is_some();
@@ -326,6 +328,7 @@ pub fn insn_label(insn: SiteInsn, file_offset: u64, optimize: bool) -> &'static 
         SiteInsn::Nop | SiteInsn::NopNop5 => "trap",
         // Where the kernel does not optimize it, a nop5 is stepped like any instruction.
         SiteInsn::Push if crate::tracer::features::push_emulated() => "emulated (push)",
+        SiteInsn::Branch => "emulated (jump)",
         SiteInsn::Nop5 | SiteInsn::SingleStep | SiteInsn::Push => "SINGLE-STEP",
         SiteInsn::Unknown => "?",
     }

@@ -43,10 +43,10 @@ pub struct Shape {
     /// Why uprobes cannot take the first instruction (a LOCK or ES/CS/SS/DS segment prefix,
     /// which the kernel's `is_prefix_bad` refuses with ENOTSUPP), if they cannot.
     pub bad_entry: Option<&'static str>,
-    /// The entry past a leading `endbr64` when the next instruction is cheaper for the kernel
-    /// (one it emulates) and nothing in the function branches to it: the registers and the
-    /// stack are the same there.
-    pub entry_past_endbr: Option<u64>,
+    /// Where the entry probe may sit instead of the first instruction: on the first one the
+    /// kernel emulates, past instructions that change nothing the probe reads
+    /// ([`super::fnentry`]).
+    pub entry: super::fnentry::EntryPlaces,
 }
 
 /// Decodes `code` (the function's bytes at link-time `address`, file offset `offset`).
@@ -62,8 +62,6 @@ pub fn shape(arch: Arch, code: &[u8], address: u64, offset: u64) -> Shape {
 pub fn is_push_reg(bytes: &[u8]) -> bool {
     matches!(bytes, [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..])
 }
-
-const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
 /// Whether an indirect `jmp` is a switch through a jump table, as gcc and clang emit them:
 /// `notrack jmp` (CET marks only switch jumps so), or `movsxd R, [B + idx*4]; add R, B; jmp R`
@@ -127,6 +125,8 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
     let mut last_end = address;
     // The two instructions before the current one, for recognising a switch's jump table.
     let mut prev: [Option<iced_x86::Instruction>; 2] = [None, None];
+    // The first instructions, for placing the entry probe.
+    let mut head: Vec<iced_x86::Instruction> = Vec::new();
     for (i, insn) in dec.iter().enumerate() {
         if insn.is_invalid() || insn.code() == Code::INVALID {
             valid = false;
@@ -136,6 +136,9 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
             out.bad_entry = bad_prefix(&insn);
         }
         starts.push(insn.ip());
+        if head.len() < super::fnentry::SCAN {
+            head.push(insn);
+        }
         last_end = insn.next_ip();
         if insn.mnemonic() == Mnemonic::Ret {
             out.rets.push(to_off(insn.ip()));
@@ -183,11 +186,8 @@ fn shape_x86(code: &[u8], address: u64, offset: u64) -> Shape {
         out.leaf = false;
         out.no_calls = false;
     }
-    if valid && code.starts_with(&ENDBR64) && starts.get(1) == Some(&(address + 4)) {
-        let next = &code[4..];
-        if is_push_reg(next) && !targets.contains(&(address + 4)) {
-            out.entry_past_endbr = Some(offset + 4);
-        }
+    if valid {
+        out.entry = super::fnentry::places(&head, code, address, offset, &targets);
     }
     out
 }
@@ -292,7 +292,7 @@ mod tests {
         let s = shape(Arch::X86_64, code, 0x1000, 0x100);
         assert!(s.decoded && s.leaf && s.bad_entry.is_none());
         assert_eq!(s.rets, vec![0x10b, 0x10d]);
-        assert_eq!(s.entry_past_endbr, Some(0x104));
+        assert_eq!(s.entry.args.map(|m| m.offset), Some(0x104));
     }
 
     #[test]
@@ -308,7 +308,7 @@ mod tests {
         // A loop back to the instruction past endbr64 keeps the entry where it is.
         let code: &[u8] = &[0xf3, 0x0f, 0x1e, 0xfa, 0x53, 0x5b, 0xeb, 0xfc, 0xc3];
         let s = shape(Arch::X86_64, code, 0x1000, 0x1000);
-        assert_eq!(s.entry_past_endbr, None);
+        assert_eq!(s.entry.args, None);
         assert!(s.leaf);
     }
 

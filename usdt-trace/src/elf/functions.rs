@@ -167,6 +167,11 @@ pub struct Functions {
     /// The object has a `.symtab` (it is not stripped).
     #[serde(skip)]
     pub has_symtab: bool,
+    /// Why an exception, a panic or a forced unwind may pass through its functions' frames
+    /// (what in the object says so), or None when nothing in it can unwind: then a return
+    /// probe is safe on every function that is not otherwise excluded ([`function_end`]).
+    #[serde(skip)]
+    pub unwinds: Option<String>,
 }
 
 impl Functions {
@@ -398,14 +403,95 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
             }
         }
     }
+    let unwinds = if go {
+        Some("a Go program: its runtime walks and moves goroutine stacks".to_string())
+    } else {
+        unwind_evidence(&sections, endian, data)
+    };
+    let mut functions: Vec<Function> = by_addr.into_values().collect();
+    // A moved entry must not pass the start of another function (code that falls into the
+    // next symbol): a call of that one would fire this one's entry.
+    for i in 0..functions.len() {
+        let next = functions.get(i + 1).map_or(u64::MAX, |g| g.address);
+        let f = &mut functions[i];
+        let past = |m: &Option<super::fnentry::Moved>| {
+            m.is_some_and(|m| f.address.wrapping_add(m.offset - f.file_offset) >= next)
+        };
+        if past(&f.shape.entry.timing) {
+            f.shape.entry.timing = None;
+        }
+        if past(&f.shape.entry.args) {
+            f.shape.entry.args = None;
+        }
+    }
     Ok(Functions {
         arch: Some(arch),
         go,
         go_version,
-        functions: by_addr.into_values().collect(),
+        functions,
         ifuncs,
         has_symtab,
+        unwinds,
     })
+}
+
+/// Symbols whose presence (defined or imported) says that exceptions, panics or forced
+/// unwinds may pass through the object's frames: the throw and resume entry points of the
+/// unwinder, C++'s throw, the personality routines that run landing pads, Rust's panic.
+const UNWINDERS: [&str; 12] = [
+    "__cxa_throw",
+    "__cxa_rethrow",
+    "_Unwind_RaiseException",
+    "_Unwind_Resume",
+    "_Unwind_Resume_or_Rethrow",
+    "_Unwind_ForcedUnwind",
+    "__gxx_personality_v0",
+    "__gcc_personality_v0",
+    "rust_eh_personality",
+    "__rust_start_panic",
+    "rust_panic",
+    "__cxa_begin_catch",
+];
+
+/// What in the object says that something may unwind through its frames, or None. A return
+/// probe rewrites the return address: an unwinder that meets it finds no frame information
+/// for the kernel's trampoline and terminates the program (a `longjmp` is different: the
+/// kernel drops the return instances it skipped, checked by the stack pointer).
+fn unwind_evidence<Elf: FileHeader<Endian = Endianness>>(
+    sections: &object::read::elf::SectionTable<'_, Elf>,
+    endian: Endianness,
+    data: &[u8],
+) -> Option<String> {
+    let has_section = |name: &[u8]| {
+        sections
+            .iter()
+            .any(|s| sections.section_name(endian, s).is_ok_and(|n| n == name))
+    };
+    if has_section(b".gcc_except_table") {
+        return Some("it has exception tables (.gcc_except_table): C++ exceptions or Rust panics unwind through its frames".into());
+    }
+    for kind in [elf::SHT_DYNSYM, elf::SHT_SYMTAB] {
+        let Ok(symbols) = sections.symbols(endian, data, kind) else {
+            continue;
+        };
+        for sym in symbols.iter() {
+            let Ok(raw) = symbols.symbol_name(endian, sym) else {
+                continue;
+            };
+            let base = raw.split(|&b| b == b'@').next().unwrap_or(raw);
+            if let Some(n) = UNWINDERS.iter().find(|n| n.as_bytes() == base) {
+                let how = if sym.st_shndx(endian) == elf::SHN_UNDEF {
+                    "imports"
+                } else {
+                    "defines"
+                };
+                return Some(format!(
+                    "it {how} {n}: exceptions or panics may unwind through its frames"
+                ));
+            }
+        }
+    }
+    None
 }
 
 /// Why functions cannot be traced in an object.
@@ -430,6 +516,45 @@ pub enum FnReturns {
     /// return address on the stack: C++ exceptions or Rust panics unwinding through a traced
     /// function abort the program, and a `longjmp` over one can kill it.
     ReturnProbe,
+}
+
+/// How function probes are placed: how ends are traced (`--fn-returns`), and whether the
+/// entry probes read arguments (records, filters, `--by` keys and strings do; a duration
+/// histogram does not, so its entry may sit further in, see [`super::fnentry`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FnPlacement {
+    pub returns: FnReturns,
+    pub entry_args: bool,
+}
+
+impl Default for FnPlacement {
+    fn default() -> Self {
+        FnPlacement {
+            returns: FnReturns::Auto,
+            entry_args: true,
+        }
+    }
+}
+
+/// Ends traced as `returns` says, entries reading arguments.
+impl From<FnReturns> for FnPlacement {
+    fn from(returns: FnReturns) -> Self {
+        FnPlacement {
+            returns,
+            entry_args: true,
+        }
+    }
+}
+
+impl FnPlacement {
+    /// Where `f`'s entry probe goes, if not on its first instruction.
+    pub fn moved_entry(&self, f: &Function) -> Option<super::fnentry::Moved> {
+        if self.entry_args {
+            f.shape.entry.args
+        } else {
+            f.shape.entry.timing.or(f.shape.entry.args)
+        }
+    }
 }
 
 /// How one function's end is traced.
@@ -458,6 +583,7 @@ pub fn function_end(
     tail_leaf: bool,
     mode: FnReturns,
     go: bool,
+    can_unwind: bool,
 ) -> FnEnd {
     let refuse = |reason: String| FnEnd::Refused { reason };
     if f.entry_point {
@@ -506,7 +632,9 @@ pub fn function_end(
         _ if rets.is_empty() && tail_rets.is_empty() => refuse(
             "no ret instruction of its own, nor in a function it jumps to that this object names: it never returns, or leaves by a jump the tracer cannot follow (--fn-returns return-probe traces it, at some risk)".into(),
         ),
-        FnReturns::Auto if (sh.leaf || tail_leaf) && !twice => FnEnd::ReturnProbe,
+        // Nothing can unwind across a leaf, nor across any frame of an object in which nothing
+        // unwinds; a `longjmp` over a return-probed frame is handled by the kernel.
+        FnReturns::Auto if (sh.leaf || tail_leaf || !can_unwind) && !twice => FnEnd::ReturnProbe,
         _ => by_rets(),
     }
 }
@@ -564,7 +692,34 @@ impl<'a> Ends<'a> {
             leaf_through_tails(self.funcs, &self.addrs, f),
             mode,
             self.funcs.go,
+            self.funcs.unwinds.is_some(),
         )
+    }
+
+    /// Why `f`'s end is traced the way `end` (its [`Ends::of`]) says, for `list --functions`.
+    /// None for a refused one, whose reason is in `end`.
+    pub fn why(&self, f: &Function, end: &FnEnd, mode: FnReturns) -> Option<String> {
+        let leaf = f.shape.leaf || leaf_through_tails(self.funcs, &self.addrs, f);
+        Some(match end {
+            FnEnd::Refused { .. } => return None,
+            FnEnd::ReturnProbe if mode == FnReturns::ReturnProbe => {
+                "--fn-returns return-probe (at some risk)".into()
+            }
+            FnEnd::ReturnProbe if leaf => {
+                "a leaf: it calls nothing, so nothing unwinds or jumps across it".into()
+            }
+            FnEnd::ReturnProbe => {
+                "nothing in this object unwinds (no exception tables, no unwinder symbols); the kernel drops return probes a longjmp skips".into()
+            }
+            FnEnd::RetInsns { .. } => match (&self.funcs.unwinds, mode) {
+                (_, FnReturns::RetInsn) => "--fn-returns ret-insn".into(),
+                _ if f.names.iter().any(|n| fnshape::returns_twice(n)) => {
+                    "it returns twice (setjmp-like)".into()
+                }
+                (Some(u), _) => u.clone(),
+                (None, _) => "ret instructions".into(),
+            },
+        })
     }
 }
 
@@ -653,8 +808,10 @@ pub fn function_sites(
     funcs: &Functions,
     patterns: &[&Pattern],
     object: &str,
-    mode: FnReturns,
+    place: impl Into<FnPlacement>,
 ) -> Result<FnSites, FnProbeError> {
+    let place: FnPlacement = place.into();
+    let mode = place.returns;
     let mut out = FnSites::default();
     // A name that is an IFUNC here: its function symbol of that name (a compat version) is
     // not what the program calls; its implementations are named after it.
@@ -783,9 +940,9 @@ pub fn function_sites(
         }
         let entry_args: Vec<ArgSpec> = args.iter().map(|r| reg(r)).collect();
         let ret_args = || ret.iter().map(|r| reg(r)).collect::<Vec<_>>();
-        // Past a leading endbr64 onto an emulated push, when nothing branches there.
-        let (entry_off, entry_insn, entry_bytes) = match f.shape.entry_past_endbr {
-            Some(off) => (off, SiteInsn::Push, String::new()),
+        // On the first emulated instruction, when nothing before it changes what is read.
+        let (entry_off, entry_insn, entry_bytes) = match place.moved_entry(f) {
+            Some(m) => (m.offset, m.insn, String::new()),
             None => (f.file_offset, f.insn, f.insn_bytes.clone()),
         };
         out.sites.push(site(
@@ -903,15 +1060,25 @@ mod tests {
             (SiteKind::FnEntry, SiteKind::FnReturn)
         );
         // Past endbr64 onto the emulated push that follows (a return probe goes there too).
-        assert_eq!(fact.shape.entry_past_endbr, Some(fact.file_offset + 4));
+        assert_eq!(
+            fact.shape.entry.args.map(|m| m.offset),
+            Some(fact.file_offset + 4)
+        );
         assert_eq!(
             (entry.file_offset, ret.file_offset),
             (fact.file_offset + 4, fact.file_offset + 4)
         );
         assert_eq!(entry.insn, SiteInsn::Push);
-        // By default a recursive function (not a leaf) ends at its `ret` instructions, paired
-        // by stack pointer.
-        let safe = function_sites(&funcs, &[&pat], "watch_fn", FnReturns::Auto).unwrap();
+        // Nothing in a plain C program unwinds: by default even a recursive function (not a
+        // leaf) takes the return probe.
+        assert_eq!(funcs.unwinds, None);
+        let auto = function_sites(&funcs, &[&pat], "watch_fn", FnReturns::Auto).unwrap();
+        assert_eq!(
+            auto.sites.iter().map(|s| s.kind).collect::<Vec<_>>(),
+            [SiteKind::FnEntry, SiteKind::FnReturn]
+        );
+        // Without return probes it ends at its `ret` instructions, paired by stack pointer.
+        let safe = function_sites(&funcs, &[&pat], "watch_fn", FnReturns::RetInsn).unwrap();
         assert!(safe.sites.len() == 1 + fact.shape.rets.len() && safe.refused.is_empty());
         assert!(safe.sites[1..]
             .iter()
@@ -960,6 +1127,59 @@ mod tests {
             functions(b"#!/bin/sh\n"),
             Err(ElfError::NotElf { .. })
         ));
+    }
+
+    #[test]
+    fn an_object_that_throws_keeps_ret_ends_and_one_that_cannot_gets_return_probes() {
+        let dir = std::env::temp_dir().join(format!("usdt-trace-unw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let build = |cc: &str, name: &str, code: &str| {
+            let src = dir.join(name);
+            std::fs::write(&src, code).unwrap();
+            let out = dir.join(format!("{name}.bin"));
+            let st = std::process::Command::new(cc)
+                .args(["-O2", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .status()
+                .unwrap();
+            assert!(st.success());
+            functions(&std::fs::read(&out).unwrap()).unwrap()
+        };
+        let cpp = build(
+            "g++",
+            "t.cc",
+            "#include <stdexcept>\n__attribute__((noinline)) long mid(long x) { if (x > 3) throw std::runtime_error(\"x\"); return x + 1; }\n\
+             int main(int argc, char **) { try { return (int)mid(argc); } catch (...) { return 7; } }\n",
+        );
+        let c = build(
+            "gcc",
+            "t.c",
+            "__attribute__((noinline)) long mid(long x) { return x * 3; }\nint main(int argc, char **argv) { (void)argv; return (int)mid(argc); }\n",
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        let why = cpp.unwinds.clone().unwrap();
+        assert!(
+            why.contains(".gcc_except_table") || why.contains("__cxa_throw"),
+            "{why}"
+        );
+        assert_eq!(c.unwinds, None);
+        let pat = Pattern::parse("fn:main").unwrap();
+        let kinds = |funcs: &Functions| {
+            function_sites(funcs, &[&pat], "t", FnReturns::Auto)
+                .unwrap()
+                .sites
+                .iter()
+                .map(|s| s.kind)
+                .collect::<Vec<_>>()
+        };
+        // main calls mid: not a leaf. In the C++ object an exception can pass its frame.
+        assert!(kinds(&cpp)[1..].iter().all(|k| *k == SiteKind::FnRetInsn));
+        assert_eq!(kinds(&c), [SiteKind::FnEntry, SiteKind::FnReturn]);
+        let ends = Ends::new(&cpp);
+        let main = cpp.functions.iter().find(|f| f.name == "main").unwrap();
+        let end = ends.of(main, FnReturns::Auto);
+        assert_eq!(ends.why(main, &end, FnReturns::Auto), Some(why));
     }
 
     #[test]
@@ -1029,6 +1249,7 @@ mod tests {
             }],
             ifuncs: Vec::new(),
             has_symtab: true,
+            unwinds: go.then(|| "a Go program".to_string()),
         };
         let pat = Pattern::parse("fn:main.*").unwrap();
         // Go: the entry past the stack check, an ordinary uprobe on each `ret`, ABIInternal.

@@ -46,6 +46,7 @@
 //!
 //! Pure except for [`parse_file`].
 
+pub mod fnentry;
 pub mod fnshape;
 pub mod functions;
 mod gofunc;
@@ -61,8 +62,8 @@ mod warnings;
 pub use fnshape::Shape;
 pub use functions::{
     demangle, function_end, function_of, function_sites, functions, functions_file, ifunc_shadowed,
-    Ends, FnEnd, FnProbeError, FnReturns, FnSites, Function, Functions, GoProbes, Refusal,
-    SiteKind, SymbolTable, ENTRY_SUFFIX, FN_PROVIDER, RETURN_SUFFIX,
+    Ends, FnEnd, FnPlacement, FnProbeError, FnReturns, FnSites, Function, Functions, GoProbes,
+    Refusal, SiteKind, SymbolTable, ENTRY_SUFFIX, FN_PROVIDER, RETURN_SUFFIX,
 };
 pub use notes::{NoteError, StapsdtError};
 pub use sites::{optimizable_offset, PcProblem, SemaphoreProblem};
@@ -134,6 +135,9 @@ pub enum SiteInsn {
     /// `push %reg`: emulated by kernels that have `push_emulate_op` (x86_64 since 5.x),
     /// single-stepped by others.
     Push,
+    /// A relative `jmp`, `call` or conditional jump: emulated by the kernel (a function's
+    /// entry probe moved onto its first branch, see [`fnentry`]).
+    Branch,
     /// Anything else must be single-stepped out of line (several µs a hit).
     SingleStep,
     /// The bytes could not be read (e.g. pc past p_filesz) or arch is not x86_64.

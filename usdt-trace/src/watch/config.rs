@@ -93,6 +93,20 @@ pub struct AggArgs {
 }
 
 impl WatchConfig {
+    /// How function probes are placed: entry probes read the arguments unless nothing of the
+    /// run uses them (a duration histogram with no `--by` argument or string, no filter on
+    /// arguments, no `--str`), where the entry may sit on a cheaper instruction further in.
+    pub(crate) fn fn_placement(&self) -> crate::elf::FnPlacement {
+        let entry_args = !self.hist
+            || !self.strs.is_empty()
+            || self.agg.by.as_ref().is_some_and(|b| b.reads_args())
+            || self.filter.as_ref().is_some_and(|f| f.reads_args());
+        crate::elf::FnPlacement {
+            returns: self.fn_returns,
+            entry_args,
+        }
+    }
+
     /// Also attach to probes the traced processes define or load after the start
     /// ([`crate::late`]): with `-p` (no TARGET), `-c`, or a TARGET alone (the processes
     /// running it); not when both `-p` and TARGET narrow it down.

@@ -78,7 +78,7 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
             }
         };
         let mut o = o;
-        crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_returns)?;
+        crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_placement())?;
         // The same file named twice (a path and a symlink to it) is traced once.
         if seen.insert((o.dev, o.inode)) {
             objects.push(o);
@@ -106,7 +106,7 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
             let Ok(mut o) = target::open_mapped(pid, &m, &m.shown()) else {
                 continue;
             };
-            crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_returns)?;
+            crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_placement())?;
             if seen.insert((o.dev, o.inode)) {
                 objects.push(o);
             }
@@ -130,7 +130,7 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
                     }
                     Err(_) => continue,
                 };
-                crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_returns)?;
+                crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_placement())?;
                 if !o.probes.sites.is_empty() && seen.insert((o.dev, o.inode)) {
                     objects.push(o);
                 }
