@@ -191,6 +191,14 @@ pub fn on_site<const S: bool>(ctx: &ProbeContext) -> Result<(), ()> {
 
 fn emit_event<const S: bool>(hit: &Hit<S>, args: &mut [u64; MAX_ARGS]) -> Result<(), ()> {
     count(CNT_EVENTS);
+    // Inside an open span of this thread the hit is part of that span's time.
+    if hit.split() {
+        if let Some(st) = existing_thread(hit.tid) {
+            if st.active() {
+                st.acct.add_probe(hit.spec.probe_ns);
+            }
+        }
+    }
     if hit.hist() {
         return Ok(());
     }
@@ -402,6 +410,9 @@ fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     if hit.split() {
         sched::resume_accounting(st, hit.now, hit.tgid);
         sched::catch_up(st, hit.now);
+        // Counted before the frame's snapshot: the spans open around this one hold the hit,
+        // this one starts after it.
+        st.acct.add_probe(hit.spec.probe_ns);
     }
     // A full stack drops the start (and, through the thread's overflow count, its end).
     let Some(depth) = st.push() else {
@@ -437,6 +448,11 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         }
         return Ok(());
     };
+    // Counted before the end's snapshot: a span holds its own end's hit (and, through the
+    // start's, the trap's way back out: one hit for both halves).
+    if hit.split() {
+        st.acct.add_probe(hit.spec.probe_ns);
+    }
     // Past the stack, an end belongs to the innermost dropped start, never to a frame below.
     if !tail && st.pop_overflow() {
         count(CNT_DEPTH_END);
@@ -575,6 +591,7 @@ fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     if let Some(st) = hit.split().then(|| thread_state(hit.tid)).flatten() {
         sched::resume_accounting(st, hit.now, hit.tgid);
         sched::catch_up(st, hit.now);
+        st.acct.add_probe(hit.spec.probe_ns);
         acct_start = Some(st.acct_at(hit.now));
         st.id_open += 1;
     }
@@ -653,6 +670,9 @@ fn end_by_id<const S: bool>(hit: &Hit<S>, end_args: &mut [u64; MAX_ARGS]) -> Res
         None
     };
     if split {
+        if let Some(st) = mine.as_deref_mut() {
+            st.acct.add_probe(hit.spec.probe_ns);
+        }
         release_on(f.tid, hit.tid, &mut mine);
     }
     // An end inside a poll (the future ended its span before returning Ready) closes the poll.
@@ -719,6 +739,7 @@ fn poll_enter<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     }
     sched::resume_accounting(st, hit.now, hit.tgid);
     sched::catch_up(st, hit.now);
+    st.acct.add_probe(hit.spec.probe_ns);
     p.enter(hit.tid, hit.now, st.acct_at(hit.now));
     // The entered span keeps this thread's accounting running, like an open frame does.
     if prev != hit.tid {
@@ -739,6 +760,7 @@ fn poll_exit<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         return Ok(());
     };
     sched::catch_up(st, hit.now);
+    st.acct.add_probe(hit.spec.probe_ns);
     if p.exit(hit.tid, hit.now, st.acct_at(hit.now)) && st.id_open > 0 {
         st.id_open -= 1;
     }
@@ -816,8 +838,9 @@ fn hist_add(pair_id: u32, dur: Option<u64>, acct: Option<&Acct>, idle: Option<u6
             hist_one(pair_id, HIST_IO, a.io);
         }
         // What the sleep and io waited on: every kind nests in one of them, so a span with
-        // neither (most spans of a busy thread) waited on nothing and costs no lookup.
-        if a.sleep | a.io != 0 {
+        // neither (most spans of a busy thread) waited on nothing and costs no lookup, unless
+        // probes fired inside it (their count and cost are summed there too).
+        if a.sleep | a.io | a.probe_hits as u64 != 0 {
             if let Some(w) = WAIT_SUMS.get_ptr_mut(pair_id) {
                 // SAFETY: this CPU's entry, which nothing else writes while this program runs.
                 unsafe { &mut *w }.add(a);

@@ -300,6 +300,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         sites: Vec::with_capacity(chosen.len()),
         ..Plan::default()
     };
+    let costs = crate::tracer::calibrate::known();
     for (cookie, &c) in chosen.iter().enumerate() {
         let s = site(c);
         let role = roles.role(&s.provider, &s.name);
@@ -332,6 +333,8 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         let (offset, pc) = attach_at(s, opts.optimize);
         let mut spec = site_spec(&s.args, pc, role, key, &str_args[cookie]);
         spec.end_sp = end_sp(s.kind, objects[c.0].1.arch);
+        // What a hit here costs, when measured: the spans it falls inside count it.
+        spec.probe_ns = costs.map_or(0, |c| c.of(s.insn, s.kind.is_return_probe()));
         if s.kind.is_go() {
             spec.flags |= usdt_trace_common::SPEC_NO_THREAD_SPLIT;
         }
@@ -737,7 +740,8 @@ pub fn site_spec(
         nstrs: 0,
         end_sp: usdt_trace_common::END_SP_ANY,
         flags: 0,
-        _pad: [0; 6],
+        _pad: [0; 2],
+        probe_ns: 0,
         args: [ArgDesc {
             kind: ArgKind::NONE,
             ..Default::default()

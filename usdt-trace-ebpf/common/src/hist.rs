@@ -55,6 +55,10 @@ pub fn hist_slot(pair_id: u32, component: usize) -> u32 {
 pub struct WaitSums {
     pub ns: [u64; WAIT_KINDS],
     pub n: [u64; WAIT_KINDS],
+    /// The span name's closed spans' probe hits inside them and their estimated cost
+    /// ([`Acct::probe_hits`], [`Acct::probe_ns`]), summed.
+    pub probe_hits: u64,
+    pub probe_ns: u64,
 }
 
 impl WaitSums {
@@ -67,6 +71,8 @@ impl WaitSums {
             self.n[k] += a.waits[k] as u64;
             k += 1;
         }
+        self.probe_hits += a.probe_hits as u64;
+        self.probe_ns += a.probe_ns;
     }
 
     /// Adds another CPU's sums (user space, reading the per-CPU values).
@@ -75,6 +81,8 @@ impl WaitSums {
             self.ns[k] = self.ns[k].wrapping_add(o.ns[k]);
             self.n[k] = self.n[k].wrapping_add(o.n[k]);
         }
+        self.probe_hits = self.probe_hits.wrapping_add(o.probe_hits);
+        self.probe_ns = self.probe_ns.wrapping_add(o.probe_ns);
     }
 
     /// What `self` counts beyond `before`, an earlier read of the same sums: one interval's.
@@ -82,6 +90,8 @@ impl WaitSums {
         WaitSums {
             ns: core::array::from_fn(|k| self.ns[k].saturating_sub(before.ns[k])),
             n: core::array::from_fn(|k| self.n[k].saturating_sub(before.n[k])),
+            probe_hits: self.probe_hits.saturating_sub(before.probe_hits),
+            probe_ns: self.probe_ns.saturating_sub(before.probe_ns),
         }
     }
 }

@@ -666,14 +666,14 @@ mod tests {
     #[test]
     fn thread_state_size_is_known() {
         // The memory figures in docs/reference.md (Limits) come from this: a change must update them.
-        assert_eq!(core::mem::size_of::<Acct>(), 96);
-        assert_eq!(core::mem::size_of::<Frame>(), 256);
-        assert_eq!(core::mem::size_of::<ThreadState>(), 192 + 256 * MAX_DEPTH);
+        assert_eq!(core::mem::size_of::<Acct>(), 104);
+        assert_eq!(core::mem::size_of::<Frame>(), 264);
+        assert_eq!(core::mem::size_of::<ThreadState>(), 200 + 264 * MAX_DEPTH);
         // With the hash map's element header, one 16 KB (order-2) allocation.
         assert!(core::mem::size_of::<ThreadState>() + 64 <= 16 * 1024);
-        assert_eq!(core::mem::size_of::<PollAcct>(), 240);
-        assert_eq!(core::mem::size_of::<IdFrame>(), 256 + 240);
-        assert_eq!(core::mem::size_of::<IdSlot>(), 8 + 16 + 256 + 240);
+        assert_eq!(core::mem::size_of::<PollAcct>(), 256);
+        assert_eq!(core::mem::size_of::<IdFrame>(), 264 + 256);
+        assert_eq!(core::mem::size_of::<IdSlot>(), 8 + 16 + 264 + 256);
         assert_eq!(core::mem::size_of::<StrSet>(), 16 + STR_SLOT * MAX_STRS);
     }
 
@@ -745,9 +745,9 @@ mod tests {
 
     #[test]
     fn wait_sums_size_is_known_and_they_add_up() {
-        // 80 bytes per span name and CPU: 320 KB per CPU at MAX_PAIRS, sized at load to the
+        // 96 bytes per span name and CPU: 384 KB per CPU at MAX_PAIRS, sized at load to the
         // span names traced (none without --hist).
-        assert_eq!(core::mem::size_of::<WaitSums>(), 80);
+        assert_eq!(core::mem::size_of::<WaitSums>(), 96);
         let a = Acct {
             wait_ns: [3000, 0, 10, 400, 70],
             waits: [2, 0, 1, u32::MAX, 3],
@@ -816,7 +816,7 @@ mod tests {
             core::mem::size_of::<SiteSpec>(),
             16 + 16 * MAX_ARGS + 4 * MAX_STRS
         );
-        assert_eq!(core::mem::size_of::<SpanRecord>(), 400);
+        assert_eq!(core::mem::size_of::<SpanRecord>(), 408);
         assert_eq!(core::mem::size_of::<EventRecord>(), 144);
         assert_eq!(
             core::mem::size_of::<StrsRecord>(),

@@ -141,7 +141,11 @@ pub struct SiteSpec {
     pub end_sp: u8,
     /// `SPEC_*` bits.
     pub flags: u8,
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 2],
+    /// What a hit of this site costs the thread, in ns, as measured at start for its kind of
+    /// probe (an emulated or a single-stepped instruction, a return probe): added to the
+    /// thread's [`Acct::probe_ns`] per hit.
+    pub probe_ns: u32,
     pub args: [ArgDesc; MAX_ARGS],
     pub strs: [StrDesc; MAX_STRS],
 }

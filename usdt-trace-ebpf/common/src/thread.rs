@@ -13,9 +13,10 @@ use crate::*;
 /// exits. Strings are kept apart (`STRS`, one [`StrSet`] per open span that has any) so spans
 /// that capture none do not pay for them.
 ///
-/// 63 rather than 64: the `fault` wait kind made a frame 256 bytes, and 64 of them no longer
-/// fit a 16 KB allocation with the rest of the state.
-pub const MAX_DEPTH: usize = 63;
+/// 61 rather than 64: the `fault` wait kind made a frame 256 bytes, and the probe-cost counts
+/// ([`Acct::probe_hits`], [`Acct::probe_ns`]) 264; 62 of them no longer fit a 16 KB
+/// allocation with the rest of the state.
+pub const MAX_DEPTH: usize = 61;
 
 /// Thread scheduling states tracked by the scheduler hooks.
 pub const TS_RUNNING: u32 = 0;
@@ -62,6 +63,21 @@ pub struct Acct {
     pub wait_ns: [u64; WAIT_KINDS],
     /// How many off-CPU intervals of each kind began (so more waits tell from longer ones).
     pub waits: [u32; WAIT_KINDS],
+    /// Probe hits of this run on the thread (counted while it has a span open): how many of
+    /// them fell inside a span, and what they are known to cost here ([`Acct::probe_ns`]),
+    /// so that the tracing's own share of a span can be shown. Wraps like `waits`.
+    pub probe_hits: u32,
+    /// The sum of those hits' costs (`SiteSpec::probe_ns` each), in ns.
+    pub probe_ns: u64,
+}
+
+impl Acct {
+    /// One probe hit of a site whose hit costs `cost_ns` (measured at start).
+    #[inline(always)]
+    pub fn add_probe(&mut self, cost_ns: u32) {
+        self.probe_hits = self.probe_hits.wrapping_add(1);
+        self.probe_ns = self.probe_ns.wrapping_add(cost_ns as u64);
+    }
 }
 
 /// Kinds of off-CPU wait, from the syscall the thread sleeps in (`SYSCALL_CLASS`): a futex
@@ -263,6 +279,8 @@ impl PollAcct {
         self.acct.sleep += d.sleep;
         self.acct.io += d.io;
         self.acct.add_waits(&acct_now, &self.enter_acct);
+        self.acct.probe_hits = self.acct.probe_hits.wrapping_add(d.probe_hits);
+        self.acct.probe_ns = self.acct.probe_ns.wrapping_add(d.probe_ns);
         self.run_ns += now.saturating_sub(self.enter_ns);
         self.enter_tid = 0;
         true
@@ -373,6 +391,8 @@ impl Acct {
             io: self.io.saturating_sub(start.io),
             wait_ns: [0; WAIT_KINDS],
             waits: [0; WAIT_KINDS],
+            probe_hits: self.probe_hits.wrapping_sub(start.probe_hits),
+            probe_ns: self.probe_ns.wrapping_sub(start.probe_ns),
         };
         d.add_waits(self, start);
         d

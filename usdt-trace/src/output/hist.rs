@@ -172,6 +172,21 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS], w: &WaitSums) -
                 h[5].count
             );
         }
+        // The tracing's own share of each split span: the probe hits inside, at the costs
+        // measured at start (an estimate, part of the figures above, not taken out of them).
+        if w.probe_hits > 0 && w.probe_ns > 0 {
+            let _ = write!(
+                s,
+                "; ≈ {} of each span is tracing ({:.1} probe hits{})",
+                fmt_duration(w.probe_ns / n),
+                w.probe_hits as f64 / n as f64,
+                if super::tracing_visible(w.probe_ns / n, mean(d)) {
+                    ": more than a tenth of it"
+                } else {
+                    ""
+                }
+            );
+        }
     }
     s.push('\n');
     draw_bars(&mut s, h);
@@ -299,7 +314,16 @@ pub fn render_json(
         first = false;
         let _ = write!(Vec8(out), "\"{name}\":{{\"ns\":{ns},\"n\":{n}}}");
     }
-    out.extend_from_slice(b"}}\n");
+    out.push(b'}');
+    // Probe hits inside the split spans and their estimated cost, summed like the waits
+    // (only when probes fired inside them).
+    if w.probe_hits > 0 {
+        let _ = write!(Vec8(out), ",\"probe_hits\":{}", w.probe_hits);
+        if w.probe_ns > 0 {
+            let _ = write!(Vec8(out), ",\"probe_ns_estimate\":{}", w.probe_ns);
+        }
+    }
+    out.extend_from_slice(b"}\n");
 }
 
 /// `,"buckets":[{"lo":..,"hi":..,"count":..},...]`: the histogram's non-empty log-linear
@@ -435,6 +459,7 @@ mod tests {
         let mut w = WaitSums {
             ns: [12_400_000, 3_600_000, 0, 1_200_000, 600_000],
             n: [6, 2, 0, 4, 10],
+            ..WaitSums::default()
         };
         let pair = PairInfo {
             provider: "p".into(),

@@ -222,6 +222,16 @@ pub fn span_json(
         if !first {
             out.push(b'}');
         }
+        // Probe hits of this run inside the span, and what they are known to cost here (only
+        // when the costs were measured at start): part of `duration_ns`, not taken out of it.
+        if a.probe_hits > 0 {
+            out.extend_from_slice(b",\"probe_hits\":");
+            push_u64(out, a.probe_hits as u64);
+            if a.probe_ns > 0 {
+                out.extend_from_slice(b",\"probe_ns_estimate\":");
+                push_u64(out, a.probe_ns);
+            }
+        }
         // A polled span: the split above is its polls' time; the rest was between polls.
         if r.polls > 0 {
             for (k, v) in [
@@ -647,6 +657,7 @@ mod golden {
         let w = WaitSums {
             ns: [600, 0, 0, 0, 0],
             n: [2, 0, 0, 0, 0],
+            ..WaitSums::default()
         };
         let l = line(|o| render_json(o, &pair(), &h, &w, None));
         assert!(

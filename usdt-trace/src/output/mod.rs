@@ -16,6 +16,12 @@
 //! (comm, strings) are untrusted: they are escaped so the JSON is always valid.
 
 pub mod decode;
+
+/// Whether the tracing's estimated cost inside a span (`probe_ns`) is a visible share of its
+/// duration `dur`: a tenth or more, where a reader comparing durations must know it.
+pub fn tracing_visible(probe_ns: u64, dur: u64) -> bool {
+    dur > 0 && probe_ns.saturating_mul(10) >= dur
+}
 pub mod hist;
 pub mod json;
 pub mod otlp;

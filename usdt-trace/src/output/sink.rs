@@ -49,6 +49,8 @@ impl Hists<'_> {
         static NONE: WaitSums = WaitSums {
             ns: [0; usdt_trace_common::WAIT_KINDS],
             n: [0; usdt_trace_common::WAIT_KINDS],
+            probe_hits: 0,
+            probe_ns: 0,
         };
         self.pairs
             .iter()

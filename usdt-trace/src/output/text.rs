@@ -186,6 +186,17 @@ pub fn span_text(
                 if r.threads == 1 { "" } else { "s" }
             );
         }
+        // The tracing's own share, where it is a visible one (a tenth of the span or more):
+        // an estimate from the probe hits inside the span, never subtracted from it.
+        if super::tracing_visible(a.probe_ns, dur) {
+            let _ = write!(
+                s,
+                "  tracing ≈{} ({} probe hit{})",
+                fmt_duration(a.probe_ns),
+                a.probe_hits,
+                if a.probe_hits == 1 { "" } else { "s" }
+            );
+        }
         if r.longest_off_ns > 0 && (r.waker_pid != 0 || r.waker_comm[0] != 0) {
             let _ = write!(
                 s,

@@ -16,6 +16,7 @@
 //! detaches the probes and lowers the semaphores.
 
 mod agg;
+pub mod calibrate;
 pub mod features;
 pub mod mmapwatch;
 mod multi;

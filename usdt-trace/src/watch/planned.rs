@@ -22,6 +22,12 @@ pub(super) fn plan_run(cfg: &WatchConfig, objects: &[Object]) -> Result<Planned,
         .iter()
         .map(|o| (o.shown.as_str(), &o.probes))
         .collect();
+    // What a probe hit costs here, measured once before the first plan: spans count the hits
+    // inside them at these costs (only with the time split, which carries the counts). A
+    // failure leaves the spans without an estimate, never with a made-up one.
+    if cfg.sched {
+        let _ = crate::tracer::calibrate::measure_once();
+    }
     let plan = plan::plan_or_wait(
         plan::build(&named, &cfg.plan_options()),
         cfg.waits() && crate::functions::fn_patterns(&cfg.patterns).is_empty(),

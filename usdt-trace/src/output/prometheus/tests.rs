@@ -102,6 +102,7 @@ fn renders_histogram_split_and_counters() {
         waits: vec![WaitSums {
             ns: [3_000_000, 0, 1_000_000, 0, 0],
             n: [2, 0, 1, 0, 0],
+            ..WaitSums::default()
         }],
         counters: Counters {
             events: 7,
@@ -423,15 +424,18 @@ fn a_base_is_added_and_kept() {
         WaitSums {
             ns: [100, 0, 0, 0, 0],
             n: [1, 0, 0, 0, 0],
+            ..WaitSums::default()
         },
         WaitSums {
             ns: [0, 0, 50, 0, 0],
             n: [0, 0, 2, 0, 0],
+            ..WaitSums::default()
         },
     ];
     now.waits = vec![WaitSums {
         ns: [10, 0, 0, 0, 0],
         n: [1, 0, 0, 0, 0],
+        ..WaitSums::default()
     }];
     now.add_base(&base);
     // The wait counters go on from the earlier attachment's, per span name.
