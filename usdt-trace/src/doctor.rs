@@ -56,6 +56,11 @@ pub fn feature_rows(f: &Features) -> Vec<Row> {
             &f.uprobe_optimize,
         ),
         Row::feature("push_emulate", "uprobe push emulate", &f.push_emulate),
+        Row::feature(
+            "uprobe_write_regs",
+            "uprobe write regs",
+            &f.uprobe_write_regs,
+        ),
     ]
 }
 

@@ -18,6 +18,7 @@
 pub mod agg;
 pub mod maps;
 pub mod regs;
+pub mod retemu;
 
 // One file per concern; everything is re-exported here, so users name types from the root.
 mod filter;

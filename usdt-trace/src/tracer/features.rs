@@ -211,6 +211,10 @@ pub struct Features {
     /// The kernel emulates a probed `push %reg` rather than single-stepping it: what a
     /// function entry starting with one costs.
     pub push_emulate: Feature,
+    /// A uprobe's BPF program may change the registers, and the kernel then skips the probed
+    /// instruction when `ip` moved (unique uprobes, newer kernels): a handler could emulate a
+    /// `ret` itself ([`usdt_trace_common::retemu`]) instead of having it single-stepped.
+    pub uprobe_write_regs: Feature,
 }
 
 impl Features {
@@ -290,6 +294,7 @@ impl Features {
                 "no push_emulate_op in {KALLSYMS}: `push %reg` entries are single-stepped"
             ))
         };
+        let uprobe_write_regs = uprobe_write_regs();
         Features {
             kernel_release,
             privileges,
@@ -304,6 +309,7 @@ impl Features {
             tp_btf,
             uprobe_optimize,
             push_emulate,
+            uprobe_write_regs,
         }
     }
 
@@ -412,6 +418,30 @@ pub fn push_emulated() -> bool {
         };
         push_emulated_from_lines(std::io::BufReader::new(f).lines().map_while(Result::ok))
     })
+}
+
+/// Whether a uprobe's BPF program may rewrite the registers (and so skip the probed
+/// instruction by moving `ip`): kernels that have it mark such probes unique, which their BTF
+/// shows as `struct uprobe_consumer`'s `is_unique`. Read once from the kernel's BTF.
+pub fn uprobe_write_regs() -> Feature {
+    static ONCE: std::sync::OnceLock<Feature> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| match std::fs::read(VMLINUX_BTF) {
+        Ok(btf) => uprobe_write_regs_from_btf(&btf),
+        Err(e) => Feature::unknown(format!("{VMLINUX_BTF}: {e}")),
+    })
+    .clone()
+}
+
+/// [`uprobe_write_regs`] from the bytes of a BTF blob.
+pub fn uprobe_write_regs_from_btf(btf: &[u8]) -> Feature {
+    match crate::btf::member_offset(btf, "uprobe_consumer", "is_unique") {
+        Ok(_) => Feature::yes(
+            "struct uprobe_consumer has is_unique: a handler may move ip and the kernel skips the probed instruction (a ret could be emulated in the handler)",
+        ),
+        Err(_) => Feature::no(
+            "no is_unique in struct uprobe_consumer: probed instructions other than nop, push and relative branches are single-stepped, ret included",
+        ),
+    }
 }
 
 /// [`push_emulated`] over the lines of a kallsyms listing.
