@@ -608,6 +608,7 @@ pub(crate) fn sample(multi: Support, perf: Support) -> Features {
         tp_btf: Feature::yes("tp_btf detail"),
         uprobe_optimize: Feature::no("no sys_uprobe"),
         push_emulate: Feature::no("no push_emulate_op"),
+        uprobe_write_regs: Feature::no("no is_unique in struct uprobe_consumer"),
     }
 }
 
