@@ -70,8 +70,9 @@ fn function_spans_with_args_return_values_recursion_and_return_string() {
         ]);
         assert_eq!(
             w.attached_line,
-            "Attached 6 probe sites in 1 object (3 span names), 3 single-stepped (several µs a hit); \
-             Ctrl-C to stop"
+            // Entries past endbr64 on the emulated push; nothing in a C program unwinds, so
+            // every end is a return probe at that push: nothing single-stepped.
+            "Attached 6 probe sites in 1 object (3 span names); Ctrl-C to stop"
         );
         let out = w.finish();
         check_spans(&out);
@@ -147,8 +148,16 @@ fn list_functions_text_and_json() {
         assert_eq!(r["path"], b.as_str());
         assert_eq!(r["insn"], "single_step");
         assert_eq!(r["go"], false);
-        // None is a leaf (each calls usleep, snprintf or itself): ended at its `ret`s.
-        assert_eq!(r["end"]["kind"], "ret_insns", "{r}");
+        // None is a leaf (each calls usleep, snprintf or itself), but nothing in a C program
+        // unwinds: each takes a return probe, and says why.
+        assert_eq!(r["end"]["kind"], "return_probe", "{r}");
+        assert!(
+            r["end_why"].as_str().unwrap().starts_with("nothing in this object unwinds"),
+            "{r}"
+        );
+        // The entry past endbr64, on the push: with arguments and without.
+        assert_eq!(r["entry"]["insn"], "push", "{r}");
+        assert_eq!(r["entry"]["skipped"], 1, "{r}");
         assert!(r["size"].as_u64().unwrap() > 0 && r["file_offset"].as_u64().unwrap() > 0);
     }
     let out = watch::run(&["list", "--functions", &b, "fn_fact"]);
@@ -164,7 +173,7 @@ fn list_functions_text_and_json() {
         "{text}"
     );
     assert!(
-        lines[2].ends_with(" emulated (push) 1 ret        fn_fact"),
+        lines[2].ends_with(" emulated (push) return probe fn_fact"),
         "{text}"
     );
 }

@@ -224,15 +224,15 @@ mod tests {
             "ref_ctr_offset        yes  uprobe PMU format config:32-63"
         );
         assert_eq!(
-            lines[13],
+            lines[14],
             "--attach auto         uprobe_multi  one uprobe_multi link per object (the default)"
         );
         assert_eq!(
-            lines[15],
+            lines[16],
             "--attach perf         perf          one perf-event uprobe + BPF link per site"
         );
-        // kernel + 10 features + blank + title + 6 watch rows.
-        assert_eq!(lines.len(), 1 + 10 + 2 + 6, "{text}");
+        // kernel + 11 features + blank + title + 6 watch rows.
+        assert_eq!(lines.len(), 1 + 11 + 2 + 6, "{text}");
         assert_eq!(lines[11], "");
         assert_eq!(lines[12], "what watch will use:");
         // Every value starts in the same column, after the widest label and two spaces.
