@@ -233,8 +233,8 @@ mod tests {
         );
         // kernel + 11 features + blank + title + 6 watch rows.
         assert_eq!(lines.len(), 1 + 11 + 2 + 6, "{text}");
-        assert_eq!(lines[11], "");
-        assert_eq!(lines[12], "what watch will use:");
+        assert_eq!(lines[12], "");
+        assert_eq!(lines[13], "what watch will use:");
         // Every value starts in the same column, after the widest label and two spaces.
         for l in lines.iter().filter(|l| !l.is_empty() && !l.ends_with(':')) {
             assert_eq!(&l[20..22], "  ", "misaligned: {l:?}");
