@@ -152,7 +152,10 @@ fn list_functions_text_and_json() {
         // unwinds: each takes a return probe, and says why.
         assert_eq!(r["end"]["kind"], "return_probe", "{r}");
         assert!(
-            r["end_why"].as_str().unwrap().starts_with("nothing in this object unwinds"),
+            r["end_why"]
+                .as_str()
+                .unwrap()
+                .starts_with("nothing in this object unwinds"),
             "{r}"
         );
         // The entry past endbr64, on the push: with arguments and without.
