@@ -37,6 +37,10 @@ fn check_spans(out: &watch::Output) {
         want *= n;
         assert_eq!(s["args"][0], json!(n), "{s}");
         assert_eq!(s["end_args"], json!([want]), "{s}");
+        // The probe hits inside: each inner call's entry and return, and its own end.
+        assert_eq!(s["probe_hits"], json!(2 * i + 1), "{s}");
+        let est = s["probe_ns_estimate"].as_u64().unwrap_or(0);
+        assert!(est > 0 && est <= s["duration_ns"].as_u64().unwrap(), "{s}");
         if i > 0 {
             let inner = fact[i - 1];
             assert!(s["start_ns"].as_u64() < inner["start_ns"].as_u64(), "{s}");
@@ -100,6 +104,13 @@ fn function_string_argument_at_entry_and_histograms() {
     assert_eq!(hist.len(), 1, "{:?}", out.records);
     assert_eq!(hist[0]["name"], "fn_fact");
     assert_eq!(hist[0]["duration"]["count"], 5);
+    // 1 + 3 + 5 + 7 + 9 hits inside the five nested spans, and their estimated cost.
+    assert_eq!(hist[0]["probe_hits"], 25, "{}", hist[0]);
+    assert!(
+        hist[0]["probe_ns_estimate"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        hist[0]
+    );
 }
 
 #[test]
@@ -155,7 +166,7 @@ fn list_functions_text_and_json() {
             r["end_why"]
                 .as_str()
                 .unwrap()
-                .starts_with("nothing in this object unwinds"),
+                .starts_with("a program in which nothing unwinds"),
             "{r}"
         );
         // The entry past endbr64, on the push: with arguments and without.

@@ -22,7 +22,7 @@ use super::{linked_header, malformed, ElfError, Site, SiteInsn};
 use crate::argspec::{parse_arg, Arch, ArgSpec};
 use crate::pattern::Pattern;
 use object::elf;
-use object::read::elf::{FileHeader, SectionHeader, Sym};
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, Sym};
 use object::Endianness;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -304,12 +304,15 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
     let sections = header
         .sections(endian, data)
         .map_err(malformed("section header table"))?;
-    let loads = sites::loads(
-        header
-            .program_headers(endian, data)
-            .map_err(malformed("program header table"))?,
-        endian,
-    );
+    let phdrs = header
+        .program_headers(endian, data)
+        .map_err(malformed("program header table"))?;
+    let loads = sites::loads(phdrs, endian);
+    // A program (not a library): a fixed-address executable, or a PIE, which names its
+    // interpreter. Only a program's frames are known to have no catching frame above them
+    // that another object's code could throw to.
+    let program = header.e_type(endian) == elf::ET_EXEC
+        || phdrs.iter().any(|p| p.p_type(endian) == elf::PT_INTERP);
     let buildinfo = sections.iter().find(|s| {
         sections
             .section_name(endian, s)
@@ -407,6 +410,7 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
         Some("a Go program: its runtime walks and moves goroutine stacks".to_string())
     } else {
         unwind_evidence(&sections, endian, data)
+            .or_else(|| (!program).then(|| LIBRARY_UNWINDS.to_string()))
     };
     let mut functions: Vec<Function> = by_addr.into_values().collect();
     // A moved entry must not pass the start of another function (code that falls into the
@@ -434,6 +438,13 @@ fn functions_class<Elf: FileHeader<Endian = Endianness>>(
         unwinds,
     })
 }
+
+/// Why a library's functions are not all given return probes even when nothing in it unwinds:
+/// a C++ program that loads it may pass a callback that throws, and catch the exception above
+/// the library's frame (a C library calling back into C++ that throws: std::terminate under a
+/// return probe). A program's own frames have no such catcher above them: only its own code
+/// (which has no exception tables) and the C library's start code call into it.
+pub const LIBRARY_UNWINDS: &str = "a shared library: a program that loads it may throw C++ exceptions through its functions (from a callback it passes) and catch them above";
 
 /// Symbols whose presence (defined or imported) says that exceptions, panics or forced
 /// unwinds may pass through the object's frames: the throw and resume entry points of the
@@ -709,7 +720,7 @@ impl<'a> Ends<'a> {
                 "a leaf: it calls nothing, so nothing unwinds or jumps across it".into()
             }
             FnEnd::ReturnProbe => {
-                "nothing in this object unwinds (no exception tables, no unwinder symbols); the kernel drops return probes a longjmp skips".into()
+                "a program in which nothing unwinds (no exception tables, no unwinder symbols); the kernel drops return probes a longjmp skips".into()
             }
             FnEnd::RetInsns { .. } => match (&self.funcs.unwinds, mode) {
                 (_, FnReturns::RetInsn) => "--fn-returns ret-insn".into(),
