@@ -1,9 +1,12 @@
 /* Threads that leave from inside traced functions (issue 30): `exit_inner` calls pthread_exit
- * under two pthread_cleanup_push handlers; `blocked_read` is cancelled by pthread_cancel
- * while it waits in read(2) on a pipe nobody writes (a cancellation point), also under a
- * cleanup handler. glibc runs the handlers by unwinding (forced unwind) through the traced
- * frames. The main thread cancels only once the worker has said it is inside the function,
- * so every run does the same. Prints the handlers' counts and what each join returned.
+ * under two pthread_cleanup_push handlers, its caller `exit_outer` has one more;
+ * `blocked_read` is cancelled by pthread_cancel while it waits in read(2) on a pipe nobody
+ * writes (a cancellation point), under a cleanup handler, and its caller `cancel_outer` has
+ * one more. glibc runs the handlers by unwinding (forced unwind) through the traced frames:
+ * in C, from buffers each push registers; with -fexceptions, from the personality routine of
+ * each frame the unwinder walks to by its return address. The main thread cancels only once
+ * the worker has said it is inside the function, so every run does the same. Prints the
+ * handlers' counts and what each join returned.
  * Usage: fn_pthread_exit ROUNDS */
 #include <pthread.h>
 #include <stdint.h>
@@ -42,8 +45,11 @@ __attribute__((noinline)) void exit_inner(long id) {
     pthread_cleanup_pop(0);
 }
 
+/* A handler in the caller too: the unwinding must get past exit_inner's frame to run it. */
 __attribute__((noinline)) long exit_outer(long id) {
+    pthread_cleanup_push(count_exit, (void *)(intptr_t)(id + 2000));
     exit_inner(id);
+    pthread_cleanup_pop(0);
     return -1; /* never: exit_inner does not return */
 }
 
@@ -71,7 +77,13 @@ __attribute__((noinline)) long blocked_read(struct blocker *b) {
     return got;
 }
 
-__attribute__((noinline)) long cancel_outer(struct blocker *b) { return blocked_read(b) + 1; }
+__attribute__((noinline)) long cancel_outer(struct blocker *b) {
+    long r;
+    pthread_cleanup_push(count_cancel, (void *)(intptr_t)(b->id + 2000));
+    r = blocked_read(b) + 1;
+    pthread_cleanup_pop(0);
+    return r;
+}
 
 static void *cancelled_thread(void *arg) {
     SINK_ADD(cancel_outer(arg));
