@@ -1,5 +1,6 @@
 //! Shared helpers for the end-to-end tests.
 //!
+//! `fn_run`: programs run untraced and then under `watch 'fn:*'`, a throwaway redis-server;
 //! `proc`: root check, spawning (with the ETXTBSY retry), line reading and waiting, all bounded
 //! in time; `watch`: run `usdt-trace watch` against real processes; `watch_util`: interactive
 //! targets and assertions; `testprogs`: build the C programs in `tests/testprogs/`; `markers`:
@@ -8,6 +9,7 @@
 //! `prometheus`: a real Prometheus server that scrapes a target and answers PromQL; `serve`:
 //! the `serve` daemon, its log and its parsed `/metrics`; `serve_proc`: the daemon from any
 //! command (`setpriv`), scraped in-process, and its /proc figures.
+pub mod fn_run;
 pub mod markers;
 pub mod proc;
 pub mod prometheus;

@@ -82,6 +82,16 @@ impl Watch {
 
     /// As [`Watch::start_with`], with these variables added to watch's environment.
     pub fn start_env(args: &[&str], json: bool, env: &[(&str, &str)]) -> Watch {
+        Self::start_full(args, json, env, ATTACH_TIMEOUT)
+    }
+
+    /// As [`Watch::start`], allowing `attach` for attaching (`fn:*` on a large program parses
+    /// and decodes every function and attaches thousands of probes).
+    pub fn start_within(args: &[&str], attach: Duration) -> Watch {
+        Self::start_full(args, true, &[], attach)
+    }
+
+    fn start_full(args: &[&str], json: bool, env: &[(&str, &str)], attach: Duration) -> Watch {
         let mut cmd = Command::new(usdt_trace_bin());
         cmd.envs(env.iter().copied());
         cmd.arg("watch");
@@ -97,7 +107,7 @@ impl Watch {
         let stdout = Lines::new(child.stdout.take().expect("stdout"));
         let mut stderr = Lines::new(child.stderr.take().expect("stderr"));
         let mut early_stderr = String::new();
-        let deadline = Instant::now() + ATTACH_TIMEOUT;
+        let deadline = Instant::now() + attach;
         let attached_line = loop {
             match stderr.next_within(deadline.saturating_duration_since(Instant::now())) {
                 Ok(line) if line.starts_with("Attached") => break line,
@@ -119,7 +129,7 @@ impl Watch {
                 }
                 Err(NoLine::Timeout) => {
                     proc::kill_and_reap(&mut child);
-                    panic!("usdt-trace not attached within {ATTACH_TIMEOUT:?}: {early_stderr}");
+                    panic!("usdt-trace not attached within {attach:?}: {early_stderr}");
                 }
             }
         };

@@ -5,104 +5,11 @@
 //! frames, C++ exceptions thrown through traced frames, and whole real programs and libc.
 //! Every printed span must be paired with its own end: where the program knows the answer
 //! (a leaf's result from its arguments), the test checks it span by span.
-use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
-use usdt_trace_tests::proc::{output_within, RUN_TIMEOUT};
-use usdt_trace_tests::watch::usdt_trace_bin;
+use usdt_trace_tests::fn_run::{plain, spans, summary, traced, Redis, REDIS_SERVER};
 use usdt_trace_tests::watch_util::build_c;
 
 const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
-
-/// What a run printed and how it ended.
-#[derive(Debug, PartialEq, Eq)]
-struct Run {
-    stdout: String,
-    code: Option<i32>,
-}
-
-fn plain(argv: &[&str]) -> Run {
-    let out = output_within(Command::new(argv[0]).args(&argv[1..]), RUN_TIMEOUT);
-    Run {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        code: out.status.code(),
-    }
-}
-
-/// `watch TARGET PATTERNS... -c ARGV`: the program's own run, watch's records (written with
-/// `-o` so that stdout is the program's alone), and watch's stderr.
-fn traced(
-    target: &str,
-    patterns: &[&str],
-    extra: &[&str],
-    argv: &[&str],
-) -> (Run, Vec<Value>, String) {
-    // One directory per run: the tests of this file run at once.
-    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "usdt-fn-safety-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let rec = dir.join(format!(
-        "{}.ndjson",
-        patterns.join("_").replace(['/', '*', ':'], "_")
-    ));
-    let cmd = argv
-        .iter()
-        .map(|a| shlex_quote(a))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut c = Command::new(usdt_trace_bin());
-    c.arg("watch")
-        .arg("--json")
-        .arg("-o")
-        .arg(&rec)
-        .args(extra)
-        .arg(target)
-        .args(patterns)
-        .arg("-c")
-        .arg(cmd);
-    let out = output_within(&mut c, RUN_TIMEOUT);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let records: Vec<Value> = std::fs::read_to_string(&rec)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
-    let _ = std::fs::remove_dir_all(&dir);
-    (
-        Run {
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            code: out.status.code(),
-        },
-        records,
-        stderr,
-    )
-}
-
-fn shlex_quote(s: &str) -> String {
-    if s.chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/._-=".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
-fn spans<'a>(recs: &'a [Value], name: &str) -> Vec<&'a Value> {
-    recs.iter()
-        .filter(|r| r["type"] == "span" && r["name"] == name)
-        .collect()
-}
-
-fn summary(recs: &[Value]) -> &Value {
-    recs.iter()
-        .find(|r| r["type"] == "summary")
-        .expect("a summary record")
-}
 
 /// gcc -O2: `accumulate.cold` (jumped to), `setjmp` returning twice, `longjmp` out of two
 /// traced frames, a leaf, a tail call, `_start`. Same output traced as untraced (argc intact), every leaf
@@ -239,51 +146,11 @@ fn fn_star_on_bash_and_python_computes_the_same() {
 #[test]
 #[ignore = "needs root"]
 fn fn_star_on_redis_server_keeps_it_answering_right() {
-    let server = "/usr/bin/redis-server";
-    if !Path::new(server).exists() {
-        panic!("redis-server missing: run scripts/setup.sh");
-    }
     let port = 20000 + (std::process::id() % 20000) as u16;
-    let srv = Command::new(server)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    // Killed however the test ends: a server left running would hold the suite's output open.
-    struct Reap(std::process::Child);
-    impl Drop for Reap {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let cli = |args: &[&str]| -> String {
-        let p = port.to_string();
-        let mut a = vec!["-p", p.as_str()];
-        a.extend_from_slice(args);
-        String::from_utf8_lossy(
-            &output_within(Command::new("redis-cli").args(&a), RUN_TIMEOUT).stdout,
-        )
-        .into_owned()
-    };
-    let t0 = std::time::Instant::now();
-    while cli(&["ping"]).trim() != "PONG" {
-        assert!(t0.elapsed().as_secs() < 20, "redis did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let pid = srv.id().to_string();
-    let _reap = Reap(srv);
-    let w = usdt_trace_tests::watch::Watch::start(&["--hist", "-p", &pid, server, "fn:*"]);
+    let redis = Redis::start(port);
+    let cli = |args: &[&str]| redis.cli(args);
+    let pid = redis.pid().to_string();
+    let w = usdt_trace_tests::watch::Watch::start(&["--hist", "-p", &pid, REDIS_SERVER, "fn:*"]);
     for i in 0..200 {
         assert_eq!(
             cli(&["set", &format!("k{i}"), &format!("v{i}")]).trim(),
