@@ -37,8 +37,8 @@ fn check_spans(out: &watch::Output) {
         want *= n;
         assert_eq!(s["args"][0], json!(n), "{s}");
         assert_eq!(s["end_args"], json!([want]), "{s}");
-        // The probe hits inside: each inner call's entry and return, and its own end.
-        assert_eq!(s["probe_hits"], json!(2 * i + 1), "{s}");
+        // The probe hits inside: its own entry and return, and each inner call's.
+        assert_eq!(s["probe_hits"], json!(2 * i + 2), "{s}");
         let est = s["probe_ns_estimate"].as_u64().unwrap_or(0);
         assert!(est > 0 && est <= s["duration_ns"].as_u64().unwrap(), "{s}");
         if i > 0 {
@@ -104,8 +104,8 @@ fn function_string_argument_at_entry_and_histograms() {
     assert_eq!(hist.len(), 1, "{:?}", out.records);
     assert_eq!(hist[0]["name"], "fn_fact");
     assert_eq!(hist[0]["duration"]["count"], 5);
-    // 1 + 3 + 5 + 7 + 9 hits inside the five nested spans, and their estimated cost.
-    assert_eq!(hist[0]["probe_hits"], 25, "{}", hist[0]);
+    // 2 + 4 + 6 + 8 + 10 hits inside the five nested spans, and their estimated cost.
+    assert_eq!(hist[0]["probe_hits"], 30, "{}", hist[0]);
     assert!(
         hist[0]["probe_ns_estimate"].as_u64().unwrap_or(0) > 0,
         "{}",

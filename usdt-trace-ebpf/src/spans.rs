@@ -410,8 +410,12 @@ fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     if hit.split() {
         sched::resume_accounting(st, hit.now, hit.tgid);
         sched::catch_up(st, hit.now);
-        // Counted before the frame's snapshot: the spans open around this one hold the hit,
-        // this one starts after it.
+    }
+    // The snapshot before the hit is counted: most of a start's cost comes after its
+    // timestamp (the way back out of the trap; for a single-stepped entry, the step), so the
+    // span holds its own start's hit, as the spans open around it do.
+    let acct = hit.split().then(|| st.acct_at(hit.now));
+    if hit.split() {
         st.acct.add_probe(hit.spec.probe_ns);
     }
     // A full stack drops the start (and, through the thread's overflow count, its end).
@@ -419,7 +423,6 @@ fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         count(CNT_DEPTH_START);
         return Ok(());
     };
-    let acct = hit.split().then(|| st.acct_at(hit.now));
     // `get_mut` rather than indexing: the bound the verifier needs on the map-held depth,
     // without a panic path.
     let Some(f) = st.frames.get_mut(depth) else {
@@ -448,8 +451,8 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         }
         return Ok(());
     };
-    // Counted before the end's snapshot: a span holds its own end's hit (and, through the
-    // start's, the trap's way back out: one hit for both halves).
+    // Counted before the end's snapshot: most of an end's cost comes before its timestamp
+    // (the trap, or the return probe's trampoline), so a span holds its own end's hit too.
     if hit.split() {
         st.acct.add_probe(hit.spec.probe_ns);
     }
@@ -591,8 +594,9 @@ fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     if let Some(st) = hit.split().then(|| thread_state(hit.tid)).flatten() {
         sched::resume_accounting(st, hit.now, hit.tgid);
         sched::catch_up(st, hit.now);
-        st.acct.add_probe(hit.spec.probe_ns);
+        // As for a span paired per thread: its own start's hit is inside it.
         acct_start = Some(st.acct_at(hit.now));
+        st.acct.add_probe(hit.spec.probe_ns);
         st.id_open += 1;
     }
     let key = hit.read_id_key();
