@@ -17,12 +17,13 @@
 
 pub mod http;
 pub mod settings;
+pub mod tls;
 pub mod tree;
 
 use super::decode::cstr;
 use super::sink::{Sink, View};
 use super::{arg_key, arg_value, str_value, ArgValue, RunInfo, SiteInfo, Summary};
-use http::{CaCerts, Client, Endpoint, Posted};
+use http::{Client, Endpoint, Posted};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -35,6 +36,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tls::CaCerts;
 use tree::{Assembler, Item};
 use usdt_trace_common::{SpanRecord, StrSet, MAX_ARGS};
 
@@ -196,7 +198,8 @@ impl OtlpSink {
             cfg.ca.as_ref(),
             cfg.headers.0.clone(),
             cfg.compression == settings::Compression::Gzip,
-        );
+        )
+        .map_err(io::Error::other)?;
         let exporter = Exporter {
             endpoint: cfg.endpoint.clone(),
             client: Arc::new(client),
