@@ -161,7 +161,7 @@ struct Verifier {
 enum Untrusted {
     #[error("not trusted: self-signed, and not the certificate given to --otlp-ca")]
     SelfSignedNotGiven,
-    #[error("not trusted: self-signed (give it to --otlp-ca to trust it)")]
+    #[error("not trusted: self-signed; give it to --otlp-ca to trust it")]
     SelfSigned,
 }
 
