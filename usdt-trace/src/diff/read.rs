@@ -36,7 +36,7 @@ pub const MAX_LINE: usize = 16 << 20;
 
 /// `16 MiB`, or `64 bytes` below a MiB.
 pub(super) fn size_words(n: usize) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
     } else {
         format!("{n} bytes")
