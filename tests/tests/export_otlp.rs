@@ -1515,7 +1515,8 @@ const SIGINT: i32 = 2;
 
 /// Ctrl-C against a collector that takes every POST and never answers: the first starts the
 /// exporter's bounded wait (3 s), a second ends the run at once, and the totals count the
-/// spans not sent. Before, the second changed nothing: 3.1–3.4 s either way.
+/// spans not sent. Before, the second changed nothing: 3.1–3.4 s either way. A run that ended
+/// by itself says, once the wait is a second long, that a Ctrl-C cuts it short, and one does.
 #[test]
 #[ignore = "needs root"]
 fn a_second_ctrl_c_ends_the_wait_for_a_silent_collector_at_once_counting_what_was_not_sent() {
@@ -1526,15 +1527,22 @@ fn a_second_ctrl_c_ends_the_wait_for_a_silent_collector_at_once_counting_what_wa
     });
     let url = format!("http://127.0.0.1:{}", rx.port);
     let cmd = format!("{} 100000", bin.display());
-    let w = run_demo(&cmd, &url, &["--otlp-timeout", "60"]);
+    let mut w = run_demo(&cmd, &url, &["--otlp-timeout", "60"]);
     // Every sender is held in a POST; then spans pile up behind them.
     wait_until("four POSTs arrive", Duration::from_secs(20), || {
         rx.got.lock().unwrap().len() >= 4
     });
     std::thread::sleep(Duration::from_millis(1500));
+    let first = std::time::Instant::now();
     usdt_trace_tests::proc::signal(w.pid(), SIGINT);
-    // Well inside the 3 s the first one grants.
-    std::thread::sleep(Duration::from_millis(800));
+    // Inside the 3 s the first one grants: once the wait has said how to cut it short (1 s
+    // into it, past detaching and draining the ring, which a second Ctrl-C does not skip).
+    let said = w.wait_stderr(Duration::from_secs(10), |l| {
+        l.starts_with("otlp: waiting for")
+    });
+    assert!(said.is_some(), "the wait is said");
+    // The wait is said 1 s after it began: the rest is the run's end before it.
+    eprintln!("the first Ctrl-C to the wait said: {:?}", first.elapsed());
     let second = std::time::Instant::now();
     usdt_trace_tests::proc::signal(w.pid(), SIGINT);
     let out = w.finish();
@@ -1552,9 +1560,40 @@ fn a_second_ctrl_c_ends_the_wait_for_a_silent_collector_at_once_counting_what_wa
     assert_eq!(t.unanswered + t.dropped, spans, "{}", out.stderr);
     assert!(
         out.stderr.contains(&format!(
-            "dropped {} (not sent: a second Ctrl-C ended the run before they were)",
+            "dropped {} (not sent: a Ctrl-C ended the wait for the collector)",
             t.dropped
         )),
+        "{}",
+        out.stderr
+    );
+
+    // A run that ended by itself (its command exited): the wait says how to cut it short,
+    // and one Ctrl-C does.
+    let cmd = format!("{} 300", bin.display());
+    let mut w = run_demo(&cmd, &url, &["--otlp-timeout", "60"]);
+    let said = w.wait_stderr(Duration::from_secs(20), |l| {
+        l.starts_with("otlp: waiting for")
+    });
+    assert_eq!(
+        said.as_deref(),
+        Some(
+            format!("otlp: waiting for {url}/v1/traces (at most 2 s more); Ctrl-C to stop waiting")
+                .as_str()
+        )
+    );
+    let first = std::time::Instant::now();
+    usdt_trace_tests::proc::signal(w.pid(), SIGINT);
+    let out = w.finish();
+    let took = first.elapsed();
+    eprintln!(
+        "ended by itself: exit {took:?} after one Ctrl-C\n{}",
+        out.stderr
+    );
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    let t = all_totals(&out.stderr);
+    assert_eq!(
+        t.unanswered + t.dropped,
+        out.spans().len() as u64,
         "{}",
         out.stderr
     );

@@ -504,8 +504,18 @@ impl Sink for OtlpSink {
         // Every POST is cut at the deadline: a little more is scheduling, not a collector. A
         // second Ctrl-C ends the wait at once (looked at every 20 ms).
         let give_up = Instant::now() + FINISH_WAIT + Duration::from_millis(250);
+        // Said once the wait is long enough to be noticed, so that the second Ctrl-C is known.
+        let mut say_at = Some(Instant::now() + Duration::from_secs(1));
         let mut cut = false;
         let finished = self.done.take().is_some_and(|d| loop {
+            if say_at.is_some_and(|t| Instant::now() >= t) {
+                say_at = None;
+                eprintln!(
+                    "otlp: waiting for {} (at most {} more); Ctrl-C to stop waiting",
+                    self.cfg.endpoint,
+                    http::secs(FINISH_WAIT - Duration::from_secs(1)),
+                );
+            }
             if self.now.load(Ordering::Relaxed) {
                 cut = true;
                 // The exporter and its POSTs stop too, for as long as the process lasts.
@@ -559,7 +569,7 @@ fn totals_line(
     let dropped = spans.saturating_sub(exported + unanswered + refused);
     let mut line = format!("otlp: exported {exported} spans to {url}, dropped {dropped}");
     if dropped > 0 && cut {
-        line.push_str(" (not sent: a second Ctrl-C ended the run before they were)");
+        line.push_str(" (not sent: a Ctrl-C ended the wait for the collector)");
     } else if dropped > 0 {
         line.push_str(" (not sent: the queue was full, or the collector was unreachable)");
     }
@@ -597,7 +607,7 @@ mod tests {
         );
         assert_eq!(
             totals_line(url, 3000, 0, 2048, (0, ""), true),
-            "otlp: exported 0 spans to http://127.0.0.1:4318/v1/traces, dropped 952 (not sent: a second Ctrl-C ended the run before they were), unanswered 2048 (sent, no answer in time: not resent, the collector may have them)"
+            "otlp: exported 0 spans to http://127.0.0.1:4318/v1/traces, dropped 952 (not sent: a Ctrl-C ended the wait for the collector), unanswered 2048 (sent, no answer in time: not resent, the collector may have them)"
         );
     }
 }

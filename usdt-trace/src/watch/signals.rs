@@ -1,7 +1,8 @@
 //! SIGINT, SIGTERM and SIGHUP end the run cleanly: the handler only sets [`STOP`], which the
 //! reading loop checks between batches, so probes are always detached and the summary written.
-//! A second one sets [`NOW`] too: what the run's end still waits for (the OTLP exporter's
-//! grace period for a collector that does not answer) is cut short, and counted.
+//! One after that (a second Ctrl-C, or the first once the run ended by itself: the driver sets
+//! [`STOP`] when its loop ends) sets [`NOW`]: what the run's end still waits for (the OTLP
+//! exporter's grace period for a collector that does not answer) is cut short, and counted.
 //! Apart from the driver because it is the one place that touches signal dispositions.
 
 use std::sync::atomic::{AtomicBool, Ordering};
