@@ -10,7 +10,7 @@
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
-use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, ClientConnection, DigitallySignedStruct};
 use std::io::{Read, Write};
@@ -108,40 +108,47 @@ fn read_small_file(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     Ok(buf)
 }
 
-/// The rustls configuration for `host`: trust `ca` (every certificate of it a trust anchor,
-/// and each also accepted as the collector's very own), else the system's store (Mozilla's
-/// roots, built in, when it is empty).
+/// The rustls configuration: trust `ca` (every certificate of it a trust anchor, and each also
+/// accepted as the collector's very own), else the system's store (Mozilla's roots, built in,
+/// when it is empty).
 fn client_config(ca: Option<&CaCerts>) -> Result<ClientConfig, rustls::Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    let given: Vec<Vec<u8>> = match ca {
-        Some(ca) => {
-            roots
-                .add_parsable_certificates(ca.0.iter().map(|d| CertificateDer::from(d.as_slice())));
-            ca.0.to_vec()
-        }
-        None => {
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-            if roots.is_empty() {
-                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-            }
-            Vec::new()
-        }
-    };
-    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map_err(|e| rustls::Error::General(e.to_string()))?;
-    let verifier = Verifier {
-        webpki,
-        given,
-        ca_given: ca.is_some(),
-        algs: provider.signature_verification_algorithms,
-    };
+    let verifier = Verifier::new(ca, provider.clone())?;
     Ok(ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(rustls::ALL_VERSIONS)?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth())
+}
+
+impl Verifier {
+    fn new(ca: Option<&CaCerts>, provider: Arc<CryptoProvider>) -> Result<Verifier, rustls::Error> {
+        let mut roots = rustls::RootCertStore::empty();
+        let given: Vec<Vec<u8>> = match ca {
+            Some(ca) => {
+                roots.add_parsable_certificates(
+                    ca.0.iter().map(|d| CertificateDer::from(d.as_slice())),
+                );
+                ca.0.to_vec()
+            }
+            None => {
+                roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+                if roots.is_empty() {
+                    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+                }
+                Vec::new()
+            }
+        };
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| rustls::Error::General(e.to_string()))?;
+        Ok(Verifier {
+            webpki,
+            given,
+            ca_given: ca.is_some(),
+            algs: provider.signature_verification_algorithms,
+        })
+    }
 }
 
 /// rustls' verifier, and the certificates given to accept as they are.
@@ -500,6 +507,84 @@ mod tests {
         let e = load_ca("--otlp-ca", &bad).unwrap_err();
         assert!(!e.to_string().contains('\n'), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Two certificates made as `openssl req -x509` makes them (self-signed, CA:TRUE), both
+    /// for 127.0.0.1 (P-256, valid 2026-11-28 15:07:02 to 2126-11-04 15:07:02 UTC: a UTCTime
+    /// and a GeneralizedTime).
+    const SELF_A: &str = "-----BEGIN CERTIFICATE-----\nMIIBkTCCATagAwIBAgIUVASWNaLw300Coql7+ngFXDt4QHcwCgYIKoZIzj0EAwIw\nFDESMBAGA1UEAwwJMTI3LjAuMC4xMCAXDTI2MTEyODE1MDcwMloYDzIxMjYxMTA0\nMTUwNzAyWjAUMRIwEAYDVQQDDAkxMjcuMC4wLjEwWTATBgcqhkjOPQIBBggqhkjO\nPQMBBwNCAATDtVUhYR3pQVJVKVABGx6+SZpn1MfbRdnqoDTSn3mGrXQf3TyQippQ\nxeVQO6v1isc5XE1SUGZDxgR0bhkVwsRNo2QwYjAdBgNVHQ4EFgQUaLnzZNp8I0F/\nnZ1d+waW7vegez0wHwYDVR0jBBgwFoAUaLnzZNp8I0F/nZ1d+waW7vegez0wDwYD\nVR0TAQH/BAUwAwEB/zAPBgNVHREECDAGhwR/AAABMAoGCCqGSM49BAMCA0kAMEYC\nIQCasPsOkxbfG3b0DjFV7/EquY5Yae1xbf69u53WqbHFOAIhAL3xd1A0LXPSrOkJ\nusoVpqSgXyjO9zOu3hfF/GbYf1mK\n-----END CERTIFICATE-----\n";
+    const SELF_B: &str = "-----BEGIN CERTIFICATE-----\nMIIBjzCCATagAwIBAgIURtoDRQrjO4UoflbSWK8RySVyMZowCgYIKoZIzj0EAwIw\nFDESMBAGA1UEAwwJMTI3LjAuMC4xMCAXDTI2MTEyODE1MDcwMloYDzIxMjYxMTA0\nMTUwNzAyWjAUMRIwEAYDVQQDDAkxMjcuMC4wLjEwWTATBgcqhkjOPQIBBggqhkjO\nPQMBBwNCAARztTRcuwkfONCypV3if7tlhOhGla8aYUmFmILdmSTmWy7CXLGXy4VJ\nPefBO88xe5iy35SVWFh5HALRgy+m7IsQo2QwYjAdBgNVHQ4EFgQUJ5vZhUmOKq0+\nRJtEvVFpoPcWXwcwHwYDVR0jBBgwFoAUJ5vZhUmOKq0+RJtEvVFpoPcWXwcwDwYD\nVR0TAQH/BAUwAwEB/zAPBgNVHREECDAGhwR/AAABMAoGCCqGSM49BAMCA0cAMEQC\nIG+UmqL3ln7ikvFlIdjSj35TS1fC0dW4zf8+WJBUmaDuAiAwuQcBe34lVnxCerxT\n5ZbxVNm7Dsb+mZ410TshHi82kQ==\n-----END CERTIFICATE-----\n";
+
+    fn der(pem: &str) -> Vec<u8> {
+        match ureq::tls::parse_pem(pem.as_bytes()).next() {
+            Some(Ok(ureq::tls::PemItem::Certificate(c))) => c.der().to_vec(),
+            _ => panic!("not a certificate"),
+        }
+    }
+
+    fn verify(ca: Option<&str>, leaf: &str, name: &str, at: u64) -> Result<(), String> {
+        let ca = ca.map(|p| CaCerts(Arc::new(vec![der(p)])));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let v = Verifier::new(ca.as_ref(), provider).unwrap();
+        let leaf = der(leaf);
+        let name = ServerName::try_from(name.to_string()).unwrap();
+        v.verify_server_cert(
+            &CertificateDer::from(leaf.as_slice()),
+            &[],
+            &name,
+            &[],
+            UnixTime::since_unix_epoch(std::time::Duration::from_secs(at)),
+        )
+        .map(|_| ())
+        .map_err(|e| match e {
+            rustls::Error::InvalidCertificate(c) => cert_words(&c),
+            e => e.to_string(),
+        })
+    }
+
+    #[test]
+    fn der_facts_of_a_real_certificate() {
+        let d = der(SELF_A);
+        let f = der::facts(&d).unwrap();
+        assert!(f.issuer == f.subject);
+        assert_eq!((f.not_before, f.not_after), (1_795_878_422, 4_949_478_422));
+    }
+
+    /// The certificate given is the collector's: trusted in its period and for its name (as
+    /// curl --cacert does; webpki alone says CaUsedAsEndEntity). Another self-signed one, even
+    /// of the same name, is named as what it is, not "bad signature".
+    #[test]
+    fn the_given_self_signed_certificate_is_trusted_and_no_other() {
+        let now = 1_800_000_000;
+        assert_eq!(verify(Some(SELF_A), SELF_A, "127.0.0.1", now), Ok(()));
+        assert_eq!(
+            verify(Some(SELF_A), SELF_A, "127.0.0.2", now),
+            Err("not valid for this host name".into())
+        );
+        assert_eq!(
+            verify(Some(SELF_A), SELF_A, "127.0.0.1", 1_700_000_000),
+            Err("not valid yet".into())
+        );
+        assert_eq!(
+            verify(Some(SELF_A), SELF_A, "127.0.0.1", 5_000_000_000),
+            Err("expired".into())
+        );
+        assert_eq!(
+            verify(Some(SELF_A), SELF_B, "127.0.0.1", now),
+            Err("not trusted: self-signed, and not the certificate given to --otlp-ca".into())
+        );
+        // A bundle holding it among others.
+        let both = format!("{SELF_B}{SELF_A}");
+        let ca = load_ca_pem(&both);
+        assert_eq!(ca.0.len(), 2);
+    }
+
+    fn load_ca_pem(pem: &str) -> CaCerts {
+        let p = std::env::temp_dir().join(format!("usdt-trace-ca-both-{}.pem", std::process::id()));
+        std::fs::write(&p, pem).unwrap();
+        let ca = load_ca("--otlp-ca", &p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        ca
     }
 
     #[test]
