@@ -242,6 +242,11 @@ impl Run {
         self.by_name.is_empty()
     }
 
+    /// How many span names it has.
+    pub fn names(&self) -> usize {
+        self.by_name.len()
+    }
+
     /// Per span name, its summary.
     pub fn summaries(self) -> Summaries {
         self.by_name

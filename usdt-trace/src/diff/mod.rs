@@ -50,6 +50,12 @@ pub enum DiffError {
         line: usize,
         max: usize,
     },
+    #[error("{path}:{line}: more than {max} span names: not runs `usdt-trace watch --json` wrote")]
+    TooManyNames {
+        path: PathBuf,
+        line: usize,
+        max: usize,
+    },
     #[error("{path}:{line}: span line without a numeric duration_ns")]
     NoDuration { path: PathBuf, line: usize },
     #[error("{path}: no span lines (record with `usdt-trace watch --json`)")]

@@ -43,16 +43,24 @@ pub(super) fn size_words(n: usize) -> String {
     }
 }
 
+/// The most span names a file may have. A run has at most 4,096 (the kernel's table of them,
+/// `MAX_PAIRS`); files of several runs put together may have more, but not this many. Each name
+/// costs a few hundred bytes, whatever its spans: a file of a billion distinct names would
+/// otherwise take all memory with lines of any length.
+pub const MAX_NAMES: usize = 1 << 16;
+
 /// Per span name (`provider:name`), the spans of one NDJSON run.
 pub fn read_run(path: &Path, r: impl BufRead) -> Result<Summaries, DiffError> {
-    read_run_bounded(path, r, MAX_LINE)
+    read_run_bounded(path, r, MAX_LINE, MAX_NAMES)
 }
 
-/// [`read_run`] with lines of at most `max` bytes (the tests use a small one).
+/// [`read_run`] with lines of at most `max` bytes and at most `max_names` span names (the
+/// tests use small ones).
 pub(super) fn read_run_bounded(
     path: &Path,
     mut r: impl BufRead,
     max: usize,
+    max_names: usize,
 ) -> Result<Summaries, DiffError> {
     let mut run = Run::default();
     let mut line = Vec::new();
@@ -101,6 +109,13 @@ pub(super) fn read_run_bounded(
             v["name"].as_str().unwrap_or("")
         );
         run.add(&name, &sample);
+        if run.names() > max_names {
+            return Err(DiffError::TooManyNames {
+                path: path.into(),
+                line: i,
+                max: max_names,
+            });
+        }
     }
     if run.is_empty() {
         return Err(DiffError::NoSpans { path: path.into() });

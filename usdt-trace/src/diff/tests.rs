@@ -541,17 +541,17 @@ fn a_line_past_the_bound_or_not_utf8_is_an_error_naming_its_line() {
     let ok = r#"{"type":"span","provider":"p","name":"n","duration_ns":5}"#;
     let pad = |n: usize| format!("{ok}{}", " ".repeat(n - ok.len()));
     let file = format!("{}\n{}\n", pad(64), "x".repeat(1000));
-    let e = read_run_bounded(Path::new("big.ndjson"), file.as_bytes(), 64).unwrap_err();
+    let e = read_run_bounded(Path::new("big.ndjson"), file.as_bytes(), 64, MAX_NAMES).unwrap_err();
     assert_eq!(
         e.to_string(),
         "big.ndjson:2: a line longer than 64 bytes: not a run `usdt-trace watch --json` wrote"
     );
     // At the end of the file, without a newline.
     let file = format!("{ok}\n{}", pad(65));
-    let e = read_run_bounded(Path::new("f"), file.as_bytes(), 64).unwrap_err();
+    let e = read_run_bounded(Path::new("f"), file.as_bytes(), 64, MAX_NAMES).unwrap_err();
     assert!(matches!(e, DiffError::LineTooLong { line: 2, .. }), "{e}");
     let file = format!("{ok}\n{}", pad(64));
-    let s = read_run_bounded(Path::new("f"), file.as_bytes(), 64).unwrap();
+    let s = read_run_bounded(Path::new("f"), file.as_bytes(), 64, MAX_NAMES).unwrap();
     assert_eq!(s["p:n"].count, 2);
     assert_eq!(
         DiffError::LineTooLong {
@@ -566,4 +566,29 @@ fn a_line_past_the_bound_or_not_utf8_is_an_error_naming_its_line() {
     bad.extend_from_slice(b"{\"type\":\"span\",\"provider\":\"p\xff\x1b\",\"duration_ns\":5}\n");
     let e = read_run(Path::new("f"), bad.as_slice()).unwrap_err();
     assert!(e.to_string().starts_with("f:2: not a JSON object: "), "{e}");
+}
+
+/// A file of ever new span names is refused at the first past the bound (here 3; `MAX_NAMES`,
+/// 65,536, in use), with its line: each name costs memory whatever its spans.
+#[test]
+fn more_span_names_than_the_bound_is_an_error_naming_the_line() {
+    let line =
+        |n: usize| format!(r#"{{"type":"span","provider":"p","name":"n{n}","duration_ns":5}}"#);
+    let file: String = [0, 1, 0, 2, 1, 3, 4]
+        .iter()
+        .map(|&n| line(n) + "\n")
+        .collect();
+    let e = read_run_bounded(Path::new("f"), file.as_bytes(), MAX_LINE, 3).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "f:6: more than 3 span names: not runs `usdt-trace watch --json` wrote"
+    );
+    let s = read_run_bounded(
+        Path::new("f"),
+        file[..file.len() - line(4).len() - 1].as_bytes(),
+        MAX_LINE,
+        4,
+    )
+    .unwrap();
+    assert_eq!(s.len(), 4);
 }
