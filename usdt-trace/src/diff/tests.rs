@@ -585,7 +585,7 @@ fn more_span_names_than_the_bound_is_an_error_naming_the_line() {
     );
     let s = read_run_bounded(
         Path::new("f"),
-        file[..file.len() - line(4).len() - 1].as_bytes(),
+        &file.as_bytes()[..file.len() - line(4).len() - 1],
         MAX_LINE,
         4,
     )
