@@ -579,6 +579,83 @@ mod tests {
         assert_eq!(ca.0.len(), 2);
     }
 
+    /// SELF_A's key: test-only, made with it.
+    const SELF_A_KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgBMwYsTccO/kyguI+\njwAq3B9Ybq/bLxOAr3iZjxFgojqhRANCAATDtVUhYR3pQVJVKVABGx6+SZpn1Mfb\nRdnqoDTSn3mGrXQf3TyQippQxeVQO6v1isc5XE1SUGZDxgR0bhkVwsRN\n-----END PRIVATE KEY-----\n";
+
+    /// A TLS collector on 127.0.0.1 with SELF_A: each connection's one request answered 200.
+    fn collector() -> u16 {
+        use rustls::pki_types::pem::PemObject;
+        use std::io::BufRead;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(der(SELF_A))],
+                rustls::pki_types::PrivateKeyDer::from_pem_slice(SELF_A_KEY.as_bytes()).unwrap(),
+            )
+            .unwrap();
+        let cfg = Arc::new(cfg);
+        let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                let cfg = cfg.clone();
+                std::thread::spawn(move || {
+                    let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                    let conn = rustls::ServerConnection::new(cfg).unwrap();
+                    let mut r = std::io::BufReader::new(rustls::StreamOwned::new(conn, c));
+                    let mut len = 0;
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 {
+                            return; // the client gave up in the handshake
+                        }
+                        if h.trim().is_empty() {
+                            break;
+                        }
+                        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    let _ = r.read_exact(&mut body);
+                    let s = r.get_mut();
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+                    let _ = s.flush();
+                });
+            }
+        });
+        port
+    }
+
+    /// End to end without root: a POST reaches a collector whose self-signed certificate is
+    /// the one given, and one whose certificate is not is refused, said in words.
+    #[test]
+    fn a_post_reaches_the_collector_whose_self_signed_certificate_was_given() {
+        use super::super::http::{Client, Endpoint, Posted};
+        let port = collector();
+        let ep = Endpoint::parse_flag(&format!("https://127.0.0.1:{port}")).unwrap();
+        let post = |ca: &str| {
+            let ca = CaCerts(Arc::new(vec![der(ca)]));
+            let c = Client::new(&ep, Some(&ca), vec![], false).unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            c.post("application/x-protobuf", b"spans", deadline, "timed out")
+        };
+        match post(SELF_A) {
+            Posted::Ok => {}
+            other => panic!("{other:?}"),
+        }
+        match post(SELF_B) {
+            Posted::Rejected(why) => assert_eq!(
+                why,
+                "TLS: the collector's certificate was not accepted (not trusted: self-signed, and not the certificate given to --otlp-ca)"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
     fn load_ca_pem(pem: &str) -> CaCerts {
         let p = std::env::temp_dir().join(format!("usdt-trace-ca-both-{}.pem", std::process::id()));
         std::fs::write(&p, pem).unwrap();
