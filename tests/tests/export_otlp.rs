@@ -945,6 +945,20 @@ impl TempFile {
     }
 }
 
+impl TempFile {
+    /// A FIFO no one writes to.
+    fn fifo(name: &str) -> TempFile {
+        let p = std::env::temp_dir().join(format!("usdt-trace-otlp-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&p)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        TempFile(p)
+    }
+}
+
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
@@ -1266,6 +1280,14 @@ fn the_sdk_environment_is_honoured_end_to_end() {
 fn bad_otlp_input_is_a_one_line_error() {
     let dir = std::env::temp_dir();
     let not_pem = TempFile::new("not-a-ca.pem", "hello\n");
+    let fifo = TempFile::fifo("ca-fifo.pem");
+    let big = TempFile::new("big-ca.pem", "");
+    std::fs::File::options()
+        .write(true)
+        .open(&big.0)
+        .unwrap()
+        .set_len(5 << 20)
+        .unwrap();
     // (flags, environment, what the error says)
     type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
     let cases: Vec<Case> = vec![
@@ -1304,8 +1326,41 @@ fn bad_otlp_input_is_a_one_line_error() {
             vec![("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "localhost:4318")],
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT localhost:4318: only http:// and https://",
         ),
+        // Refused at start, shown escaped. Before: accepted, every POST failed, exit 0.
+        (
+            vec!["--otlp", "http://127.0.0.1:4318/v1/traces\r\nX-Injected: 1"],
+            vec![],
+            "--otlp http://127.0.0.1:4318/v1/traces\\u{d}\\u{a}X-Injected: 1: control characters in a URL",
+        ),
+        (
+            vec!["--otlp", "env"],
+            vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://x/\x1b[2J")],
+            "OTEL_EXPORTER_OTLP_ENDPOINT http://x/\\u{1b}[2J: control characters in a URL",
+        ),
+        // Not waited on (a FIFO without a writer hung), not read (/dev/zero grew ~1.3 GB/s).
+        (
+            vec!["--otlp", "https://x", "--otlp-ca", fifo.path()],
+            vec![],
+            ": not a regular file",
+        ),
+        (
+            vec!["--otlp", "https://x", "--otlp-ca", "/dev/zero"],
+            vec![],
+            "--otlp-ca /dev/zero: not a regular file",
+        ),
+        (
+            vec!["--otlp", "https://x"],
+            vec![("OTEL_EXPORTER_OTLP_CERTIFICATE", fifo.path())],
+            "OTEL_EXPORTER_OTLP_CERTIFICATE ",
+        ),
+        (
+            vec!["--otlp", "https://x", "--otlp-ca", big.path()],
+            vec![],
+            ": larger than 4 MiB: not a PEM file of certificates",
+        ),
     ];
     for (args, env, says) in cases {
+        let started = std::time::Instant::now();
         let mut cmd = std::process::Command::new(watch::usdt_trace_bin());
         cmd.arg("watch")
             .args(&args)
@@ -1318,5 +1373,242 @@ fn bad_otlp_input_is_a_one_line_error() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{args:?}: {:?}",
+            started.elapsed()
+        );
     }
+}
+
+/// A certificate made the usual way, `openssl req -x509 -newkey rsa:2048 -nodes` for
+/// 127.0.0.1 (self-signed, and CA:TRUE as openssl makes them), its key, and the PEM file.
+fn openssl_self_signed(name: &str) -> (TestPki, TempFile) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let dir = std::env::temp_dir();
+    let stem = format!("usdt-trace-otlp-{}-{name}", std::process::id());
+    let (cert, key) = (
+        dir.join(format!("{stem}.pem")),
+        dir.join(format!("{stem}.key")),
+    );
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(out.status.success(), "{out:?}");
+    let pem = std::fs::read_to_string(&cert).unwrap();
+    let key_pem = std::fs::read(&key).unwrap();
+    let _ = std::fs::remove_file(&key);
+    let key_der = match PrivateKeyDer::from_pem_slice(&key_pem).unwrap() {
+        PrivateKeyDer::Pkcs8(k) => k.secret_pkcs8_der().to_vec(),
+        other => panic!("openssl wrote a key that is not PKCS#8: {other:?}"),
+    };
+    let pki = TestPki {
+        cert_der: CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap()
+            .to_vec(),
+        ca_pem: pem,
+        key_der,
+    };
+    (pki, TempFile(cert))
+}
+
+/// Whether `curl --cacert CA` completes a POST to `url` (None: no curl here).
+fn curl_accepts(ca: &str, url: &str) -> Option<bool> {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "--max-time", "10", "--cacert", ca])
+        .args([
+            "-H",
+            "Content-Type: application/x-protobuf",
+            "--data-binary",
+            "",
+        ])
+        .arg(url)
+        .output()
+        .ok()?;
+    eprintln!(
+        "curl --cacert {ca}: {:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Some(out.status.success())
+}
+
+/// A self-signed certificate made with `openssl req -x509` (CA:TRUE) given as --otlp-ca is
+/// trusted, as `curl --cacert` trusts it: every span arrives. Before, rustls refused it with a
+/// debug dump (`Other(OtherError(CaUsedAsEndEntity))`). Another self-signed certificate of
+/// the same name given instead is refused in words (it was "bad signature"), and so is the
+/// collector's own without --otlp-ca.
+#[test]
+#[ignore = "needs root"]
+fn a_self_signed_certificate_given_to_otlp_ca_is_trusted_as_curl_trusts_it() {
+    let bin = build_c("export_demo", &["-O2", "-pthread"]);
+    let (pki, cert) = openssl_self_signed("self");
+    let (_, other) = openssl_self_signed("other");
+    let (rx, _) = Receiver::tls(&pki);
+    let url = format!("https://127.0.0.1:{}", rx.port);
+    // The oracle: curl takes the one and refuses the other.
+    if let Some(ok) = curl_accepts(cert.path(), &format!("{url}/v1/traces")) {
+        assert!(ok, "curl --cacert refused the collector's own certificate");
+        assert_eq!(
+            curl_accepts(other.path(), &format!("{url}/v1/traces")),
+            Some(false)
+        );
+    }
+    rx.got.lock().unwrap().clear();
+
+    let cmd = format!("{} 300", bin.display());
+    let out = run_demo(&cmd, &url, &["--otlp-ca", cert.path()]).finish();
+    assert!(out.status.success(), "{}", out.stderr);
+    let spans = out.spans().len() as u64;
+    assert_eq!(spans, 1200, "{}", out.stderr);
+    assert_eq!(
+        all_totals(&out.stderr),
+        Totals {
+            exported: spans,
+            dropped: 0,
+            unanswered: 0,
+            refused: 0
+        },
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("warning"), "{}", out.stderr);
+    assert_eq!(count(&rx.got.lock().unwrap()), 1200);
+
+    for (args, says) in [
+        (
+            vec!["--otlp-ca", other.path()],
+            "TLS: the collector's certificate was not accepted (not trusted: self-signed, and not the certificate given to --otlp-ca)",
+        ),
+        (
+            vec![],
+            "TLS: the collector's certificate was not accepted (not trusted: self-signed; give it to --otlp-ca to trust it)",
+        ),
+    ] {
+        let out = run_demo(bin.to_str().unwrap(), &url, &args).finish();
+        eprintln!("{args:?}:\n{}", out.stderr);
+        assert!(out.status.success(), "{}", out.stderr);
+        assert!(out.stderr.contains(says), "{}", out.stderr);
+        assert!(!out.stderr.contains("Other("), "{}", out.stderr);
+        assert!(!out.stderr.contains("bad signature"), "{}", out.stderr);
+        let t = all_totals(&out.stderr);
+        assert_eq!((t.exported, t.refused), (0, 4), "{}", out.stderr);
+    }
+    assert_eq!(count(&rx.kill()), 1200, "nothing more got through");
+}
+
+const SIGINT: i32 = 2;
+
+/// How long after `since` the process `pid` (our unreaped child) exited: a zombie then. Not
+/// through `Watch::finish`, which also reads and parses every record it printed (hundreds of
+/// ms for thousands beside a CPU hog).
+fn exited_within(pid: u32, since: std::time::Instant) -> Duration {
+    let zombie = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+        })
+    };
+    wait_until("watch exits", Duration::from_secs(10), zombie);
+    since.elapsed()
+}
+
+/// Ctrl-C against a collector that takes every POST and never answers: the first starts the
+/// exporter's bounded wait (3 s), a second ends the run at once, and the totals count the
+/// spans not sent. Before, the second changed nothing: 3.1–3.4 s either way. A run that ended
+/// by itself says, once the wait is a second long, that a Ctrl-C cuts it short, and one does.
+#[test]
+#[ignore = "needs root"]
+fn a_second_ctrl_c_ends_the_wait_for_a_silent_collector_at_once_counting_what_was_not_sent() {
+    let bin = build_c("export_demo", &["-O2", "-pthread"]);
+    let rx = Receiver::answering(Answer {
+        delay: Duration::from_secs(60),
+        status: 200,
+    });
+    let url = format!("http://127.0.0.1:{}", rx.port);
+    let cmd = format!("{} 100000", bin.display());
+    let mut w = run_demo(&cmd, &url, &["--otlp-timeout", "60"]);
+    // Every sender is held in a POST; then spans pile up behind them.
+    wait_until("four POSTs arrive", Duration::from_secs(20), || {
+        rx.got.lock().unwrap().len() >= 4
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let first = std::time::Instant::now();
+    usdt_trace_tests::proc::signal(w.pid(), SIGINT);
+    // Inside the 3 s the first one grants: once the wait has said how to cut it short (1 s
+    // into it, past detaching and draining the ring, which a second Ctrl-C does not skip).
+    let said = w.wait_stderr(Duration::from_secs(10), |l| {
+        l.starts_with("otlp: waiting for")
+    });
+    assert!(said.is_some(), "the wait is said");
+    // The wait is said 1 s after it began: the rest is the run's end before it.
+    eprintln!("the first Ctrl-C to the wait said: {:?}", first.elapsed());
+    let second = std::time::Instant::now();
+    usdt_trace_tests::proc::signal(w.pid(), SIGINT);
+    let took = exited_within(w.pid(), second);
+    let out = w.finish();
+    let t = all_totals(&out.stderr);
+    let spans = out.spans().len() as u64;
+    eprintln!(
+        "{spans} spans, {t:?}; exit {took:?} after the second Ctrl-C\n{}",
+        out.stderr
+    );
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert_eq!(t.exported, 0, "{}", out.stderr);
+    assert!(t.unanswered > 0, "{}", out.stderr);
+    assert!(t.dropped > 0, "{}", out.stderr);
+    assert_eq!(t.unanswered + t.dropped, spans, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "dropped {} (not sent: a Ctrl-C ended the wait for the collector)",
+            t.dropped
+        )),
+        "{}",
+        out.stderr
+    );
+
+    // A run that ended by itself (its command exited): the wait says how to cut it short,
+    // and one Ctrl-C does.
+    let cmd = format!("{} 300", bin.display());
+    let mut w = run_demo(&cmd, &url, &["--otlp-timeout", "60"]);
+    let said = w.wait_stderr(Duration::from_secs(20), |l| {
+        l.starts_with("otlp: waiting for")
+    });
+    assert_eq!(
+        said.as_deref(),
+        Some(
+            format!("otlp: waiting for {url}/v1/traces (at most 2 s more); Ctrl-C to stop waiting")
+                .as_str()
+        )
+    );
+    let first = std::time::Instant::now();
+    usdt_trace_tests::proc::signal(w.pid(), SIGINT);
+    let took = exited_within(w.pid(), first);
+    let out = w.finish();
+    eprintln!(
+        "ended by itself: exit {took:?} after one Ctrl-C\n{}",
+        out.stderr
+    );
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    let t = all_totals(&out.stderr);
+    assert_eq!(
+        t.unanswered + t.dropped,
+        out.spans().len() as u64,
+        "{}",
+        out.stderr
+    );
+    rx.stop.store(true, Ordering::Relaxed);
 }

@@ -264,3 +264,130 @@ fn a_live_run_against_its_baseline_is_what_diff_says_of_the_two_files() {
         "{text}"
     );
 }
+
+/// A span line whose name holds what a terminal obeys (set the title, clear the screen, a C1
+/// CSI, a bidi override, a carriage return) and a newline followed by a forged verdict.
+fn hostile_run(path: &Path, ns: u64) {
+    let name = r#"req\n  verdict: no significant change (forged)\u001b]0;pwned\u0007\u001b[2J\u009b31m\u202e\r"#;
+    let text: String = (0..20)
+        .map(|i| {
+            let d = ns + i;
+            format!(
+                "{{\"type\":\"span\",\"provider\":\"why\",\"name\":\"{name}\",\"duration_ns\":{d},\"oncpu_ns\":{d},\"runq_ns\":0,\"sleep_ns\":0,\"io_ns\":0}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(path, text).unwrap();
+}
+
+/// What reached the terminal holds no byte it would obey (controls but the line ends, DEL,
+/// C1, bidi overrides), and as many `verdict:` lines as the tool wrote.
+fn assert_terminal_safe(out: &str, verdicts: usize) {
+    assert!(
+        !out.chars()
+            .any(|c| c != '\n' && (c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c))),
+        "{out:?}"
+    );
+    let n = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("verdict:"))
+        .count();
+    assert_eq!(n, verdicts, "{out}");
+}
+
+/// `diff` (text and JSON) writes a hostile span name escaped, on its own line, so the only
+/// verdict line is its own. Before, the escape sequences went to the terminal raw and the
+/// name's newline made a second, forged `verdict:` line.
+#[test]
+fn diff_writes_a_hostile_span_name_escaped_and_no_forged_verdict() {
+    let (b, a) = (scratch("hostile-b.ndjson"), scratch("hostile-a.ndjson"));
+    hostile_run(&b, 1_000_000);
+    hostile_run(&a, 2_000_000);
+    let out = run(&["diff", b.to_str().unwrap(), a.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    eprintln!("{text}");
+    assert_terminal_safe(&text, 1);
+    assert!(text.contains("  verdict: more work"), "{text}");
+    assert!(
+        text.starts_with(r"why:req\u{a}  verdict: no significant change (forged)\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m\u{202e}\u{d}: "),
+        "{text}"
+    );
+    let out = run(&["diff", "--json", b.to_str().unwrap(), a.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let json = String::from_utf8(out.stdout).expect("UTF-8");
+    assert_terminal_safe(&json, 0);
+    let v: Value = serde_json::from_str(json.trim_end()).unwrap();
+    assert!(v["span"].as_str().unwrap().contains("\n  verdict: "));
+    assert_eq!(v["verdict"]["cause"], "more_work");
+}
+
+/// The same file as `watch --baseline`: the report after the summary holds the name escaped
+/// and no forged verdict (before, the bytes were escaped but the forged line printed).
+#[test]
+#[ignore = "needs root"]
+fn a_baseline_with_a_hostile_span_name_is_reported_escaped() {
+    let bin = testprogs::build_c("why_scen", &["-O2", "-pthread"]);
+    let b = scratch("hostile-base.ndjson");
+    hostile_run(&b, 1_000_000);
+    let out = run(&[
+        "watch",
+        "--baseline",
+        b.to_str().unwrap(),
+        "-c",
+        &format!("{} base 2", bin.display()),
+    ]);
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    eprintln!("{text}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("--- compared with the baseline"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    // The hostile name is only before; why:req only after: no verdict at all.
+    assert_terminal_safe(&report, 0);
+    assert_eq!(report.lines().count(), 3, "{report}");
+    assert!(
+        report.contains(r"why:req\u{a}  verdict: no significant change (forged)\u{1b}]0;pwned"),
+        "{report}"
+    );
+}
+
+/// A 3 GB file without a newline (sparse: zeros), under a 1 GiB address-space limit: `diff`
+/// and `--baseline` read at most 16 MiB of it and say which line, in one error line. Before,
+/// both aborted ("memory allocation of 1073741824 bytes failed", status 134).
+#[test]
+fn a_file_without_newlines_is_one_error_line_not_an_abort() {
+    let big = scratch("no-newline.ndjson");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(3 << 30).unwrap();
+    drop(f);
+    let bin = watch::usdt_trace_bin();
+    let limited = |args: &str| {
+        let started = std::time::Instant::now();
+        let out = proc::output_within(
+            std::process::Command::new("sh").args([
+                "-c",
+                &format!("ulimit -v 1048576; exec {} {args}", bin.display()),
+            ]),
+            proc::RUN_TIMEOUT,
+        );
+        eprintln!("{args}: {:?}, {:?}", out.status, started.elapsed());
+        out
+    };
+    let p = big.to_str().unwrap();
+    let says =
+        format!("{p}:1: a line longer than 16 MiB: not a run `usdt-trace watch --json` wrote");
+    let line = single_error_line(&limited(&format!("diff {p} {p}")));
+    assert_eq!(line, format!("usdt-trace: error: {says}"));
+    let line = single_error_line(&limited(&format!(
+        "watch --duration 2 --baseline {p} -c /bin/true"
+    )));
+    assert_eq!(line, format!("usdt-trace: error: --baseline: {says}"));
+    let _ = std::fs::remove_file(&big);
+}

@@ -377,8 +377,9 @@ pub struct WatchArgs {
     #[arg(long, value_name = "ALGO", requires = "otlp")]
     pub otlp_compression: Option<String>,
     /// With an https:// --otlp: trust the certificate authorities in this PEM file instead of
-    /// the system's (default: `OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE`, else the system's
-    /// store).
+    /// the system's, and a collector whose certificate is one of them (a self-signed one, as
+    /// `curl --cacert` does) (default: `OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE`, else the
+    /// system's store).
     #[arg(long, value_name = "FILE", requires = "otlp")]
     pub otlp_ca: Option<PathBuf>,
     /// With --hist: serve Prometheus metrics at http://ADDR/metrics while tracing (ADDR is

@@ -88,7 +88,7 @@ pub enum UsageError {
     #[error(transparent)]
     Otlp(#[from] crate::output::otlp::settings::SettingsError),
     #[error(transparent)]
-    OtlpCa(#[from] crate::output::otlp::http::CaError),
+    OtlpCa(#[from] crate::output::otlp::tls::CaError),
     #[error(transparent)]
     Prometheus(#[from] crate::output::prometheus::serve::ServeError),
     #[error(
@@ -500,7 +500,7 @@ impl WatchArgs {
                 };
                 let s = otlp_settings::resolve(&flags, &|k| std::env::var(k).ok())?;
                 let ca = match &s.ca {
-                    Some((path, src)) => Some(crate::output::otlp::http::load_ca(src, path)?),
+                    Some((path, src)) => Some(crate::output::otlp::tls::load_ca(src, path)?),
                     None => None,
                 };
                 Some(OtlpConfig {

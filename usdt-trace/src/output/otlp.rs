@@ -15,19 +15,21 @@
 //! Events (probes that pair with nothing) are not exported: OTLP has no place for an event
 //! outside a span.
 
+mod export;
 pub mod http;
 pub mod settings;
+pub mod tls;
 pub mod tree;
 
 use super::decode::cstr;
 use super::sink::{Sink, View};
 use super::{arg_key, arg_value, str_value, ArgValue, RunInfo, SiteInfo, Summary};
-use http::{CaCerts, Client, Endpoint, Posted};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use export::Exporter;
+use http::{Client, Endpoint};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, ResourceSpans, ScopeSpans, Span};
-use std::collections::{HashMap, HashSet};
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span};
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -35,7 +37,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tree::{Assembler, Item};
+use tls::CaCerts;
+use tree::Item;
 use usdt_trace_common::{SpanRecord, StrSet, MAX_ARGS};
 
 /// `--otlp` settings (built by `cli` from the flags and the environment: [`settings`]).
@@ -177,6 +180,8 @@ pub struct OtlpSink {
     dropped: u64,
     /// W3C contexts handed to open spans: (pid, markers span id) → (trace id, parent id).
     contexts: std::collections::HashMap<(u32, u64), ([u8; 16], [u8; 8])>,
+    /// Set by a second Ctrl-C: the end of the run waits no longer for the collector.
+    now: &'static AtomicBool,
 }
 
 /// The probe name usdt-markers' `trace_context!` fires.
@@ -186,8 +191,13 @@ const TRACE_CONTEXT: &str = "trace__context";
 const MAX_CONTEXTS: usize = 65536;
 
 impl OtlpSink {
-    /// `marked[start_site]`: see the field. Starts the exporter thread.
-    pub fn new(cfg: OtlpConfig, marked: Vec<bool>) -> io::Result<OtlpSink> {
+    /// `marked[start_site]`: see the field; `now`: see the field (the driver's flag, set by
+    /// its signal handler). Starts the exporter thread.
+    pub fn new(
+        cfg: OtlpConfig,
+        marked: Vec<bool>,
+        now: &'static AtomicBool,
+    ) -> io::Result<OtlpSink> {
         let (tx, rx) = mpsc::sync_channel(cfg.queue);
         let (done_tx, done) = mpsc::channel();
         let stats = Arc::new(Stats::new());
@@ -196,16 +206,9 @@ impl OtlpSink {
             cfg.ca.as_ref(),
             cfg.headers.0.clone(),
             cfg.compression == settings::Compression::Gzip,
-        );
-        let exporter = Exporter {
-            endpoint: cfg.endpoint.clone(),
-            client: Arc::new(client),
-            timeout: cfg.timeout,
-            stats: stats.clone(),
-            processes: HashMap::new(),
-            tree: Assembler::default(),
-            ready: Vec::new(),
-        };
+        )
+        .map_err(io::Error::other)?;
+        let exporter = Exporter::new(cfg.endpoint.clone(), client, cfg.timeout, stats.clone());
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
             .spawn(move || {
@@ -230,6 +233,7 @@ impl OtlpSink {
             spans: 0,
             dropped: 0,
             contexts: std::collections::HashMap::new(),
+            now,
         })
     }
 
@@ -497,10 +501,33 @@ impl Sink for OtlpSink {
         self.stats.stop_within(FINISH_WAIT);
         // Disconnecting tells the exporter to send what it has and stop.
         self.tx = None;
-        // Every POST is cut at the deadline: a little more is scheduling, not a collector.
-        let finished = self.done.take().is_some_and(|d| {
-            d.recv_timeout(FINISH_WAIT + Duration::from_millis(250))
-                .is_ok()
+        // Every POST is cut at the deadline: a little more is scheduling, not a collector. A
+        // second Ctrl-C ends the wait at once (looked at every 20 ms).
+        let give_up = Instant::now() + FINISH_WAIT + Duration::from_millis(250);
+        // Said once the wait is long enough to be noticed, so that the second Ctrl-C is known.
+        let mut say_at = Some(Instant::now() + Duration::from_secs(1));
+        let mut cut = false;
+        let finished = self.done.take().is_some_and(|d| loop {
+            if say_at.is_some_and(|t| Instant::now() >= t) {
+                say_at = None;
+                eprintln!(
+                    "otlp: waiting for {} (at most {} more); Ctrl-C to stop waiting",
+                    self.cfg.endpoint,
+                    http::secs(FINISH_WAIT - Duration::from_secs(1)),
+                );
+            }
+            if self.now.load(Ordering::Relaxed) {
+                cut = true;
+                // The exporter and its POSTs stop too, for as long as the process lasts.
+                self.stats.stop_within(Duration::ZERO);
+                break false;
+            }
+            let left = give_up.saturating_duration_since(Instant::now());
+            match d.recv_timeout(left.min(Duration::from_millis(20))) {
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => break true,
+                Err(RecvTimeoutError::Timeout) if left.is_zero() => break false,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
         });
         if finished {
             if let Some(t) = self.thread.take() {
@@ -519,6 +546,7 @@ impl Sink for OtlpSink {
                 exported,
                 unanswered,
                 (refused, why),
+                cut,
             )
         );
         Ok(())
@@ -533,12 +561,16 @@ fn totals_line(
     exported: u64,
     unanswered: u64,
     (refused, why): (u64, &str),
+    cut: bool,
 ) -> String {
     // Whatever was not acknowledged, left unanswered or refused by now never will be: the
-    // queue was full, or it was still waiting for a dead collector at the end.
+    // queue was full, or it was still waiting for a dead collector at the end (or a second
+    // Ctrl-C ended that wait: `cut`).
     let dropped = spans.saturating_sub(exported + unanswered + refused);
     let mut line = format!("otlp: exported {exported} spans to {url}, dropped {dropped}");
-    if dropped > 0 {
+    if dropped > 0 && cut {
+        line.push_str(" (not sent: a Ctrl-C ended the wait for the collector)");
+    } else if dropped > 0 {
         line.push_str(" (not sent: the queue was full, or the collector was unreachable)");
     }
     if unanswered > 0 {
@@ -553,257 +585,6 @@ fn totals_line(
     line
 }
 
-/// The background half: parents, batches; [`Sender`]s POST them.
-struct Exporter {
-    endpoint: Endpoint,
-    client: Arc<Client>,
-    timeout: Duration,
-    stats: Arc<Stats>,
-    processes: HashMap<u32, Resource>,
-    tree: Assembler,
-    /// Spans released by the tree, waiting to be sent, oldest first.
-    ready: Vec<(u32, Span)>,
-}
-
-/// One encoded batch.
-struct Batch {
-    spans: u64,
-    body: Vec<u8>,
-}
-
-impl Exporter {
-    fn run(mut self, rx: Receiver<Msg>) {
-        // Bounded: a slow collector holds up the exporter, and then the sink's queue fills.
-        let (btx, brx) = mpsc::sync_channel::<Batch>(SENDERS);
-        let brx = Arc::new(std::sync::Mutex::new(brx));
-        let senders: Vec<JoinHandle<()>> = (0..SENDERS)
-            .filter_map(|i| {
-                let s = Sender {
-                    endpoint: self.endpoint.clone(),
-                    client: self.client.clone(),
-                    timeout: self.timeout,
-                    stats: self.stats.clone(),
-                };
-                let rx = brx.clone();
-                std::thread::Builder::new()
-                    .name(format!("otlp-send-{i}"))
-                    .spawn(move || s.run(&rx))
-                    .ok()
-            })
-            .collect();
-        let mut oldest: Option<Instant> = None;
-        let mut open = true;
-        while open || !self.ready.is_empty() {
-            if open {
-                match rx.recv_timeout(Duration::from_millis(100)) {
-                    Ok(m) => match m {
-                        Msg::Process(p) => {
-                            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
-                            if self.processes.len() >= 4096 {
-                                self.processes.clear();
-                            }
-                            self.processes.insert(p.pid, p.resource);
-                        }
-                        Msg::Span(item) => self.tree.add(item, Instant::now(), &mut self.ready),
-                    },
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => {
-                        open = false;
-                        self.tree.release_all(&mut self.ready);
-                    }
-                }
-                self.tree.expire(Instant::now(), &mut self.ready);
-            }
-            if self.ready.is_empty() {
-                oldest = None;
-                continue;
-            }
-            let now = Instant::now();
-            let since = *oldest.get_or_insert(now);
-            if self.ready.len() >= BATCH || now.duration_since(since) >= BATCH_AGE || !open {
-                let n = self.ready.len().min(BATCH);
-                let batch: Vec<(u32, Span)> = self.ready.drain(..n).collect();
-                let mut b = Batch {
-                    spans: n as u64,
-                    body: prost::Message::encode_to_vec(&self.request(batch)),
-                };
-                // Wait for a sender, but not past the end of the run's grace period: what is
-                // still here then is dropped (the sink counts it).
-                loop {
-                    match btx.try_send(b) {
-                        Ok(()) => break,
-                        Err(TrySendError::Full(back)) => b = back,
-                        Err(TrySendError::Disconnected(_)) => return,
-                    }
-                    if self.stats.stopped() {
-                        // Dropped: the sink counts what was not exported.
-                        drop(btx);
-                        for t in senders {
-                            let _ = t.join();
-                        }
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                oldest = (!self.ready.is_empty()).then(Instant::now);
-            }
-        }
-        drop(btx);
-        for t in senders {
-            let _ = t.join();
-        }
-    }
-
-    fn request(&self, batch: Vec<(u32, Span)>) -> ExportTraceServiceRequest {
-        let mut by_pid: Vec<(u32, Vec<Span>)> = Vec::new();
-        for (pid, s) in batch {
-            match by_pid.iter_mut().find(|(p, _)| *p == pid) {
-                Some((_, v)) => v.push(s),
-                None => by_pid.push((pid, vec![s])),
-            }
-        }
-        let resource_spans = by_pid
-            .into_iter()
-            .map(|(pid, spans)| ResourceSpans {
-                resource: Some(
-                    self.processes
-                        .get(&pid)
-                        .cloned()
-                        .unwrap_or_else(|| Resource {
-                            attributes: vec![kv_int("process.pid", pid as i64)],
-                            ..Default::default()
-                        }),
-                ),
-                scope_spans: vec![ScopeSpans {
-                    scope: Some(InstrumentationScope {
-                        name: "usdt-trace".into(),
-                        version: env!("CARGO_PKG_VERSION").into(),
-                        ..Default::default()
-                    }),
-                    spans,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            })
-            .collect();
-        ExportTraceServiceRequest { resource_spans }
-    }
-}
-
-/// One POST at a time, on its own connection.
-struct Sender {
-    endpoint: Endpoint,
-    client: Arc<Client>,
-    timeout: Duration,
-    stats: Arc<Stats>,
-}
-
-impl Sender {
-    fn run(self, rx: &std::sync::Mutex<Receiver<Batch>>) {
-        loop {
-            let b = match rx.lock() {
-                Ok(rx) => match rx.recv() {
-                    Ok(b) => b,
-                    Err(_) => return,
-                },
-                Err(_) => return,
-            };
-            let n = b.spans as usize;
-            self.send(b);
-            self.stats.queued.fetch_sub(n, Ordering::Relaxed);
-        }
-    }
-
-    /// POSTs one batch: retried with backoff while it was not delivered, until the end of
-    /// the run's grace period (then the sink counts it as dropped); never resent once it went
-    /// out whole without an answer.
-    fn send(&self, b: Batch) {
-        let (n, st) = (b.spans, &self.stats);
-        // Compressed here, once: the senders work in parallel, the exporter thread does not.
-        let body = self.client.encode(b.body);
-        let mut delay = BACKOFF.0;
-        loop {
-            let mut deadline = Instant::now() + self.timeout;
-            let mut why = format!("timed out after {}", http::secs(self.timeout));
-            if let Some(s) = st.stop_at().filter(|&s| s < deadline) {
-                deadline = s;
-                why = format!(
-                    "cut at the end of the {} the exporter gets after the run",
-                    http::secs(FINISH_WAIT)
-                );
-            }
-            st.count(|c| c.in_flight += n);
-            let posted = self
-                .client
-                .post("application/x-protobuf", &body, deadline, &why);
-            match posted {
-                Posted::Ok => {
-                    st.count(|c| {
-                        c.in_flight -= n;
-                        c.exported += n;
-                    });
-                    if st.warned_retry.swap(false, Ordering::Relaxed) {
-                        eprintln!("otlp: {} reachable again", self.endpoint);
-                    }
-                    return;
-                }
-                Posted::Rejected(why) => {
-                    if !st.warned_refused.swap(true, Ordering::Relaxed) {
-                        if why.starts_with("HTTP ") {
-                            eprintln!(
-                                "otlp: warning: {} refused {n} spans ({why}); not retried (all refusals are counted at the end)",
-                                self.endpoint
-                            );
-                        } else {
-                            eprintln!(
-                                "otlp: warning: POST {}: {why}; {n} spans not sent, not retried (all refusals are counted at the end)",
-                                self.endpoint
-                            );
-                        }
-                    }
-                    st.count(|c| {
-                        c.in_flight -= n;
-                        c.refused += n;
-                        c.refused_why = why;
-                    });
-                    return;
-                }
-                Posted::Unanswered(why) => {
-                    st.count(|c| {
-                        c.in_flight -= n;
-                        c.unanswered += n;
-                    });
-                    if !st.warned_unanswered.swap(true, Ordering::Relaxed) {
-                        eprintln!(
-                            "otlp: warning: POST {}: no answer, {why}; not resent, as the collector may have the spans (counted as unanswered; see --otlp-timeout)",
-                            self.endpoint
-                        );
-                    }
-                    return;
-                }
-                Posted::Retry(why) => {
-                    st.count(|c| c.in_flight -= n);
-                    if !st.warned_retry.swap(true, Ordering::Relaxed) {
-                        eprintln!(
-                            "otlp: warning: POST {}: {why}; retrying (spans are dropped while the queue is full)",
-                            self.endpoint
-                        );
-                    }
-                }
-            }
-            // Sleep in steps so the end of the run is noticed.
-            let wake = Instant::now() + delay;
-            while Instant::now() < wake {
-                if st.stopped() {
-                    return; // not delivered: the sink counts it as dropped
-                }
-                std::thread::sleep(Duration::from_millis(20).min(delay));
-            }
-            delay = (delay * 2).min(BACKOFF.1);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -813,16 +594,20 @@ mod tests {
     fn totals_line_counts_unanswered_and_refused_apart_from_dropped() {
         let url = "http://127.0.0.1:4318/v1/traces";
         assert_eq!(
-            totals_line(url, 10, 10, 0, (0, "")),
+            totals_line(url, 10, 10, 0, (0, ""), false),
             "otlp: exported 10 spans to http://127.0.0.1:4318/v1/traces, dropped 0"
         );
         assert_eq!(
-            totals_line(url, 2000, 0, 1536, (0, "")),
+            totals_line(url, 2000, 0, 1536, (0, ""), false),
             "otlp: exported 0 spans to http://127.0.0.1:4318/v1/traces, dropped 464 (not sent: the queue was full, or the collector was unreachable), unanswered 1536 (sent, no answer in time: not resent, the collector may have them)"
         );
         assert_eq!(
-            totals_line(url, 700, 100, 0, (600, "HTTP 400")),
+            totals_line(url, 700, 100, 0, (600, "HTTP 400"), false),
             "otlp: exported 100 spans to http://127.0.0.1:4318/v1/traces, dropped 0, refused 600 (HTTP 400)"
+        );
+        assert_eq!(
+            totals_line(url, 3000, 0, 2048, (0, ""), true),
+            "otlp: exported 0 spans to http://127.0.0.1:4318/v1/traces, dropped 952 (not sent: a Ctrl-C ended the wait for the collector), unanswered 2048 (sent, no answer in time: not resent, the collector may have them)"
         );
     }
 }

@@ -207,11 +207,9 @@ impl<W: Write> Sink for TextSink<W> {
             text::clean(&c.baseline.display().to_string())
         );
         for x in c.comparisons {
-            // Span names come from the traced files: escaped as on span lines.
-            for line in crate::diff::to_text(x).lines() {
-                self.compared.push_str(&text::clean(line));
-                self.compared.push('\n');
-            }
+            // Escaped there (span names come from the files): escaping here again would
+            // double every backslash, and a name's newline would already be a line.
+            self.compared.push_str(&crate::diff::to_text(x));
         }
         Ok(())
     }

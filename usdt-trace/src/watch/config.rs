@@ -242,6 +242,7 @@ impl WatchConfig {
             sinks.push(Box::new(OtlpSink::new(
                 otlp.clone(),
                 self.marked_starts(plan),
+                &super::signals::NOW,
             )?));
         }
         Ok((Fanout(sinks), handle, pending))

@@ -204,6 +204,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         let _ = follow.poll(&mut reader.plan, &mut tracer, &late_rules, &mut watched);
     }
 
+    // However the run ended (a signal, --duration, the command's exit), a signal from here on
+    // is the one that ends what is still waited for (signals::NOW).
+    STOP.store(true, Ordering::Relaxed);
     // Detach first (semaphores drop), then take what is left in the ring.
     let detach = tracer.detach_all();
     // After detach: the kernel's unregister may itself lower the real semaphore (by then the

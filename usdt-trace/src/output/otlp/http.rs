@@ -3,12 +3,10 @@
 //! spans: delivered, refused (retrying cannot help), not delivered (retry) or sent whole
 //! without an answer (never resent: the collector may have them).
 
+use super::tls::{certificate_problem, CaCerts, TlsConnector};
 use std::io::{self, Read};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use ureq::tls::{Certificate, RootCerts, TlsConfig};
 
 /// Where OTLP/HTTP requests go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +27,10 @@ pub enum UrlError {
     Host(&'static str, String),
     #[error("{0} {1}: bad port")]
     Port(&'static str, String),
+    #[error("{0} {1}: control characters in a URL (a CR or LF would end the request line)")]
+    Control(&'static str, String),
+    #[error("{0} {1}: not a valid URL ({2})")]
+    Invalid(&'static str, String, String),
 }
 
 impl Endpoint {
@@ -56,10 +58,15 @@ impl Endpoint {
     }
 
     /// The path as given (maybe empty).
-    fn parse(src: &'static str, url: &str, http_port: u16) -> Result<Endpoint, UrlError> {
-        let (tls, rest) = if let Some(r) = url.strip_prefix("http://") {
+    fn parse(src: &'static str, given: &str, http_port: u16) -> Result<Endpoint, UrlError> {
+        // Errors show the URL escaped: it may hold anything, and they go to a terminal.
+        let url = &*crate::terminal::clean(given);
+        if given.chars().any(char::is_control) {
+            return Err(UrlError::Control(src, url.to_string()));
+        }
+        let (tls, rest) = if let Some(r) = given.strip_prefix("http://") {
             (false, r)
-        } else if let Some(r) = url.strip_prefix("https://") {
+        } else if let Some(r) = given.strip_prefix("https://") {
             (true, r)
         } else {
             return Err(UrlError::Scheme(src, url.to_string()));
@@ -99,12 +106,21 @@ impl Endpoint {
                 .parse()
                 .map_err(|_| UrlError::Port(src, url.to_string()))?,
         };
-        Ok(Endpoint {
+        let ep = Endpoint {
             tls,
             host: host.to_string(),
             port,
             path: path.to_string(),
-        })
+        };
+        // What ureq would refuse at every POST is refused now, once: a run that cannot send
+        // a span must not look like one that sent them all.
+        if let Err(e) = ep.to_string().parse::<ureq::http::Uri>() {
+            return Err(UrlError::Invalid(src, url.to_string(), e.to_string()));
+        }
+        if tls && rustls::pki_types::ServerName::try_from(ep.host.as_str()).is_err() {
+            return Err(UrlError::Host(src, url.to_string()));
+        }
+        Ok(ep)
     }
 }
 
@@ -117,57 +133,6 @@ impl std::fmt::Display for Endpoint {
             write!(f, "{scheme}://{}:{}{}", self.host, self.port, self.path)
         }
     }
-}
-
-/// The certificate authorities of `--otlp-ca` (DER), trusted instead of the system's.
-#[derive(Clone, Default)]
-pub struct CaCerts(pub Arc<Vec<Vec<u8>>>);
-
-impl std::fmt::Debug for CaCerts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CaCerts({} certificates)", self.0.len())
-    }
-}
-
-/// `--otlp-ca FILE` (or the variable `src`) that cannot be used.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{src} {path}: {why}")]
-pub struct CaError {
-    pub src: &'static str,
-    pub path: String,
-    pub why: String,
-}
-
-/// The PEM certificates in `path`: at least one, each a parseable certificate.
-pub fn load_ca(src: &'static str, path: &Path) -> Result<CaCerts, CaError> {
-    let err = |why: String| CaError {
-        src,
-        path: path.display().to_string(),
-        why,
-    };
-    let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-    let mut certs = Vec::new();
-    for item in ureq::tls::parse_pem(&pem) {
-        match item {
-            Ok(ureq::tls::PemItem::Certificate(c)) => certs.push(c.der().to_vec()),
-            Ok(_) => {}
-            Err(e) => return Err(err(format!("not a PEM certificate file ({e})"))),
-        }
-    }
-    if certs.is_empty() {
-        return Err(err(
-            "no certificate in it (expected PEM: -----BEGIN CERTIFICATE-----)".into(),
-        ));
-    }
-    for c in &certs {
-        // Parsed now, so that a damaged file fails here, not at the first POST.
-        let root = rustls::pki_types::CertificateDer::from(c.as_slice());
-        let mut store = rustls::RootCertStore::empty();
-        store
-            .add(root)
-            .map_err(|e| err(format!("not a usable CA certificate ({e})")))?;
-    }
-    Ok(CaCerts(Arc::new(certs)))
 }
 
 /// How a POST went.
@@ -206,27 +171,8 @@ impl Client {
         ca: Option<&CaCerts>,
         headers: Vec<(String, String)>,
         gzip: bool,
-    ) -> Client {
-        let roots = if !ep.tls {
-            RootCerts::WebPki
-        } else if let Some(ca) = ca {
-            ca.0.iter()
-                .map(|d| Certificate::from_der(d).to_owned())
-                .collect::<Vec<_>>()
-                .into()
-        } else {
-            let native = rustls_native_certs::load_native_certs().certs;
-            if native.is_empty() {
-                RootCerts::WebPki
-            } else {
-                native
-                    .iter()
-                    .map(|d| Certificate::from_der(d).to_owned())
-                    .collect::<Vec<_>>()
-                    .into()
-            }
-        };
-        let agent = ureq::Agent::config_builder()
+    ) -> Result<Client, String> {
+        let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
             .max_redirects_will_error(false)
@@ -234,15 +180,26 @@ impl Client {
             .timeout_connect(Some(CONNECT_TIMEOUT))
             // One kept per sender thread (ureq keeps 3 by default).
             .max_idle_connections_per_host(8)
-            .tls_config(TlsConfig::builder().root_certs(roots).build())
-            .build()
-            .new_agent();
-        Client {
+            .build();
+        let agent = if ep.tls {
+            // ureq's chain (a CONNECT proxy when the environment names one, then TCP) with our
+            // TLS on top: its own builds a verifier from root certificates alone.
+            use ureq::unversioned::resolver::DefaultResolver;
+            use ureq::unversioned::transport::{ConnectProxyConnector, Connector, TcpConnector};
+            let connector =
+                ().chain(ConnectProxyConnector::default())
+                    .chain(TcpConnector::default())
+                    .chain(TlsConnector::new(&ep.host, ca)?);
+            ureq::Agent::with_parts(config, connector, DefaultResolver::default())
+        } else {
+            config.new_agent()
+        };
+        Ok(Client {
             agent,
             url: ep.to_string(),
             headers,
             gzip,
-        }
+        })
     }
 
     /// The body as sent: gzipped when asked.
@@ -358,40 +315,6 @@ fn failed(e: ureq::Error, sent: bool, timed_out: &str) -> Posted {
     }
 }
 
-/// `TLS: the collector's certificate is not trusted (...)` when the handshake failed on the
-/// collector's certificate.
-fn certificate_problem(e: &ureq::Error) -> Option<String> {
-    let tls = match e {
-        ureq::Error::Rustls(t) => t,
-        ureq::Error::Io(io) => io.get_ref()?.downcast_ref::<rustls::Error>()?,
-        _ => return None,
-    };
-    match tls {
-        rustls::Error::InvalidCertificate(c) => Some(format!(
-            "TLS: the collector's certificate was not accepted ({}; see --otlp-ca)",
-            cert_words(c)
-        )),
-        _ => None,
-    }
-}
-
-/// rustls' reason, in words.
-fn cert_words(c: &rustls::CertificateError) -> String {
-    use rustls::CertificateError as C;
-    match c {
-        C::UnknownIssuer => "signed by an unknown authority: not trusted".into(),
-        C::Expired | C::ExpiredContext { .. } => "expired".into(),
-        C::NotValidYet | C::NotValidYetContext { .. } => "not valid yet".into(),
-        C::NotValidForName | C::NotValidForNameContext { .. } => {
-            "not valid for this host name".into()
-        }
-        C::Revoked => "revoked".into(),
-        C::BadSignature => "bad signature".into(),
-        C::BadEncoding => "badly encoded".into(),
-        other => format!("{other:?}"),
-    }
-}
-
 /// `5 s`, `1.5 s`.
 pub fn secs(d: Duration) -> String {
     format!("{} s", d.as_secs_f64())
@@ -468,35 +391,40 @@ mod tests {
         ));
     }
 
+    /// A CR/LF (or any control character) in the endpoint is refused at start, the URL shown
+    /// escaped on the one line; so is what ureq would refuse at every POST. Before, the run
+    /// started, every POST failed, and it exited 0.
     #[test]
-    fn ca_files_that_cannot_be_used_are_one_line_errors() {
-        let dir = std::env::temp_dir().join(format!("usdt-trace-ca-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let missing = dir.join("missing.pem");
-        let e = load_ca("--otlp-ca", &missing).unwrap_err();
-        assert!(e.to_string().starts_with("--otlp-ca "), "{e}");
-        assert!(e.to_string().contains("No such file"), "{e}");
-        let empty = dir.join("empty.pem");
-        std::fs::write(&empty, "hello\n").unwrap();
-        let e = load_ca("OTEL_EXPORTER_OTLP_CERTIFICATE", &empty).unwrap_err();
-        assert!(e.why.starts_with("no certificate in it"), "{e}");
-        let bad = dir.join("bad.pem");
-        std::fs::write(
-            &bad,
-            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
-        )
-        .unwrap();
-        let e = load_ca("--otlp-ca", &bad).unwrap_err();
-        assert!(!e.to_string().contains('\n'), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
+    fn urls_that_no_post_could_use_are_refused_at_start() {
+        for (url, says) in [
+            (
+                "http://127.0.0.1:4318/v1/traces\r\nX-Injected: 1",
+                "--otlp http://127.0.0.1:4318/v1/traces\\u{d}\\u{a}X-Injected: 1: control characters in a URL (a CR or LF would end the request line)",
+            ),
+            (
+                "http://x/\u{1b}]0;t\u{7}",
+                "--otlp http://x/\\u{1b}]0;t\\u{7}: control characters in a URL (a CR or LF would end the request line)",
+            ),
+            ("http://x/a b", "--otlp http://x/a b: not a valid URL ("),
+            ("http://x\"y/", "--otlp http://x\"y/: not a valid URL ("),
+            ("https://a_b!/", "--otlp https://a_b!/: no host"),
+        ] {
+            let e = Endpoint::parse_flag(url).unwrap_err().to_string();
+            assert!(e.starts_with(says), "{url:?}: {e}");
+            assert!(!e.chars().any(char::is_control), "{e:?}");
+        }
+        let e = Endpoint::parse_env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://x\n", true);
+        assert!(matches!(e, Err(UrlError::Control(..))), "{e:?}");
     }
 
     #[test]
     fn gzip_is_applied_when_asked() {
         let body = vec![7u8; 10_000];
-        let plain = Client::new(&ep(1), None, vec![], false);
+        let plain = Client::new(&ep(1), None, vec![], false).unwrap();
         assert_eq!(plain.encode(body.clone()), body);
-        let gz = Client::new(&ep(1), None, vec![], true).encode(body.clone());
+        let gz = Client::new(&ep(1), None, vec![], true)
+            .unwrap()
+            .encode(body.clone());
         assert!(
             gz.len() < 200 && gz.starts_with(&[0x1f, 0x8b]),
             "{}",
@@ -516,7 +444,7 @@ mod tests {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap_or(1);
-        let c = Client::new(&ep(port), None, vec![], false);
+        let c = Client::new(&ep(port), None, vec![], false).unwrap();
         let t = Duration::from_secs(1);
         let got = c.post("x", b"", Instant::now() + t, "timed out");
         assert!(matches!(got, Posted::Retry(_)), "{got:?}");
@@ -541,7 +469,7 @@ mod tests {
             String::from_utf8(all).unwrap()
         });
         let headers = vec![("x-api-key".to_string(), "s3cret".to_string())];
-        let c = Client::new(&ep(port), None, headers, false);
+        let c = Client::new(&ep(port), None, headers, false).unwrap();
         let t = Duration::from_millis(300);
         let started = Instant::now();
         let got = c.post("x", b"body", Instant::now() + t, "timed out after 0.3 s");
@@ -584,7 +512,7 @@ mod tests {
                     format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\n\r\nok").as_bytes(),
                 );
             });
-            let c = Client::new(&ep(port), None, vec![], false);
+            let c = Client::new(&ep(port), None, vec![], false).unwrap();
             let got = c.post("x", b"body", Instant::now() + Duration::from_secs(5), "t");
             t.join().unwrap();
             assert!(format!("{got:?}").starts_with(want), "{status}: {got:?}");
