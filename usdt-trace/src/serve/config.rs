@@ -12,9 +12,9 @@
 //! The whole file is checked before anything runs; every problem is one [`ConfigError`]
 //! line naming the file, the definition and the problem.
 
+use crate::output::prometheus::listen::{parse_listen, ListenAddr};
 use crate::watch::WatchConfig;
 use serde::Deserialize;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -31,6 +31,10 @@ pub const MAX_DEFINITIONS: usize = 64;
 pub enum ConfigError {
     #[error("{file}: cannot read: {msg}")]
     Read { file: String, msg: String },
+    /// A file others could change, or one that is no regular file or too large
+    /// ([`super::file`]).
+    #[error("{file}: refused: {msg}")]
+    Refused { file: String, msg: String },
     #[error("{file}: {msg}")]
     File { file: String, msg: String },
     #[error("{file}: definition {name:?}: {msg}")]
@@ -125,17 +129,15 @@ impl Definition {
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub path: PathBuf,
-    pub listen: SocketAddr,
+    /// `HOST:PORT`, or `unix:/PATH` (a socket of mode 0660).
+    pub listen: ListenAddr,
     pub retry: Duration,
     pub definitions: Vec<Definition>,
 }
 
-/// Reads and checks `path`.
+/// Reads (with the care of [`super::file::read`]) and checks `path`.
 pub fn load(path: &Path) -> Result<ServeConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-        file: path.display().to_string(),
-        msg: e.to_string(),
-    })?;
+    let text = super::file::read(path)?;
     parse(path, &text)
 }
 
@@ -172,9 +174,9 @@ pub fn parse(path: &Path, text: &str) -> Result<ServeConfig, ConfigError> {
         msg,
     };
     let raw: RawFile = toml::from_str(text).map_err(|e| file_err(toml_error(text, &e)))?;
-    let listen = crate::output::prometheus::serve::parse_addr(&raw.listen).map_err(|_| {
+    let listen = parse_listen(&raw.listen).ok_or_else(|| {
         file_err(format!(
-            "listen {:?}: expected HOST:PORT, e.g. 127.0.0.1:9435 or [::]:9435",
+            "listen {:?}: expected HOST:PORT, e.g. 127.0.0.1:9435 or [::]:9435, or unix:/ABSOLUTE/PATH",
             raw.listen
         ))
     })?;
@@ -373,7 +375,16 @@ span = ["query__start=query__done"]
     #[test]
     fn a_good_file_becomes_watch_configs() {
         let c = check(GOOD).expect("good");
-        assert_eq!(c.listen, "127.0.0.1:9435".parse().expect("addr"));
+        assert_eq!(
+            c.listen,
+            ListenAddr::Tcp("127.0.0.1:9435".parse().expect("addr"))
+        );
+        let unix = check(&GOOD.replace("127.0.0.1:9435", "unix:/run/usdt-trace/metrics.sock"))
+            .expect("unix");
+        assert_eq!(
+            unix.listen,
+            ListenAddr::Unix("/run/usdt-trace/metrics.sock".into())
+        );
         assert_eq!(c.retry, Duration::from_secs(5));
         assert_eq!(c.definitions.len(), 2);
         let web = &c.definitions[0];
@@ -426,6 +437,7 @@ span = ["query__start=query__done"]
             ("listen = 9435\n", "line 1"),
             ("[[definition]]\nname = \"x\"\n", "missing field `listen`"),
             ("listen = \"nowhere\"\n[[definition]]\nname=\"a\"\npids=[1]\n", "listen \"nowhere\""),
+            ("listen = \"unix:metrics.sock\"\n[[definition]]\nname=\"a\"\npids=[1]\n", "or unix:/ABSOLUTE/PATH"),
             ("listen = \"127.0.0.1:1\"\n", "no [[definition]]"),
             ("listen = \"127.0.0.1:1\"\nretry-seconds = 0\n[[definition]]\nname=\"a\"\npids=[1]\n", "retry-seconds 0"),
             ("listen = \"127.0.0.1:1\"\nbogus = 1\n", "unknown field `bogus`"),

@@ -13,6 +13,7 @@
 //! [`LE_MAX_NS`], at every kernel bound or every 2nd, 4th or 8th (`--prometheus-buckets`).
 
 mod labels;
+pub mod listen;
 pub mod serve;
 mod snapshot;
 
