@@ -55,6 +55,20 @@ fn install_signal_handlers() {
     }
 }
 
+/// SIGHUP caught from the first instant of `serve` (`cli::main` calls this before parsing the
+/// arguments): a `systemctl reload` right after the start must not kill the daemon, and once
+/// it runs, a SIGHUP that came before is a reload of the file just read (nothing changes).
+pub fn catch_sighup_early() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the
+    // sigaction struct is zeroed then filled as sigaction(2) wants.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_hup as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGHUP, &sa, std::ptr::null_mut());
+    }
+}
+
 /// One log line on stderr, about one definition (journald adds the time).
 pub(crate) fn log(name: &str, msg: &str) {
     eprintln!(

@@ -186,10 +186,19 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let mut follow = crate::follow::Follow::new(cfg, objects);
     tracer.wake_on(follow.wake_fds());
     let mut last_hist = Instant::now();
+    // `--max-keys` as a bound on the keys `--prometheus` exports.
+    let mut key_bound = output::prometheus::KeyBound::default();
     while !should_stop(cfg, started, child.as_mut()) {
         reader.batch(&mut tracer, Duration::from_millis(50))?;
         if let Some((server, p)) = &prom {
-            reader.serve_scrapes(server, p, &tracer, output.lost(), cfg.ring_bytes)?;
+            reader.serve_scrapes(
+                server,
+                p,
+                &mut key_bound,
+                &tracer,
+                output.lost(),
+                cfg.ring_bytes,
+            )?;
         }
         if cfg.interval.is_some_and(|iv| last_hist.elapsed() >= iv) {
             last_hist = Instant::now();

@@ -20,7 +20,7 @@ mod snapshot;
 use snapshot::merge;
 
 pub use labels::{field_label, key_label};
-pub use snapshot::{ByKeys, Counters, Health, Series, Snapshot};
+pub use snapshot::{ByKeys, Counters, Health, KeyBound, Series, Snapshot};
 
 use crate::output::PairInfo;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
