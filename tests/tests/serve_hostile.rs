@@ -215,7 +215,7 @@ fn sighup_while_starting_is_not_fatal() {
         // overflow check just before `main`): a SIGHUP before `main` is any program's death.
         // Polled tightly: proc::wait_until's 20 ms would miss the start.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !caught(pid).is_some_and(|m| m & (1 << (11 - 1)) != 0) {
+        while caught(pid).is_none_or(|m| m & (1 << (11 - 1)) == 0) {
             assert!(Instant::now() < deadline, "run {run}: no start");
             std::thread::sleep(Duration::from_micros(100));
         }

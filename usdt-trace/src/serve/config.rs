@@ -475,6 +475,19 @@ span = ["query__start=query__done"]
         );
     }
 
+    /// The unit grants the capabilities the shipped config needs and no more: it granted
+    /// CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE, which only other users' files and processes
+    /// need, by default.
+    #[test]
+    fn the_shipped_unit_grants_the_minimum() {
+        let unit = include_str!("../../../packaging/usdt-trace.service");
+        for key in ["AmbientCapabilities=", "CapabilityBoundingSet="] {
+            let lines: Vec<&str> = unit.lines().filter(|l| l.starts_with(key)).collect();
+            assert_eq!(lines, [format!("{key}CAP_BPF CAP_PERFMON")], "{key}");
+        }
+        assert!(unit.contains("NoNewPrivileges=yes"));
+    }
+
     /// The example shipped in packaging/ (docs/always-on.md shows it) checks.
     #[test]
     fn the_shipped_example_checks() {
