@@ -126,11 +126,12 @@ impl Server {
         })
     }
 
-    /// Where it listens (the port the kernel chose for port 0).
-    pub fn local_addr(&self) -> SocketAddr {
+    /// The TCP address it listens on (the port the kernel chose for port 0); None for a
+    /// Unix socket.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
         match &self.addr {
-            ListenAddr::Tcp(a) => *a,
-            ListenAddr::Unix(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+            ListenAddr::Tcp(a) => Some(*a),
+            ListenAddr::Unix(_) => None,
         }
     }
 
@@ -444,7 +445,7 @@ mod tests {
     fn serves_scrapes_from_the_owner_and_refuses_the_rest() {
         let server =
             Server::bind("127.0.0.1:0".parse::<SocketAddr>().expect("addr")).expect("bind");
-        let addr = server.local_addr();
+        let addr = server.local_addr().expect("tcp");
         let owner = std::thread::spawn(move || {
             // The owner answers two scrapes, as watch's loop does between batches.
             let mut n = 0;
@@ -508,7 +509,7 @@ mod tests {
     fn slow_clients_do_not_delay_a_scrape() {
         let server =
             Server::bind("127.0.0.1:0".parse::<SocketAddr>().expect("addr")).expect("bind");
-        let addr = server.local_addr();
+        let addr = server.local_addr().expect("tcp");
         let (stop, t) = owner(server, "m 1\n".repeat(2_000_000));
         // One that asks for 8 MB and never reads it.
         let mut stuck = TcpStream::connect(addr).expect("connect");
@@ -609,7 +610,9 @@ mod tests {
         assert!(matches!(parse_addr("nonsense"), Err(ServeError::Addr(_))));
         assert!(parse_addr("127.0.0.1:9435").is_ok());
         let a = Server::bind("127.0.0.1:0".parse::<SocketAddr>().expect("addr")).expect("bind");
-        let e = Server::bind(a.local_addr()).err().expect("in use");
+        let e = Server::bind(a.local_addr().expect("tcp"))
+            .err()
+            .expect("in use");
         assert!(e.to_string().contains("cannot listen"), "{e}");
     }
 }
