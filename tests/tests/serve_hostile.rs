@@ -342,3 +342,81 @@ fn a_unix_socket_endpoint_and_the_string_key_warning() {
     assert!(daemon.log.iter().any(|l| l.contains("[d0] warning")));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Program strings as label values, through the real daemon: the bytes 0x80 0xff and the text
+/// `\x80\xff`, a backslash and the text `\\`, ESC and CR: six strings, six series of one span
+/// each, and no control byte in the exposition. Before, the first two were one series
+/// (count 2) and ESC and CR went out raw.
+#[test]
+#[ignore = "needs root"]
+fn string_keys_stay_distinct_and_carry_no_control_bytes() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use usdt_trace_tests::watch_util::build_c;
+    let bin = build_c("strs_argv", &[]);
+    let d = scratch("labels");
+    let path = d.join("serve.toml");
+    let addr = format!("127.0.0.1:{}", free_port());
+    std::fs::write(
+        &path,
+        format!(
+            "listen = \"{addr}\"\n[[definition]]\nname = \"s\"\ntargets = [\"{}\"]\npatterns = [\"as:*\"]\nstr = [\"q__start:1\"]\nby = \"str0\"\n",
+            bin.display()
+        ),
+    )
+    .expect("config");
+    let mut daemon = Daemon::start(&path);
+    daemon.wait_log("[s] attached", Duration::from_secs(90));
+    let strings: [&[u8]; 6] = [
+        b"\x80\xff",
+        br"\x80\xff",
+        b"a\\b",
+        br"a\\b",
+        b"esc\x1b[2Jx",
+        b"cr\rx",
+    ];
+    let out = proc::output_within(
+        Command::new(&bin).args(strings.iter().map(|s| OsStr::from_bytes(s))),
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{out:?}");
+    // The spans are counted in the kernel when they end; a scrape shows them at once.
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        text = http(&addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        if text.contains("usdt_spans_total{definition=\"s\"} 6") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let counts: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("usdt_span_duration_seconds_count{definition=\"s\"") && l.contains("key=")
+        })
+        .collect();
+    eprintln!("{}", counts.join("\n"));
+    // Label values as the text format writes them: each backslash of the value doubled.
+    for key in [
+        r"\\x80\\xff",
+        r"\\\\x80\\\\xff",
+        r"a\\\\b",
+        r"a\\\\\\\\b",
+        r"esc\\x1b[2Jx",
+        r"cr\\x0dx",
+    ] {
+        let want = format!("key=\"{key}\"}} 1");
+        assert!(
+            counts.iter().any(|l| l.ends_with(&want)),
+            "no {want} in {counts:#?}"
+        );
+    }
+    assert_eq!(counts.len(), 6, "{counts:#?}");
+    let body = &text[text.find("\r\n\r\n").expect("head") + 4..];
+    assert!(
+        !body.bytes().any(|b| b == 0x1b || b == b'\r'),
+        "a control byte in the exposition"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
