@@ -420,3 +420,31 @@ fn string_keys_stay_distinct_and_carry_no_control_bytes() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `watch --prometheus` with a string key says, as `serve` does, that the strings are
+/// readable by whoever can connect.
+#[test]
+#[ignore = "needs root"]
+fn watch_warns_when_it_exports_string_keys_on_tcp() {
+    use usdt_trace_tests::watch_util::build_c;
+    let bin = build_c("strs_argv", &[]);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let cmd = format!("{} secret", bin.display());
+    let out = usdt_trace_tests::watch::run(&[
+        "watch",
+        "--hist",
+        "--str",
+        "q__start:1",
+        "--by",
+        "str0",
+        "--prometheus",
+        &addr,
+        "-c",
+        &cmd,
+        "as:*",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let want = format!("warning: --by str0: strings the traced programs hold are exported at http://{addr}/metrics, readable by anyone who can connect there");
+    assert!(err.contains(&want), "{err}");
+}

@@ -103,6 +103,17 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .as_ref()
         .map(|p| output::prometheus::serve::Server::bind(p.addr).map(|s| (s, p)))
         .transpose()?;
+    // Strings of the traced programs as label values, on a port any local user (or more) can
+    // connect to: said once, as `serve` says it.
+    if let (Some((server, _)), Some(by)) = (&prom, &cfg.agg.by) {
+        if by.has_str() {
+            eprintln!(
+                "warning: --by {}: strings the traced programs hold are exported at {}, readable by anyone who can connect there (docs/always-on.md#security)",
+                by.text,
+                server.listen_addr().url()
+            );
+        }
+    }
 
     // Times count from before the first probe can fire, so none is ever negative.
     let t0 = monotonic_ns();
