@@ -24,9 +24,10 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a scrape waits for its owner (`watch` answers between batches, every 50 ms).
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once. At the bound, the one that has waited longest for its
-/// request head is cut off for a new one (a real scrape sends its head at once); when every
-/// one is past its head, the new one is closed.
+/// Connections served at once. At the bound, one is cut off for the new one: the one that has
+/// waited longest for its request head (a real scrape sends its head at once), else the
+/// oldest (a real scrape is answered in milliseconds). So a new scrape always gets in, and
+/// clients holding every connection (dripping, or never reading) cannot lock it out.
 pub const MAX_CONNECTIONS: usize = 32;
 
 #[derive(Debug, thiserror::Error)]
@@ -221,19 +222,18 @@ fn accept_loop(
     }
 }
 
-/// Registers a new connection within [`MAX_CONNECTIONS`], cutting off the one that has waited
-/// longest for its request head if need be; None when there is no room.
+/// Registers a new connection within [`MAX_CONNECTIONS`], cutting one off if need be (see
+/// there which).
 fn admit(conns: &Shared, c: &Conn) -> Option<u64> {
     let mut cs = conns.lock().ok()?;
     if cs.open.len() >= MAX_CONNECTIONS {
-        let oldest = cs
+        let victim = cs
             .open
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.3 == Phase::Head)
-            .min_by_key(|(_, e)| e.2)
+            .min_by_key(|(_, e)| (e.3 != Phase::Head, e.2))
             .map(|(i, _)| i)?;
-        cs.open.remove(oldest).1.shutdown();
+        cs.open.remove(victim).1.shutdown();
     }
     let id = cs.next;
     cs.next += 1;
@@ -549,6 +549,36 @@ mod tests {
         drop(server);
         assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
         drop(stuck);
+    }
+
+    /// Clients holding every connection, each having asked for a large answer it never
+    /// reads: a new scrape still gets in (the oldest is cut off for it) and is answered.
+    #[test]
+    fn non_readers_holding_every_connection_do_not_lock_a_scrape_out() {
+        let server =
+            Server::bind("127.0.0.1:0".parse::<SocketAddr>().expect("addr")).expect("bind");
+        let addr = server.local_addr().expect("tcp");
+        let (stop, t) = owner(server, "m 1\n".repeat(1_000_000));
+        let mut stuck = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let mut c = TcpStream::connect(addr).expect("connect");
+            c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+                .expect("write");
+            stuck.push(c);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = Instant::now();
+        let r = get(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        let took = t0.elapsed();
+        eprintln!("a scrape beside {} non-readers: {took:?}", stuck.len());
+        assert!(
+            r.starts_with("HTTP/1.1 200 OK\r\n"),
+            "{}",
+            &r[..r.len().min(200)]
+        );
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        stop.store(true, Ordering::Relaxed);
+        drop(t.join().expect("owner"));
     }
 
     /// A client that never reads is cut off when the answer's deadline passes, however large
