@@ -3,7 +3,8 @@
 //! /tmp), a FIFO or a device as config (`--check` and a SIGHUP reload with one must neither
 //! hang nor change anything); SIGHUPs while the daemon starts; clients dripping their
 //! requests beside a scrape; the HTTP details (absolute-form targets, `Allow` on a 405); a
-//! Unix socket as the endpoint, and the warning when string keys are exported on TCP.
+//! Unix socket as the endpoint, and the warning when string keys are exported on TCP; hostile
+//! strings as label values, and `max-keys` as a bound on the series.
 //!
 //! The definitions name binaries that do not exist: nothing attaches (so no root is needed
 //! where no file is chowned), and the daemon's own series (`usdt_definition_up`) are there
@@ -447,4 +448,64 @@ fn watch_warns_when_it_exports_string_keys_on_tcp() {
     assert!(out.status.success(), "{err}");
     let want = format!("warning: --by str0: strings the traced programs hold are exported at http://{addr}/metrics, readable by anyone who can connect there");
     assert!(err.contains(&want), "{err}");
+}
+
+/// `max-keys = 20` in 6 definitions over a program making 200 spans of 200 keys: each exports
+/// 20 keys at most, and its other 180 spans under `key="other"`, every span counted once.
+/// Before, the kernel's 32-key reserve came on top: 47 to 52 keys per definition.
+#[test]
+#[ignore = "needs root"]
+fn max_keys_bounds_the_series_of_every_definition() {
+    use usdt_trace_tests::watch_util::build_c;
+    let bin = build_c("strs_argv", &[]);
+    let d = scratch("maxkeys");
+    let path = d.join("serve.toml");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut text = format!("listen = \"{addr}\"\n");
+    for i in 0..6 {
+        text += &format!(
+            "\n[[definition]]\nname = \"d{i}\"\ntargets = [\"{}\"]\npatterns = [\"as:*\"]\nby = \"arg0\"\nmax-keys = 20\n",
+            bin.display()
+        );
+    }
+    std::fs::write(&path, text).expect("config");
+    let mut daemon = Daemon::start(&path);
+    for i in 0..6 {
+        daemon.wait_log(&format!("[d{i}] attached"), Duration::from_secs(120));
+    }
+    let args: Vec<String> = (1..=200).map(|i| i.to_string()).collect();
+    let out = proc::output_within(Command::new(&bin).args(&args), Duration::from_secs(30));
+    assert!(out.status.success(), "{out:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut m = String::new();
+    while Instant::now() < deadline {
+        m = http(&addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        if (0..6).all(|i| m.contains(&format!("usdt_spans_total{{definition=\"d{i}\"}} 200"))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for i in 0..6 {
+        let prefix = format!("usdt_span_duration_seconds_count{{definition=\"d{i}\",");
+        let rows: Vec<(&str, f64)> = m
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter_map(|l| {
+                let (series, v) = l.rsplit_once(' ')?;
+                Some((series, v.parse().ok()?))
+            })
+            .collect();
+        let keys = rows
+            .iter()
+            .filter(|(s, _)| !s.contains("other=\"true\"") && !s.contains("unkeyed=\"true\""))
+            .count();
+        let total: f64 = rows.iter().map(|(_, v)| v).sum();
+        eprintln!("d{i}: {keys} keys, {total} spans");
+        assert!(keys <= 20, "d{i}: {keys} keys exported with max-keys = 20");
+        assert_eq!(total, 200.0, "d{i}: {rows:#?}");
+    }
+    daemon.signal(SIGTERM);
+    let st = proc::wait_within(&mut daemon.child, Duration::from_secs(60)).expect("exits");
+    assert_eq!(st.code(), Some(0));
+    let _ = std::fs::remove_dir_all(&d);
 }
