@@ -335,7 +335,11 @@ fn serve_exports_query_latency_by_text_for_every_postgres_process() {
     let Some(pg) = Cluster::start() else { return };
     let tag = nonce();
     let addr = format!("127.0.0.1:{}", free_port());
-    let config = pg.dir.join("serve.toml");
+    // Not in the cluster's directory: postgres owns it, and the daemon refuses a config in a
+    // directory another user could write to (as sshd does).
+    let conf_dir = std::env::temp_dir().join(format!("usdt-trace-pg-serve-{tag}"));
+    std::fs::create_dir_all(&conf_dir).expect("config dir");
+    let config = conf_dir.join("serve.toml");
     std::fs::write(
         &config,
         format!(
@@ -438,6 +442,7 @@ fn serve_exports_query_latency_by_text_for_every_postgres_process() {
     d.signal(15);
     let status = usdt_trace_tests::proc::wait_within(&mut d.child, Duration::from_secs(60));
     assert!(status.is_some_and(|s| s.success()), "daemon: {status:?}");
+    let _ = std::fs::remove_dir_all(&conf_dir);
 }
 
 /// Waits until Prometheus has scraped a series carrying `tag`.

@@ -119,11 +119,13 @@ pub struct DiffArgs {
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// The config file (TOML): `listen = "HOST:PORT"`, then one `[[definition]]` table per
-    /// traced program, with a `name`, `targets` (absolute paths), `processes` (names) and/or
-    /// `pids`, `patterns`,
+    /// The config file (TOML): `listen = "HOST:PORT"` (or `"unix:/PATH"`, a socket of mode
+    /// 0660), then one `[[definition]]` table per traced program, with a `name`, `targets`
+    /// (absolute paths), `processes` (names) and/or `pids`, `patterns`,
     /// and `watch`'s flags by their long names (`by`, `str`, `span`, `filter`, `max-keys`,
-    /// `prometheus-buckets`, ...). The whole file is checked before anything starts.
+    /// `prometheus-buckets`, ...). The whole file is checked before anything starts; one that
+    /// another user could change (its mode, owner, directory or a symlink to it), or that is
+    /// no regular file or over 1 MiB, is refused.
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
     /// Check the config file, print one line saying what it defines, and exit (0 when it

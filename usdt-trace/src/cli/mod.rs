@@ -41,6 +41,10 @@ fn write_stdout(bytes: &[u8]) -> Result<i32, String> {
 
 /// Parse, validate, run; returns the process exit code.
 pub fn main() -> i32 {
+    // Before anything else: a SIGHUP during a daemon's start is not its death.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "serve") {
+        crate::serve::catch_sighup_early();
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -12,9 +12,9 @@
 //! The whole file is checked before anything runs; every problem is one [`ConfigError`]
 //! line naming the file, the definition and the problem.
 
+use crate::output::prometheus::listen::{parse_listen, ListenAddr};
 use crate::watch::WatchConfig;
 use serde::Deserialize;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -23,6 +23,11 @@ pub const DEFAULT_RETRY: Duration = Duration::from_secs(10);
 /// Bounds of `retry-seconds`: a retry loads and verifies the eBPF programs again, so not
 /// more often than every second; and a day is the longest wait that is still a retry.
 pub const RETRY_RANGE: std::ops::RangeInclusive<u64> = 1..=86_400;
+/// A definition's ring buffer, unless it says `ring-kib`: with `--hist` the kernel sends no
+/// record per span or event (they go into its maps), so `watch`'s 16 MiB default would sit
+/// empty, and each ring is mapped twice into the daemon: 32 MiB of its memory per definition
+/// (8 definitions: 571 MB resident, 313 MB with 256 KiB rings).
+pub const DEFAULT_RING_KIB: u32 = 256;
 /// Most definitions in one file: each loads its own eBPF programs and maps.
 pub const MAX_DEFINITIONS: usize = 64;
 
@@ -31,6 +36,10 @@ pub const MAX_DEFINITIONS: usize = 64;
 pub enum ConfigError {
     #[error("{file}: cannot read: {msg}")]
     Read { file: String, msg: String },
+    /// A file others could change, or one that is no regular file or too large
+    /// ([`super::file`]).
+    #[error("{file}: refused: {msg}")]
+    Refused { file: String, msg: String },
     #[error("{file}: {msg}")]
     File { file: String, msg: String },
     #[error("{file}: definition {name:?}: {msg}")]
@@ -125,17 +134,15 @@ impl Definition {
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub path: PathBuf,
-    pub listen: SocketAddr,
+    /// `HOST:PORT`, or `unix:/PATH` (a socket of mode 0660).
+    pub listen: ListenAddr,
     pub retry: Duration,
     pub definitions: Vec<Definition>,
 }
 
-/// Reads and checks `path`.
+/// Reads (with the care of [`super::file::read`]) and checks `path`.
 pub fn load(path: &Path) -> Result<ServeConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-        file: path.display().to_string(),
-        msg: e.to_string(),
-    })?;
+    let text = super::file::read(path)?;
     parse(path, &text)
 }
 
@@ -172,9 +179,9 @@ pub fn parse(path: &Path, text: &str) -> Result<ServeConfig, ConfigError> {
         msg,
     };
     let raw: RawFile = toml::from_str(text).map_err(|e| file_err(toml_error(text, &e)))?;
-    let listen = crate::output::prometheus::serve::parse_addr(&raw.listen).map_err(|_| {
+    let listen = parse_listen(&raw.listen).ok_or_else(|| {
         file_err(format!(
-            "listen {:?}: expected HOST:PORT, e.g. 127.0.0.1:9435 or [::]:9435",
+            "listen {:?}: expected HOST:PORT, e.g. 127.0.0.1:9435 or [::]:9435, or unix:/ABSOLUTE/PATH",
             raw.listen
         ))
     })?;
@@ -279,7 +286,10 @@ pub fn watch_argv(d: &RawDefinition) -> Result<Vec<String>, String> {
     one("max-keys", d.max_keys.map(|v| v.to_string()));
     one("filter", d.filter.clone());
     one("fn-returns", d.fn_returns.clone());
-    one("ring-kib", d.ring_kib.map(|v| v.to_string()));
+    one(
+        "ring-kib",
+        Some(d.ring_kib.unwrap_or(DEFAULT_RING_KIB).to_string()),
+    );
     one("max-threads", d.max_threads.map(|v| v.to_string()));
     one("max-open-ids", d.max_open_ids.map(|v| v.to_string()));
     one("attach", d.attach.clone());
@@ -373,7 +383,16 @@ span = ["query__start=query__done"]
     #[test]
     fn a_good_file_becomes_watch_configs() {
         let c = check(GOOD).expect("good");
-        assert_eq!(c.listen, "127.0.0.1:9435".parse().expect("addr"));
+        assert_eq!(
+            c.listen,
+            ListenAddr::Tcp("127.0.0.1:9435".parse().expect("addr"))
+        );
+        let unix = check(&GOOD.replace("127.0.0.1:9435", "unix:/run/usdt-trace/metrics.sock"))
+            .expect("unix");
+        assert_eq!(
+            unix.listen,
+            ListenAddr::Unix("/run/usdt-trace/metrics.sock".into())
+        );
         assert_eq!(c.retry, Duration::from_secs(5));
         assert_eq!(c.definitions.len(), 2);
         let web = &c.definitions[0];
@@ -387,6 +406,11 @@ span = ["query__start=query__done"]
         assert_eq!(web.cfg.agg.max_keys, 50);
         assert!(web.cfg.agg.by.is_some());
         assert_eq!(web.per_octave(), 2);
+        // A ring sized for what --hist sends, not watch's 16 MiB; unless the file says.
+        assert_eq!(web.cfg.ring_bytes, DEFAULT_RING_KIB * 1024);
+        let big = check(&GOOD.replace("max-keys = 50", "max-keys = 50\nring-kib = 4096"))
+            .expect("ring-kib");
+        assert_eq!(big.definitions[0].cfg.ring_bytes, 4096 * 1024);
         let pg = &c.definitions[1];
         assert_eq!(pg.per_octave(), 8);
         assert_eq!(pg.cfg.strs.len(), 1);
@@ -426,6 +450,7 @@ span = ["query__start=query__done"]
             ("listen = 9435\n", "line 1"),
             ("[[definition]]\nname = \"x\"\n", "missing field `listen`"),
             ("listen = \"nowhere\"\n[[definition]]\nname=\"a\"\npids=[1]\n", "listen \"nowhere\""),
+            ("listen = \"unix:metrics.sock\"\n[[definition]]\nname=\"a\"\npids=[1]\n", "or unix:/ABSOLUTE/PATH"),
             ("listen = \"127.0.0.1:1\"\n", "no [[definition]]"),
             ("listen = \"127.0.0.1:1\"\nretry-seconds = 0\n[[definition]]\nname=\"a\"\npids=[1]\n", "retry-seconds 0"),
             ("listen = \"127.0.0.1:1\"\nbogus = 1\n", "unknown field `bogus`"),
@@ -461,6 +486,19 @@ span = ["query__start=query__done"]
                 .starts_with("/nonexistent/serve.toml: cannot read: "),
             "{e}"
         );
+    }
+
+    /// The unit grants the capabilities the shipped config needs and no more: it granted
+    /// CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE, which only other users' files and processes
+    /// need, by default.
+    #[test]
+    fn the_shipped_unit_grants_the_minimum() {
+        let unit = include_str!("../../../packaging/usdt-trace.service");
+        for key in ["AmbientCapabilities=", "CapabilityBoundingSet="] {
+            let lines: Vec<&str> = unit.lines().filter(|l| l.starts_with(key)).collect();
+            assert_eq!(lines, [format!("{key}CAP_BPF CAP_PERFMON")], "{key}");
+        }
+        assert!(unit.contains("NoNewPrivileges=yes"));
     }
 
     /// The example shipped in packaging/ (docs/always-on.md shows it) checks.

@@ -3,7 +3,7 @@
 //! exited), log it and try again every `retry`. Definitions share nothing but the scrape
 //! channel, so one that fails or is slow to load never holds up the others.
 
-use crate::output::prometheus::{Health, Snapshot};
+use crate::output::prometheus::{Health, KeyBound, Snapshot};
 use crate::wake::Wake;
 use crate::watch::Session;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
@@ -98,6 +98,9 @@ fn run(def: Definition, retry: Duration, rx: Receiver<Msg>, wake: &Wake) {
     // The last report made while attached: what is kept if reading at the end fails.
     let mut last: Option<Snapshot> = None;
     let mut next_try = Instant::now();
+    // `max-keys` as a bound on the keys exported, for the definition's whole life (across
+    // its attachments, as its counts are).
+    let mut bound = KeyBound::default();
     let end = |s: Session, base: &mut Option<Snapshot>, last: &mut Option<Snapshot>| {
         if let Some(snap) = s.stop().or_else(|| last.take()) {
             *base = Some(with_base(snap, base));
@@ -204,6 +207,10 @@ fn run(def: Definition, retry: Duration, rx: Receiver<Msg>, wake: &Wake) {
                         }),
                     },
                 };
+                let mut report = report;
+                if let Some(snap) = report.snap.as_mut() {
+                    bound.apply(snap);
+                }
                 let _ = reply.send(report);
             }
             Msg::Stop => {

@@ -10,8 +10,9 @@
 
 pub mod config;
 mod definition;
+pub mod file;
 
-use crate::output::prometheus::{self, serve::Server, Part};
+use crate::output::prometheus::{self, listen::ListenAddr, serve::Server, Part};
 use config::{ConfigError, ServeConfig};
 use definition::{Report, Runner};
 use std::collections::HashMap;
@@ -51,6 +52,20 @@ fn install_signal_handlers() {
             libc::sigemptyset(&mut sa.sa_mask);
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
+    }
+}
+
+/// SIGHUP caught from the first instant of `serve` (`cli::main` calls this before parsing the
+/// arguments): a `systemctl reload` right after the start must not kill the daemon, and once
+/// it runs, a SIGHUP that came before is a reload of the file just read (nothing changes).
+pub fn catch_sighup_early() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the
+    // sigaction struct is zeroed then filled as sigaction(2) wants.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_hup as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGHUP, &sa, std::ptr::null_mut());
     }
 }
 
@@ -180,9 +195,30 @@ impl Daemon {
             "reloaded {}: {kept} kept, {started} started, {stopped} stopped",
             new.path.display()
         ));
-        let listen = self.cfg.listen;
+        let listen = self.cfg.listen.clone();
+        warn_exposed(&new);
         self.cfg = ServeConfig { listen, ..new };
         self.runners = next;
+    }
+}
+
+/// The definitions whose keys are strings of the traced programs (`--by str0`), exported
+/// over TCP: anyone who can connect reads them (a query's text, a password in it). One line
+/// each, at the start and at each reload.
+fn warn_exposed(cfg: &ServeConfig) {
+    if !matches!(cfg.listen, ListenAddr::Tcp(_)) {
+        return;
+    }
+    for d in &cfg.definitions {
+        if d.cfg.agg.by.as_ref().is_some_and(|b| b.has_str()) {
+            log(
+                d.name(),
+                &format!(
+                    "warning: its keys are strings the traced programs hold, readable by anyone who can connect to {}; listen on unix:/PATH to limit who can (docs/always-on.md#security)",
+                    cfg.listen
+                ),
+            );
+        }
     }
 }
 
@@ -201,17 +237,22 @@ fn reap_helpers() {
 
 /// Checks the file, listens, starts every definition, and runs until SIGTERM or SIGINT.
 pub fn run(path: &Path) -> Result<i32, ServeError> {
+    // Before anything that takes time: loading 64 definitions takes tens of milliseconds, and
+    // a SIGHUP (a `systemctl reload` right after the start) meanwhile would kill the daemon
+    // with the default action, which `Restart=on-failure` does not undo. Caught, it is a
+    // reload of a file just read: nothing changes.
+    install_signal_handlers();
     let cfg = config::load(path)?;
     // Listening first: an address in use fails the daemon at once, before anything attaches.
-    let server = Server::bind(cfg.listen)?;
-    install_signal_handlers();
+    let server = Server::bind(cfg.listen.clone())?;
     log_daemon(&format!(
-        "listening on http://{}/metrics; {} definition{} from {}",
-        server.local_addr(),
+        "listening on {}; {} definition{} from {}",
+        server.listen_addr().url(),
         cfg.definitions.len(),
         if cfg.definitions.len() == 1 { "" } else { "s" },
         cfg.path.display()
     ));
+    warn_exposed(&cfg);
     let mut runners = Vec::new();
     for d in &cfg.definitions {
         runners.push(Runner::spawn(d.clone(), cfg.retry)?);
@@ -227,8 +268,13 @@ pub fn run(path: &Path) -> Result<i32, ServeError> {
             daemon.reload();
         }
         // Waiting for a scrape is the loop's pause: one is answered the moment it comes.
+        // Those that came meanwhile get the same exposition: rendered once, one copy held.
         if let Some(s) = server.wait(TICK) {
-            s.answer(daemon.scrape());
+            let body = std::sync::Arc::new(daemon.scrape());
+            s.answer_shared(body.clone());
+            while let Some(s) = server.pending() {
+                s.answer_shared(body.clone());
+            }
         }
         reap_helpers();
     }

@@ -103,6 +103,17 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .as_ref()
         .map(|p| output::prometheus::serve::Server::bind(p.addr).map(|s| (s, p)))
         .transpose()?;
+    // Strings of the traced programs as label values, on a port any local user (or more) can
+    // connect to: said once, as `serve` says it.
+    if let (Some((server, _)), Some(by)) = (&prom, &cfg.agg.by) {
+        if by.has_str() {
+            eprintln!(
+                "warning: --by {}: strings the traced programs hold are exported at {}, readable by anyone who can connect there (docs/always-on.md#security)",
+                by.text,
+                server.listen_addr().url()
+            );
+        }
+    }
 
     // Times count from before the first probe can fire, so none is ever negative.
     let t0 = monotonic_ns();
@@ -186,10 +197,19 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let mut follow = crate::follow::Follow::new(cfg, objects);
     tracer.wake_on(follow.wake_fds());
     let mut last_hist = Instant::now();
+    // `--max-keys` as a bound on the keys `--prometheus` exports.
+    let mut key_bound = output::prometheus::KeyBound::default();
     while !should_stop(cfg, started, child.as_mut()) {
         reader.batch(&mut tracer, Duration::from_millis(50))?;
         if let Some((server, p)) = &prom {
-            reader.serve_scrapes(server, p, &tracer, output.lost(), cfg.ring_bytes)?;
+            reader.serve_scrapes(
+                server,
+                p,
+                &mut key_bound,
+                &tracer,
+                output.lost(),
+                cfg.ring_bytes,
+            )?;
         }
         if cfg.interval.is_some_and(|iv| last_hist.elapsed() >= iv) {
             last_hist = Instant::now();

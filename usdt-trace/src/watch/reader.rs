@@ -374,12 +374,14 @@ impl Reader {
         &self,
         server: &output::prometheus::serve::Server,
         cfg: &PromConfig,
+        bound: &mut output::prometheus::KeyBound,
         tracer: &Tracer,
         out_lost: u64,
         ring_bytes: u32,
     ) -> Result<(), WatchError> {
         while let Some(scrape) = server.pending() {
-            let snap = self.prom_snapshot(tracer, out_lost, ring_bytes)?;
+            let mut snap = self.prom_snapshot(tracer, out_lost, ring_bytes)?;
+            bound.apply(&mut snap);
             scrape.answer(output::prometheus::render(snap, cfg.per_octave));
         }
         Ok(())

@@ -13,13 +13,14 @@
 //! [`LE_MAX_NS`], at every kernel bound or every 2nd, 4th or 8th (`--prometheus-buckets`).
 
 mod labels;
+pub mod listen;
 pub mod serve;
 mod snapshot;
 
 use snapshot::merge;
 
 pub use labels::{field_label, key_label};
-pub use snapshot::{ByKeys, Counters, Health, Series, Snapshot};
+pub use snapshot::{ByKeys, Counters, Health, KeyBound, Series, Snapshot};
 
 use crate::output::PairInfo;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};

@@ -167,3 +167,59 @@ impl Snapshot {
         c.keys_unkeyed += b.keys_unkeyed;
     }
 }
+
+/// `--max-keys` as a bound on what is exported. The kernel's key map holds `--max-keys`
+/// entries, and a reserve beside it (for keys that found the main map without memory at
+/// hand) holds up to 32 more, so a scrape can read more keys than the user asked for: those
+/// past the bound are counted as `other`, as the kernel counts keys that find no room.
+///
+/// Which keys are exported is decided once and kept for the run: the first `max_keys` keys
+/// seen (those of one scrape by count, largest first). A key once folded into `other` stays
+/// there and one exported stays exported, so no series goes backwards and none vanishes.
+#[derive(Clone, Debug, Default)]
+pub struct KeyBound {
+    /// (provider, span name, key) of each key exported.
+    admitted: std::collections::HashSet<(String, String, Key)>,
+}
+
+impl KeyBound {
+    /// Folds the keys past the bound into their span name's `other` series and counter.
+    pub fn apply(&mut self, snap: &mut Snapshot) {
+        let Some(by) = snap.by.as_mut() else {
+            return;
+        };
+        let max = by.max_keys as usize;
+        let ident = |i: usize, k: &Key| {
+            snap.pairs
+                .get(i)
+                .map(|(p, _)| (p.provider.clone(), p.stem.clone(), k.clone()))
+        };
+        // Room left: the new keys, largest first (ties by key, so the choice is the same
+        // whatever order the kernel's maps were read in).
+        let mut new: Vec<(u64, &(usize, Key, Hist))> = by
+            .keys
+            .iter()
+            .filter(|(i, k, _)| ident(*i, k).is_some_and(|id| !self.admitted.contains(&id)))
+            .map(|e| (e.2.count, e))
+            .collect();
+        new.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1 .1.cmp(&b.1 .1)));
+        let room = max.saturating_sub(self.admitted.len());
+        for (_, (i, k, _)) in new.into_iter().take(room) {
+            if let Some(id) = ident(*i, k) {
+                self.admitted.insert(id);
+            }
+        }
+        let keys = std::mem::take(&mut by.keys);
+        by.other.resize(snap.pairs.len(), Hist::default());
+        for (i, k, h) in keys {
+            match ident(i, &k) {
+                Some(id) if self.admitted.contains(&id) => by.keys.push((i, k, h)),
+                Some(_) => {
+                    merge(&mut by.other[i], &h);
+                    snap.counters.keys_other += h.count;
+                }
+                None => {}
+            }
+        }
+    }
+}

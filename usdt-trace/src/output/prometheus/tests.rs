@@ -40,8 +40,50 @@ fn string_key_labels_keep_every_byte_and_mark_a_cut() {
     assert_eq!(field_label(&KeyVal::Str(b"caf\xc3\xa9".to_vec())), "café");
     assert_eq!(field_label(&KeyVal::CutStr(vec![b'a', 0xc3])), "a\\xc3…");
     assert_eq!(field_label(&KeyVal::Str(vec![0xff, b'z'])), "\\xffz");
+}
+
+/// Distinct byte strings stay distinct label values: the bytes 0x80 0xff and the text
+/// `\x80\xff` were one series, their counts merged. And no control byte passes through.
+#[test]
+fn string_key_labels_are_reversible_and_free_of_control_bytes() {
+    let s = |b: &[u8]| field_label(&KeyVal::Str(b.to_vec()));
+    assert_eq!(s(b"\x80\xff"), "\\x80\\xff");
+    assert_eq!(s(br"\x80\xff"), r"\\x80\\xff");
+    assert_ne!(s(b"\x80\xff"), s(br"\x80\xff"));
+    assert_eq!(s(b"a\x1b[2Jb\r\n\t\x7f"), r"a\x1b[2Jb\x0d\x0a\x09\x7f");
+    assert_eq!(s("\u{85}é".as_bytes()), r"\u{85}é");
+    // A real `…` is not the cut marker.
+    assert_eq!(s("ab…".as_bytes()), r"ab\u{2026}");
+    assert_eq!(field_label(&KeyVal::CutStr(b"ab".to_vec())), "ab…");
+    // Every one of these is its own label value.
+    let all: Vec<&[u8]> = vec![
+        b"\x80\xff",
+        br"\x80\xff",
+        b"\\",
+        br"\\",
+        b"\x1b",
+        br"\x1b",
+        b"a\n",
+        br"a\x0a",
+        "\u{2026}".as_bytes(),
+        br"\u{2026}",
+        b"\xc2\x85",
+        br"\u{85}",
+    ];
+    let labels: std::collections::BTreeSet<String> = all.iter().map(|b| s(b)).collect();
+    assert_eq!(labels.len(), all.len(), "{labels:?}");
+    for l in &labels {
+        assert!(!l.chars().any(char::is_control), "{l:?}");
+    }
     let two = Key(vec![KeyVal::Str(b"bash".to_vec()), KeyVal::Int(-1)]);
     assert_eq!(key_label(&two), "bash, -1");
+    let k = |a: &[u8], b: &[u8]| {
+        key_label(&Key(vec![KeyVal::Str(a.to_vec()), KeyVal::Str(b.to_vec())]))
+    };
+    assert_ne!(k(b"a, b", b"c"), k(b"a", b"b, c"));
+    assert_eq!(k(b"a, b", b"c"), r"a\x2c b, c");
+    // One field: a comma is itself.
+    assert_eq!(key_label(&Key::one(KeyVal::Str(b"a, b".to_vec()))), "a, b");
 }
 
 #[test]
@@ -283,7 +325,7 @@ fn by_keys_other_and_escaping() {
             &format!("usdt_span_duration_seconds_count{{provider=\"demo\",span=\"request\",by=\"str0\",{labels}}}"),
         )
     };
-    assert_eq!(c("key=\"/a\\\"b\\n\""), 1.0);
+    assert_eq!(c("key=\"/a\\\"b\\\\x0a\""), 1.0);
     assert_eq!(c("key=\"other\""), 2.0);
     assert_eq!(c("key=\"other\",other=\"true\""), 3.0);
     // Two strings that differ only in bytes that are not UTF-8 stay two series.
@@ -456,4 +498,66 @@ fn a_base_is_added_and_kept() {
     assert_eq!(by.unkeyed.len(), 2);
     assert_eq!(by.unkeyed[0].count, 2);
     assert_eq!(now.health.sites, 2);
+}
+
+/// `max-keys = 2` exports 2 keys at most, though the kernel's reserve let it read 4: the rest
+/// go to `other` (series and counter). The keys chosen stay chosen at later scrapes, where
+/// every count only grows. Before, each key the kernel held was exported: with
+/// `max-keys = 20`, 20 to 52 keys per definition.
+#[test]
+fn max_keys_bounds_the_keys_exported() {
+    let comps = [Hist::default(); HIST_COMPONENTS];
+    let snap = |counts: &[(&str, u32)], other: u64| Snapshot {
+        pairs: vec![(pair("demo", "request"), comps)],
+        waits: Vec::new(),
+        by: Some(ByKeys {
+            by: "str0".into(),
+            keys: counts
+                .iter()
+                .map(|(k, n)| {
+                    (
+                        0,
+                        Key::one(KeyVal::Str(k.as_bytes().to_vec())),
+                        hist_of(&vec![1000; *n as usize]),
+                    )
+                })
+                .collect(),
+            other: vec![hist_of(&vec![1000; other as usize])],
+            unkeyed: vec![Hist::default()],
+            max_keys: 2,
+        }),
+        counters: Counters {
+            keys_other: other,
+            ..Counters::default()
+        },
+        health: Health::default(),
+    };
+    let mut bound = KeyBound::default();
+    let mut first = snap(&[("a", 1), ("b", 5), ("c", 3), ("d", 2)], 1);
+    bound.apply(&mut first);
+    let t = render(first, 1);
+    let c = |t: &str, labels: &str| {
+        value(
+            t,
+            &format!("usdt_span_duration_seconds_count{{provider=\"demo\",span=\"request\",by=\"str0\",{labels}}}"),
+        )
+    };
+    let keys = |t: &str| {
+        t.lines()
+            .filter(|l| l.starts_with("usdt_span_duration_seconds_count{") && !l.contains("other"))
+            .count()
+    };
+    assert_eq!(keys(&t), 2, "{t}");
+    assert_eq!(c(&t, "key=\"b\""), 5.0);
+    assert_eq!(c(&t, "key=\"c\""), 3.0);
+    assert_eq!(c(&t, "key=\"other\",other=\"true\""), 4.0);
+    assert_eq!(value(&t, "usdt_keys_other_spans_total"), 4.0);
+    // Later: "a" has grown past them all, a new "e" came; still b and c, the rest other.
+    let mut second = snap(&[("e", 1), ("a", 9), ("b", 6), ("c", 3), ("d", 2)], 2);
+    bound.apply(&mut second);
+    let t2 = render(second, 1);
+    assert_eq!(keys(&t2), 2, "{t2}");
+    assert_eq!(c(&t2, "key=\"b\""), 6.0);
+    assert_eq!(c(&t2, "key=\"other\",other=\"true\""), 14.0);
+    assert_eq!(value(&t2, "usdt_keys_other_spans_total"), 14.0);
 }
