@@ -411,13 +411,14 @@ fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         sched::resume_accounting(st, hit.now, hit.tgid);
         sched::catch_up(st, hit.now);
     }
-    // The snapshot before the hit is counted: most of a start's cost comes after its
-    // timestamp (the way back out of the trap; for a single-stepped entry, the step), so the
-    // span holds its own start's hit, as the spans open around it do.
-    let acct = hit.split().then(|| st.acct_at(hit.now));
+    // Counted before the snapshot: the spans open around this one hold the hit whole; this
+    // one does not (a span's own start and end probes cost it only the small parts of their
+    // traps after and before its two timestamps: measured, a leaf whose entry and `ret` are
+    // both single-stepped reads 0.8 µs where each step costs several).
     if hit.split() {
         st.acct.add_probe(hit.spec.probe_ns);
     }
+    let acct = hit.split().then(|| st.acct_at(hit.now));
     // A full stack drops the start (and, through the thread's overflow count, its end).
     let Some(depth) = st.push() else {
         count(CNT_DEPTH_START);
@@ -451,8 +452,7 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         }
         return Ok(());
     };
-    // Counted before the end's snapshot: most of an end's cost comes before its timestamp
-    // (the trap, or the return probe's trampoline), so a span holds its own end's hit too.
+    // Counted for the spans open around it; the span it closes leaves it out (`own_end`).
     if hit.split() {
         st.acct.add_probe(hit.spec.probe_ns);
     }
@@ -501,7 +501,8 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         hit,
         f,
         None,
-        hit.split().then(|| acct_end.since(&f.acct_start)),
+        hit.split()
+            .then(|| own_end(acct_end.since(&f.acct_start), hit.spec.probe_ns)),
         None,
         None,
     );
@@ -512,6 +513,15 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         st.pop_closed();
     }
     Ok(())
+}
+
+/// A span's split without its own end's probe hit, which was counted (for the spans around it)
+/// before the end's snapshot.
+#[inline(always)]
+fn own_end(mut a: Acct, cost_ns: u32) -> Acct {
+    a.probe_hits = a.probe_hits.wrapping_sub(1);
+    a.probe_ns = a.probe_ns.wrapping_sub(cost_ns as u64);
+    a
 }
 
 /// An end with no open frame: the end of a start dropped for a full THREADS map, or unmatched.
@@ -594,9 +604,9 @@ fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     if let Some(st) = hit.split().then(|| thread_state(hit.tid)).flatten() {
         sched::resume_accounting(st, hit.now, hit.tgid);
         sched::catch_up(st, hit.now);
-        // As for a span paired per thread: its own start's hit is inside it.
-        acct_start = Some(st.acct_at(hit.now));
+        // As for a span paired per thread: its own start's hit is not inside it.
         st.acct.add_probe(hit.spec.probe_ns);
+        acct_start = Some(st.acct_at(hit.now));
         st.id_open += 1;
     }
     let key = hit.read_id_key();
@@ -700,7 +710,7 @@ fn end_by_id<const S: bool>(hit: &Hit<S>, end_args: &mut [u64; MAX_ARGS]) -> Res
         // Not polled: a split only means something when one thread ran it from start to end.
         let acct = mine.map(|st| {
             sched::catch_up(st, hit.now);
-            st.acct_at(hit.now).since(&f.acct_start)
+            own_end(st.acct_at(hit.now).since(&f.acct_start), hit.spec.probe_ns)
         });
         (acct, None)
     } else {
