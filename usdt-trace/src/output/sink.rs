@@ -121,6 +121,9 @@ pub struct TextSink<W: Write> {
     split: bool,
     /// `--baseline`: the comparison, printed after the summary.
     compared: String,
+    /// Spans printed, and those where the tracing was a visible share (said at the end).
+    spans: u64,
+    tracing_visible: u64,
 }
 
 impl<W: Write> TextSink<W> {
@@ -132,6 +135,8 @@ impl<W: Write> TextSink<W> {
             header,
             split: false,
             compared: String::new(),
+            spans: 0,
+            tracing_visible: 0,
         }
     }
 
@@ -162,6 +167,11 @@ impl<W: Write> Sink for TextSink<W> {
                 strs,
                 stack,
             } => {
+                self.spans += 1;
+                let dur = rec.hdr.ts_ns.saturating_sub(rec.start_ns);
+                if rec.acct_valid != 0 && super::tracing_visible(rec.acct.probe_ns, dur) {
+                    self.tracing_visible += 1;
+                }
                 let mut line = text::span_text(pair, start, end, rec, strs, self.t0, self.split);
                 if let Some(st) = stack {
                     text::stack_text(&mut line, st);
@@ -217,6 +227,13 @@ impl<W: Write> Sink for TextSink<W> {
     fn finish(&mut self, s: &Summary) -> io::Result<()> {
         self.flush()?;
         self.out.write_all(text::summary_text(s).as_bytes())?;
+        if self.tracing_visible > 0 {
+            let line = format!(
+                "note: in {} of {} spans the probes inside them were a tenth of the span or more (\"tracing ≈\" on their lines): their durations include that much tracing\n",
+                self.tracing_visible, self.spans
+            );
+            self.out.write_all(line.as_bytes())?;
+        }
         self.out
             .write_all(std::mem::take(&mut self.compared).as_bytes())?;
         self.out.flush()
