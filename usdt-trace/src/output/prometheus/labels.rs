@@ -22,7 +22,7 @@ pub fn key_label(k: &Key) -> String {
     parts.join(", ")
 }
 
-/// A key field's label value: numbers in decimal, strings escaped by [`bytes_label`], a string
+/// A key field's label value: numbers in decimal, strings escaped by `bytes_label`, a string
 /// cut at `--str-max` followed by `…`.
 pub fn field_label(k: &KeyVal) -> String {
     match k {
