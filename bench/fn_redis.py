@@ -101,6 +101,8 @@ def main():
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--functions", default="createStringObject,siphash")
+    ap.add_argument("--sections", default="single,nested,whole",
+                    help="which parts to run: single (one function each), nested, whole (fn:*)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("fn_redis.py needs root (it attaches uprobes)")
@@ -109,7 +111,7 @@ def main():
     pid = str(srv.pid)
     have_bt = subprocess.run(["which", "bpftrace"], capture_output=True).returncode == 0
     try:
-        for fn in a.functions.split(","):
+        for fn in (a.functions.split(",") if "single" in a.sections else []):
             configs = [("untraced", None, None)]
             for mode in ["auto", "ret-insn", "return-probe"]:
                 configs.append((f"usdt-trace --hist --fn-returns {mode}",
@@ -150,9 +152,10 @@ def main():
                     vs = f"{v / bt:.2f}x"
                     lo = f"{min(o / b for o, b in zip(res[k], res[btk])):.2f}x"
                 print(f"| {k} | {v:,.0f} | {v / base:.2f} | {vs} | {lo} |")
-        if have_bt:
+        if have_bt and "nested" in a.sections:
             nested(a, port, pid)
-        whole(a, port, pid)
+        if "whole" in a.sections:
+            whole(a, port, pid)
     finally:
         srv.terminate()
         srv.wait()
@@ -167,8 +170,14 @@ def nested(a, port, pid):
         f"uretprobe:{SERVER}:{f} /@s{i}[tid]/ {{ @h{i} = hist(nsecs - @s{i}[tid]); "
         f"@m{i} = avg(nsecs - @s{i}[tid]); delete(@s{i}[tid]); }}"
         for i, f in enumerate(["processCommand", "call"]))
-    got = {"ours": [], "bpftrace": [], "estimate": []}
+    got = {"ours": [], "bpftrace": [], "estimate": [], "alone": []}
+    alone = [a.usdt_trace, "watch", "--hist", "-p", pid, SERVER, "fn:processCommand"]
     for rep in range(a.reps):
+        # processCommand with no probe inside it: what the inner probes add is the oracle of
+        # our estimate of them.
+        t = attach(alone, "Attached")
+        rps(port, a.requests)
+        got["alone"].append(our_mean_us(detach(t), "fn:processCommand"))
         t = attach(ours, "Attached")
         rps(port, a.requests)
         text = detach(t)
@@ -192,8 +201,10 @@ def nested(a, port, pid):
     print(f"| usdt-trace --hist (auto) | {o:.2f} us | {o / b:.2f}x |")
     print(f"| bpftrace uprobe+uretprobe hist() avg() | {b:.2f} us | |")
     if got["estimate"]:
-        print(f"\nOur estimate of the tracing inside each processCommand span: "
-              f"{statistics.median(got['estimate']):.2f} us (median of the runs).")
+        al = statistics.median(got["alone"])
+        print(f"\nprocessCommand traced alone (no probe inside it): {al:.2f} us; with call's "
+              f"probes inside, {o - al:.2f} us more; our estimate of the tracing inside each "
+              f"span: {statistics.median(got['estimate']):.2f} us (medians of the runs).")
 
 
 def whole(a, port, pid):

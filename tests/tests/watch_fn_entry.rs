@@ -6,15 +6,14 @@
 //! function whose entry moves (and that the workload calls).
 use serde_json::Value;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use usdt_trace_tests::fn_run::{Redis, REDIS_SERVER};
 use usdt_trace_tests::proc::{kill_and_reap, output_within, wait_within, RUN_TIMEOUT};
 use usdt_trace_tests::watch::{run, usdt_trace_bin, Watch};
 
 const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
-const REDIS: &str = "/usr/bin/redis-server";
 
 /// (function, tid, six arguments): one call as a tool saw it at the function's entry.
 type Call = (String, u64, [u64; 6]);
@@ -283,10 +282,7 @@ fn libc_entries_past_their_first_instruction_read_what_bpftrace_reads_there() {
 #[test]
 #[ignore = "needs root"]
 fn redis_entries_past_their_first_instruction_read_what_bpftrace_reads_there() {
-    if !Path::new(REDIS).exists() {
-        panic!("redis-server missing: run scripts/setup.sh");
-    }
-    let funcs = moved(REDIS);
+    let funcs = moved(REDIS_SERVER);
     let hot = [
         "createStringObject",
         "zmalloc",
@@ -308,43 +304,11 @@ fn redis_entries_past_their_first_instruction_read_what_bpftrace_reads_there() {
         .cloned()
         .collect();
     assert!(chosen.len() >= 6, "{chosen:?}");
-    let port = 21000 + (std::process::id() % 20000) as u16;
-    let mut srv = Command::new(REDIS)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let cli = |input: &str| -> String {
-        let mut c = Command::new("redis-cli")
-            .args(["-p", &port.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        c.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        // stdin was closed above: redis-cli answers and exits.
-        String::from_utf8_lossy(&c.wait_with_output().unwrap().stdout).into_owned()
-    };
-    let t0 = Instant::now();
-    while cli("PING\n").trim() != "PONG" {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "redis did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let pid = srv.id().to_string();
-    let bt = Bpftrace::start(REDIS, &chosen, &format!("pid == {pid}"));
-    let mut args: Vec<String> = vec!["-p".into(), pid.clone(), REDIS.into()];
+    let srv = Redis::start(21000 + (std::process::id() % 20000) as u16);
+    let cli = |input: &str| srv.cli_script(input);
+    let pid = srv.pid().to_string();
+    let bt = Bpftrace::start(REDIS_SERVER, &chosen, &format!("pid == {pid}"));
+    let mut args: Vec<String> = vec!["-p".into(), pid.clone(), REDIS_SERVER.into()];
     args.extend(chosen.iter().map(|f| format!("fn:{f}")));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let w = Watch::start(&refs);
@@ -386,7 +350,7 @@ fn redis_entries_past_their_first_instruction_read_what_bpftrace_reads_there() {
         },
     );
     let theirs = bt.stop();
-    kill_and_reap(&mut srv);
+    drop(srv);
     assert!(out.status.success(), "{}", out.stderr);
     same_calls("redis-server", &ours(&out.records), theirs, 300, 4);
 }
