@@ -343,6 +343,30 @@ pub fn demo_servers() -> &'static (PathBuf, PathBuf) {
     })
 }
 
+/// The Rust demo server in release mode (as scripts/demo.sh builds it), in the same target
+/// directory as [`demo_servers`]. Its probes sit on the page the read-only segment shares
+/// with `.text` (rust-lld's packed layout), which the debug build's hottest probes do not.
+pub fn demo_server_release() -> &'static PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let target = target_dir().join("markers-demo");
+        let manifest = workspace_root().join("Cargo.toml");
+        cargo_build(
+            &manifest,
+            &target,
+            "",
+            &[
+                "-p",
+                "demo-httpserver",
+                "--bin",
+                "demo-httpserver",
+                "--release",
+            ],
+        );
+        target.join("release/demo-httpserver")
+    })
+}
+
 /// A running demo server, killed on drop.
 pub struct Server(pub Child);
 
