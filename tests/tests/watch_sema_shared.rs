@@ -54,7 +54,14 @@ fn warm_up(w: &mut Watch, port: u16) -> usize {
 #[test]
 #[ignore = "needs root"]
 fn demo_server_started_after_attach_leaks_no_uprobe() {
-    let bin = demo_server_release();
+    // A copy of its own, a new inode each run: a uprobe leaked on the build's inode (by
+    // another tracer, or by an earlier usdt-trace) stays until reboot with its semaphore
+    // setting, and the kernel refuses any other setting for the same site.
+    let dir = std::env::temp_dir().join(format!("usdt-sema-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bin = &dir.join("demo-httpserver");
+    std::fs::copy(demo_server_release(), bin).expect("copy");
     // Packed: some probe sits on a file page two PT_LOADs map (the kernel puts a breakpoint
     // in each mapping and, in a process started after attach, takes back more than it
     // counted).
@@ -133,6 +140,7 @@ fn demo_server_started_after_attach_leaks_no_uprobe() {
         "request spans: a server running at attach is raised at once"
     );
     drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
         "demo server after attach: {} + 5 and 5 request spans; kernel log: {} lines in all, 0 about inode {ino:#x} (uprobe reference-counting lines by others during the test: {others_a}, then {others})",
         warm,
@@ -367,4 +375,62 @@ fn a_semaphore_lowered_by_another_writer_is_noticed_and_raised_again() {
         &[wpid],
     );
     assert!(t.quit().success());
+}
+
+/// A deploy: a new build renamed over the traced path while `watch` runs (as `serve` does
+/// for every deploy). The new file is attached beside the old one, its semaphores counted by
+/// hand as well, and a server started from it leaves the kernel log as clean as one from the
+/// first file.
+#[test]
+#[ignore = "needs root"]
+fn a_deployed_build_is_counted_by_hand_too() {
+    let dir = std::env::temp_dir().join(format!("usdt-sema-follow-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let app = dir.join("app");
+    let deploy = || {
+        let tmp = dir.join(".app.new");
+        std::fs::copy(demo_server_release(), &tmp).expect("copy");
+        std::fs::rename(&tmp, &app).expect("rename");
+    };
+    deploy();
+    let first = inode(&app);
+    let mut log = KernelLog::start();
+    let mut w = Watch::start(&[app.to_str().expect("UTF-8 path")]);
+    let wpid = w.pid();
+    deploy();
+    let second = inode(&app);
+    assert_ne!(first, second);
+    let attached = w.wait_stderr(Duration::from_secs(15), |l| {
+        l.starts_with("Attached") && l.contains("new probe site")
+    });
+    assert!(attached.is_some(), "the deployed build was not attached");
+    let root = util::workspace_root().join("demo-httpserver/www");
+    let port = free_port();
+    let server = start_server(&app, port, Some(&root));
+    let warm = warm_up(&mut w, port);
+    for _ in 0..5 {
+        get(port);
+    }
+    assert!(
+        request_spans(&mut w, 5, Duration::from_secs(30)),
+        "5 request spans"
+    );
+    let out = w.stop();
+    std::thread::sleep(Duration::from_millis(200));
+    let others = log.assert_clean("a deployed build", &[first, second], &[wpid]);
+    drop(server);
+    assert!(out.status.success(), "{}", out.stderr);
+    let requests = out
+        .spans()
+        .iter()
+        .filter(|s| s["name"] == "request")
+        .count();
+    assert_eq!(
+        requests,
+        warm + 5,
+        "request spans: the requests after the raise"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("deployed build: {warm} + 5 request spans; kernel log: {} lines, none about inodes {first:#x}, {second:#x} (others' uprobe lines: {others})", log.lines().len());
 }

@@ -71,9 +71,12 @@ impl Lock {
     /// symbolic link and without blocking (a FIFO planted there would block the open), and
     /// refused when not a regular file.
     pub fn open() -> Result<Lock, LockError> {
-        let dir = std::path::Path::new(LOCK_PATH)
-            .parent()
-            .unwrap_or(std::path::Path::new("/run"));
+        Lock::open_at(std::path::Path::new(LOCK_PATH))
+    }
+
+    /// As [`Lock::open`], at `path` (tests use a directory of their own).
+    fn open_at(path: &std::path::Path) -> Result<Lock, LockError> {
+        let dir = path.parent().unwrap_or(std::path::Path::new("/run"));
         if let Err(e) = std::fs::DirBuilder::new()
             .mode(0o700)
             .create(dir)
@@ -90,13 +93,13 @@ impl Lock {
             .create(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(LOCK_PATH)
+            .open(path)
             .or_else(|_| {
                 // Created by another user (the daemon's): reading is all flock needs.
                 std::fs::OpenOptions::new()
                     .read(true)
                     .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-                    .open(LOCK_PATH)
+                    .open(path)
             })
             .map_err(LockError::Open)?;
         if !file.metadata().map_err(LockError::Open)?.is_file() {
@@ -233,5 +236,34 @@ mod tests {
         assert_eq!(m.at_least(addr, 2).unwrap(), 0);
         assert_eq!(m.at_least(addr, 1).unwrap(), 2);
         assert_eq!(cell.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+
+    /// Two writers, each with the lock open on its own (as two usdt-trace processes have it),
+    /// adding 1 a thousand times each to one u16 through /proc/self/mem: no add is lost.
+    #[test]
+    fn adds_under_the_lock_compose() {
+        let dir = std::env::temp_dir().join(format!("usdt-trace-lock-{}", std::process::id()));
+        let path = dir.join("semaphores.lock");
+        let cell: &'static std::sync::atomic::AtomicU16 =
+            Box::leak(Box::new(std::sync::atomic::AtomicU16::new(0)));
+        let addr = cell.as_ptr() as u64;
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let lock = Lock::open_at(&path).unwrap();
+                    let m = Mem::open(std::process::id()).unwrap();
+                    for _ in 0..1000 {
+                        let _held = lock.hold().unwrap();
+                        m.add(addr, 1).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert_eq!(cell.load(std::sync::atomic::Ordering::Relaxed), 2000);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1065,7 +1065,9 @@ fn multi_error(e: &std::io::Error, points: &[AttachPoint]) -> String {
         Some(libc::EINVAL) if points.len() > 1 => {
             format!(
                 "uprobe_multi link for {} sites: {e} (another tracer may hold one of them with a \
-                 different semaphore setting; attach mode perf names the site)",
+                 different semaphore setting, or hold it no more but leaked it: see the kernel \
+                 log for \"leaking uprobe\", which lasts until reboot; attach mode perf names \
+                 the site)",
                 points.len()
             )
         }
