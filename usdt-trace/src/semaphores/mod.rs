@@ -29,7 +29,7 @@ use crate::plan::{AttachPoint, Plan};
 use crate::procmaps::{parse_maps, MapEntry};
 use crate::target::Object;
 use mem::{Lock, LockError, Mem, MemError};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// How often `/proc` is scanned for new processes (and raised semaphores read again).
@@ -249,6 +249,8 @@ pub struct Raiser {
     troubles: Troubles,
     said: u64,
     unlocked_said: bool,
+    /// Processes (PID, start time) whose memory could not be opened.
+    denied: HashSet<(u32, u64)>,
 }
 
 impl Raiser {
@@ -262,6 +264,7 @@ impl Raiser {
             troubles: Troubles::default(),
             said: 0,
             unlocked_said: false,
+            denied: HashSet::new(),
         }
     }
 
@@ -413,6 +416,8 @@ impl Raiser {
         // Forget processes that exited, so the map stays as small as what runs.
         self.raised
             .retain(|&pid, r| !r.at.is_empty() && start_time(pid) == Some(r.start));
+        self.denied
+            .retain(|&(pid, start)| start_time(pid) == Some(start));
     }
 
     fn scan(&mut self, pid: u32) {
@@ -459,10 +464,21 @@ impl Raiser {
         if new.is_empty() && held.is_empty() {
             return;
         }
+        // A process whose memory cannot be opened (another user's, without CAP_SYS_PTRACE)
+        // is said and counted once, not at every scan.
+        if self.denied.contains(&(pid, start)) {
+            return;
+        }
         let mem = match Mem::open(pid) {
             Ok(m) => m,
             Err(e) => {
-                let _ = self.note(Err(e), pid, "the traced probes");
+                let probe = new
+                    .first()
+                    .map_or("the traced probes", |h| h.probe.as_str());
+                let probe = probe.to_string();
+                if self.note(Err(e), pid, &probe).is_none() {
+                    self.denied.insert((pid, start));
+                }
                 return;
             }
         };
