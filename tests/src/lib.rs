@@ -10,6 +10,7 @@
 //! the `serve` daemon, its log and its parsed `/metrics`; `serve_proc`: the daemon from any
 //! command (`setpriv`), scraped in-process, and its /proc figures.
 pub mod fn_run;
+pub mod kmsg;
 pub mod markers;
 pub mod proc;
 pub mod prometheus;

@@ -343,6 +343,32 @@ pub fn demo_servers() -> &'static (PathBuf, PathBuf) {
     })
 }
 
+/// The Rust demo server in release mode (as scripts/demo.sh builds it), in the same target
+/// directory as [`demo_servers`]. All its probes sit on the page the read-only segment
+/// shares with `.text` (rust-lld's packed layout), where the kernel miscounts semaphores in
+/// processes started after attach (the debug build, with two probes there, did not show it
+/// in a run here).
+pub fn demo_server_release() -> &'static PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let target = target_dir().join("markers-demo");
+        let manifest = workspace_root().join("Cargo.toml");
+        cargo_build(
+            &manifest,
+            &target,
+            "",
+            &[
+                "-p",
+                "demo-httpserver",
+                "--bin",
+                "demo-httpserver",
+                "--release",
+            ],
+        );
+        target.join("release/demo-httpserver")
+    })
+}
+
 /// A running demo server, killed on drop.
 pub struct Server(pub Child);
 

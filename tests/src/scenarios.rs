@@ -63,6 +63,7 @@ pub fn semaphores_zero_raised_zero(
     watch_args: &[&str],
     attached: impl FnOnce(&watch::Watch),
 ) {
+    let mut log = crate::kmsg::KernelLog::start();
     let (mut before, _) = Target::spawn(bin, &[]);
     assert_eq!(before.ask("sema"), "sema 0 0");
     assert_eq!(
@@ -92,11 +93,13 @@ pub fn semaphores_zero_raised_zero(
             && r["args"][0] == -1),
         "the process started after attach fires its probes"
     );
+    let wpid = w.pid();
     let out = w.stop();
     assert!(out.status.success(), "{:?} {}", out.status, out.stderr);
 
     sema_back_to_zero(&mut before);
     sema_back_to_zero(&mut after);
+    log.assert_clean("semaphores", &[crate::kmsg::inode(bin)], &[wpid]);
     let (mut later, _) = Target::spawn(bin, &[]);
     assert_eq!(later.ask("sema"), "sema 0 0");
 

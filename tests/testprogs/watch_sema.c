@@ -2,6 +2,7 @@
  *   ./watch_sema   "ready PID", then per stdin line:
  *     sema  -> "sema A B"   (the one-site semaphore, the two-site semaphore)
  *     fire  -> fires each probe whose semaphore is set, "fired A B"
+ *     addr  -> "addr 0xA 0xB": where the two semaphores are (for a test that writes them)
  */
 #define _SDT_HAS_SEMAPHORES 1
 #include <stdio.h>
@@ -27,6 +28,8 @@ int main(void)
     while (fgets(line, sizeof line, stdin)) {
         if (!strncmp(line, "sema", 4)) {
             printf("sema %u %u\n", wsem_one_semaphore, wsem_two_semaphore);
+        } else if (!strncmp(line, "addr", 4)) {
+            printf("addr %p %p\n", (void *)&wsem_one_semaphore, (void *)&wsem_two_semaphore);
         } else if (!strncmp(line, "fire", 4)) {
             n++;
             if (wsem_one_semaphore)

@@ -9,6 +9,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
+use usdt_trace_tests::kmsg::{inode, KernelLog};
 use usdt_trace_tests::markers::{self as util, demo_servers as servers, free_port, start_server};
 use usdt_trace_tests::watch;
 
@@ -58,9 +59,11 @@ fn u64_of(v: &Value, what: &str) -> u64 {
 fn check(bin: &Path) {
     let root = util::workspace_root().join("demo-httpserver/www");
     let port = free_port();
+    let mut log = KernelLog::start();
     let _server = start_server(bin, port, Some(&root));
     let bin_str = bin.to_str().expect("UTF-8 path");
     let mut w = watch::Watch::start(&[bin_str]);
+    let wpid = w.pid();
     let t0 = Instant::now();
 
     // 200 requests from 5 concurrent clients; each reply is (status, body length).
@@ -103,6 +106,9 @@ fn check(bin: &Path) {
     // No pause for stragglers: watch drains the ring after detaching, so anything extra (there
     // should be nothing) is in the output.
     let out = w.stop();
+    // The kernel's unregister happens as the links close; give its log lines a moment.
+    std::thread::sleep(Duration::from_millis(200));
+    log.assert_clean("demo server", &[inode(bin)], &[wpid]);
     assert!(
         arrived,
         "only {requests_seen} request spans within 60 s; stderr: {}",

@@ -11,6 +11,7 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use usdt_trace_tests::kmsg::{inode, KernelLog};
 use usdt_trace_tests::markers::*;
 use usdt_trace_tests::proc::{self, Lines};
 use usdt_trace_tests::watch_util::Target;
@@ -135,7 +136,13 @@ fn sema_becomes(p: &mut Target, want: (bool, bool), what: &str) {
 
 const PATTERN: u64 = 0xf7f6_f5f4_f3f2_f1f0;
 
-fn semaphore_roundtrip(bin: &Path) {
+/// `kernel_counts_right`: whether the kernel log must stay free of `ref_ctr` and `leaking
+/// uprobe` lines about `bin`. Not under rust-lld: its layout still starts `.text` on the last
+/// page of the read-only segment, where the probes then sit, and the kernel, which bpftrace
+/// lets count the semaphores, lowers them twice per probe in processes started after attach
+/// (ARCHITECTURE.md, "Semaphores of lld's packed layout"; usdt-trace counts those itself).
+fn semaphore_roundtrip(bin: &Path, kernel_counts_right: bool) {
+    let mut log = KernelLog::start();
     let mut before = start_testprog(bin);
     assert_eq!(
         sema(&mut before),
@@ -191,6 +198,7 @@ fn semaphore_roundtrip(bin: &Path) {
     });
 
     // Detached (whether bpftrace exited by itself or was killed): all back to 0.
+    let bt_pid = bt.child.id();
     let exited = bt.stop();
     for p in std::iter::once(&mut before).chain(after.iter_mut()) {
         let what = if exited {
@@ -199,6 +207,15 @@ fn semaphore_roundtrip(bin: &Path) {
             "semaphores back to 0 after bpftrace was killed"
         };
         sema_becomes(p, (false, false), what);
+    }
+    // The kernel counted every semaphore right: nothing went negative, no uprobe leaked.
+    if kernel_counts_right {
+        log.assert_clean("bpftrace on the markers", &[inode(bin)], &[bt_pid]);
+    } else {
+        let n = log.uprobe_trouble(&[inode(bin)], &[bt_pid]).len();
+        eprintln!(
+            "known: bpftrace on rust-lld's layout: {n} kernel log lines (ref_ctr, leaking uprobe)"
+        );
     }
 
     // Every process fired, with the right values (bpftrace 0.17 reads at most 6 USDT args).
@@ -248,7 +265,7 @@ fn rust_lld_semaphores_on_a_page_of_their_own() {
 #[test]
 #[ignore = "needs root"]
 fn rust_lld_semaphores_before_during_after_attach() {
-    semaphore_roundtrip(&rust_testprog(None));
+    semaphore_roundtrip(&rust_testprog(None), false);
 }
 
 #[test]
@@ -259,7 +276,7 @@ fn c_header_semaphores_on_a_page_of_their_own() {
 #[test]
 #[ignore = "needs root"]
 fn c_header_semaphores_before_during_after_attach() {
-    semaphore_roundtrip(&c_testprog(&[]));
+    semaphore_roundtrip(&c_testprog(&[]), true);
 }
 
 #[test]
@@ -270,5 +287,5 @@ fn rust_gnu_ld_semaphores_on_a_page_of_their_own() {
 #[test]
 #[ignore = "needs root"]
 fn rust_gnu_ld_semaphores_before_during_after_attach() {
-    semaphore_roundtrip(&rust_testprog(Some("bfd")));
+    semaphore_roundtrip(&rust_testprog(Some("bfd")), true);
 }

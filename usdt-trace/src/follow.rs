@@ -19,7 +19,7 @@
 //! inode), so a path swapped between the `stat` and the open is traced as what was opened.
 
 use crate::changes::ChangeWatch;
-use crate::late::{attach_new, key_of, running, Rules};
+use crate::late::{attach_new, key_of, running, Joining, Rules};
 use crate::output::text::{clean, say};
 use crate::plan::Plan;
 use crate::target::{self, Object};
@@ -109,8 +109,9 @@ impl Follow {
         tracer: &mut Tracer,
         rules: &Rules,
         watched: &mut ChangeWatch,
+        raiser: &mut crate::semaphores::Raiser,
     ) -> Result<(), String> {
-        crate::watch::stop_changed(&self.changes.take_changed(), tracer, None);
+        crate::watch::stop_changed(&self.changes.take_changed(), tracer, Some(&mut *raiser));
         if self.paths.is_empty() && self.names.is_empty() {
             return Ok(());
         }
@@ -127,7 +128,13 @@ impl Follow {
                     ));
                     continue;
                 }
-                match attach_new(&o, None, &what, plan, tracer, rules, &mut self.changes) {
+                let ctx = Joining {
+                    tracer,
+                    rules,
+                    changes: &mut self.changes,
+                    raiser,
+                };
+                match attach_new(&o, None, &what, plan, ctx) {
                     Ok(Some(line)) => {
                         say(&line);
                         self.objects.push(o);

@@ -8,7 +8,8 @@
 //! user's patterns and rules, merged into the running plan ([`merge`]: new cookies after the
 //! last, span names shared by name), its specs written into the room the tracer reserved at
 //! load, and attached for that process. The kernel raises the semaphores as it attaches, as
-//! for any site. A line on stderr says what was added.
+//! for any site, except those it would count wrong, which the run's [`crate::semaphores`]
+//! raiser counts (as at the start). A line on stderr says what was added.
 //!
 //! Without the right to open system-wide perf events the maps are polled instead, once every
 //! [`SLOW_POLL`]: probes defined later are then seen within that time.
@@ -282,10 +283,16 @@ impl Late {
 
     /// Looks for new objects in the followed processes that mapped code since the last call,
     /// and attaches what the rules choose in them. Problems are warnings: tracing goes on.
-    pub fn poll(&mut self, plan: &mut Plan, tracer: &mut Tracer, rules: &Rules) {
+    pub fn poll(
+        &mut self,
+        plan: &mut Plan,
+        tracer: &mut Tracer,
+        rules: &Rules,
+        raiser: &mut crate::semaphores::Raiser,
+    ) {
         // Objects attached late and since written in place: detached, as those of the start
-        // (the kernel raised their semaphores; nothing here raises them by hand).
-        crate::watch::stop_changed(&self.changes.take_changed(), tracer, None);
+        // (and their semaphores no longer counted by hand).
+        crate::watch::stop_changed(&self.changes.take_changed(), tracer, Some(&mut *raiser));
         match &mut self.watch {
             Some(w) => {
                 let m = w.take();
@@ -323,7 +330,7 @@ impl Late {
                 self.pending.push((pid, tries));
                 continue;
             }
-            match self.scan(pid, plan, tracer, rules, deadline) {
+            match self.scan(pid, plan, tracer, rules, raiser, deadline) {
                 Scan::Again if tries > 1 => self.pending.push((pid, tries - 1)),
                 Scan::Later => self.pending.push((pid, tries)),
                 Scan::Gone => {
@@ -342,6 +349,7 @@ impl Late {
         plan: &mut Plan,
         tracer: &mut Tracer,
         rules: &Rules,
+        raiser: &mut crate::semaphores::Raiser,
         deadline: Instant,
     ) -> Scan {
         let Ok(maps) = crate::procmaps::mapped_objects(pid) else {
@@ -394,7 +402,7 @@ impl Late {
             if o.probes.sites.is_empty() {
                 continue;
             }
-            if let Err(e) = self.add(pid, o, plan, tracer, rules) {
+            if let Err(e) = self.add(pid, o, plan, tracer, rules, raiser) {
                 crate::output::text::say(&format!("warning: {}", clean(&e)));
             }
         }
@@ -412,16 +420,29 @@ impl Late {
         plan: &mut Plan,
         tracer: &mut Tracer,
         rules: &Rules,
+        raiser: &mut crate::semaphores::Raiser,
     ) -> Result<(), String> {
         let what = format!("{} (pid {pid})", o.shown);
-        if let Some(line) = attach_new(&o, Some(pid), &what, plan, tracer, rules, &mut self.changes)
-            .map_err(|e| e.msg)?
-        {
+        let ctx = Joining {
+            tracer,
+            rules,
+            changes: &mut self.changes,
+            raiser,
+        };
+        if let Some(line) = attach_new(&o, Some(pid), &what, plan, ctx).map_err(|e| e.msg)? {
             crate::output::text::say(&line);
             self.objects.push(o);
         }
         Ok(())
     }
+}
+
+/// What joining an object to the running trace changes besides the plan.
+pub(crate) struct Joining<'a> {
+    pub tracer: &'a mut Tracer,
+    pub rules: &'a Rules<'a>,
+    pub changes: &'a mut ChangeWatch,
+    pub raiser: &'a mut crate::semaphores::Raiser,
 }
 
 /// Why an object could not join the running trace.
@@ -443,10 +464,14 @@ pub(crate) fn attach_new(
     pid: Option<u32>,
     what: &str,
     plan: &mut Plan,
-    tracer: &mut Tracer,
-    rules: &Rules,
-    changes: &mut ChangeWatch,
+    ctx: Joining<'_>,
 ) -> Result<Option<String>, NotJoined> {
+    let Joining {
+        tracer,
+        rules,
+        changes,
+        raiser,
+    } = ctx;
     let fail = |e: &dyn std::fmt::Display, no_room: bool| NotJoined {
         msg: format!("{what}: {e}"),
         no_room,
@@ -461,7 +486,12 @@ pub(crate) fn attach_new(
     let mut merged = plan.clone();
     let room = (tracer.hist_capacity() > 0).then(|| tracer.hist_capacity());
     // Merging fails only for want of span names.
-    let points = merge(&mut merged, sub, room).map_err(|e| fail(&e, true))?;
+    let mut points = merge(&mut merged, sub, room).map_err(|e| fail(&e, true))?;
+    // Semaphores the kernel would count wrong are counted by hand, as at the start.
+    let handed = crate::semaphores::affected_object(o, usize::MAX, &points);
+    if let Some(a) = &handed {
+        crate::semaphores::hand_over_points(&mut points, a);
+    }
     let masks = rules.filter.map(|f| plan::masks_from(&merged, first, f));
     tracer
         .add_sites(first as u32, &merged.specs[first..], masks.as_deref())
@@ -474,6 +504,9 @@ pub(crate) fn attach_new(
         return Err(fail(&e, false));
     }
     tracer.name_object(&path.to_string_lossy(), &o.shown);
+    if let Some(a) = handed {
+        raiser.adopt(a, pid);
+    }
     // Records of the new sites are read after this returns, by then with their cookies.
     *plan = merged;
     let spans: std::collections::BTreeSet<u32> =

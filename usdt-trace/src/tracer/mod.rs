@@ -3,7 +3,8 @@
 //! It loads the eBPF object built by `build.rs`, fills the spec table, attaches the generic
 //! uprobe program at every site, and reads the ring buffer. Each site's attachment carries a
 //! BPF cookie, its index in the spec table, and the file offset of its semaphore, which the
-//! kernel raises while the probe is attached (`ref_ctr_offset`).
+//! kernel raises while the probe is attached (`ref_ctr_offset`), unless the caller took it
+//! out because usdt-trace counts that semaphore itself (`crate::semaphores::hand_over`).
 //!
 //! What the kernel supports is probed once ([`features`]) and the attach path is chosen from
 //! that and the requested [`AttachMode`] before anything is attached; there is no silent
@@ -748,7 +749,7 @@ impl Tracer {
         )
         .map_err(|e| {
             err(match e.raw_os_error() {
-                Some(libc::EINVAL) if point.ref_ctr.is_some() => format!(
+                Some(libc::EINVAL) => format!(
                     "{e} (another tracer may hold this site with a different semaphore setting)"
                 ),
                 Some(libc::ESRCH) => "no such process".to_string(),
@@ -1059,14 +1060,18 @@ fn check_perf_fds(sites: usize, nofile: u64) -> Result<(), TraceError> {
 fn multi_error(e: &std::io::Error, points: &[AttachPoint]) -> String {
     match e.raw_os_error() {
         Some(libc::ESRCH) => "no such process".to_string(),
-        Some(libc::EINVAL) if points.len() > 1 && points.iter().any(|p| p.ref_ctr.is_some()) => {
+        // Also without a semaphore: a site attached without one (counted by hand,
+        // `semaphores::hand_over`) is refused while another tracer holds it with one.
+        Some(libc::EINVAL) if points.len() > 1 => {
             format!(
                 "uprobe_multi link for {} sites: {e} (another tracer may hold one of them with a \
-                 different semaphore setting; attach mode perf names the site)",
+                 different semaphore setting, or hold it no more but leaked it: see the kernel \
+                 log for \"leaking uprobe\", which lasts until reboot; attach mode perf names \
+                 the site)",
                 points.len()
             )
         }
-        Some(libc::EINVAL) if points.len() == 1 && points[0].ref_ctr.is_some() => {
+        Some(libc::EINVAL) if points.len() == 1 => {
             format!("{e} (another tracer may hold this site with a different semaphore setting)")
         }
         _ if points.len() > 1 => format!("uprobe_multi link for {} sites: {e}", points.len()),
@@ -1240,6 +1245,7 @@ mod tests {
             "{m}"
         );
         assert!(multi_error(&einval, &[p(Some(2))]).contains("semaphore setting"));
-        assert!(!multi_error(&einval, &[p(None)]).contains("semaphore"));
+        // Without one too: the other tracer may hold the site with one.
+        assert!(multi_error(&einval, &[p(None)]).contains("semaphore setting"));
     }
 }

@@ -90,7 +90,7 @@ fn command_status(child: Option<Child>, leave_running: bool) -> i32 {
 pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let objects = open_targets(cfg)?;
     let Planned {
-        plan,
+        mut plan,
         key_plan,
         filter_masks,
         mut watched,
@@ -125,10 +125,11 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     }
     let mut tracer =
         Tracer::load(&cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref()))?;
-    // Before attach: processes already mapping the objects get their semaphores from the
-    // kernel; only those started later need raising by hand.
-    let mut raiser =
-        crate::semaphores::Raiser::new(crate::semaphores::affected(&objects, &plan), &pids);
+    // Semaphores of lld's packed layout are counted by hand, in every process, and so not by
+    // the kernel too: their points are attached without a ref_ctr_offset.
+    let affected = crate::semaphores::affected(&objects, &plan);
+    crate::semaphores::hand_over(&mut plan, &affected);
+    let mut raiser = crate::semaphores::Raiser::new(affected, &pids);
     if let Some(w) = raiser.warning() {
         eprintln!("{}", clean(&w));
     }
@@ -137,6 +138,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         tracer.wake_on(vec![server.wake_fd()]);
     }
     attach(&mut tracer, &objects, &plan, &pids)?;
+    // Processes running now have their semaphores raised before the readiness line.
+    raiser.poll_now();
     // The run has started: only now is an existing -o or --perfetto file emptied (an error
     // above left it as it was, and removed one we created).
     for f in &mut out_files {
@@ -218,10 +221,16 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         stop_changed(&watched.take_changed(), &mut tracer, Some(&mut raiser));
         raiser.poll();
         if let Some(l) = late.as_mut() {
-            l.poll(&mut reader.plan, &mut tracer, &late_rules);
+            l.poll(&mut reader.plan, &mut tracer, &late_rules, &mut raiser);
         }
         // A file without room in the plan was said in a warning; the run goes on.
-        let _ = follow.poll(&mut reader.plan, &mut tracer, &late_rules, &mut watched);
+        let _ = follow.poll(
+            &mut reader.plan,
+            &mut tracer,
+            &late_rules,
+            &mut watched,
+            &mut raiser,
+        );
     }
 
     // However the run ended (a signal, --duration, the command's exit), a signal from here on
@@ -229,8 +238,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     STOP.store(true, Ordering::Relaxed);
     // Detach first (semaphores drop), then take what is left in the ring.
     let detach = tracer.detach_all();
-    // After detach: the kernel's unregister may itself lower the real semaphore (by then the
-    // RELRO copy is read-only), and lowering never goes below 0, so the count ends at 0.
+    // After detach, so that no hit comes between; the kernel counts none of these.
     raiser.lower_all();
     while reader.batch(&mut tracer, Duration::ZERO)? > 0 {}
     if cfg.hist || cfg.agg.count || cfg.agg.top.is_some() {
@@ -248,5 +256,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         .finish(Duration::from_millis(300))
         .saturating_sub(out_lost);
     end_warnings(cfg, &summary, &ac, out_lost, unwritten, &detach);
+    if let Some(w) = raiser.end_warning() {
+        eprintln!("{}", clean(&w));
+    }
     Ok(command_status(child, cfg.leave_running))
 }

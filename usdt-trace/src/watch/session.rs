@@ -38,7 +38,7 @@ impl Session {
     pub fn start(cfg: &WatchConfig) -> Result<Session, WatchError> {
         let objects = open_targets(cfg)?;
         let Planned {
-            plan,
+            mut plan,
             key_plan,
             filter_masks,
             watched,
@@ -46,12 +46,15 @@ impl Session {
         let t0 = monotonic_ns();
         let mut tracer =
             Tracer::load(&cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref()))?;
-        let raiser =
-            crate::semaphores::Raiser::new(crate::semaphores::affected(&objects, &plan), &cfg.pids);
+        // As in `run`: the kernel does not count what the raiser counts.
+        let affected = crate::semaphores::affected(&objects, &plan);
+        crate::semaphores::hand_over(&mut plan, &affected);
+        let mut raiser = crate::semaphores::Raiser::new(affected, &cfg.pids);
         if let Some(w) = raiser.warning() {
             crate::output::text::say(&crate::output::text::clean(&w));
         }
         attach(&mut tracer, &objects, &plan, &cfg.pids)?;
+        raiser.poll_now();
         let attached = plan.attached_line();
         let late = cfg.late().then(|| {
             let scope = crate::late::Scope::of_run(None, &cfg.pids, &objects);
@@ -108,7 +111,12 @@ impl Session {
             filter: self.cfg.filter.as_ref(),
         };
         if let Some(l) = self.late.as_mut() {
-            l.poll(&mut self.reader.plan, &mut self.tracer, &rules);
+            l.poll(
+                &mut self.reader.plan,
+                &mut self.tracer,
+                &rules,
+                &mut self.raiser,
+            );
         }
         // No room for a new build of a traced file: the definition starts again (its
         // counters carried), rather than go on without tracing what the path now runs.
@@ -118,6 +126,7 @@ impl Session {
                 &mut self.tracer,
                 &rules,
                 &mut self.watched,
+                &mut self.raiser,
             )
             .map_err(WatchError::FollowRoom)?;
         Ok(self.cfg.pids.is_empty() || self.cfg.pids.iter().any(|&p| target::pid_alive(p)))
