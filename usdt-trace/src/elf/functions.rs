@@ -517,8 +517,10 @@ pub enum FnProbeError {
 /// How function ends are traced (`watch --fn-returns`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum FnReturns {
-    /// A return probe for leaf functions (they call nothing and leave only by `ret`, so nothing
-    /// can unwind or jump across them), an ordinary probe on each `ret` instruction elsewhere.
+    /// A return probe wherever nothing can unwind across the frame: every function of a
+    /// program with no exception tables or unwinder symbols (a `longjmp` is handled by the
+    /// kernel), and leaf functions anywhere; an ordinary probe on each `ret` instruction
+    /// elsewhere (C++, Rust, libc, shared libraries).
     #[default]
     Auto,
     /// Never a return probe: an ordinary probe on each `ret` instruction.
