@@ -100,6 +100,17 @@ impl Child {
                 if libc::read(fds[0], &mut b as *mut u8 as *mut libc::c_void, 1) != 1 {
                     libc::_exit(126);
                 }
+                // `t`: stop at the exec (traced by the parent, which resumes it once it has
+                // written what the new program must find in its memory). If the kernel
+                // refuses, the command runs unstopped and the parent stops waiting.
+                if b == b't' {
+                    libc::ptrace(
+                        libc::PTRACE_TRACEME,
+                        0,
+                        std::ptr::null_mut::<libc::c_void>(),
+                        std::ptr::null_mut::<libc::c_void>(),
+                    );
+                }
                 libc::execvp(ptrs[0], ptrs.as_ptr());
                 let errno = *libc::__errno_location();
                 libc::write(st[1], &errno as *const i32 as *const libc::c_void, 4);
@@ -123,10 +134,12 @@ impl Child {
         })
     }
 
-    /// Let the child exec, and report whether the exec worked.
-    pub fn release(&mut self) -> Result<(), SpawnError> {
+    /// Let the child exec, and report whether the exec worked. With `stop_at_exec` the new
+    /// program is held stopped before its first instruction (as a tracee of ours): true when
+    /// it is, and then [`Child::resume`] lets it run.
+    pub fn release(&mut self, stop_at_exec: bool) -> Result<bool, SpawnError> {
         if let Some(mut f) = self.release.take() {
-            let _ = f.write_all(b"g");
+            let _ = f.write_all(if stop_at_exec { b"t" } else { b"g" });
         }
         if let Some(mut st) = self.exec_status.take() {
             let mut buf = [0u8; 4];
@@ -138,7 +151,41 @@ impl Child {
                 });
             }
         }
-        Ok(())
+        if !stop_at_exec {
+            return Ok(false);
+        }
+        // The exec succeeded (its status pipe closed): a traced child stops with SIGTRAP
+        // before the new program's first instruction. One that could not be traced (ptrace
+        // refused) runs on: stop waiting after a second.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            let mut st = 0;
+            // SAFETY: waitpid on our own child; __WALL also reports a traced child's stop.
+            let r = unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG | libc::__WALL) };
+            if r == self.pid {
+                if libc::WIFSTOPPED(st) {
+                    return Ok(true);
+                }
+                self.status = Some(st);
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(false)
+    }
+
+    /// Lets a child held at its exec ([`Child::release`]) run: detached, the exec's SIGTRAP
+    /// not delivered.
+    pub fn resume(&mut self) {
+        // SAFETY: detaching our own stopped tracee; signal 0 suppresses the SIGTRAP.
+        unsafe {
+            libc::ptrace(
+                libc::PTRACE_DETACH,
+                self.pid,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        };
     }
 
     /// How the child ended, once it has (and was reaped).
@@ -213,7 +260,7 @@ mod tests {
     fn spawn(cmd: &[&str]) -> Child {
         let argv: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
         let mut c = Child::spawn(&argv).unwrap();
-        c.release().unwrap();
+        c.release(false).unwrap();
         c
     }
 

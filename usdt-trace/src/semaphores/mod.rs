@@ -400,6 +400,11 @@ impl Raiser {
         self.poll_now();
     }
 
+    /// Whether it has semaphores to raise at all.
+    pub fn has_work(&self) -> bool {
+        !self.affected.is_empty()
+    }
+
     /// As [`Raiser::poll`], at once: right after attach, so that processes running then are
     /// raised before `watch` says it is attached.
     pub fn poll_now(&mut self) {

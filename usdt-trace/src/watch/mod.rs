@@ -163,7 +163,13 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     // A write to a traced file ends the loop's wait at once.
     tracer.wake_on(watched.wake_fd().into_iter().collect());
     if let Some(c) = child.as_mut() {
-        c.release()?;
+        // Semaphores this tool raises itself (the kernel would count them wrong) must be up
+        // before the command's first instruction, as the kernel's would be: the command is
+        // held at its exec while they are written.
+        if c.release(raiser.has_work())? {
+            raiser.poll_now();
+            c.resume();
+        }
     }
 
     let started = Instant::now();
