@@ -89,7 +89,7 @@ pub const RUNTIME_LIBS: &[&str] = &[
 ];
 
 /// The system library directories: the usual ones and those `/etc/ld.so.conf.d` names.
-fn system_dirs() -> Vec<PathBuf> {
+pub(crate) fn system_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/etc/ld.so.conf.d") {
         let mut confs: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();

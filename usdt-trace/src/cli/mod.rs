@@ -14,12 +14,14 @@
 
 mod args;
 mod docs;
+mod split;
 #[cfg(test)]
 mod tests;
 mod validate;
 
 pub use args::*;
 pub use docs::*;
+pub(crate) use split::*;
 pub use validate::*;
 
 use crate::list::{self};
