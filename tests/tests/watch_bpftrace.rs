@@ -1,7 +1,8 @@
 //! bpftrace's probe spellings as patterns: `uprobe:PATH:FUNC` and `uretprobe:PATH:FUNC` are
 //! our `fn:FUNC` span on that object, and a PATH without '/' is a library found the way the
 //! loader finds it for the traced program (`-c`) or among the files a `-p` process maps.
-//! Each run must trace libc's getaddrinfo as `watch LIBC 'fn:getaddrinfo'` does.
+//! Each run must trace libc's getaddrinfo as `watch LIBC 'fn:getaddrinfo'` does. And every
+//! flag takes a function by each name the tool prints or accepts elsewhere (`--args fn:F`).
 use serde_json::Value;
 use usdt_trace_tests::watch::{run, Watch};
 use usdt_trace_tests::watch_util::named;
@@ -33,7 +34,13 @@ fn one_getaddrinfo(args: &[&str]) -> Value {
     let g = named(&spans, "getaddrinfo");
     assert_eq!(g.len(), 1, "{args:?}: {:?}", out.records);
     assert_eq!(g[0]["provider"], "fn");
-    assert_eq!(g[0]["args"][0], "localhost", "{:?}", g[0]);
+    let host = &g[0]["args"];
+    let host = if host.is_object() {
+        &host["node"]
+    } else {
+        &host[0]
+    };
+    assert_eq!(host, "localhost", "{:?}", g[0]);
     g[0].clone()
 }
 
@@ -116,4 +123,18 @@ fn refused_spellings_say_why() {
     let out = run(&["watch", "uprobe:libc", "-c", CMD]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs a function (uprobe:PATH:FUNC"), "{err}");
+}
+
+/// `--args` takes a function by the names the tool prints and `--str` accepts: `fn:F` (its
+/// entry's arguments) and `fn:F__entry`.
+#[test]
+#[ignore = "needs root"]
+fn args_names_a_function_as_str_does() {
+    for probe in ["fn:getaddrinfo", "fn:getaddrinfo__entry"] {
+        let rule = format!("{probe}=node,service");
+        let s = one_getaddrinfo(&["uprobe:libc:getaddrinfo", "--args", &rule]);
+        assert_eq!(s["args"]["node"], "localhost", "{s}");
+        assert_eq!(s["args"]["service"], 0, "{s}");
+        assert!(s["args"]["arg2"].is_u64(), "{s}");
+    }
 }

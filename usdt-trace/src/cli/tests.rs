@@ -515,3 +515,28 @@ fn man_has_a_page_per_command_with_every_flag() {
         matches!(man_page(Some("nope")), Err(ManError::NoCommand { name, known }) if name == "nope" && known.contains("serve"))
     );
 }
+
+#[test]
+fn args_names_a_function_by_its_name_or_its_entry() {
+    let parse = |s: &str| fn_entry_names(crate::plan::ArgNames::parse(s).unwrap());
+    for spec in [
+        "fn:getaddrinfo=node,service",
+        "fn:getaddrinfo__entry=node,service",
+    ] {
+        let r = parse(spec);
+        assert!(r.probe.matches("fn", "getaddrinfo__entry"), "{spec}");
+        assert!(!r.probe.matches("fn", "getaddrinfo__return"), "{spec}");
+        assert_eq!(r.spec, spec, "errors name the rule as given");
+    }
+    assert!(parse("fn:getaddrinfo__return=rv")
+        .probe
+        .matches("fn", "getaddrinfo__return"));
+    assert!(parse("fn:get*=a").probe.matches("fn", "getaddrinfo__entry"));
+    assert!(!parse("fn:get*=a")
+        .probe
+        .matches("fn", "getaddrinfo__return"));
+    // A note's probe is left as it is.
+    assert!(parse("query__start=q")
+        .probe
+        .matches("postgresql", "query__start"));
+}

@@ -6,6 +6,7 @@
 use super::*;
 use crate::list::ListConfig;
 use crate::output::otlp::{settings as otlp_settings, OtlpConfig};
+use crate::pattern::Pattern;
 use crate::spans::{SpanRule, StrRule};
 use crate::watch::WatchConfig;
 use std::time::Duration;
@@ -224,6 +225,19 @@ pub(crate) fn list_functions(a: &ListArgs) -> Result<i32, String> {
     }
 }
 
+/// `--args fn:F=...` names F's arguments, which are its entry site's (`fn:F__entry`): the
+/// function's name is accepted here as it is by `--str fn:F:N` and in the span it prints.
+pub(crate) fn fn_entry_names(mut r: crate::plan::ArgNames) -> crate::plan::ArgNames {
+    let text = r.probe.as_str();
+    let site = ["__entry", "__return"].iter().any(|s| text.ends_with(s));
+    if r.probe.provider() == Some(crate::pattern::FN_PROVIDER) && !site {
+        if let Ok(p) = Pattern::parse(&format!("{text}__entry")) {
+            r.probe = p;
+        }
+    }
+    r
+}
+
 impl WatchArgs {
     pub fn validate(&self) -> Result<WatchConfig, UsageError> {
         // With -p or -c the program is known: bare words are patterns.
@@ -258,7 +272,7 @@ impl WatchArgs {
         let names = self
             .arg_names
             .iter()
-            .map(|s| crate::plan::ArgNames::parse(s))
+            .map(|s| crate::plan::ArgNames::parse(s).map(fn_entry_names))
             .collect::<Result<Vec<_>, _>>()?;
         let str_max = self.str_max;
         if !(1..=usdt_trace_common::STR_MAX_CAP as u32).contains(&str_max) {
