@@ -91,6 +91,14 @@ fn file_name(p: &Path) -> String {
         .unwrap_or_default()
 }
 
+fn is_elf(p: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == b"\x7fELF")
+}
+
 /// Where a library name is looked for.
 #[derive(Clone, Debug, Default)]
 pub struct Scope {
@@ -141,7 +149,8 @@ impl Scope {
             };
             let mut found: Vec<PathBuf> = rd
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| names_library(name, &file_name(p)) && p.is_file())
+                // `libc.so` is the linker's script, not what the loader maps.
+                .filter(|p| names_library(name, &file_name(p)) && is_elf(p))
                 .collect();
             // `libc.so.6` before `libc.so.6.1`: the shortest name is the loader's soname.
             found.sort_by_key(|p| (file_name(p).len(), p.clone()));
@@ -221,7 +230,9 @@ mod tests {
         };
         let libc = s.resolve("libc").unwrap();
         assert!(file_name(&libc).starts_with("libc.so"), "{libc:?}");
-        assert!(Scope::default().resolve("libc").is_ok());
+        // In the system directories: the library, not the linker script `libc.so`.
+        let sys = Scope::default().resolve("libc").unwrap();
+        assert!(file_name(&sys).starts_with("libc.so."), "{sys:?}");
         let me = Scope {
             exe: None,
             pids: vec![std::process::id()],
