@@ -341,6 +341,21 @@ fn one_rule_splits_files_from_patterns() {
         "{t:?}"
     );
     assert_eq!(p[0].to_string(), "fn:getaddrinfo");
+    // usdt: takes the short name too, and keeps provider:name.
+    let (t, p) = split_targets(
+        &["usdt:libc:libc:setjmp".into()],
+        false,
+        &Default::default(),
+    )
+    .unwrap();
+    assert!(
+        t[0].file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("libc.so."),
+        "{t:?}"
+    );
+    assert_eq!(p[0].to_string(), "libc:setjmp");
     let e = split_targets(
         &["uprobe:libnosuch_xyz:f".into()],
         false,
@@ -349,7 +364,7 @@ fn one_rule_splits_files_from_patterns() {
     assert!(e
         .unwrap_err()
         .to_string()
-        .starts_with("no library called libnosuch_xyz in the system library directories"),);
+        .starts_with("no library called libnosuch_xyz in the system library directories"));
     let e = split_targets(&["uprobe:/bin/sh".into()], false, &Default::default());
     assert!(e.unwrap_err().to_string().contains("needs a function"));
 }
