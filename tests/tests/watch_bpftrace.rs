@@ -138,3 +138,17 @@ fn args_names_a_function_as_str_does() {
         assert!(s["args"]["arg2"].is_u64(), "{s}");
     }
 }
+
+/// `list uprobe:libc:getaddr*` (as `bpftrace -l` takes it): the functions of that library, as
+/// `list --functions` shows them.
+#[test]
+fn list_takes_the_uprobe_spelling() {
+    let out = run(&["list", "uprobe:libc:getaddr*"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let first = text.lines().next().unwrap_or_default();
+    assert!(first.contains("/libc.so.6: "), "{text}");
+    assert!(text.lines().any(|l| l.ends_with(" getaddrinfo")), "{text}");
+    let out = run(&["list", &format!("uprobe:{}:nosuch_xyz", libc_path())]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}

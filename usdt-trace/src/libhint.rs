@@ -219,9 +219,9 @@ pub fn function_libraries(exe: &Path, fn_pats: &[&Pattern]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// What the error says of functions found in libraries: `libraries it loads define it: A, B
-/// and K more`, or None when there is none to name.
-pub fn function_hint(libs: &[PathBuf]) -> Option<String> {
+/// What the error says of `functions` (how many patterns) found in libraries: `libraries it
+/// loads define it: A, B and K more`, or None when there is none to name.
+pub fn function_hint(libs: &[PathBuf], functions: usize) -> Option<String> {
     libs.first()?;
     let shown: Vec<String> = libs
         .iter()
@@ -232,8 +232,9 @@ pub fn function_hint(libs: &[PathBuf]) -> Option<String> {
         0 => String::new(),
         n => format!(" and {n} more"),
     };
+    let it = if functions == 1 { "it" } else { "them" };
     Some(format!(
-        "libraries it loads define it: {}{more}",
+        "libraries it loads define {it}: {}{more}",
         shown.join(", ")
     ))
 }
@@ -395,11 +396,11 @@ mod tests {
             libs[0].display().to_string().contains("libc.so"),
             "{libs:?}"
         );
-        assert_eq!(function_hint(&[]), None);
+        assert_eq!(function_hint(&[], 1), None);
         let many: Vec<PathBuf> = ["/a", "/b", "/c", "/d", "/e"].map(PathBuf::from).to_vec();
         assert_eq!(
-            function_hint(&many).unwrap(),
-            "libraries it loads define it: /a, /b, /c and 2 more"
+            function_hint(&many, 2).unwrap(),
+            "libraries it loads define them: /a, /b, /c and 2 more"
         );
         assert_eq!(quote(""), "''");
     }

@@ -9,6 +9,7 @@ use crate::output::otlp::{settings as otlp_settings, OtlpConfig};
 use crate::pattern::Pattern;
 use crate::spans::{SpanRule, StrRule};
 use crate::watch::WatchConfig;
+use std::path::Path;
 use std::time::Duration;
 
 /// Largest `--max-threads`: 65536 thread states are 1 GB at worst (2 GB with strings).
@@ -210,9 +211,15 @@ pub(crate) fn list_functions(a: &ListArgs) -> Result<i32, String> {
     };
     let path = resolve_program(bin);
     check_not_script(&path).map_err(|e| e.to_string())?;
+    functions_of(&path, globs, a.json)
+}
+
+/// The functions of `path` matching `globs` (all without any), listed; none matching is an
+/// error.
+pub(crate) fn functions_of(path: &Path, globs: &[String], json: bool) -> Result<i32, String> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    match crate::functions::list(&path, globs, a.json, &mut out) {
+    match crate::functions::list(path, globs, json, &mut out) {
         // As `list BIN PATTERN`: globs that match nothing are an error, not an empty success.
         Ok(0) if !globs.is_empty() => Err(format!(
             "no function of {} matches {}",

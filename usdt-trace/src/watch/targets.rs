@@ -211,7 +211,10 @@ fn function_in_library(
         return Ok(());
     }
     let libs = crate::libhint::function_libraries(&cfg.targets[0], &missing);
-    let (Some(hint), Some(lib)) = (crate::libhint::function_hint(&libs), libs.first()) else {
+    let (Some(hint), Some(lib)) = (
+        crate::libhint::function_hint(&libs, missing.len()),
+        libs.first(),
+    ) else {
         return Ok(());
     };
     let shown: Vec<&str> = objects.iter().map(|o| o.shown.as_str()).collect();
