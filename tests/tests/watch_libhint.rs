@@ -1,4 +1,5 @@
-//! An executable without probes whose libraries have them: the error names those libraries
+//! An executable without probes whose libraries have them (or without the functions its
+//! `fn:` patterns name, which a library it loads defines): the error names those libraries
 //! (from DT_NEEDED, recursively, and the JVM's libjvm.so next to the real executable) and the
 //! command to run instead, on one line plus one hint line. No root needed: it fails before
 //! anything is loaded.
@@ -128,4 +129,30 @@ fn which(prog: &str) -> Option<std::path::PathBuf> {
             .map(|d| d.join(prog))
             .find(|p| p.is_file())
     })
+}
+
+/// A function the program calls but does not define (`getaddrinfo`, in libc): the error names
+/// the library that defines it and the command that traces it there.
+#[test]
+fn a_function_in_a_library_names_the_library() {
+    let out = run(&["watch", "fn:getaddrinfo", "-c", "getent ahosts localhost"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let n = lines.len();
+    assert!(n >= 2, "{stderr}");
+    let libc = lines[n - 2]
+        .strip_prefix(
+            "usdt-trace: error: no function matches fn:getaddrinfo in /usr/bin/getent; libraries it loads define it: ",
+        )
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(libc.contains("/libc.so"), "{stderr}");
+    assert_eq!(
+        lines[n - 1],
+        format!("hint: usdt-trace watch -c 'getent ahosts localhost' {libc} fn:getaddrinfo")
+    );
+    // The suggested command is right: that library has the function.
+    let listed = run(&["list", "--functions", libc, "getaddrinfo"]);
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(" getaddrinfo"));
 }

@@ -49,6 +49,7 @@ pub(crate) mod follow;
 pub(crate) mod functions;
 pub(crate) mod late;
 pub(crate) mod libhint;
+pub(crate) mod libname;
 pub mod list;
 pub(crate) mod outfile;
 pub mod output;

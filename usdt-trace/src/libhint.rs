@@ -89,7 +89,7 @@ pub const RUNTIME_LIBS: &[&str] = &[
 ];
 
 /// The system library directories: the usual ones and those `/etc/ld.so.conf.d` names.
-fn system_dirs() -> Vec<PathBuf> {
+pub(crate) fn system_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/etc/ld.so.conf.d") {
         let mut confs: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
@@ -201,6 +201,42 @@ pub fn probe_libraries(exe: &Path, patterns: &[Pattern]) -> Vec<ProbeLib> {
         .collect();
     libs.sort_by(|a, b| b.sites.cmp(&a.sites).then_with(|| a.path.cmp(&b.path)));
     libs
+}
+
+/// The libraries `exe` loads that define a function `fn_pats` select, in the loader's order.
+pub fn function_libraries(exe: &Path, fn_pats: &[&Pattern]) -> Vec<PathBuf> {
+    libraries_of(exe)
+        .into_iter()
+        .filter(|path| {
+            crate::elf::functions_file(path).is_ok_and(|f| {
+                f.functions.iter().any(|func| {
+                    func.names
+                        .iter()
+                        .any(|n| fn_pats.iter().any(|p| p.matches_function(n)))
+                })
+            })
+        })
+        .collect()
+}
+
+/// What the error says of `functions` (how many patterns) found in libraries: `libraries it
+/// loads define it: A, B and K more`, or None when there is none to name.
+pub fn function_hint(libs: &[PathBuf], functions: usize) -> Option<String> {
+    libs.first()?;
+    let shown: Vec<String> = libs
+        .iter()
+        .take(SHOWN)
+        .map(|l| l.display().to_string())
+        .collect();
+    let more = match libs.len().saturating_sub(SHOWN) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    let it = if functions == 1 { "it" } else { "them" };
+    Some(format!(
+        "libraries it loads define {it}: {}{more}",
+        shown.join(", ")
+    ))
 }
 
 /// Libraries named in the hint; the rest are counted.
@@ -342,6 +378,30 @@ mod tests {
             "usdt-trace watch -c CMD /j/libjvm.so"
         );
         assert_eq!(quote("it's"), r"'it'\''s'");
+        let pats = [Pattern::parse("fn:getaddrinfo").unwrap()];
+        assert_eq!(
+            suggestion(Path::new("/l/libc.so.6"), Some(&argv), &pats),
+            "usdt-trace watch -c 'java -version' /l/libc.so.6 fn:getaddrinfo"
+        );
+    }
+
+    #[test]
+    fn a_function_is_found_in_the_library_that_defines_it() {
+        let pats = [Pattern::parse("fn:getaddrinfo").unwrap()];
+        let pats: Vec<&Pattern> = pats.iter().collect();
+        // /bin/sh calls getaddrinfo through the C library, if at all: libc defines it.
+        let libs = function_libraries(Path::new("/bin/sh"), &pats);
+        assert_eq!(libs.len(), 1, "{libs:?}");
+        assert!(
+            libs[0].display().to_string().contains("libc.so"),
+            "{libs:?}"
+        );
+        assert_eq!(function_hint(&[], 1), None);
+        let many: Vec<PathBuf> = ["/a", "/b", "/c", "/d", "/e"].map(PathBuf::from).to_vec();
+        assert_eq!(
+            function_hint(&many, 2).unwrap(),
+            "libraries it loads define them: /a, /b, /c and 2 more"
+        );
         assert_eq!(quote(""), "''");
     }
 }

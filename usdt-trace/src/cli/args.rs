@@ -244,7 +244,9 @@ pub struct WatchArgs {
     #[arg(long, value_name = "N", default_value_t = usdt_trace_common::STR_MAX_DEFAULT as u32)]
     pub str_max: u32,
     /// Name PROBE's arguments in the output (repeatable), e.g. request__start=id,parent,req:
-    /// text shows (id=1, parent=0, req=2), JSON an object {"id":1,...} instead of an array.
+    /// text shows (id=1, parent=0, req=2), JSON an object {"id":1,...} instead of an array;
+    /// for a function, fn:GLOB=... (or fn:GLOB__entry) names its arguments at entry,
+    /// fn:GLOB__return=... its return value.
     /// Arguments past the names keep their position (arg3); errors: a probe that matches
     /// nothing, more names than the probe has arguments. Probes made with usdt-markers'
     /// `probe!(p, n, name = value, ...)` carry their names in the binary: no rule needed.
@@ -410,7 +412,11 @@ pub struct WatchArgs {
     /// The executable or library to trace, then provider:name glob patterns (default: all).
     /// An argument with '/' is a file; without -p, the first other argument is a file when it
     /// names one (here, else a program on PATH); every other argument is a pattern.
-    /// `usdt:PATH:PATTERN` (bpftrace's spelling) names both. `fn:GLOB` traces functions
+    /// bpftrace's spellings name both: `usdt:PATH:PATTERN`, and `uprobe:PATH:FUNC` or
+    /// `uretprobe:PATH:FUNC` (either is `fn:FUNC` on PATH: the span from entry to return); a
+    /// PATH without '/' that is no program is a library, found as the loader finds it for the
+    /// -c program, among the -p process's files, else in the system library directories
+    /// (`uprobe:libc:getaddrinfo`). `fn:GLOB` traces functions
     /// instead of notes: a span from each matching function's entry to its return, with
     /// arguments arg0..arg5 (x86_64 SysV registers; x0..x7 on aarch64) and the return value
     /// as the end's argument 0 (see `list --functions`; `--str fn:GLOB:N` or

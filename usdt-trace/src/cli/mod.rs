@@ -14,12 +14,14 @@
 
 mod args;
 mod docs;
+mod split;
 #[cfg(test)]
 mod tests;
 mod validate;
 
 pub use args::*;
 pub use docs::*;
+pub(crate) use split::*;
 pub use validate::*;
 
 use crate::list::{self};
@@ -37,6 +39,18 @@ fn write_stdout(bytes: &[u8]) -> Result<i32, String> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
         Err(e) => Err(format!("writing output: {e}")),
     }
+}
+
+/// A `list` of one file whose patterns are all `fn:` ones: a listing of its functions.
+fn only_functions(cfg: &list::ListConfig) -> bool {
+    cfg.targets.len() == 1
+        && cfg.pid.is_none()
+        && !cfg.names
+        && !cfg.patterns.is_empty()
+        && cfg
+            .patterns
+            .iter()
+            .all(|p| p.provider() == Some(crate::pattern::FN_PROVIDER))
 }
 
 /// Parse, validate, run; returns the process exit code.
@@ -57,6 +71,15 @@ pub fn main() -> i32 {
         Command::List(a) if a.functions => list_functions(&a),
         Command::List(a) => match a.validate() {
             Err(e) => Err(e.to_string()),
+            // `list uprobe:libc:getaddr*` (bpftrace's `-l`): the functions, as --functions.
+            Ok(cfg) if only_functions(&cfg) => {
+                let globs: Vec<String> = cfg
+                    .patterns
+                    .iter()
+                    .map(|p| p.as_str().trim_start_matches("fn:").to_string())
+                    .collect();
+                functions_of(&cfg.targets[0], &globs, cfg.json)
+            }
             Ok(cfg) => {
                 let stdout = std::io::stdout();
                 let mut out = std::io::BufWriter::new(stdout.lock());

@@ -285,25 +285,88 @@ fn one_rule_splits_files_from_patterns() {
     // Tests run in the package directory, where Cargo.toml exists: a file that is not the
     // first argument is still a pattern (no guessing from what happens to exist).
     assert!(Path::new("Cargo.toml").is_file());
-    let (t, p) = split_targets(&["sh".into(), "Cargo.toml".into()], true).unwrap();
+    let (t, p) = split_targets(
+        &["sh".into(), "Cargo.toml".into()],
+        true,
+        &Default::default(),
+    )
+    .unwrap();
     assert_eq!(t.len(), 1);
     assert!(t[0].ends_with("sh"), "{t:?}");
     assert_eq!(p.len(), 1);
     assert_eq!(p[0].to_string(), "Cargo.toml");
     // First, it names the file here.
-    let (t, p) = split_targets(&["Cargo.toml".into()], true).unwrap();
+    let (t, p) = split_targets(&["Cargo.toml".into()], true, &Default::default()).unwrap();
     assert_eq!((t, p.len()), (vec![PathBuf::from("Cargo.toml")], 0));
-    let (t, p) = split_targets(&["./Cargo.toml".into()], false).unwrap();
+    let (t, p) = split_targets(&["./Cargo.toml".into()], false, &Default::default()).unwrap();
     assert_eq!((t.len(), p.len()), (1, 0));
     // Without -p or -c freedom (first_may_be_file false), a bare word is a pattern.
-    let (t, p) = split_targets(&["sh".into()], false).unwrap();
+    let (t, p) = split_targets(&["sh".into()], false, &Default::default()).unwrap();
     assert_eq!((t.len(), p.len()), (0, 1));
     // bpftrace's spelling.
-    let (t, p) = split_targets(&["usdt:/bin/sh:python:function__entry".into()], true).unwrap();
+    let (t, p) = split_targets(
+        &["usdt:/bin/sh:python:function__entry".into()],
+        true,
+        &Default::default(),
+    )
+    .unwrap();
     assert_eq!(t, vec![PathBuf::from("/bin/sh")]);
     assert_eq!(p[0].to_string(), "python:function__entry");
-    let (t, p) = split_targets(&["usdt:/bin/sh".into()], true).unwrap();
+    let (t, p) = split_targets(&["usdt:/bin/sh".into()], true, &Default::default()).unwrap();
     assert_eq!((t.len(), p.len()), (1, 0));
+    // uprobe and uretprobe: the function's span on that object.
+    for kind in ["uprobe", "uretprobe"] {
+        let (t, p) = split_targets(
+            &[format!("{kind}:/bin/sh:main")],
+            false,
+            &Default::default(),
+        )
+        .unwrap();
+        assert_eq!(t, vec![PathBuf::from("/bin/sh")]);
+        assert_eq!(p[0].to_string(), "fn:main");
+    }
+    // A library by its short name, among what the program named before it loads.
+    let (t, p) = split_targets(
+        &["sh".into(), "uprobe:libc:getaddrinfo".into()],
+        true,
+        &Default::default(),
+    )
+    .unwrap();
+    assert_eq!(t.len(), 2);
+    assert!(
+        t[1].file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("libc.so"),
+        "{t:?}"
+    );
+    assert_eq!(p[0].to_string(), "fn:getaddrinfo");
+    // usdt: takes the short name too, and keeps provider:name.
+    let (t, p) = split_targets(
+        &["usdt:libc:libc:setjmp".into()],
+        false,
+        &Default::default(),
+    )
+    .unwrap();
+    assert!(
+        t[0].file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("libc.so."),
+        "{t:?}"
+    );
+    assert_eq!(p[0].to_string(), "libc:setjmp");
+    let e = split_targets(
+        &["uprobe:libnosuch_xyz:f".into()],
+        false,
+        &Default::default(),
+    );
+    assert!(e
+        .unwrap_err()
+        .to_string()
+        .starts_with("no library called libnosuch_xyz in the system library directories"));
+    let e = split_targets(&["uprobe:/bin/sh".into()], false, &Default::default());
+    assert!(e.unwrap_err().to_string().contains("needs a function"));
 }
 
 #[test]
@@ -466,4 +529,29 @@ fn man_has_a_page_per_command_with_every_flag() {
     assert!(
         matches!(man_page(Some("nope")), Err(ManError::NoCommand { name, known }) if name == "nope" && known.contains("serve"))
     );
+}
+
+#[test]
+fn args_names_a_function_by_its_name_or_its_entry() {
+    let parse = |s: &str| fn_entry_names(crate::plan::ArgNames::parse(s).unwrap());
+    for spec in [
+        "fn:getaddrinfo=node,service",
+        "fn:getaddrinfo__entry=node,service",
+    ] {
+        let r = parse(spec);
+        assert!(r.probe.matches("fn", "getaddrinfo__entry"), "{spec}");
+        assert!(!r.probe.matches("fn", "getaddrinfo__return"), "{spec}");
+        assert_eq!(r.spec, spec, "errors name the rule as given");
+    }
+    assert!(parse("fn:getaddrinfo__return=rv")
+        .probe
+        .matches("fn", "getaddrinfo__return"));
+    assert!(parse("fn:get*=a").probe.matches("fn", "getaddrinfo__entry"));
+    assert!(!parse("fn:get*=a")
+        .probe
+        .matches("fn", "getaddrinfo__return"));
+    // A note's probe is left as it is.
+    assert!(parse("query__start=q")
+        .probe
+        .matches("postgresql", "query__start"));
 }

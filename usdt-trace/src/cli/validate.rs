@@ -9,7 +9,7 @@ use crate::output::otlp::{settings as otlp_settings, OtlpConfig};
 use crate::pattern::Pattern;
 use crate::spans::{SpanRule, StrRule};
 use crate::watch::WatchConfig;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// Largest `--max-threads`: 65536 thread states are 1 GB at worst (2 GB with strings).
@@ -97,105 +97,8 @@ pub enum UsageError {
     PromBuckets(u32),
     #[error("--baseline: {0}")]
     Baseline(crate::diff::DiffError),
-}
-
-/// Split positional arguments into files and patterns, by one rule that never guesses from
-/// what happens to exist: `fn:GLOB` is a pattern; an argument with '/' is a file; `usdt:PATH[:PATTERN]` is both; when
-/// `first_may_be_file` (no -p), the first other argument is a file if it names one here or a
-/// program on PATH; every other argument is a pattern. So `list python3.11 gc__start` filters
-/// on gc__start even if a file of that name exists here (write ./gc__start for the file).
-pub(crate) fn split_targets(
-    args: &[String],
-    first_may_be_file: bool,
-) -> Result<(Vec<PathBuf>, Vec<Pattern>), UsageError> {
-    let mut targets = Vec::new();
-    let mut patterns = Vec::new();
-    let mut first = first_may_be_file;
-    for a in args {
-        if let Some(rest) = a.strip_prefix("usdt:") {
-            // The path runs to the first ':' after its last '/'.
-            let slash = rest.rfind('/').map_or(0, |i| i + 1);
-            let (path, pattern) = match rest[slash..].find(':') {
-                Some(i) => (&rest[..slash + i], &rest[slash + i + 1..]),
-                None => (rest, ""),
-            };
-            targets.push(resolve_program(path));
-            if !pattern.is_empty() {
-                patterns.push(Pattern::parse(pattern)?);
-            }
-        } else if a.starts_with("fn:") {
-            // Go function names hold '/' (`fn:net/http.serverHandler.ServeHTTP`).
-            patterns.push(Pattern::parse(a)?);
-        } else if a.contains('/') {
-            targets.push(PathBuf::from(a));
-        } else if first && !a.contains([':', '*', '?', '[']) && file_or_program(a).is_some() {
-            targets.push(file_or_program(a).unwrap_or_default());
-        } else {
-            patterns.push(Pattern::parse(a)?);
-        }
-        first = false;
-    }
-    for t in &targets {
-        check_not_script(t)?;
-    }
-    Ok((targets, patterns))
-}
-
-/// `name` as a file here, else as a program on PATH. Anything here but a directory counts as
-/// the file (a FIFO, a device): it is then refused for what it is, not taken for a pattern
-/// that matches nothing.
-pub(crate) fn file_or_program(name: &str) -> Option<PathBuf> {
-    let here = Path::new(name);
-    if here.metadata().is_ok_and(|m| !m.is_dir()) {
-        return Some(here.to_path_buf());
-    }
-    which(name)
-}
-
-pub(crate) fn resolve_program(p: &str) -> PathBuf {
-    if p.contains('/') {
-        PathBuf::from(p)
-    } else {
-        file_or_program(p).unwrap_or_else(|| PathBuf::from(p))
-    }
-}
-
-/// A `#!` script has no probes of its own: name the interpreter to trace instead.
-pub(crate) fn check_not_script(path: &Path) -> Result<(), UsageError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut head = [0u8; 256];
-    // O_NONBLOCK, then the type before any read: opening a FIFO for reading would otherwise
-    // wait for a writer forever.
-    let Ok(mut f) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-    else {
-        return Ok(()); // opening errors are reported, with context, when the target is opened
-    };
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
-        // Not a file: refused for what it is when the target is opened.
-        return Ok(());
-    }
-    let n = f.read(&mut head).unwrap_or(0);
-    if let Some(rest) = head[..n].strip_prefix(b"#!") {
-        let line = rest.split(|&b| b == b'\n').next().unwrap_or(&[]);
-        let line = String::from_utf8_lossy(line);
-        let mut words = line.split_whitespace();
-        let mut interpreter = words.next().unwrap_or("").to_string();
-        // `#!/usr/bin/env python3`: the program env runs.
-        if interpreter.ends_with("/env") {
-            if let Some(prog) = words.find(|w| !w.starts_with('-')) {
-                interpreter = which(prog).map_or(prog.to_string(), |p| p.display().to_string());
-            }
-        }
-        return Err(UsageError::Script {
-            path: path.display().to_string(),
-            interpreter,
-        });
-    }
-    Ok(())
+    #[error(transparent)]
+    LibName(#[from] crate::libname::LibNameError),
 }
 
 /// A duration: plain seconds (`2.5`) or a number with a unit (`ns`, `us`, `ms`, `s`, `m`, `h`).
@@ -284,7 +187,11 @@ pub(crate) fn command_argv(cmd: &str) -> Result<(Vec<String>, String), UsageErro
 
 impl ListArgs {
     pub fn validate(&self) -> Result<ListConfig, UsageError> {
-        let (targets, patterns) = split_targets(&self.args, self.pid.is_none())?;
+        let scope = crate::libname::Scope {
+            exe: None,
+            pids: self.pid.into_iter().collect(),
+        };
+        let (targets, patterns) = split_targets(&self.args, self.pid.is_none(), &scope)?;
         Ok(ListConfig {
             json: self.json,
             names: self.names,
@@ -304,9 +211,15 @@ pub(crate) fn list_functions(a: &ListArgs) -> Result<i32, String> {
     };
     let path = resolve_program(bin);
     check_not_script(&path).map_err(|e| e.to_string())?;
+    functions_of(&path, globs, a.json)
+}
+
+/// The functions of `path` matching `globs` (all without any), listed; none matching is an
+/// error.
+pub(crate) fn functions_of(path: &Path, globs: &[String], json: bool) -> Result<i32, String> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    match crate::functions::list(&path, globs, a.json, &mut out) {
+    match crate::functions::list(path, globs, json, &mut out) {
         // As `list BIN PATTERN`: globs that match nothing are an error, not an empty success.
         Ok(0) if !globs.is_empty() => Err(format!(
             "no function of {} matches {}",
@@ -319,21 +232,17 @@ pub(crate) fn list_functions(a: &ListArgs) -> Result<i32, String> {
     }
 }
 
-/// Find `prog` the way execvp would.
-pub(crate) fn which(prog: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let runnable = |p: &Path| {
-        p.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if prog.contains('/') {
-        let p = PathBuf::from(prog);
-        return runnable(&p).then_some(p);
+/// `--args fn:F=...` names F's arguments, which are its entry site's (`fn:F__entry`): the
+/// function's name is accepted here as it is by `--str fn:F:N` and in the span it prints.
+pub(crate) fn fn_entry_names(mut r: crate::plan::ArgNames) -> crate::plan::ArgNames {
+    let text = r.probe.as_str();
+    let site = ["__entry", "__return"].iter().any(|s| text.ends_with(s));
+    if r.probe.provider() == Some(crate::pattern::FN_PROVIDER) && !site {
+        if let Ok(p) = Pattern::parse(&format!("{text}__entry")) {
+            r.probe = p;
+        }
     }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(prog))
-        .find(|p| runnable(p))
+    r
 }
 
 impl WatchArgs {
@@ -341,7 +250,16 @@ impl WatchArgs {
         // With -p or -c the program is known: bare words are patterns.
         let first_may_be_file =
             self.pids.is_empty() && self.command.is_none() && self.processes.is_empty();
-        let (mut targets, patterns) = split_targets(&self.args, first_may_be_file)?;
+        // A library named without '/' is the one the -c program (or the -p process) loads.
+        let scope = crate::libname::Scope {
+            exe: self
+                .command
+                .as_deref()
+                .and_then(|c| command_argv(c).ok())
+                .and_then(|(_, prog)| which(&prog)),
+            pids: self.pids.clone(),
+        };
+        let (mut targets, patterns) = split_targets(&self.args, first_may_be_file, &scope)?;
         let key = match self.key {
             Some(k) if k >= usdt_trace_common::MAX_ARGS => {
                 return Err(crate::spans::SpanError::KeyIndex(k).into())
@@ -361,7 +279,7 @@ impl WatchArgs {
         let names = self
             .arg_names
             .iter()
-            .map(|s| crate::plan::ArgNames::parse(s))
+            .map(|s| crate::plan::ArgNames::parse(s).map(fn_entry_names))
             .collect::<Result<Vec<_>, _>>()?;
         let str_max = self.str_max;
         if !(1..=usdt_trace_common::STR_MAX_CAP as u32).contains(&str_max) {

@@ -25,6 +25,15 @@ pub enum WatchError {
         hint: String,
         suggestion: String,
     },
+    /// `fn:` patterns that select no function of the program but do in libraries it loads
+    /// (`getaddrinfo` in libc, called from curl).
+    #[error("no function matches {patterns} in {what}; {hint}\nhint: {suggestion}")]
+    FunctionInLibrary {
+        patterns: String,
+        what: String,
+        hint: String,
+        suggestion: String,
+    },
     #[error(
         "{path} is not mapped by process {pids} (list what it maps with: usdt-trace list -p PID)"
     )]

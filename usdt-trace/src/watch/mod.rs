@@ -255,13 +255,20 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let out_lost = output.lost();
     let summary = summarize(&tracer, &reader, &ac, out_lost, t0)?;
     reader.sinks.finish(&summary)?;
+    // For the end's hints: what was traced, by name.
+    let probes: Vec<String> = reader
+        .plan
+        .sites
+        .iter()
+        .map(|s| format!("{}:{}", s.provider, s.name))
+        .collect();
     drop(reader);
     // A reader that stopped reading gets a moment, then what it did not take is counted.
     // Bounded so that stopping stays well under a second whatever the reader does.
     let unwritten = output
         .finish(Duration::from_millis(300))
         .saturating_sub(out_lost);
-    end_warnings(cfg, &summary, &ac, out_lost, unwritten, &detach);
+    end_warnings(cfg, &summary, &ac, out_lost, unwritten, &detach, &probes);
     if let Some(w) = raiser.end_warning() {
         eprintln!("{}", clean(&w));
     }

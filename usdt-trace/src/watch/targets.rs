@@ -148,6 +148,9 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
             );
         }
     }
+    if cfg.targets.len() == 1 && cfg.pids.is_empty() {
+        function_in_library(cfg, &fn_pats, &objects)?;
+    }
     // With `fn:` patterns, the plan names the pattern that matched no function.
     if objects.iter().all(|o| o.probes.sites.is_empty())
         && (fn_pats.is_empty() || objects.is_empty())
@@ -182,6 +185,46 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
         });
     }
     Ok(objects)
+}
+
+/// A program that does not define the functions its `fn:` patterns name, but loads a library
+/// that does (curl and libc's `getaddrinfo`): the error names the library and the command that
+/// traces it there, as for a program whose libraries have the USDT probes.
+fn function_in_library(
+    cfg: &WatchConfig,
+    fn_pats: &[&crate::pattern::Pattern],
+    objects: &[Object],
+) -> Result<(), WatchError> {
+    let missing: Vec<&crate::pattern::Pattern> = fn_pats
+        .iter()
+        .copied()
+        .filter(|p| {
+            !objects.iter().any(|o| {
+                o.probes
+                    .sites
+                    .iter()
+                    .any(|s| crate::elf::function_of(s).is_some_and(|f| p.matches_function(f)))
+            })
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let libs = crate::libhint::function_libraries(&cfg.targets[0], &missing);
+    let (Some(hint), Some(lib)) = (
+        crate::libhint::function_hint(&libs, missing.len()),
+        libs.first(),
+    ) else {
+        return Ok(());
+    };
+    let shown: Vec<&str> = objects.iter().map(|o| o.shown.as_str()).collect();
+    let patterns: Vec<String> = missing.iter().map(|p| p.to_string()).collect();
+    Err(WatchError::FunctionInLibrary {
+        patterns: patterns.join(" "),
+        what: shown.join(", "),
+        hint,
+        suggestion: crate::libhint::suggestion(lib, cfg.command.as_deref(), &cfg.patterns),
+    })
 }
 
 fn join_pids(pids: &[u32]) -> String {
