@@ -57,6 +57,7 @@ mod sparse;
 mod symbols;
 #[cfg(test)]
 mod tests;
+mod unwind;
 mod warnings;
 
 pub use fnshape::Shape;
