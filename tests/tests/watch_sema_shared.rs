@@ -37,6 +37,22 @@ fn request_spans(w: &mut Watch, n: usize, timeout: Duration) -> bool {
 
 /// Requests until one shows as a span: the server's semaphores are raised. Returns how many
 /// request spans the tracer has shown by then (those sent before the raise fire nothing).
+/// Five requests to the server on `port`, their five spans seen by `w`, then `w` stopped; the
+/// kernel unregisters as the links close, before watch exits, its log lines with it (a moment
+/// for them to be written).
+fn five_requests(mut w: Watch, port: u16) -> usdt_trace_tests::watch::Output {
+    for _ in 0..5 {
+        get(port);
+    }
+    assert!(
+        request_spans(&mut w, 5, Duration::from_secs(30)),
+        "5 request spans"
+    );
+    let out = w.stop();
+    std::thread::sleep(Duration::from_millis(200));
+    out
+}
+
 fn warm_up(w: &mut Watch, port: u16) -> usize {
     let t0 = Instant::now();
     loop {
@@ -88,16 +104,7 @@ fn demo_server_started_after_attach_leaks_no_uprobe() {
     let a_pid = a.pid();
     let server = start_server(bin, port, Some(&root));
     let warm = warm_up(&mut a, port);
-    for _ in 0..5 {
-        get(port);
-    }
-    assert!(
-        request_spans(&mut a, 5, Duration::from_secs(30)),
-        "5 request spans"
-    );
-    let out = a.stop();
-    // The kernel unregisters as the links close, before watch exits; its log lines with it.
-    std::thread::sleep(Duration::from_millis(200));
+    let out = five_requests(a, port);
     let others_a = log.assert_clean(
         "a watch attached before the server started",
         &[ino],
@@ -117,17 +124,9 @@ fn demo_server_started_after_attach_leaks_no_uprobe() {
     assert!(out.stderr.contains("lld's packed layout"), "{}", out.stderr);
 
     // Again, the server running at attach (and raised and lowered by the first watch).
-    let mut b = Watch::start(&[bin_str]);
+    let b = Watch::start(&[bin_str]);
     let b_pid = b.pid();
-    for _ in 0..5 {
-        get(port);
-    }
-    assert!(
-        request_spans(&mut b, 5, Duration::from_secs(30)),
-        "5 request spans"
-    );
-    let out = b.stop();
-    std::thread::sleep(Duration::from_millis(200));
+    let out = five_requests(b, port);
     let others = log.assert_clean("a second watch on the same server", &[ino], &[b_pid]);
     assert!(out.status.success(), "{}", out.stderr);
     let requests = out
@@ -409,15 +408,7 @@ fn a_deployed_build_is_counted_by_hand_too() {
     let port = free_port();
     let server = start_server(&app, port, Some(&root));
     let warm = warm_up(&mut w, port);
-    for _ in 0..5 {
-        get(port);
-    }
-    assert!(
-        request_spans(&mut w, 5, Duration::from_secs(30)),
-        "5 request spans"
-    );
-    let out = w.stop();
-    std::thread::sleep(Duration::from_millis(200));
+    let out = five_requests(w, port);
     let others = log.assert_clean("a deployed build", &[first, second], &[wpid]);
     drop(server);
     assert!(out.status.success(), "{}", out.stderr);
