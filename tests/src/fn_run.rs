@@ -139,35 +139,67 @@ pub struct Redis {
 }
 
 impl Redis {
-    /// Starts one on `port` and waits (20 s at most) until it answers PING.
-    pub fn start(port: u16) -> Redis {
+    /// Starts one on a port nobody holds and waits (20 s at most) until it answers PING.
+    ///
+    /// The port is one the kernel just handed out and we let go of; a server that still
+    /// cannot bind it (another program took it in between) exits, and the next try takes
+    /// another port. What the server printed is kept for the failure message: a fixed
+    /// port derived from the test's pid once collided in CI and the test only said "did not
+    /// start".
+    pub fn start() -> Redis {
         assert!(
             Path::new(REDIS_SERVER).exists(),
             "redis-server missing: run scripts/setup.sh"
         );
-        let child = proc::spawn(
-            Command::new(REDIS_SERVER)
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--daemonize",
-                    "no",
-                ])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null()),
-        );
-        let r = Redis { child, port };
-        let t0 = Instant::now();
-        while r.cli(&["ping"]).trim() != "PONG" {
-            assert!(t0.elapsed().as_secs() < 20, "redis did not start");
-            std::thread::sleep(Duration::from_millis(50));
+        let dir = scratch_dir("redis");
+        let mut last = String::new();
+        for attempt in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let log = dir.join(format!("redis-{attempt}.log"));
+            let out = std::fs::File::create(&log).unwrap();
+            let child = proc::spawn(
+                Command::new(REDIS_SERVER)
+                    .args([
+                        "--port",
+                        &port.to_string(),
+                        "--bind",
+                        "127.0.0.1",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--daemonize",
+                        "no",
+                    ])
+                    .stdin(Stdio::null())
+                    .stdout(out.try_clone().unwrap())
+                    .stderr(out),
+            );
+            let mut r = Redis { child, port };
+            let t0 = Instant::now();
+            loop {
+                if r.cli(&["ping"]).trim() == "PONG" {
+                    return r;
+                }
+                if let Ok(Some(status)) = r.child.try_wait() {
+                    last = format!(
+                        "redis-server on port {port} ended ({status}): {}",
+                        std::fs::read_to_string(&log).unwrap_or_default().trim()
+                    );
+                    break;
+                }
+                assert!(
+                    t0.elapsed().as_secs() < 20,
+                    "redis did not answer PING on port {port} in 20 s: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default().trim()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
-        r
+        panic!("redis did not start in 5 tries; the last: {last}");
     }
 
     pub fn pid(&self) -> u32 {

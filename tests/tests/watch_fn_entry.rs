@@ -307,7 +307,7 @@ fn redis_entries_past_their_first_instruction_read_what_bpftrace_reads_there() {
         .cloned()
         .collect();
     assert!(chosen.len() >= 6, "{chosen:?}");
-    let srv = Redis::start(21000 + (std::process::id() % 20000) as u16);
+    let srv = Redis::start();
     let cli = |input: &str| srv.cli_script(input);
     let pid = srv.pid().to_string();
     let bt = Bpftrace::start(REDIS_SERVER, &chosen, &format!("pid == {pid}"));

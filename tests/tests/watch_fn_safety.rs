@@ -146,8 +146,7 @@ fn fn_star_on_bash_and_python_computes_the_same() {
 #[test]
 #[ignore = "needs root"]
 fn fn_star_on_redis_server_keeps_it_answering_right() {
-    let port = 20000 + (std::process::id() % 20000) as u16;
-    let redis = Redis::start(port);
+    let redis = Redis::start();
     let cli = |args: &[&str]| redis.cli(args);
     let pid = redis.pid().to_string();
     let w = usdt_trace_tests::watch::Watch::start(&["--hist", "-p", &pid, REDIS_SERVER, "fn:*"]);

@@ -335,8 +335,7 @@ fn cpp_exception_through_a_plain_c_library_computes_the_same() {
 #[test]
 #[ignore = "needs root"]
 fn redis_eval_errors_while_fn_star_traces_the_server_reply_the_same() {
-    let port = 40000 + (std::process::id() % 20000) as u16;
-    let mut redis = Redis::start(port);
+    let mut redis = Redis::start();
     let mut script = String::new();
     for r in 0..50 {
         for cmd in [
