@@ -45,6 +45,8 @@ pub struct Watch {
     early_stderr: String,
     /// stdout lines [`Watch::wait_for`] has read, kept for [`Watch::finish`].
     seen: Vec<String>,
+    /// The machine's steal (`/proc/stat`) when the run started.
+    steal_at_start: u64,
 }
 
 /// Output of a finished `watch`.
@@ -53,9 +55,28 @@ pub struct Output {
     pub records: Vec<Value>,
     pub stderr: String,
     pub status: std::process::ExitStatus,
+    /// What the hypervisor stole from this machine's vCPUs during the run, all CPUs together
+    /// (`/proc/stat`, 10 ms resolution): tests report it, as they cannot command it.
+    pub host_steal_ns: u64,
+}
+
+/// The steal of all CPUs since boot, from `/proc/stat`'s `cpu` line (its eighth number, in
+/// USER_HZ ticks of 10 ms), in ns; 0 when unreadable.
+pub fn host_steal_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    stat.lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(8))
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(0, |ticks| ticks * 10_000_000)
 }
 
 impl Output {
+    /// [`Output::host_steal_ns`] in ms.
+    pub fn host_steal_ms(&self) -> f64 {
+        self.host_steal_ns as f64 / 1e6
+    }
+
     pub fn of_type<'a>(&'a self, t: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
         self.records.iter().filter(move |r| r["type"] == t)
     }
@@ -92,6 +113,7 @@ impl Watch {
     }
 
     fn start_full(args: &[&str], json: bool, env: &[(&str, &str)], attach: Duration) -> Watch {
+        let steal_at_start = host_steal_ns();
         let mut cmd = Command::new(usdt_trace_bin());
         cmd.envs(env.iter().copied());
         cmd.arg("watch");
@@ -140,6 +162,7 @@ impl Watch {
             attached_line,
             early_stderr,
             seen: Vec::new(),
+            steal_at_start,
         }
     }
 
@@ -209,6 +232,7 @@ impl Watch {
             records,
             stderr,
             status,
+            host_steal_ns: host_steal_ns().saturating_sub(self.steal_at_start),
         }
     }
 }
@@ -226,8 +250,9 @@ pub fn run(args: &[&str]) -> std::process::Output {
 }
 
 /// The time-split fields of a span record, as every exporter carries them.
-pub const SPLIT_FIELDS: [&str; 8] = [
+pub const SPLIT_FIELDS: [&str; 9] = [
     "oncpu_ns",
+    "steal_ns",
     "offcpu_ns",
     "runq_ns",
     "sleep_ns",

@@ -53,6 +53,7 @@ fn spans<'a>(out: &'a watch::Output, name: &str, rounds: u32) -> Vec<&'a Value> 
 /// The parts of a polled span add up to its duration.
 fn check_adds_up(s: &Value) {
     let parts = num(s, "oncpu_ns")
+        + num(s, "steal_ns")
         + num(s, "runq_ns")
         + num(s, "sleep_ns")
         + num(s, "io_ns")
@@ -68,16 +69,15 @@ fn check_adds_up(s: &Value) {
     );
 }
 
-/// On-CPU time of a span that did `want` of CPU work by its thread's own clock: not less than
-/// 90% of it, and not more than 125%. Above: the work loop overshoots its target by up to an
-/// iteration and its clock reads, and this VM's hypervisor steals time from a running vCPU
-/// (on CPU for the tool, which measures wall time between switches): 11.22 ms for 10 ms of
-/// work was measured beside a CPU hog, where runq and idle matched the program's own clocks.
-/// A misfiled interval (a missed switch-in) is 1-29 ms, still caught.
+/// On-CPU time of a span against the CPU time its work took by the threads' own clocks
+/// (`want`, which the program measured around each burn): within 3%, and 0.1 ms for what the
+/// polls ran outside the burns (the runtime's own code, the markers). The tool's on-CPU part
+/// is the threads' runtime as the kernel charges it, so the host's steal (its own part) does
+/// not count: before it did, and 18.31 ms was measured for 10 ms of work under load.
 fn cpu_work(what: &str, got: f64, want: f64, s: &Value) {
     assert!(
-        (want * 0.90..=want * 1.25).contains(&got),
-        "{what}: {:.2} ms, want {:.2} ms -10%/+25%: {s}",
+        (got - want).abs() <= want * 0.03 + 0.1 * MS,
+        "{what}: {:.3} ms, the threads' own CPU clocks {:.3} ms ±3% (+0.1 ms): {s}",
         got / MS,
         want / MS
     );
@@ -116,12 +116,11 @@ fn async_spans_get_a_split_across_threads() {
     for s in spans(&out, "burn", rounds) {
         eprintln!("burn: {s}");
         check_adds_up(s);
-        cpu_work(
-            "oncpu vs the 10 ms of CPU work",
-            num(s, "oncpu_ns"),
-            10.0 * MS,
-            s,
-        );
+        let cpu = s["end_args"][1]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no CPU time: {s}")) as f64;
+        assert!(cpu >= 10.0 * MS, "10 ms of CPU work: {s}");
+        cpu_work("oncpu vs the burns' CPU time", num(s, "oncpu_ns"), cpu, s);
         assert_eq!(num(s, "polls"), 2.0, "{s}");
         assert_eq!(num(s, "threads"), 2.0, "woken on the other worker: {s}");
         assert_ne!(
@@ -166,12 +165,11 @@ fn async_spans_get_a_split_across_threads() {
     for s in spans(&out, "contend", rounds) {
         eprintln!("contend: {s}");
         check_adds_up(s);
-        cpu_work(
-            "oncpu vs the 10 ms of CPU work",
-            num(s, "oncpu_ns"),
-            10.0 * MS,
-            s,
-        );
+        let cpu = s["end_args"][3]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no CPU time: {s}")) as f64;
+        assert!(cpu >= 10.0 * MS, "10 ms of CPU work: {s}");
+        cpu_work("oncpu vs the burns' CPU time", num(s, "oncpu_ns"), cpu, s);
         // What the pinned hog ran while the span was polled is what the span waited for.
         // end_args[0] is the span id; [1] the polls' wall time less their CPU time, as the
         // program measured it; [2] the CPU time the pinned hog ran meanwhile.

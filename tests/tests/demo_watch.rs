@@ -164,7 +164,7 @@ fn check(bin: &Path) {
         // ones included, and its parts add up to its duration.
         if s["comm"] == "tokio-rt-worker" {
             assert!(u64_of(&s["polls"], "polls") > 0, "{s}");
-            let parts: u64 = ["oncpu_ns", "offcpu_ns", "idle_ns"]
+            let parts: u64 = ["oncpu_ns", "steal_ns", "offcpu_ns", "idle_ns"]
                 .iter()
                 .map(|k| u64_of(&s[*k], k))
                 .sum();

@@ -60,7 +60,14 @@ fn without_sched_hooks_sleeping_spans_carry_no_split() {
         );
         for s in without.spans() {
             assert!(s["duration_ns"].as_u64().unwrap() >= MS * 1_000_000, "{s}");
-            for k in ["oncpu_ns", "offcpu_ns", "sleep_ns", "runq_ns", "io_ns"] {
+            for k in [
+                "oncpu_ns",
+                "steal_ns",
+                "offcpu_ns",
+                "sleep_ns",
+                "runq_ns",
+                "io_ns",
+            ] {
                 assert!(
                     s.get(k).is_none(),
                     "{pairing:?}: --no-sched span has {k}: {s}"

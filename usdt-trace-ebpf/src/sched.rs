@@ -12,14 +12,15 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_task_pt_regs,
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf,
+        bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_buf, bpf_task_pt_regs,
     },
     programs::BtfTracePointContext,
 };
 use usdt_trace_common::{
-    off_cpu_state, str_key_thread, OffInterval, RecordKind, ThreadState, WaitRecord, CFG_WAITS,
-    CNT_UNMATCHED_START, CNT_WAITS_LOST, MAX_DEPTH, SC_NONE, SC_USER, SYSCALL_CLASS_LEN,
+    off_cpu_state, str_key_thread, CpuSteal, OffInterval, RecordKind, ThreadState, WaitRecord,
+    CFG_WAITS, CNT_UNMATCHED_START, CNT_WAITS_LOST, MAX_DEPTH, SC_NONE, SC_USER, SYSCALL_CLASS_LEN,
     TS_RUNNING, TS_RUNQ,
 };
 
@@ -116,6 +117,40 @@ fn task_counters(task: *const u8) -> (Option<u64>, Option<u64>) {
     }
 }
 
+/// The steal counter of the CPU this runs on ([`CpuSteal`]), through `task`, a task on this
+/// CPU (the current one, or `next` at a switch): its `se.cfs_rq->rq` is this CPU's run queue
+/// (the kernel points it there whenever the task moves, for every scheduling class). Four
+/// checked reads; `UNKNOWN` when BTF lacked a member or a read faulted.
+#[inline(always)]
+pub fn cpu_steal(task: *const u8) -> CpuSteal {
+    let Some(cfg) = CONFIG.get(0) else {
+        return CpuSteal::UNKNOWN;
+    };
+    if cfg.task_cfs_rq_off == 0 || cfg.rq_clock_task_off == 0 {
+        return CpuSteal::UNKNOWN;
+    }
+    // SAFETY: the helper checks each kernel address and fails on a fault.
+    let read = |p: u64| unsafe { bpf_probe_read_kernel(p as *const u64) }.ok();
+    let Some(cfs_rq) = read(task as u64 + cfg.task_cfs_rq_off as u64) else {
+        return CpuSteal::UNKNOWN;
+    };
+    let Some(rq) = read(cfs_rq + cfg.cfs_rq_rq_off as u64) else {
+        return CpuSteal::UNKNOWN;
+    };
+    match (
+        read(rq + cfg.rq_clock_off as u64),
+        read(rq + cfg.rq_clock_task_off as u64),
+    ) {
+        (Some(clock), Some(task_clock)) => CpuSteal {
+            ns: clock.saturating_sub(task_clock),
+            // SAFETY: the helper has no preconditions.
+            cpu: unsafe { bpf_get_smp_processor_id() },
+            _pad: 0,
+        },
+        _ => CpuSteal::UNKNOWN,
+    }
+}
+
 /// The class (`SC_*`) of the syscall the current task is in, from the syscall number its
 /// entry saved in its user registers (`orig_ax` on x86_64, `syscallno` on aarch64): -1 outside
 /// a syscall, e.g. in a page fault, which is `SC_USER`. Only called for a traced thread that
@@ -145,10 +180,10 @@ fn current_syscall_class() -> u8 {
 /// runs from here, and the scheduler hooks must look at this thread from here on. `tgid`: its
 /// process, which the hooks cannot cheaply read from the task they see (for its waits).
 #[inline(always)]
-pub fn resume_accounting(st: &mut ThreadState, now: u64, tgid: u32) {
+pub fn resume_accounting(st: &mut ThreadState, now: u64, steal: CpuSteal, tgid: u32) {
     enter_filter(st);
     st.tgid = tgid;
-    st.resume_accounting(now);
+    st.resume_accounting(now, steal);
 }
 
 /// In a probe: the current thread runs, whatever its state says. Repair a switch-in that
@@ -180,7 +215,7 @@ pub extern "C" fn usdt_catch_up(st: *mut ThreadState, now: u64) -> u32 {
         // bpf_probe_read_kernel.
         let task = unsafe { bpf_get_current_task() } as *const u8;
         let (exec, delay) = task_counters(task);
-        if let Some(off) = st.catch_up_running(now, exec, delay, false) {
+        if let Some(off) = st.catch_up_running(now, exec, delay, false, cpu_steal(task)) {
             send_wait(st, task, bpf_get_current_pid_tgid() as u32, &off);
         }
     }
@@ -219,7 +254,10 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             // It is leaving the CPU, so it ran: repair a switch-in we never saw, then keep the
             // kernel's counters for the next repair.
             let (exec, delay) = task_counters(prev_task);
-            if let Some(off) = st.catch_up_running(now, exec, delay, true) {
+            // The run queue's clock was brought up to date by this switch: the steal of the
+            // stretch now ending is all in.
+            let steal = cpu_steal(prev_task);
+            if let Some(off) = st.catch_up_running(now, exec, delay, true, steal) {
                 send_wait(st, prev_task, bpf_get_current_pid_tgid() as u32, &off);
             }
             st.snap_counters(exec, delay);
@@ -232,7 +270,7 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             } else {
                 current_syscall_class()
             };
-            st.switch_out(now, preempt, prev_state as u32, class);
+            st.switch_out(now, steal, preempt, prev_state as u32, class);
         } else {
             // No span open: until it opens one, its switches cost no lookup.
             leave_filter(st);
@@ -248,7 +286,7 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
     if let Some(st) = existing_thread(next) {
         if st.active() && st.state != TS_RUNNING {
             // SAFETY: the helper has no preconditions.
-            let off = st.switch_in(unsafe { bpf_ktime_get_ns() });
+            let off = st.switch_in(unsafe { bpf_ktime_get_ns() }, cpu_steal(next_task));
             send_wait(st, next_task, next, &off);
         }
     }
@@ -277,7 +315,8 @@ pub fn on_waking(ctx: &BtfTracePointContext) {
         st.timed_out();
     }
     // SAFETY: the helper has no preconditions.
-    st.set_state(unsafe { bpf_ktime_get_ns() }, TS_RUNQ);
+    // Asleep until now: no on-CPU stretch ends here, so no steal to read.
+    st.set_state(unsafe { bpf_ktime_get_ns() }, CpuSteal::UNKNOWN, TS_RUNQ);
     // The waker is the current task, unless this runs in interrupt context: then the current
     // task is merely whoever the interrupt hit, and the waker is the interrupt.
     if let Some(label) = irq::waker_label() {

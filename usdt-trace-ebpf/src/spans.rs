@@ -4,20 +4,22 @@
 use aya_ebpf::{
     bindings::pt_regs,
     cty::c_void,
-    helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+    },
     programs::ProbeContext,
     EbpfContext,
 };
 use usdt_trace_common::{
     agg::{CFG_AGG_ARGS, CFG_AGG_BY},
-    hist_slot, str_key_thread, Acct, Config, EventRecord, Frame, IdFrame, IdKey, IdSlot, PollAcct,
-    RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, StackRecord, StrsRecord, ThreadState,
-    CFG_FILTER, CFG_HIST, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS,
-    CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END,
-    CNT_UNMATCHED_END, CNT_UNMATCHED_START, END_SP_POPPED, END_SP_SAME, END_SP_TAIL,
-    HIST_COMPONENTS, HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, ID_NONE,
-    ID_SLOT_FILLING, ID_SLOT_FREE, ID_SLOT_OPEN, MAX_ARGS, MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT,
-    PAIR_CLOSED, SPEC_NO_THREAD_SPLIT, STRS_RECORD_SENT,
+    hist_slot, str_key_thread, Acct, Config, CpuSteal, EventRecord, Frame, IdFrame, IdKey, IdSlot,
+    PollAcct, RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, StackRecord, StrsRecord,
+    ThreadState, CFG_FILTER, CFG_HIST, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START,
+    CNT_EVENTS, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL,
+    CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, END_SP_POPPED, END_SP_SAME,
+    END_SP_TAIL, HIST_COMPONENTS, HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ,
+    HIST_SLEEP, HIST_STEAL, ID_NONE, ID_SLOT_FILLING, ID_SLOT_FREE, ID_SLOT_OPEN, MAX_ARGS,
+    MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT, PAIR_CLOSED, SPEC_NO_THREAD_SPLIT, STRS_RECORD_SENT,
 };
 
 use crate::args::ArgWords;
@@ -69,6 +71,19 @@ impl<const S: bool> Hit<'_, S> {
     #[inline(always)]
     fn split(&self) -> bool {
         S
+    }
+
+    /// This CPU's steal counter, read where a split is taken (four kernel reads, so only
+    /// there): it splits the on-CPU stretch in progress into runtime and the host's steal.
+    #[inline(always)]
+    fn steal(&self) -> CpuSteal {
+        if S {
+            // SAFETY: the helper has no preconditions; the task is only read through
+            // bpf_probe_read_kernel.
+            sched::cpu_steal(unsafe { bpf_get_current_task() } as *const u8)
+        } else {
+            CpuSteal::UNKNOWN
+        }
     }
 
     /// Whether span starts keep their arguments (and string): always when records are made,
@@ -408,7 +423,7 @@ fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         return Ok(());
     };
     if hit.split() {
-        sched::resume_accounting(st, hit.now, hit.tgid);
+        sched::resume_accounting(st, hit.now, hit.steal(), hit.tgid);
         sched::catch_up(st, hit.now);
     }
     // Counted before the snapshot: the spans open around this one hold the hit whole; this
@@ -418,7 +433,7 @@ fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     if hit.split() {
         st.acct.add_probe(hit.spec.probe_ns);
     }
-    let acct = hit.split().then(|| st.acct_at(hit.now));
+    let acct = hit.split().then(|| st.acct_at(hit.now, hit.steal()));
     // A full stack drops the start (and, through the thread's overflow count, its end).
     let Some(depth) = st.push() else {
         count(CNT_DEPTH_START);
@@ -492,7 +507,7 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     if !keep_above {
         st.depth = found as u32;
     }
-    let acct_end = st.acct_at(hit.now);
+    let acct_end = st.acct_at(hit.now, hit.steal());
     // `get` rather than indexing: no bounds-check panic path for the verifier to reject.
     let Some(f) = st.frames.get_mut(found) else {
         return Ok(());
@@ -602,11 +617,11 @@ fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     let mut acct_start = None;
     // No split (`--no-sched`): the start touches no thread state, and its end none either.
     if let Some(st) = hit.split().then(|| thread_state(hit.tid)).flatten() {
-        sched::resume_accounting(st, hit.now, hit.tgid);
+        sched::resume_accounting(st, hit.now, hit.steal(), hit.tgid);
         sched::catch_up(st, hit.now);
         // As for a span paired per thread: its own start's hit is not inside it.
         st.acct.add_probe(hit.spec.probe_ns);
-        acct_start = Some(st.acct_at(hit.now));
+        acct_start = Some(st.acct_at(hit.now, hit.steal()));
         st.id_open += 1;
     }
     let key = hit.read_id_key();
@@ -696,7 +711,7 @@ fn end_by_id<const S: bool>(hit: &Hit<S>, end_args: &mut [u64; MAX_ARGS]) -> Res
         if tid == hit.tid {
             if let Some(st) = mine.as_deref_mut() {
                 sched::catch_up(st, hit.now);
-                poll.exit(tid, hit.now, st.acct_at(hit.now));
+                poll.exit(tid, hit.now, st.acct_at(hit.now, hit.steal()));
             }
         }
         release_on(tid, hit.tid, &mut mine);
@@ -710,7 +725,10 @@ fn end_by_id<const S: bool>(hit: &Hit<S>, end_args: &mut [u64; MAX_ARGS]) -> Res
         // Not polled: a split only means something when one thread ran it from start to end.
         let acct = mine.map(|st| {
             sched::catch_up(st, hit.now);
-            own_end(st.acct_at(hit.now).since(&f.acct_start), hit.spec.probe_ns)
+            own_end(
+                st.acct_at(hit.now, hit.steal()).since(&f.acct_start),
+                hit.spec.probe_ns,
+            )
         });
         (acct, None)
     } else {
@@ -751,10 +769,10 @@ fn poll_enter<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         release_id_span(prev);
         p.enter_tid = 0;
     }
-    sched::resume_accounting(st, hit.now, hit.tgid);
+    sched::resume_accounting(st, hit.now, hit.steal(), hit.tgid);
     sched::catch_up(st, hit.now);
     st.acct.add_probe(hit.spec.probe_ns);
-    p.enter(hit.tid, hit.now, st.acct_at(hit.now));
+    p.enter(hit.tid, hit.now, st.acct_at(hit.now, hit.steal()));
     // The entered span keeps this thread's accounting running, like an open frame does.
     if prev != hit.tid {
         st.id_open += 1;
@@ -775,7 +793,7 @@ fn poll_exit<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     };
     sched::catch_up(st, hit.now);
     st.acct.add_probe(hit.spec.probe_ns);
-    if p.exit(hit.tid, hit.now, st.acct_at(hit.now)) && st.id_open > 0 {
+    if p.exit(hit.tid, hit.now, st.acct_at(hit.now, hit.steal())) && st.id_open > 0 {
         st.id_open -= 1;
     }
     Ok(())
@@ -850,6 +868,9 @@ fn hist_add(pair_id: u32, dur: Option<u64>, acct: Option<&Acct>, idle: Option<u6
         }
         if a.io != 0 {
             hist_one(pair_id, HIST_IO, a.io);
+        }
+        if a.steal != 0 {
+            hist_one(pair_id, HIST_STEAL, a.steal);
         }
         // What the sleep and io waited on: every kind nests in one of them, so a span with
         // neither (most spans of a busy thread) waited on nothing and costs no lookup, unless

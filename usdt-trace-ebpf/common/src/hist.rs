@@ -15,7 +15,7 @@ pub const HIST_BUCKETS: usize = HIST_SUB + (64 - 3) * HIST_SUB;
 pub const LOG2_BUCKETS: usize = 64;
 
 /// Components of a span histogram, each an index into the component axis of `HISTS`.
-pub const HIST_COMPONENTS: usize = 6;
+pub const HIST_COMPONENTS: usize = 7;
 
 /// Histogram component: the span's wall-clock duration.
 pub const HIST_DURATION: usize = 0;
@@ -35,6 +35,10 @@ pub const HIST_IO: usize = 4;
 /// Histogram component: time waiting to be polled (spans with poll markers only: a span one
 /// thread ran from start to end has none, and does not count here).
 pub const HIST_IDLE: usize = 5;
+
+/// Histogram component: time switched in but not charged to the task (the host's steal, see
+/// [`crate::Acct::steal`]). Last, so the components before it keep their places.
+pub const HIST_STEAL: usize = 6;
 
 /// Span names (pairs) that can have histograms.
 pub const MAX_PAIRS: u32 = 4096;
@@ -141,13 +145,13 @@ impl Hist {
 }
 
 /// Completes a span name's histograms as the kernel leaves them: it counts a split span's
-/// run-queue, sleep and I/O parts only when they are not zero (most spans of a busy thread have
+/// run-queue, sleep, I/O and steal parts only when they are not zero (most spans of a busy thread have
 /// none; each count is a call and a bucket computation in the span's end probe). Every split
 /// span has its on-CPU part counted, zero or not, so the zeros the kernel skipped are the
 /// difference of the counts. Sums and maxima are unchanged by zeros.
 pub fn fill_zero_parts(comps: &mut [Hist; HIST_COMPONENTS]) {
     let split = comps[HIST_ONCPU].count;
-    for c in [HIST_RUNQ, HIST_SLEEP, HIST_IO] {
+    for c in [HIST_RUNQ, HIST_SLEEP, HIST_IO, HIST_STEAL] {
         let zeros = split.saturating_sub(comps[c].count);
         comps[c].buckets[0] += zeros;
         comps[c].count += zeros;

@@ -91,6 +91,64 @@ mod pod {
 mod tests {
     use super::*;
 
+    /// No steal reading: the accounting of kernels without it (and of most tests here).
+    const NO_STEAL: CpuSteal = CpuSteal::UNKNOWN;
+
+    fn steal(ns: u64, cpu: u32) -> CpuSteal {
+        CpuSteal { ns, cpu, _pad: 0 }
+    }
+
+    #[test]
+    fn steal_while_switched_in_is_its_own_part_not_on_cpu() {
+        let mut st = thread();
+        st.resume_accounting(0, steal(1_000, 1));
+        st.depth = 1;
+        // In a probe at 400: the run queue saw 100 ns stolen so far.
+        let a = st.acct_at(400, steal(1_100, 1));
+        assert_eq!((a.oncpu, a.steal), (300, 100));
+        // Off at 1000 with 250 stolen in all; the sleep has no steal.
+        st.switch_out(1_000, steal(1_250, 1), false, 1, SC_NET);
+        st.switch_in(1_500, steal(1_400, 0));
+        // On CPU 0 from 1500: 50 ns stolen there by 2000.
+        let a = st.acct_at(2_000, steal(1_450, 0));
+        assert_eq!((a.oncpu, a.steal, a.sleep), (750 + 450, 250 + 50, 500));
+        assert_eq!(a.oncpu + a.steal + a.sleep, 2_000);
+    }
+
+    #[test]
+    fn steal_from_another_cpu_or_past_the_stretch_is_not_taken() {
+        let mut st = thread();
+        st.resume_accounting(0, steal(5_000, 1));
+        st.depth = 1;
+        // Another CPU's counter is unrelated: none of it is steal.
+        let a = st.acct_at(100, steal(9_000, 0));
+        assert_eq!((a.oncpu, a.steal), (100, 0));
+        // More steal than time elapsed (a torn read of the run queue's clocks): bounded.
+        let a = st.acct_at(100, steal(5_500, 1));
+        assert_eq!((a.oncpu, a.steal), (0, 100));
+        // A counter that went back (the same tear, the other way): none.
+        let a = st.acct_at(100, steal(4_000, 1));
+        assert_eq!((a.oncpu, a.steal), (100, 0));
+        // No reading at all: all of it on CPU, as before the steal part existed.
+        st.depth = 0;
+        st.resume_accounting(0, NO_STEAL);
+        let a = st.acct_at(100, NO_STEAL);
+        assert_eq!((a.oncpu, a.steal), (100, 0));
+    }
+
+    #[test]
+    fn a_spans_steal_is_the_difference_of_two_snapshots() {
+        let mut st = thread();
+        st.resume_accounting(0, steal(0, 3));
+        st.depth = 1;
+        let start = st.acct_at(100, steal(10, 3));
+        st.switch_out(500, steal(60, 3), true, 0, SC_NONE);
+        st.switch_in(700, steal(60, 3));
+        let d = st.acct_at(900, steal(80, 3)).since(&start);
+        // 100..500 on CPU with 50 stolen, 200 in the run queue, 700..900 with 20 stolen.
+        assert_eq!((d.oncpu, d.steal, d.runq), (350 + 180, 70, 200));
+    }
+
     #[test]
     fn log_linear_buckets_hold_their_values_within_a_sixteenth() {
         assert_eq!(hist_bucket(0), 0);
@@ -163,35 +221,35 @@ mod tests {
     fn sleeps_are_split_by_the_syscall_they_wait_in() {
         let mut st = thread();
         st.depth = 1;
-        st.resume_accounting(0);
+        st.resume_accounting(0, NO_STEAL);
         st.depth = 1;
         // 100 ns in a futex, 50 ns running, 30 ns in pread on a disk (D state), 20 ns in
         // nanosleep, 10 ns preempted in a futex call (run queue: no wait), 40 ns in read on a
         // pipe (interruptible: other).
-        st.switch_out(0, false, 1, SC_LOCK);
-        st.set_state(100, TS_RUNQ);
-        st.switch_in(100);
-        st.switch_out(150, false, TASK_UNINTERRUPTIBLE, SC_FILE);
-        st.switch_in(180);
-        st.switch_out(180, false, 1, SC_TIMER);
-        st.switch_in(200);
-        st.switch_out(200, true, 1, SC_LOCK);
-        st.switch_in(210);
-        st.switch_out(210, false, 1, SC_FILE);
-        let a = st.acct_at(250);
+        st.switch_out(0, NO_STEAL, false, 1, SC_LOCK);
+        st.set_state(100, NO_STEAL, TS_RUNQ);
+        st.switch_in(100, NO_STEAL);
+        st.switch_out(150, NO_STEAL, false, TASK_UNINTERRUPTIBLE, SC_FILE);
+        st.switch_in(180, NO_STEAL);
+        st.switch_out(180, NO_STEAL, false, 1, SC_TIMER);
+        st.switch_in(200, NO_STEAL);
+        st.switch_out(200, NO_STEAL, true, 1, SC_LOCK);
+        st.switch_in(210, NO_STEAL);
+        st.switch_out(210, NO_STEAL, false, 1, SC_FILE);
+        let a = st.acct_at(250, NO_STEAL);
         assert_eq!((a.oncpu, a.runq, a.sleep, a.io), (50, 10, 160, 30));
         assert_eq!(a.wait_ns, [100, 0, 20, 30, 0]);
         assert_eq!(a.waits, [1, 0, 1, 1, 0]);
         // A span that began after the futex wait sees only its own waits.
         let start = {
             let mut s = st;
-            s.switch_in(250);
-            s.acct_at(250)
+            s.switch_in(250, NO_STEAL);
+            s.acct_at(250, NO_STEAL)
         };
-        st.switch_in(250);
-        st.switch_out(260, false, 1, SC_NET);
-        st.switch_in(300);
-        let d = st.acct_at(300).since(&start);
+        st.switch_in(250, NO_STEAL);
+        st.switch_out(260, NO_STEAL, false, 1, SC_NET);
+        st.switch_in(300, NO_STEAL);
+        let d = st.acct_at(300, NO_STEAL).since(&start);
         assert_eq!(d.wait_ns, [0, 40, 0, 0, 0]);
         assert_eq!(d.waits, [0, 1, 0, 0, 0]);
         assert_eq!(d.sleep, 40);
@@ -211,14 +269,14 @@ mod tests {
         // Two faults of 30 and 50 ns, a disk read of 20: both kinds nest in io.
         let mut st = thread();
         st.depth = 1;
-        st.resume_accounting(0);
+        st.resume_accounting(0, NO_STEAL);
         st.depth = 1;
-        st.switch_out(10, false, TASK_UNINTERRUPTIBLE, SC_USER);
-        st.switch_in(40);
-        st.switch_out(50, false, TASK_UNINTERRUPTIBLE, SC_FILE);
-        st.switch_in(70);
-        st.switch_out(80, false, TASK_UNINTERRUPTIBLE | 0x100, SC_USER);
-        let a = st.acct_at(130);
+        st.switch_out(10, NO_STEAL, false, TASK_UNINTERRUPTIBLE, SC_USER);
+        st.switch_in(40, NO_STEAL);
+        st.switch_out(50, NO_STEAL, false, TASK_UNINTERRUPTIBLE, SC_FILE);
+        st.switch_in(70, NO_STEAL);
+        st.switch_out(80, NO_STEAL, false, TASK_UNINTERRUPTIBLE | 0x100, SC_USER);
+        let a = st.acct_at(130, NO_STEAL);
         assert_eq!(a.io, 100);
         assert_eq!(a.wait_ns, [0, 0, 0, 20, 80]);
         assert_eq!(a.waits, [0, 0, 0, 1, 2]);
@@ -229,23 +287,23 @@ mod tests {
     fn a_poll_its_timeout_ended_is_a_timer_wait_and_one_data_ended_stays_net() {
         let mut st = thread();
         st.depth = 1;
-        st.resume_accounting(0);
+        st.resume_accounting(0, NO_STEAL);
         st.depth = 1;
         // epoll_wait with a 100 ns timeout that expires: the timer interrupt wakes it.
-        st.switch_out(0, false, 1, SC_NET);
+        st.switch_out(0, NO_STEAL, false, 1, SC_NET);
         st.timed_out();
-        st.set_state(100, TS_RUNQ);
-        st.switch_in(110);
+        st.set_state(100, NO_STEAL, TS_RUNQ);
+        st.switch_in(110, NO_STEAL);
         // epoll_wait woken by data (a socket's softirq, or the sending thread).
-        st.switch_out(150, false, 1, SC_NET);
-        st.set_state(190, TS_RUNQ);
-        st.switch_in(190);
+        st.switch_out(150, NO_STEAL, false, 1, SC_NET);
+        st.set_state(190, NO_STEAL, TS_RUNQ);
+        st.switch_in(190, NO_STEAL);
         // A futex wait that a timer ends (a timed lock) stays a lock wait.
-        st.switch_out(200, false, 1, SC_LOCK);
+        st.switch_out(200, NO_STEAL, false, 1, SC_LOCK);
         st.timed_out();
-        st.set_state(230, TS_RUNQ);
-        st.switch_in(230);
-        let a = st.acct_at(230);
+        st.set_state(230, NO_STEAL, TS_RUNQ);
+        st.switch_in(230, NO_STEAL);
+        let a = st.acct_at(230, NO_STEAL);
         assert_eq!(a.wait_ns, [30, 40, 100, 0, 0]);
         assert_eq!(a.waits, [1, 1, 1, 0, 0]);
         assert_eq!(a.sleep, 170);
@@ -258,7 +316,7 @@ mod tests {
     fn off_cpu_intervals_add_up_to_the_split_kind_by_kind() {
         let mut st = thread();
         st.depth = 1;
-        st.resume_accounting(0);
+        st.resume_accounting(0, NO_STEAL);
         st.snap_counters(Some(0), Some(0));
         let mut ivs = [OffInterval::default(); 6];
         let mut n = 0;
@@ -267,31 +325,41 @@ mod tests {
             n += 1;
         };
         // A futex wait 0..100, woken, run queue until 130.
-        st.switch_out(0, false, 1, SC_LOCK);
-        st.set_state(100, TS_RUNQ);
-        push(st.switch_in(130));
+        st.switch_out(0, NO_STEAL, false, 1, SC_LOCK);
+        st.set_state(100, NO_STEAL, TS_RUNQ);
+        push(st.switch_in(130, NO_STEAL));
         // Preempted 150..170.
-        st.switch_out(150, true, 0, SC_NONE);
-        push(st.switch_in(170));
+        st.switch_out(150, NO_STEAL, true, 0, SC_NONE);
+        push(st.switch_in(170, NO_STEAL));
         // A disk read 200..260 whose wakeup the hooks did not see.
-        st.switch_out(200, false, TASK_UNINTERRUPTIBLE, SC_FILE);
-        push(st.switch_in(260));
+        st.switch_out(200, NO_STEAL, false, TASK_UNINTERRUPTIBLE, SC_FILE);
+        push(st.switch_in(260, NO_STEAL));
         // A poll its timeout ended 300..340, then 5 ns of run queue.
-        st.switch_out(300, false, 1, SC_NET);
+        st.switch_out(300, NO_STEAL, false, 1, SC_NET);
         st.timed_out();
-        st.set_state(340, TS_RUNQ);
-        push(st.switch_in(345));
+        st.set_state(340, NO_STEAL, TS_RUNQ);
+        push(st.switch_in(345, NO_STEAL));
         // A nanosleep 400.., its switch-in never seen: seen running at 500 with 20 ns of CPU
         // and 30 ns of run queue since, so asleep until 450, runnable until 480.
-        st.switch_out(400, false, 1, SC_TIMER);
-        push(st.catch_up_running(500, Some(20), Some(30), true).unwrap());
+        st.switch_out(400, NO_STEAL, false, 1, SC_TIMER);
+        push(
+            st.catch_up_running(500, Some(20), Some(30), true, NO_STEAL)
+                .unwrap(),
+        );
         // A pipe read (other) from 520, woken at 560, switch-in never seen: seen running at
         // 600 with 10 ns more of run-queue wait, so runnable until 570.
         st.snap_counters(Some(20), Some(30));
-        st.switch_out(520, false, 1, SC_FILE);
-        st.set_state(560, TS_RUNQ);
-        push(st.catch_up_running(600, Some(30), Some(40), false).unwrap());
-        assert_eq!(st.catch_up_running(610, None, None, false), None, "running");
+        st.switch_out(520, NO_STEAL, false, 1, SC_FILE);
+        st.set_state(560, NO_STEAL, TS_RUNQ);
+        push(
+            st.catch_up_running(600, Some(30), Some(40), false, NO_STEAL)
+                .unwrap(),
+        );
+        assert_eq!(
+            st.catch_up_running(610, None, None, false, NO_STEAL),
+            None,
+            "running"
+        );
         assert_eq!(n, 6);
         let iv = |s, w, r, kind, off_state| OffInterval {
             slept_ns: s,
@@ -311,7 +379,7 @@ mod tests {
                 iv(520, 560, 570, WAIT_OTHER, TS_SLEEP),
             ]
         );
-        let a = st.acct_at(610);
+        let a = st.acct_at(610, NO_STEAL);
         let mut kinds = [0u64; WAIT_KINDS];
         let (mut runq, mut off) = (0, 0);
         for i in &ivs {
@@ -330,16 +398,19 @@ mod tests {
     fn a_missed_switch_in_keeps_only_the_slept_part_as_a_wait() {
         let mut st = thread();
         st.depth = 1;
-        st.resume_accounting(0);
+        st.resume_accounting(0, NO_STEAL);
         st.snap_counters(Some(0), Some(0));
-        st.switch_out(0, false, 1, SC_LOCK);
+        st.switch_out(0, NO_STEAL, false, 1, SC_LOCK);
         // Seen running at 100 with 30 ns of CPU since: the futex wait was 70 ns.
-        st.catch_up_running(100, Some(30), Some(0), false);
-        let a = st.acct_at(100);
+        st.catch_up_running(100, Some(30), Some(0), false, NO_STEAL);
+        let a = st.acct_at(100, NO_STEAL);
         assert_eq!((a.oncpu, a.sleep), (30, 70));
         assert_eq!(a.wait_ns[WAIT_LOCK as usize - 1], 70);
         // Running now: nothing more accrues to the lock.
-        assert_eq!(st.acct_at(150).wait_ns[WAIT_LOCK as usize - 1], 70);
+        assert_eq!(
+            st.acct_at(150, NO_STEAL).wait_ns[WAIT_LOCK as usize - 1],
+            70
+        );
     }
 
     #[test]
@@ -379,18 +450,18 @@ mod tests {
     fn accounting_follows_state_changes() {
         let mut st = thread();
         push(&mut st, 0);
-        st.resume_accounting(100);
+        st.resume_accounting(100, NO_STEAL);
         // Already active: a second span must not restart the clock.
         st.since_ns = 100;
-        st.resume_accounting(150);
+        st.resume_accounting(150, NO_STEAL);
         assert_eq!(st.since_ns, 100);
-        st.switch_out(130, false, 1, SC_NONE);
+        st.switch_out(130, NO_STEAL, false, 1, SC_NONE);
         assert_eq!(st.state, TS_SLEEP);
         assert_eq!(st.acct.oncpu, 30);
-        st.set_state(170, TS_RUNQ);
-        st.switch_in(175);
+        st.set_state(170, NO_STEAL, TS_RUNQ);
+        st.switch_in(175, NO_STEAL);
         assert_eq!(st.state, TS_RUNNING);
-        let a = st.acct_at(180);
+        let a = st.acct_at(180, NO_STEAL);
         let want = Acct {
             oncpu: 35,
             runq: 5,
@@ -400,7 +471,7 @@ mod tests {
         };
         assert_eq!(a, want);
         // A clock that went backwards adds nothing rather than wrapping.
-        assert_eq!(st.acct_at(0), st.acct);
+        assert_eq!(st.acct_at(0, NO_STEAL), st.acct);
     }
 
     #[test]
@@ -409,7 +480,7 @@ mod tests {
         st.state = TS_SLEEP;
         st.since_ns = 5;
         st.last_waker_pid = 9;
-        st.resume_accounting(50);
+        st.resume_accounting(50, NO_STEAL);
         assert_eq!(
             (st.state, st.since_ns, st.last_waker_pid),
             (TS_RUNNING, 50, 0)
@@ -421,12 +492,12 @@ mod tests {
         let mut st = thread();
         push(&mut st, 0);
         push(&mut st, 1);
-        st.switch_out(100, false, TASK_UNINTERRUPTIBLE, SC_NONE);
+        st.switch_out(100, NO_STEAL, false, TASK_UNINTERRUPTIBLE, SC_NONE);
         assert_eq!(st.state, TS_IO);
         st.last_waker_pid = 7;
         st.last_waker_tid = 8;
         st.last_waker_comm[0] = b'w';
-        st.switch_in(400);
+        st.switch_in(400, NO_STEAL);
         for f in &st.frames[..2] {
             assert_eq!((f.longest_off_ns, f.waker_pid, f.waker_tid), (300, 7, 8));
             assert_eq!(f.waker_comm[0], b'w');
@@ -434,10 +505,10 @@ mod tests {
         // Frames above the depth are not open: untouched.
         assert_eq!(st.frames[2].longest_off_ns, 0);
         // switch_out forgets the waker; a shorter interval keeps the longer one's.
-        st.switch_out(500, true, 1, SC_NONE);
+        st.switch_out(500, NO_STEAL, true, 1, SC_NONE);
         assert_eq!((st.last_waker_pid, st.last_waker_comm[0]), (0, 0));
         st.last_waker_pid = 70;
-        st.switch_in(550);
+        st.switch_in(550, NO_STEAL);
         assert_eq!(
             (st.frames[0].longest_off_ns, st.frames[0].waker_pid),
             (300, 7)
@@ -452,34 +523,34 @@ mod tests {
         let mut st = thread();
         st.depth = 1;
         st.snap_counters(Some(5_000), Some(200));
-        st.switch_out(1_000, true, 0, SC_NONE);
+        st.switch_out(1_000, NO_STEAL, true, 0, SC_NONE);
         assert_eq!(st.state, TS_RUNQ);
         // Seen running at t=11000: the kernel says it waited 3000 ns more, so it ran 7000.
-        st.catch_up_running(11_000, Some(12_000), Some(3_200), true);
+        st.catch_up_running(11_000, Some(12_000), Some(3_200), true, NO_STEAL);
         assert_eq!(st.state, TS_RUNNING);
         assert_eq!(st.since_ns, 11_000);
-        let a = st.acct_at(11_000);
+        let a = st.acct_at(11_000, NO_STEAL);
         // 1000 ns running before the switch-out, then 7000 of the 10000 off.
         assert_eq!((a.oncpu, a.runq), (8_000, 3_000));
         // Asleep, then seen running: CPU time is what sum_exec_runtime grew by.
         st.snap_counters(Some(12_000), Some(3_200));
-        st.switch_out(11_000, false, 1, SC_NONE);
+        st.switch_out(11_000, NO_STEAL, false, 1, SC_NONE);
         assert_eq!(st.state, TS_SLEEP);
-        st.catch_up_running(21_000, Some(14_000), Some(3_700), true);
-        let b = st.acct_at(21_000).since(&a);
+        st.catch_up_running(21_000, Some(14_000), Some(3_700), true, NO_STEAL);
+        let b = st.acct_at(21_000, NO_STEAL).since(&a);
         assert_eq!((b.oncpu, b.runq, b.sleep), (2_000, 500, 7_500));
         // Without counters the interval keeps its state, and the thread runs from now on.
         st.snap_counters(None, None);
-        let at_switch = st.acct_at(21_000);
-        st.switch_out(21_000, true, 0, SC_NONE);
-        st.catch_up_running(22_000, Some(1), Some(1), true);
-        let c = st.acct_at(22_000).since(&at_switch);
+        let at_switch = st.acct_at(21_000, NO_STEAL);
+        st.switch_out(21_000, NO_STEAL, true, 0, SC_NONE);
+        st.catch_up_running(22_000, Some(1), Some(1), true, NO_STEAL);
+        let c = st.acct_at(22_000, NO_STEAL).since(&at_switch);
         assert_eq!(st.state, TS_RUNNING);
         assert_eq!(c.runq, 1_000);
         // Already running: nothing to repair.
-        let before = st.acct_at(23_000);
-        st.catch_up_running(23_000, Some(9), Some(9), true);
-        assert_eq!(st.acct_at(23_000), before);
+        let before = st.acct_at(23_000, NO_STEAL);
+        st.catch_up_running(23_000, Some(9), Some(9), true, NO_STEAL);
+        assert_eq!(st.acct_at(23_000, NO_STEAL), before);
     }
 
     #[test]
@@ -667,14 +738,14 @@ mod tests {
     #[test]
     fn thread_state_size_is_known() {
         // The memory figures in docs/reference.md (Limits) come from this: a change must update them.
-        assert_eq!(core::mem::size_of::<Acct>(), 104);
-        assert_eq!(core::mem::size_of::<Frame>(), 264);
-        assert_eq!(core::mem::size_of::<ThreadState>(), 200 + 264 * MAX_DEPTH);
+        assert_eq!(core::mem::size_of::<Acct>(), 112);
+        assert_eq!(core::mem::size_of::<Frame>(), 272);
+        assert_eq!(core::mem::size_of::<ThreadState>(), 224 + 272 * MAX_DEPTH);
         // With the hash map's element header, one 16 KB (order-2) allocation.
         assert!(core::mem::size_of::<ThreadState>() + 64 <= 16 * 1024);
-        assert_eq!(core::mem::size_of::<PollAcct>(), 256);
-        assert_eq!(core::mem::size_of::<IdFrame>(), 264 + 256);
-        assert_eq!(core::mem::size_of::<IdSlot>(), 8 + 16 + 264 + 256);
+        assert_eq!(core::mem::size_of::<PollAcct>(), 272);
+        assert_eq!(core::mem::size_of::<IdFrame>(), 272 + 272);
+        assert_eq!(core::mem::size_of::<IdSlot>(), 8 + 16 + 272 + 272);
         assert_eq!(core::mem::size_of::<StrSet>(), 16 + STR_SLOT * MAX_STRS);
     }
 
@@ -773,9 +844,10 @@ mod tests {
         assert_eq!(hist_slot(0, HIST_DURATION), 0);
         assert_eq!(hist_slot(0, HIST_IO), 4);
         assert_eq!(hist_slot(0, HIST_IDLE), 5);
+        assert_eq!(hist_slot(0, HIST_STEAL), 6);
         assert_eq!(hist_slot(1, HIST_DURATION), HIST_COMPONENTS as u32);
         assert_eq!(
-            hist_slot(MAX_PAIRS - 1, HIST_IDLE),
+            hist_slot(MAX_PAIRS - 1, HIST_STEAL),
             MAX_PAIRS * HIST_COMPONENTS as u32 - 1
         );
     }
@@ -817,7 +889,7 @@ mod tests {
             core::mem::size_of::<SiteSpec>(),
             16 + 16 * MAX_ARGS + 4 * MAX_STRS
         );
-        assert_eq!(core::mem::size_of::<SpanRecord>(), 408);
+        assert_eq!(core::mem::size_of::<SpanRecord>(), 416);
         assert_eq!(core::mem::size_of::<EventRecord>(), 144);
         assert_eq!(
             core::mem::size_of::<StrsRecord>(),

@@ -238,6 +238,14 @@ pub struct Config {
     /// Offset of `comm` in `struct task_struct`, 0 when unknown: the scheduler hooks name the
     /// thread of a [`WaitRecord`] (`CFG_WAITS`) through it, as they run as another task.
     pub task_comm_off: u32,
+    /// Where the steal counter of the CPU a task runs on is ([`crate::CpuSteal`]), from BTF,
+    /// each 0 when unknown (then no steal is split off the on-CPU time): the task's
+    /// `se.cfs_rq` in `struct task_struct`, that run queue's `rq` in `struct cfs_rq`, and
+    /// `clock` and `clock_task` in `struct rq`.
+    pub task_cfs_rq_off: u32,
+    pub cfs_rq_rq_off: u32,
+    pub rq_clock_off: u32,
+    pub rq_clock_task_off: u32,
     /// `--min`: spans shorter than this many ns make no record (0: every span does).
     pub min_ns: u64,
 }

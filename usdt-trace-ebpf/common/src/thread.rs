@@ -13,10 +13,10 @@ use crate::*;
 /// exits. Strings are kept apart (`STRS`, one [`StrSet`] per open span that has any) so spans
 /// that capture none do not pay for them.
 ///
-/// 61 rather than 64: the `fault` wait kind made a frame 256 bytes, and the probe-cost counts
-/// ([`Acct::probe_hits`], [`Acct::probe_ns`]) 264; 62 of them no longer fit a 16 KB
-/// allocation with the rest of the state.
-pub const MAX_DEPTH: usize = 61;
+/// 59 rather than 64: the `fault` wait kind made a frame 256 bytes, the probe-cost counts
+/// ([`Acct::probe_hits`], [`Acct::probe_ns`]) 264, and the host's steal ([`Acct::steal`])
+/// 272; 60 of them no longer fit a 16 KB allocation with the rest of the state.
+pub const MAX_DEPTH: usize = 59;
 
 /// Thread scheduling states tracked by the scheduler hooks.
 pub const TS_RUNNING: u32 = 0;
@@ -54,10 +54,17 @@ pub fn zero_comm(c: &mut [u8; 16]) {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Acct {
+    /// On CPU as the kernel charges the task (its runtime): the time it ran, less what
+    /// [`Acct::steal`] holds.
     pub oncpu: u64,
     pub runq: u64,
     pub sleep: u64,
     pub io: u64,
+    /// The time the thread was switched in but the kernel did not charge it: the hypervisor
+    /// ran another guest on this vCPU (paravirtual steal accounting). What the run queue's
+    /// `clock - clock_task` grew by while the thread was on its CPU ([`CpuSteal`]); 0 on bare
+    /// metal and on kernels without the accounting.
+    pub steal: u64,
     /// Of `sleep + io`, the time off CPU by what the thread waited on (`WAIT_*` index); the
     /// rest is "other" (a pipe, a tty, a wait in a syscall of no known class).
     pub wait_ns: [u64; WAIT_KINDS],
@@ -69,6 +76,46 @@ pub struct Acct {
     pub probe_hits: u32,
     /// The sum of those hits' costs (`SiteSpec::probe_ns` each), in ns.
     pub probe_ns: u64,
+}
+
+/// A CPU's steal counter at one moment: how far its run queue's `clock_task` (which the
+/// tasks' runtimes follow) has fallen behind its `clock`. On a kernel with paravirtual steal
+/// accounting and no IRQ time accounting (this one) that is the hypervisor's steal, as the
+/// kernel took it into account; with IRQ time accounting it also holds interrupt time, which
+/// is not charged to the task either. It advances when the kernel updates the run queue's
+/// clock (every switch, wakeup and tick), so a probe sees steal up to a tick late.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuSteal {
+    pub ns: u64,
+    /// The CPU it was read on; [`CpuSteal::UNKNOWN`] when it could not be read.
+    pub cpu: u32,
+    pub _pad: u32,
+}
+
+impl CpuSteal {
+    /// No reading: no steal is ever taken from the time it bounds.
+    pub const UNKNOWN: CpuSteal = CpuSteal {
+        ns: 0,
+        cpu: u32::MAX,
+        _pad: 0,
+    };
+
+    /// The steal since `earlier`, bounded by the `d` ns it happened in. Counters of
+    /// different CPUs are unrelated: a thread that (as far as the hooks saw) ran on one
+    /// CPU from `earlier` to now, and is on another, gets none.
+    #[inline(always)]
+    pub fn since(&self, earlier: &CpuSteal, d: u64) -> u64 {
+        if self.cpu != earlier.cpu || self.cpu == u32::MAX {
+            return 0;
+        }
+        let s = self.ns.saturating_sub(earlier.ns);
+        if s < d {
+            s
+        } else {
+            d
+        }
+    }
 }
 
 impl Acct {
@@ -278,6 +325,7 @@ impl PollAcct {
         self.acct.runq += d.runq;
         self.acct.sleep += d.sleep;
         self.acct.io += d.io;
+        self.acct.steal += d.steal;
         self.acct.add_waits(&acct_now, &self.enter_acct);
         self.acct.probe_hits = self.acct.probe_hits.wrapping_add(d.probe_hits);
         self.acct.probe_ns = self.acct.probe_ns.wrapping_add(d.probe_ns);
@@ -338,6 +386,9 @@ pub struct ThreadState {
     /// `task_delay_off`) when it last left the CPU.
     pub exec_snap: u64,
     pub delay_snap: u64,
+    /// Its CPU's steal counter when the thread's on-CPU stretch in progress began (valid
+    /// while `state` is `TS_RUNNING`).
+    pub steal_since: CpuSteal,
     pub frames: [Frame; MAX_DEPTH],
 }
 
@@ -389,6 +440,7 @@ impl Acct {
             runq: self.runq.saturating_sub(start.runq),
             sleep: self.sleep.saturating_sub(start.sleep),
             io: self.io.saturating_sub(start.io),
+            steal: self.steal.saturating_sub(start.steal),
             wait_ns: [0; WAIT_KINDS],
             waits: [0; WAIT_KINDS],
             probe_hits: self.probe_hits.wrapping_sub(start.probe_hits),
@@ -430,12 +482,19 @@ impl ThreadState {
         self.depth > 0 || self.id_open > 0
     }
 
-    /// Current totals, including the interval in progress.
+    /// Current totals, including the interval in progress. `steal`: this CPU's steal counter
+    /// now, which splits an on-CPU stretch into the thread's runtime and the host's steal.
     #[inline(always)]
-    pub fn acct_at(&self, now: u64) -> Acct {
+    pub fn acct_at(&self, now: u64, steal: CpuSteal) -> Acct {
         let mut a = self.acct;
         let d = now.saturating_sub(self.since_ns);
-        a.add(self.state, d);
+        if self.state == TS_RUNNING {
+            let s = steal.since(&self.steal_since, d);
+            a.steal += s;
+            a.oncpu += d - s;
+        } else {
+            a.add(self.state, d);
+        }
         // `off_kind` is WAIT_OTHER unless the thread sleeps (switch_out sets it).
         a.add_wait(self.off_kind, d);
         a
@@ -443,8 +502,8 @@ impl ThreadState {
 
     /// Closes the interval in progress and starts one in `state`.
     #[inline(always)]
-    pub fn set_state(&mut self, now: u64, state: u32) {
-        self.acct = self.acct_at(now);
+    pub fn set_state(&mut self, now: u64, steal: CpuSteal, state: u32) {
+        self.acct = self.acct_at(now, steal);
         self.since_ns = now;
         self.state = state;
         // Only switch_out starts a wait; any other change (a wakeup, a switch-in) ends it.
@@ -454,11 +513,12 @@ impl ThreadState {
     /// A span opens on this thread. Accounting only runs while a span is open, so when none
     /// was, restart the clock: the thread is running, and whoever woke it earlier is stale.
     #[inline(always)]
-    pub fn resume_accounting(&mut self, now: u64) {
+    pub fn resume_accounting(&mut self, now: u64, steal: CpuSteal) {
         if !self.active() {
             self.state = TS_RUNNING;
             self.off_kind = WAIT_OTHER;
             self.since_ns = now;
+            self.steal_since = steal;
             self.last_waker_pid = 0;
         }
     }
@@ -467,9 +527,16 @@ impl ThreadState {
     #[inline(always)]
     ///
     /// `class` (`SC_*`): the syscall the thread sleeps in, which names what it waits on.
-    pub fn switch_out(&mut self, now: u64, preempt: bool, prev_state: u32, class: u8) {
+    pub fn switch_out(
+        &mut self,
+        now: u64,
+        steal: CpuSteal,
+        preempt: bool,
+        prev_state: u32,
+        class: u8,
+    ) {
         let state = off_cpu_state(preempt, prev_state);
-        self.set_state(now, state);
+        self.set_state(now, steal, state);
         self.off_kind = wait_kind(class, state);
         self.sleep_kind = self.off_kind;
         self.off_state = state;
@@ -502,9 +569,10 @@ impl ThreadState {
     ///
     /// Returns the off-CPU interval it ends.
     #[inline(always)]
-    pub fn switch_in(&mut self, now: u64) -> OffInterval {
+    pub fn switch_in(&mut self, now: u64, steal: CpuSteal) -> OffInterval {
         let off = self.closing_interval(now, 0);
-        self.set_state(now, TS_RUNNING);
+        self.set_state(now, steal, TS_RUNNING);
+        self.steal_since = steal;
         self.note_off_interval(now.saturating_sub(self.off_start_ns));
         off
     }
@@ -546,12 +614,15 @@ impl ThreadState {
     /// uprobe program at each call site, is more than the verifier's budget allows at full depth (`MAX_DEPTH`)
     /// (the next switch-out and switch-in settle the waker anyway).
     #[inline(always)]
+    ///
+    /// `steal`: this CPU's steal counter now, where the thread's on-CPU stretch continues.
     pub fn catch_up_running(
         &mut self,
         now: u64,
         now_exec: Option<u64>,
         now_delay: Option<u64>,
         note_waker: bool,
+        steal: CpuSteal,
     ) -> Option<OffInterval> {
         if self.state == TS_RUNNING {
             return None;
@@ -572,13 +643,15 @@ impl ThreadState {
         }
         let off = self.closing_interval(now.saturating_sub(oncpu), runq);
         // The interval up to the switch-in keeps its state; what the counters say ran, ran.
-        self.acct = self.acct_at(now.saturating_sub(oncpu + runq));
+        // Not running until `now`: no on-CPU stretch, so no steal reading to split.
+        self.acct = self.acct_at(now.saturating_sub(oncpu + runq), CpuSteal::UNKNOWN);
         self.acct.oncpu += oncpu;
         self.acct.runq += runq;
         if note_waker {
             self.note_off_interval(now.saturating_sub(self.off_start_ns).saturating_sub(oncpu));
         }
         self.since_ns = now;
+        self.steal_since = steal;
         self.state = TS_RUNNING;
         self.off_kind = WAIT_OTHER;
         Some(off)

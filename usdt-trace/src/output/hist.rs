@@ -6,7 +6,8 @@
 use super::{fmt_duration, json_escape, PairInfo};
 use std::fmt::Write as _;
 use usdt_trace_common::{
-    hist_bucket_range, log2_bucket, Hist, WaitSums, HIST_BUCKETS, HIST_COMPONENTS, LOG2_BUCKETS,
+    hist_bucket_range, log2_bucket, Hist, WaitSums, HIST_BUCKETS, HIST_COMPONENTS, HIST_STEAL,
+    LOG2_BUCKETS,
 };
 
 /// The percentiles quoted for every histogram.
@@ -72,7 +73,7 @@ pub fn delta_one(now: &Hist, before: &Hist) -> Hist {
 
 /// Names of the components, in the kernel's order.
 pub const COMPONENTS: [&str; HIST_COMPONENTS] =
-    ["duration", "oncpu", "runq", "sleep", "io", "idle"];
+    ["duration", "oncpu", "runq", "sleep", "io", "idle", "steal"];
 
 /// Inclusive-exclusive value range of a log2 bucket: 0 holds only 0.
 pub fn bucket_range(b: usize) -> (u64, u64) {
@@ -152,9 +153,15 @@ pub fn render_text(pair: &PairInfo, h: &[Hist; HIST_COMPONENTS], w: &WaitSums) -
                 format!(" ({})", v.join(", "))
             }
         };
+        // The host's steal only where there was any: on bare metal it is always 0.
+        let steal = if h[HIST_STEAL].sum > 0 {
+            format!(" + steal {}", fmt_duration(h[HIST_STEAL].sum / n))
+        } else {
+            String::new()
+        };
         let _ = write!(
             s,
-            " = on-CPU {} + runq {} + sleep {}{} + io {}{}",
+            " = on-CPU {}{steal} + runq {} + sleep {}{} + io {}{}",
             fmt_duration(mean(&h[1])),
             fmt_duration(mean(&h[2])),
             fmt_duration(mean(&h[3])),
@@ -219,13 +226,21 @@ pub fn draw_bars(s: &mut String, h: &[Hist]) {
     let Some((lo, hi)) = range else { return };
     let max = rows[0].iter().copied().max().unwrap_or(1).max(1);
     let split = h.len() == HIST_COMPONENTS && h[1].count > 0;
-    // The idle column only when some span was polled.
-    let parts = if split && h[5].count > 0 { 5 } else { 4 };
+    // The split's columns: the steal column only when there was steal, the idle column only
+    // when some span was polled.
+    let mut cols: Vec<(&str, usize)> = vec![("on-CPU", 1)];
+    if split && h[HIST_STEAL].sum > 0 {
+        cols.push(("steal", HIST_STEAL));
+    }
+    cols.extend([("runq", 2), ("sleep", 3), ("io", 4)]);
+    if split && h[5].count > 0 {
+        cols.push(("idle", 5));
+    }
     let _ = write!(s, "{:<20} {:>8} duration", "ns", "count");
     if split {
         // Up to the split's columns, past the bars.
         s.push_str(&" ".repeat(44));
-        for name in ["on-CPU", "runq", "sleep", "io", "idle"].iter().take(parts) {
+        for (name, _) in &cols {
             let _ = write!(s, " {name:>8}");
         }
     }
@@ -254,8 +269,8 @@ pub fn draw_bars(s: &mut String, h: &[Hist]) {
         let width = (c as u128 * 50 / max as u128) as usize;
         let _ = write!(s, "{:<20} {:>8} |{:<50}|", label, c, "@".repeat(width));
         if split {
-            for x in &rows[1..=parts] {
-                let _ = write!(s, " {:>8}", x[b]);
+            for &(_, c) in &cols {
+                let _ = write!(s, " {:>8}", rows[c][b]);
             }
         }
         s.push('\n');

@@ -193,6 +193,7 @@ pub fn span_json(
         let a = &r.acct;
         for (k, v) in [
             ("oncpu_ns", a.oncpu),
+            ("steal_ns", a.steal),
             ("offcpu_ns", a.runq + a.sleep + a.io),
             ("runq_ns", a.runq),
             ("sleep_ns", a.sleep),
@@ -493,7 +494,7 @@ mod golden {
         let end = info("request__end", &[ArgFmt::Unsigned, ArgFmt::Signed], &[]);
         assert_eq!(
             line(|o| span_json(o, &pair(), &start, &end, &span(1, 101), None, None)),
-            r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_ns":1000,"end_ns":9000,"duration_ns":8000,"oncpu_ns":3000,"offcpu_ns":5000,"runq_ns":1000,"sleep_ns":3500,"io_ns":500,"waker":{"pid":7,"tid":8,"comm":"timer","off_ns":3500},"args":[42],"end_args":[200,200]}
+            r#"{"type":"span","provider":"app","name":"request","pid":100,"tid":101,"comm":"worker","start":"request__start","end":"request__end","start_ns":1000,"end_ns":9000,"duration_ns":8000,"oncpu_ns":3000,"steal_ns":0,"offcpu_ns":5000,"runq_ns":1000,"sleep_ns":3500,"io_ns":500,"waker":{"pid":7,"tid":8,"comm":"timer","off_ns":3500},"args":[42],"end_args":[200,200]}
 "#
         );
     }
@@ -571,7 +572,7 @@ mod golden {
         (r.idle_ns, r.polls, r.threads) = (5_000, 3, 2);
         let got = line(|o| span_json(o, &pair(), &start, &end, &r, None, None));
         assert!(
-            got.contains(r#""start_tid":99,"start_ns":1000,"end_ns":9000,"duration_ns":8000,"oncpu_ns":2000,"offcpu_ns":1000,"runq_ns":500,"sleep_ns":0,"io_ns":500,"idle_ns":5000,"polls":3,"threads":2,"args""#),
+            got.contains(r#""start_tid":99,"start_ns":1000,"end_ns":9000,"duration_ns":8000,"oncpu_ns":2000,"steal_ns":0,"offcpu_ns":1000,"runq_ns":500,"sleep_ns":0,"io_ns":500,"idle_ns":5000,"polls":3,"threads":2,"args""#),
             "{got}"
         );
         let v: serde_json::Value = serde_json::from_str(&got).unwrap();
@@ -649,7 +650,7 @@ mod golden {
         }
         assert_eq!(
             line(|o| render_json(o, &pair(), &h, &WaitSums::default(), None)),
-            r#"{"type":"hist","provider":"app","name":"request","duration":{"count":2,"sum_ns":4500,"p50_ns":1472,"p90_ns":2944,"p99_ns":2944,"max_ns":3000,"buckets":[{"lo":1408,"hi":1536,"count":1},{"lo":2816,"hi":3072,"count":1}]},"oncpu":{"count":1,"sum_ns":700,"p50_ns":672,"p90_ns":672,"p99_ns":672,"max_ns":700,"buckets":[{"lo":640,"hi":704,"count":1}]},"runq":{"count":0,"sum_ns":0,"buckets":[]},"sleep":{"count":0,"sum_ns":0,"buckets":[]},"io":{"count":0,"sum_ns":0,"buckets":[]},"idle":{"count":0,"sum_ns":0,"buckets":[]},"waits":{}}
+            r#"{"type":"hist","provider":"app","name":"request","duration":{"count":2,"sum_ns":4500,"p50_ns":1472,"p90_ns":2944,"p99_ns":2944,"max_ns":3000,"buckets":[{"lo":1408,"hi":1536,"count":1},{"lo":2816,"hi":3072,"count":1}]},"oncpu":{"count":1,"sum_ns":700,"p50_ns":672,"p90_ns":672,"p99_ns":672,"max_ns":700,"buckets":[{"lo":640,"hi":704,"count":1}]},"runq":{"count":0,"sum_ns":0,"buckets":[]},"sleep":{"count":0,"sum_ns":0,"buckets":[]},"io":{"count":0,"sum_ns":0,"buckets":[]},"idle":{"count":0,"sum_ns":0,"buckets":[]},"steal":{"count":0,"sum_ns":0,"buckets":[]},"waits":{}}
 "#
         );
         // A span that slept 800ns, 600 of them in two futex waits: `waits` after the parts.
@@ -662,7 +663,7 @@ mod golden {
         let l = line(|o| render_json(o, &pair(), &h, &w, None));
         assert!(
             l.ends_with(
-                r#""idle":{"count":0,"sum_ns":0,"buckets":[]},"waits":{"lock":{"ns":600,"n":2}}}
+                r#""idle":{"count":0,"sum_ns":0,"buckets":[]},"steal":{"count":0,"sum_ns":0,"buckets":[]},"waits":{"lock":{"ns":600,"n":2}}}
 "#
             ),
             "{l}"

@@ -311,6 +311,7 @@ impl OtlpSink {
             let a = &r.acct;
             for (k, v) in [
                 ("usdt.oncpu_ns", a.oncpu),
+                ("usdt.steal_ns", a.steal),
                 ("usdt.offcpu_ns", a.runq + a.sleep + a.io),
                 ("usdt.runq_ns", a.runq),
                 ("usdt.sleep_ns", a.sleep),

@@ -478,6 +478,7 @@ fn span_annotations(
         let x = &r.acct;
         for (k, v) in [
             ("oncpu_ns", x.oncpu),
+            ("steal_ns", x.steal),
             ("offcpu_ns", x.runq + x.sleep + x.io),
             ("runq_ns", x.runq),
             ("sleep_ns", x.sleep),

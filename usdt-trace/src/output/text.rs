@@ -165,9 +165,15 @@ pub fn span_text(
                 format!(" ({})", v.join(", "))
             }
         };
+        // The host's steal only where there was any (never on bare metal).
+        let steal = if a.steal > 0 {
+            format!(" steal {:.0}%", pct(a.steal))
+        } else {
+            String::new()
+        };
         let _ = write!(
             s,
-            "  cpu {:.0}% runq {:.0}% sleep {:.0}%{} io {:.0}%{}",
+            "  cpu {:.0}%{steal} runq {:.0}% sleep {:.0}%{} io {:.0}%{}",
             pct(a.oncpu),
             pct(a.runq),
             pct(a.sleep),

@@ -421,6 +421,13 @@ impl Tracer {
                 // Optional: without it a thread first seen in a wait record is named from /proc.
                 task_comm_off: crate::btf::member_offset(&vmlinux, "task_struct", "comm")
                     .unwrap_or(0),
+                // Optional: without them no steal is split off the on-CPU time, and doctor
+                // says so. `se.cfs_rq` exists with group scheduling (every distribution kernel).
+                task_cfs_rq_off: nested("task_struct", "se", "sched_entity", "cfs_rq").unwrap_or(0),
+                cfs_rq_rq_off: crate::btf::member_offset(&vmlinux, "cfs_rq", "rq").unwrap_or(0),
+                rq_clock_off: crate::btf::member_offset(&vmlinux, "rq", "clock").unwrap_or(0),
+                rq_clock_task_off: crate::btf::member_offset(&vmlinux, "rq", "clock_task")
+                    .unwrap_or(0),
                 min_ns: opts.min_ns,
             };
             cfg.set(0, config, 0).map_err(map_err(maps::CONFIG))?;

@@ -38,15 +38,21 @@ fn thread_cpu_ns() -> u64 {
 }
 
 /// Burns `d` of this thread's CPU time (not wall time: a preemption on a loaded machine makes
-/// the span longer, not the work smaller).
-fn burn(d: Duration) {
-    let end = thread_cpu_ns() + d.as_nanos() as u64;
+/// the span longer, not the work smaller). Returns the CPU time it took by the thread's own
+/// clock (a little over `d`: the last iteration and the clock reads), which the tests hold
+/// the span's on-CPU part to.
+fn burn(d: Duration) -> u64 {
+    let start = thread_cpu_ns();
+    let end = start + d.as_nanos() as u64;
     let mut x = 0u64;
-    while thread_cpu_ns() < end {
+    let mut now = start;
+    while now < end {
         for _ in 0..1000 {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
+        now = thread_cpu_ns();
     }
+    now - start
 }
 
 /// Busy-waits (the point is to hold this worker) for `flag`, at most a second.
@@ -135,10 +141,10 @@ fn main() {
                 let _ = tx.send(());
             });
             spin_until(&waker_running);
-            let s = span!(asyncscen, burn; parent = 0);
+            let s = span!(asyncscen, burn; parent = 0; end(u64));
             let id = s.id();
             let fut = async move {
-                burn(Duration::from_millis(5));
+                let mut cpu = burn(Duration::from_millis(5));
                 std::future::poll_fn(|cx| {
                     let r = std::pin::Pin::new(&mut rx).poll(cx);
                     // Only once the wakeup is registered: else it could be ready at once.
@@ -149,8 +155,8 @@ fn main() {
                 })
                 .await
                 .expect("waker task");
-                burn(Duration::from_millis(5));
-                s.end();
+                cpu += burn(Duration::from_millis(5));
+                s.end(cpu);
             };
             let burner = tokio::spawn(poll_markers!(asyncscen, burn).instrument(id, fut));
             waker.await.expect("waker task");
@@ -242,20 +248,20 @@ fn contend(rounds: u32) {
     assert_eq!(r, 0, "pthread_getcpuclockid");
     rt.block_on(async {
         for _ in 0..rounds {
-            let s = span!(asyncscen, contend; parent = 0; end(u64, u64));
+            let s = span!(asyncscen, contend; parent = 0; end(u64, u64, u64));
             let id = s.id();
             let fut = async move {
                 // Inside the polls the worker never sleeps: its wall time there less its CPU
                 // time is what it waited for a CPU, whoever else ran (the hog, mostly).
                 let hog0 = clock_ns(hog_clock);
                 let (t, c) = (std::time::Instant::now(), thread_cpu_ns());
-                burn(Duration::from_millis(5));
+                let mut cpu = burn(Duration::from_millis(5));
                 let mut waited = (t.elapsed().as_nanos() as u64).saturating_sub(thread_cpu_ns() - c);
                 tokio::task::yield_now().await;
                 let (t, c) = (std::time::Instant::now(), thread_cpu_ns());
-                burn(Duration::from_millis(5));
+                cpu += burn(Duration::from_millis(5));
                 waited += (t.elapsed().as_nanos() as u64).saturating_sub(thread_cpu_ns() - c);
-                s.end(waited, clock_ns(hog_clock) - hog0);
+                s.end(waited, clock_ns(hog_clock) - hog0, cpu);
             };
             tokio::spawn(poll_markers!(asyncscen, contend).instrument(id, fut))
                 .await

@@ -72,7 +72,7 @@ fn buckets(h: &Hist, bounds: &[(usize, f64)]) -> (Vec<(f64, u64)>, u64) {
 }
 
 /// Names of the split components (indices 1.. of a span name's histograms), as `state`.
-const STATES: [&str; HIST_COMPONENTS - 1] = ["oncpu", "runq", "sleep", "io", "idle"];
+const STATES: [&str; HIST_COMPONENTS - 1] = ["oncpu", "runq", "sleep", "io", "idle", "steal"];
 
 fn ns_to_s(ns: u64) -> f64 {
     ns as f64 / 1e9
@@ -240,7 +240,7 @@ impl prometheus_client::collector::Collector for Exposition {
         counter(
             &mut enc,
             "usdt_span_time",
-            "Time of split spans by state (oncpu, runq, sleep, io, idle): per span name, the states add up to the duration of its usdt_span_split spans.",
+            "Time of split spans by state (oncpu, runq, sleep, io, idle, steal: the host's): per span name, the states add up to the duration of its usdt_span_split spans.",
             Some(&Unit::Seconds),
             &time,
         )?;
