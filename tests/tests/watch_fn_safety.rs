@@ -163,7 +163,7 @@ fn fn_star_on_redis_server_keeps_it_answering_right() {
     assert_eq!(cli(&["incr", "ctr"]).trim(), "42");
     let out = w.stop();
     assert!(out.status.success(), "{}", out.stderr);
-    // Every start is accounted for: a span, or a start dropped past the 61-deep per-thread
+    // Every start is accounted for: a span, or a start dropped past the 59-deep per-thread
     // stack (counted). Redis' event loop can fill that stack with calls that left without a
     // `ret` the tracer saw (a jump through a pointer): then later starts are dropped and
     // counted, never paired wrongly. How many spans that leaves depends on the run.

@@ -58,7 +58,7 @@ fn check_results_of(
 /// call's end would not), and the three frames each longjmp abandons are unmatched starts.
 ///
 /// With the loop in main, which returns only at the end, the abandoned frames stay on the
-/// thread's 61-deep span stack (nothing below them ends to clear them): after 21 longjmps it
+/// thread's 59-deep span stack (nothing below them ends to clear them): after 20 longjmps it
 /// is full and later starts are dropped and counted. Every start is still accounted for, and
 /// every span that is printed is right.
 #[test]

@@ -61,6 +61,7 @@ pub fn feature_rows(f: &Features) -> Vec<Row> {
             "uprobe write regs",
             &f.uprobe_write_regs,
         ),
+        Row::feature("steal", "host steal", &f.steal),
     ]
 }
 
@@ -224,17 +225,17 @@ mod tests {
             "ref_ctr_offset        yes  uprobe PMU format config:32-63"
         );
         assert_eq!(
-            lines[14],
+            lines[15],
             "--attach auto         uprobe_multi  one uprobe_multi link per object (the default)"
         );
         assert_eq!(
-            lines[16],
+            lines[17],
             "--attach perf         perf          one perf-event uprobe + BPF link per site"
         );
-        // kernel + 11 features + blank + title + 6 watch rows.
-        assert_eq!(lines.len(), 1 + 11 + 2 + 6, "{text}");
-        assert_eq!(lines[12], "");
-        assert_eq!(lines[13], "what watch will use:");
+        // kernel + 12 features + blank + title + 6 watch rows.
+        assert_eq!(lines.len(), 1 + 12 + 2 + 6, "{text}");
+        assert_eq!(lines[13], "");
+        assert_eq!(lines[14], "what watch will use:");
         // Every value starts in the same column, after the widest label and two spaces.
         for l in lines.iter().filter(|l| !l.is_empty() && !l.ends_with(':')) {
             assert_eq!(&l[20..22], "  ", "misaligned: {l:?}");

@@ -215,6 +215,9 @@ pub struct Features {
     /// instruction when `ip` moved (unique uprobes, newer kernels): a handler could emulate a
     /// `ret` itself ([`usdt_trace_common::retemu`]) instead of having it single-stepped.
     pub uprobe_write_regs: Feature,
+    /// The time splits can tell the host's steal from on-CPU time (BTF has the run queue's
+    /// clocks), and whether there was any ([`super::steal`]).
+    pub steal: Feature,
 }
 
 impl Features {
@@ -310,6 +313,7 @@ impl Features {
             uprobe_optimize,
             push_emulate,
             uprobe_write_regs,
+            steal: super::steal::steal_feature(),
         }
     }
 
@@ -609,6 +613,7 @@ pub(crate) fn sample(multi: Support, perf: Support) -> Features {
         uprobe_optimize: Feature::no("no sys_uprobe"),
         push_emulate: Feature::no("no push_emulate_op"),
         uprobe_write_regs: Feature::no("no is_unique in struct uprobe_consumer"),
+        steal: Feature::yes("split off on-CPU per span"),
     }
 }
 

@@ -21,6 +21,7 @@ pub mod calibrate;
 pub mod features;
 pub mod mmapwatch;
 mod multi;
+pub mod steal;
 mod sys;
 
 pub use agg::{AggCounters, AggLoad};
