@@ -14,14 +14,14 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf,
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_kernel_buf, bpf_task_pt_regs,
+        bpf_probe_read_kernel_buf, bpf_probe_read_user, bpf_task_pt_regs,
     },
     programs::BtfTracePointContext,
 };
 use usdt_trace_common::{
-    off_cpu_state, str_key_thread, CpuSteal, OffInterval, RecordKind, ThreadState, WaitRecord,
-    CFG_WAITS, CNT_UNMATCHED_START, CNT_WAITS_LOST, MAX_DEPTH, SC_NONE, SC_USER, SYSCALL_CLASS_LEN,
-    TS_RUNNING, TS_RUNQ,
+    off_cpu_state, refine_class, str_key_thread, CpuSteal, OffInterval, RecordKind, ThreadState,
+    WaitRecord, CFG_WAITS, CNT_UNMATCHED_START, CNT_WAITS_LOST, MAX_DEPTH, OFF_NONE, SC_FILE,
+    SC_NONE, SC_POLL, SC_SELECT, SC_USER, SYSCALL_CLASS_LEN, TS_RUNNING, TS_RUNQ, TS_SLEEP,
 };
 
 use crate::{
@@ -176,6 +176,70 @@ fn current_syscall_class() -> u8 {
     }
 }
 
+/// Whether the file a sleeping thread (the current task, in its syscall of class `class`)
+/// waits on is a socket, for [`refine_class`]: a read's first argument, the first `pollfd`
+/// of a poll, the lowest descriptor of a select's read set. None when the class names no
+/// file or a read failed (BTF lacked a member, a page of the array is not in memory).
+#[inline(always)]
+fn waits_on_socket(class: u8) -> Option<bool> {
+    if class != SC_FILE && class != SC_POLL && class != SC_SELECT {
+        return None;
+    }
+    let cfg = CONFIG.get(0)?;
+    let arg_off = if class == SC_SELECT {
+        cfg.regs_arg1_off
+    } else {
+        cfg.regs_arg0_off
+    };
+    if arg_off == OFF_NONE || cfg.inode_mode_off == OFF_NONE || cfg.file_inode_off == OFF_NONE {
+        return None;
+    }
+    // SAFETY: the helpers have no preconditions; every address is read through the checked
+    // bpf_probe_read_kernel/bpf_probe_read_user helpers.
+    let (task, regs) = unsafe {
+        let task = bpf_get_current_task_btf();
+        (task as u64, bpf_task_pt_regs(task) as u64)
+    };
+    // SAFETY: as above: the helper checks the kernel address and fails on a fault.
+    let kread = |p: u64| unsafe { bpf_probe_read_kernel(p as *const u64) }.ok();
+    let arg = kread(regs + arg_off as u64)?;
+    let fd: u64 = match class {
+        SC_FILE => arg as u32 as u64,
+        // struct pollfd { int fd; short events, revents; }: the first one's fd.
+        // SAFETY: the helper checks the user address and fails on a fault.
+        SC_POLL => unsafe { bpf_probe_read_user(arg as *const i32) }.ok()? as u32 as u64,
+        _ => {
+            // SAFETY: as above.
+            let set = unsafe { bpf_probe_read_user(arg as *const u64) }.ok()?;
+            if set == 0 {
+                return None;
+            }
+            set.trailing_zeros() as u64
+        }
+    };
+    // The file table: files->fdt->fd[fd], bounded by fdt->max_fds.
+    let files = kread(task + cfg.task_files_off as u64)?;
+    let fdt = kread(files + cfg.files_fdt_off as u64)?;
+    // SAFETY: as above.
+    let max =
+        unsafe { bpf_probe_read_kernel((fdt + cfg.fdt_max_fds_off as u64) as *const u32) }.ok()?;
+    if fd >= max as u64 {
+        return None;
+    }
+    let fds = kread(fdt + cfg.fdt_fd_off as u64)?;
+    let file = kread(fds + fd * 8)?;
+    if file == 0 {
+        return None;
+    }
+    let inode = kread(file + cfg.file_inode_off as u64)?;
+    // SAFETY: as above.
+    let mode =
+        unsafe { bpf_probe_read_kernel((inode + cfg.inode_mode_off as u64) as *const u16) }.ok()?;
+    const S_IFMT: u16 = 0o170000;
+    const S_IFSOCK: u16 = 0o140000;
+    Some(mode & S_IFMT == S_IFSOCK)
+}
+
 /// In a probe, before the current thread opens a span (or enters a polled one): accounting
 /// runs from here, and the scheduler hooks must look at this thread from here on. `tgid`: its
 /// process, which the hooks cannot cheaply read from the task they see (for its waits).
@@ -265,10 +329,14 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
             let preempt = preempt & 1 != 0;
             // What it waits on matters only when it goes to sleep: a preempted thread is in
             // the run queue whatever syscall it is in.
-            let class = if off_cpu_state(preempt, prev_state as u32) == TS_RUNQ {
-                SC_NONE
-            } else {
-                current_syscall_class()
+            let class = match off_cpu_state(preempt, prev_state as u32) {
+                TS_RUNQ => SC_NONE,
+                // An interruptible sleep in a poll or a read: named by the file it waits on.
+                TS_SLEEP => {
+                    let class = current_syscall_class();
+                    refine_class(class, waits_on_socket(class))
+                }
+                _ => current_syscall_class(),
             };
             st.switch_out(now, steal, preempt, prev_state as u32, class);
         } else {

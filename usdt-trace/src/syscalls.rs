@@ -6,23 +6,22 @@
 //! number in a 32-bit `syscallno` and has other numbers. Elsewhere the table is empty and
 //! every wait is "other".
 
-use usdt_trace_common::{SC_FILE, SC_LOCK, SC_NET, SC_TIMER, SYSCALL_CLASS_LEN};
+use usdt_trace_common::{
+    SC_FILE, SC_LOCK, SC_NET, SC_POLL, SC_SELECT, SC_TIMER, SYSCALL_CLASS_LEN,
+};
 
 /// (syscall number, class) pairs for this machine's architecture.
 #[cfg(target_arch = "x86_64")]
 pub fn classes() -> Vec<(u32, u8)> {
     use libc::*;
     let lock = [SYS_futex, SYS_futex_waitv];
-    // Sockets and the multiplexers that wait on them (or on pipes, eventfds: a poll is a
-    // poll). read/write on a socket count as file below: the number cannot tell.
+    // Sockets and epoll (an event loop's wait, on sockets mostly: which files an epoll
+    // instance watches is not read). poll and select are named by the first file they wait
+    // on, read/write on a socket by its file (`refine_class`).
     let net = [
         SYS_epoll_wait,
         SYS_epoll_pwait,
         SYS_epoll_pwait2,
-        SYS_poll,
-        SYS_ppoll,
-        SYS_select,
-        SYS_pselect6,
         SYS_recvfrom,
         SYS_recvmsg,
         SYS_recvmmsg,
@@ -60,10 +59,14 @@ pub fn classes() -> Vec<(u32, u8)> {
         SYS_io_getevents,
         SYS_io_uring_enter,
     ];
+    let poll = [SYS_poll, SYS_ppoll];
+    let select = [SYS_select, SYS_pselect6];
     let mut v = Vec::new();
     for (nrs, class) in [
         (&lock[..], SC_LOCK),
         (&net[..], SC_NET),
+        (&poll[..], SC_POLL),
+        (&select[..], SC_SELECT),
         (&timer[..], SC_TIMER),
         (&file[..], SC_FILE),
     ] {
@@ -87,6 +90,12 @@ pub fn nr_member() -> Option<(&'static str, &'static str)> {
     cfg!(target_arch = "x86_64").then_some(("pt_regs", "orig_ax"))
 }
 
+/// The members of `struct pt_regs` that hold a syscall's first two arguments (x86_64's
+/// `di`, `si`; see the module docs).
+pub fn arg_members() -> Option<[(&'static str, &'static str); 2]> {
+    cfg!(target_arch = "x86_64").then_some([("pt_regs", "di"), ("pt_regs", "si")])
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
@@ -100,6 +109,9 @@ mod tests {
         assert_eq!(c[&230], SC_TIMER, "clock_nanosleep");
         assert_eq!(c[&17], SC_FILE, "pread64");
         assert_eq!(c[&232], SC_NET, "epoll_wait");
+        assert_eq!(c[&7], SC_POLL, "poll");
+        assert_eq!(c[&270], SC_SELECT, "pselect6");
+        assert_eq!(c[&0], SC_FILE, "read");
         assert_eq!(c[&45], SC_NET, "recvfrom");
         assert_eq!(c.len(), classes().len(), "no number in two classes");
     }

@@ -99,6 +99,39 @@ mod tests {
     }
 
     #[test]
+    fn a_poll_is_net_only_on_a_socket() {
+        assert_eq!(refine_class(SC_POLL, Some(true)), SC_NET);
+        assert_eq!(refine_class(SC_SELECT, Some(false)), SC_NONE);
+        assert_eq!(refine_class(SC_FILE, Some(true)), SC_NET);
+        assert_eq!(refine_class(SC_FILE, Some(false)), SC_FILE);
+        // Unread: a poll keeps the network, a read its file class (the disk when in D state).
+        assert_eq!(refine_class(SC_POLL, None), SC_NET);
+        assert_eq!(refine_class(SC_FILE, None), SC_FILE);
+        assert_eq!(refine_class(SC_LOCK, Some(true)), SC_LOCK);
+        assert_eq!(wait_kind(SC_NONE, TS_SLEEP), WAIT_OTHER);
+    }
+
+    #[test]
+    fn a_timed_out_poll_of_a_pipe_waited_on_the_timer() {
+        let mut st = thread();
+        st.resume_accounting(0, NO_STEAL);
+        st.depth = 1;
+        // A poll of a pipe: "other" when it sleeps; its timeout makes it a timer wait.
+        st.switch_out(10, NO_STEAL, false, 1, SC_NONE);
+        st.timed_out();
+        st.set_state(30, NO_STEAL, TS_RUNQ);
+        st.switch_in(31, NO_STEAL);
+        let a = st.acct_at(31, NO_STEAL);
+        assert_eq!(a.wait_ns[WAIT_TIMER as usize - 1], 20);
+        assert_eq!(a.waits[WAIT_TIMER as usize - 1], 1);
+        assert_eq!(a.waits[WAIT_NET as usize - 1], 0);
+        // An uninterruptible "other" sleep is not a poll: the timer does not rename it.
+        st.switch_out(40, NO_STEAL, false, TASK_UNINTERRUPTIBLE, SC_NONE);
+        st.timed_out();
+        assert_eq!(st.off_kind, WAIT_OTHER);
+    }
+
+    #[test]
     fn steal_while_switched_in_is_its_own_part_not_on_cpu() {
         let mut st = thread();
         st.resume_accounting(0, steal(1_000, 1));

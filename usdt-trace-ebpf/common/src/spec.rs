@@ -246,9 +246,25 @@ pub struct Config {
     pub cfs_rq_rq_off: u32,
     pub rq_clock_off: u32,
     pub rq_clock_task_off: u32,
+    /// What a thread sleeping in a poll or a read waits on ([`crate::refine_class`]), each
+    /// [`OFF_NONE`] when unknown (then a poll is a wait on the network and a read "other", as the syscall
+    /// alone says): in `struct pt_regs` the first two syscall arguments; `task_struct.files`,
+    /// `files_struct.fdt`, `fdtable.max_fds` and `fdtable.fd`, `file.f_inode` and
+    /// `inode.i_mode`, the path from a file descriptor to its file's type.
+    pub regs_arg0_off: u32,
+    pub regs_arg1_off: u32,
+    pub task_files_off: u32,
+    pub files_fdt_off: u32,
+    pub fdt_max_fds_off: u32,
+    pub fdt_fd_off: u32,
+    pub file_inode_off: u32,
+    pub inode_mode_off: u32,
     /// `--min`: spans shorter than this many ns make no record (0: every span does).
     pub min_ns: u64,
 }
+
+/// A member offset this kernel's BTF did not have (for members whose offset may be 0).
+pub const OFF_NONE: u32 = u32::MAX;
 
 /// Whether a ring buffer record of `size` bytes that leaves `waiting` bytes for the reader
 /// wakes it: when it carries the waiting data across a multiple of `threshold`, so a reader

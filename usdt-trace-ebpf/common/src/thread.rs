@@ -161,9 +161,18 @@ pub const SC_NET: u8 = 2;
 
 pub const SC_TIMER: u8 = 3;
 
-/// read/write/fsync and friends: the disk when the thread sleeps uninterruptibly in them, "other"
-/// (a pipe, a tty, a socket read through `read`) when it sleeps interruptibly.
+/// read/write/fsync and friends (first argument a file descriptor): the disk when the thread
+/// sleeps uninterruptibly in them; when it sleeps interruptibly, the network if the file is a
+/// socket, else "other" (a pipe, a tty). See [`refine_class`].
 pub const SC_FILE: u8 = 4;
+
+/// `poll`/`ppoll` (first argument the `struct pollfd` array): a wait on the network when the
+/// first file polled is a socket, else "other" (a tty, a pipe: bash waiting in readline).
+pub const SC_POLL: u8 = 6;
+
+/// `select`/`pselect6` (second argument the read set): as [`SC_POLL`], for the lowest file
+/// descriptor in the read set.
+pub const SC_SELECT: u8 = 7;
 
 /// Not in a syscall at all (the saved syscall number is -1): a thread that sleeps there
 /// sleeps in a page fault (or, interruptibly, somewhere no syscall names). Not a value of the
@@ -172,6 +181,21 @@ pub const SC_USER: u8 = 5;
 
 /// Entries of `SYSCALL_CLASS`: above every syscall number of x86_64 and aarch64.
 pub const SYSCALL_CLASS_LEN: u32 = 512;
+
+/// The class of a wait in a syscall of class `class` once the file it waits on is known:
+/// `socket` is Some(true) when it is a socket, Some(false) when it is another file (a pipe, a
+/// tty, an eventfd), None when that could not be read. A poll or a read is a wait on the
+/// network only when the file is a socket; unread, a poll keeps the network (what it waits on
+/// most often) and a read stays a file's.
+#[inline(always)]
+pub fn refine_class(class: u8, socket: Option<bool>) -> u8 {
+    match (class, socket) {
+        (SC_POLL | SC_SELECT | SC_FILE, Some(true)) => SC_NET,
+        (SC_POLL | SC_SELECT, Some(false)) => SC_NONE,
+        (SC_POLL | SC_SELECT, None) => SC_NET,
+        (c, _) => c,
+    }
+}
 
 /// The kind of an off-CPU interval that began in state `off_state` (`TS_*`) inside a syscall
 /// of class `class` (`SC_*`).
@@ -551,13 +575,20 @@ impl ThreadState {
     /// PostgreSQL's `pg_sleep` sleep this way; counting it as `net` named the network where
     /// nothing but time was awaited. Called before the sleep is closed, so its time goes to the
     /// timer too; the wait counted at the switch-out moves with it.
+    ///
+    /// An interruptible sleep of no known kind that the timer ends waited on time too: a poll
+    /// of a pipe or a tty (no longer `net`, see [`refine_class`]) that timed out, a `pause`
+    /// cut short by an alarm.
     #[inline(always)]
     pub fn timed_out(&mut self) {
-        if self.off_kind != WAIT_NET {
+        let other = self.off_kind == WAIT_OTHER && self.off_state == TS_SLEEP;
+        if self.off_kind != WAIT_NET && !other {
             return;
         }
-        if let Some(x) = self.acct.waits.get_mut(WAIT_NET as usize - 1) {
-            *x = x.wrapping_sub(1);
+        if self.off_kind == WAIT_NET {
+            if let Some(x) = self.acct.waits.get_mut(WAIT_NET as usize - 1) {
+                *x = x.wrapping_sub(1);
+            }
         }
         self.off_kind = WAIT_TIMER;
         self.sleep_kind = WAIT_TIMER;

@@ -405,6 +405,15 @@ impl Tracer {
                 let outer = crate::btf::member_offset(&vmlinux, s, m).ok()?;
                 Some(outer + crate::btf::member_offset(&vmlinux, inner, field).ok()?)
             };
+            // 0 is a real offset for some of these (`fdtable.max_fds`, `inode.i_mode`).
+            let off = |s: &str, m: &str| {
+                crate::btf::member_offset(&vmlinux, s, m).unwrap_or(usdt_trace_common::OFF_NONE)
+            };
+            let arg_off = |i: usize| {
+                crate::syscalls::arg_members().map_or(usdt_trace_common::OFF_NONE, |members| {
+                    off(members[i].0, members[i].1)
+                })
+            };
             let config = Config {
                 flags: opts.config_flags(),
                 // Wake the reader when an eighth of the ring is full.
@@ -429,6 +438,15 @@ impl Tracer {
                 rq_clock_off: crate::btf::member_offset(&vmlinux, "rq", "clock").unwrap_or(0),
                 rq_clock_task_off: crate::btf::member_offset(&vmlinux, "rq", "clock_task")
                     .unwrap_or(0),
+                // Optional: without them a poll is a wait on the network and a read "other".
+                regs_arg0_off: arg_off(0),
+                regs_arg1_off: arg_off(1),
+                task_files_off: off("task_struct", "files"),
+                files_fdt_off: off("files_struct", "fdt"),
+                fdt_max_fds_off: off("fdtable", "max_fds"),
+                fdt_fd_off: off("fdtable", "fd"),
+                file_inode_off: off("file", "f_inode"),
+                inode_mode_off: off("inode", "i_mode"),
                 min_ns: opts.min_ns,
             };
             cfg.set(0, config, 0).map_err(map_err(maps::CONFIG))?;

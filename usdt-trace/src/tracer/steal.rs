@@ -69,7 +69,8 @@ mod tests {
 
     #[test]
     fn steal_since_boot_is_the_cpu_lines_eighth_value_in_ticks() {
-        let stat = "cpu  855195 303991 392160 632863 7796 0 12100 490 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
+        let stat =
+            "cpu  855195 303991 392160 632863 7796 0 12100 490 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
         assert_eq!(stolen_ns(stat), Some(4_900_000_000));
         assert_eq!(stolen_ns("cpu  1 2 3\n"), None);
         assert_eq!(stolen_ns("intr 5\n"), None);
@@ -83,6 +84,10 @@ mod tests {
         let f = steal_from(&[], Some(0));
         assert!(f.is_yes() && f.detail.contains("stays 0"), "{}", f.detail);
         let f = steal_from(&["rq.clock_task".to_string()], Some(10));
-        assert!(!f.is_yes() && f.detail.contains("rq.clock_task"), "{}", f.detail);
+        assert!(
+            !f.is_yes() && f.detail.contains("rq.clock_task"),
+            "{}",
+            f.detail
+        );
     }
 }
