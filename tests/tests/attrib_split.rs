@@ -172,10 +172,13 @@ fn check_truth(out: &watch::Output, name: &str) {
             x.oncpu >= t.cpu - slack,
             "on-CPU time lost: less than the thread's CPU time ({ctx})"
         );
-        // The window is a little wider than the span, so on-CPU may be less than the thread's
-        // CPU time by the slack; never more (beyond 3%): steal is not on-CPU time.
+        // Nor more than it, beyond 3% and the same slack: steal is not on-CPU time. (The
+        // CPU-burn spans are held to 3% alone, in `cpu_work_ran`. Around a write + fsync
+        // the split has filed 1-3 ms of what the kernel counts as run-queue wait as on-CPU,
+        // 2 of 13 runs, before and after the run-queue wait began at sched_wakeup: within
+        // the slack of its switches and wakeups.)
         assert!(
-            x.oncpu <= t.cpu * 1.03 + WINDOW_SLACK,
+            x.oncpu <= t.cpu * 1.03 + slack,
             "more on-CPU time than the thread's own CPU clock: steal filed as on-CPU? ({ctx})"
         );
         assert!(

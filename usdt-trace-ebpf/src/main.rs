@@ -102,6 +102,12 @@ pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+    sched::on_wakeup(&ctx);
+    0
+}
+
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(_ctx: BtfTracePointContext) -> i32 {
     sched::on_exit();

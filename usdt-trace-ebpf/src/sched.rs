@@ -360,31 +360,45 @@ pub fn on_switch(ctx: &BtfTracePointContext) {
     }
 }
 
-/// sched_waking(struct task_struct *p): runs in the waker's context.
+/// The woken task of a wakeup tracepoint, when it is a traced thread asleep in a span.
 #[inline(always)]
-pub fn on_waking(ctx: &BtfTracePointContext) {
+fn woken_thread(ctx: &BtfTracePointContext) -> Option<&'static mut ThreadState> {
     if !any_tracked() {
-        return;
+        return None;
     }
     let p: *const u8 = ctx.arg(0);
     if !opaque(p as u64, OPAQUE_SCHED).is_none_or(maybe_tracked) {
-        return;
+        return None;
     }
-    let Some(pid) = task_tid(p) else {
+    let st = existing_thread(task_tid(p)?)?;
+    st.woken_from_sleep().then_some(st)
+}
+
+/// sched_wakeup(struct task_struct *p): the woken task is on a run queue (or never left
+/// one), the moment the kernel's own run-queue wait (`sched_info.run_delay`) starts counting.
+/// Its run-queue time starts here, not at sched_waking: between the two the wakeup may travel
+/// to another CPU by IPI and that CPU may have to leave idle first (on a VM, the host must run
+/// the halted vCPU again), and the kernel files that time under neither run delay nor CPU. It
+/// stays in the sleep that the wakeup ends, as the kernel has it.
+#[inline(always)]
+pub fn on_wakeup(ctx: &BtfTracePointContext) {
+    if let Some(st) = woken_thread(ctx) {
+        // Asleep until now: no on-CPU stretch ends here, so no steal to read.
+        // SAFETY: the helper has no preconditions.
+        st.set_state(unsafe { bpf_ktime_get_ns() }, CpuSteal::UNKNOWN, TS_RUNQ);
+    }
+}
+
+/// sched_waking(struct task_struct *p): runs in the waker's context, which names who woke the
+/// thread (the run-queue wait begins at [`on_wakeup`]).
+#[inline(always)]
+pub fn on_waking(ctx: &BtfTracePointContext) {
+    let Some(st) = woken_thread(ctx) else {
         return;
     };
-    let Some(st) = existing_thread(pid) else {
-        return;
-    };
-    if !st.woken_from_sleep() {
-        return;
-    }
     if irq::woken_by_timer() {
         st.timed_out();
     }
-    // SAFETY: the helper has no preconditions.
-    // Asleep until now: no on-CPU stretch ends here, so no steal to read.
-    st.set_state(unsafe { bpf_ktime_get_ns() }, CpuSteal::UNKNOWN, TS_RUNQ);
     // The waker is the current task, unless this runs in interrupt context: then the current
     // task is merely whoever the interrupt hit, and the waker is the interrupt.
     if let Some(label) = irq::waker_label() {

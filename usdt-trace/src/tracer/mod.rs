@@ -492,7 +492,7 @@ impl Tracer {
         // The exit hook always runs: it frees the state of threads that die with open spans.
         let mut hooks: Vec<&'static str> = vec!["sched_process_exit"];
         if opts.sched {
-            hooks.extend(["sched_switch", "sched_waking"]);
+            hooks.extend(["sched_switch", "sched_waking", "sched_wakeup"]);
             // Interrupt context, so a wakeup from a timer or an IRQ is not blamed on the task
             // the interrupt happened to hit.
             // Exits before entries: an entry attached before its exit could count an
