@@ -43,6 +43,7 @@
 
 mod agg;
 mod args;
+mod exec;
 mod filter;
 mod irq;
 mod maps;
@@ -105,6 +106,12 @@ pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
     sched::on_wakeup(&ctx);
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
+    let _ = exec::on_exec(&ctx);
     0
 }
 

@@ -14,6 +14,13 @@
 //! it again: its probes are detached and its descriptor closed, so a deleted binary is not
 //! kept on disk by the tracer (checked every [`REAP`]).
 //!
+//! A deploy starts the new build at once, and a poll every second lost its first 0.3-0.6 s of
+//! spans. So the kernel watches execs too ([`Tracer::hold_execs`]): a process of a followed
+//! name that starts a file not seen yet is stopped before its first instruction and reported;
+//! the next [`Follow::poll`] looks at once, attaches the new file, and lets the process go
+//! (SIGCONT), a few milliseconds after its exec. Where the hook cannot run, polling alone
+//! finds new files, as before, and the run says so once.
+//!
 //! Each file is opened as [`crate::target`] opens any (a regular file, parsed through the
 //! descriptor; a process's executable through its own mapping, checked by device and
 //! inode), so a path swapped between the `stat` and the open is traced as what was opened.
@@ -28,6 +35,7 @@ use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use usdt_trace_common::{ExecRecord, FileKey};
 
 /// How often the named paths and process names are looked at again.
 pub const CHECK: Duration = Duration::from_secs(1);
@@ -57,6 +65,11 @@ pub struct Follow {
     changes: ChangeWatch,
     last_check: Instant,
     last_reap: Instant,
+    /// The kernel holds the execs of new files ([`Follow::start_hold`]).
+    holding: bool,
+    /// Processes held at their exec and let go, and the longest hold, in ns.
+    pub held: u64,
+    pub held_max_ns: u64,
 }
 
 fn stat_key(path: &std::path::Path) -> Option<Key> {
@@ -90,7 +103,43 @@ impl Follow {
             changes: ChangeWatch::new(),
             last_check: Instant::now(),
             last_reap: Instant::now(),
+            holding: false,
+            held: 0,
+            held_max_ns: 0,
         }
+    }
+
+    /// Has the kernel hold every process of a followed name that starts a file not seen yet,
+    /// until [`Follow::poll`] has attached it. Says once, and goes on polling alone, where
+    /// that cannot be done.
+    pub fn start_hold(&mut self, tracer: &mut Tracer) {
+        let mut names: Vec<String> = self
+            .paths
+            .iter()
+            .filter_map(|(p, _)| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        names.extend(self.names.iter().cloned());
+        if names.is_empty() {
+            return;
+        }
+        let known: Vec<FileKey> = self
+            .known
+            .iter()
+            .map(|&((maj, min), ino)| FileKey::new(maj, min, ino))
+            .collect();
+        match tracer.hold_execs(&names, &known) {
+            Ok(()) => self.holding = true,
+            Err(e) => say(&format!(
+                "warning: new builds of the followed files are found by a look every {} s, not at their exec (their first spans may be lost): {}",
+                CHECK.as_secs(),
+                clean(&e.to_string())
+            )),
+        }
+    }
+
+    /// The run's objects: those of the start, and those attached since.
+    pub fn objects(&self) -> &[Object] {
+        &self.objects
     }
 
     /// Descriptors readable when an object attached here is written in place.
@@ -116,9 +165,20 @@ impl Follow {
             return Ok(());
         }
         let mut result = Ok(());
-        if self.last_check.elapsed() >= CHECK {
+        // Processes the kernel stopped at their exec: look now, not at the next tick.
+        let execs = if self.holding {
+            tracer.take_execs()
+        } else {
+            Vec::new()
+        };
+        if self.last_check.elapsed() >= CHECK || !execs.is_empty() {
             self.last_check = Instant::now();
-            for (mut o, what) in self.new_files() {
+            let found = self.new_files();
+            for (o, _) in &found {
+                let ((maj, min), ino) = key_of(o);
+                tracer.know_file(FileKey::new(maj, min, ino));
+            }
+            for (mut o, what) in found {
                 let pats: Vec<&crate::pattern::Pattern> = self.fn_patterns.iter().collect();
                 if let Err(e) = crate::functions::add_function_sites(&mut o, &pats, self.fn_place) {
                     say(&format!(
@@ -152,11 +212,47 @@ impl Follow {
                 }
             }
         }
+        self.release(tracer, &execs);
         if self.last_reap.elapsed() >= REAP {
             self.last_reap = Instant::now();
             self.reap(tracer, watched);
         }
         result
+    }
+
+    /// Stops holding execs and lets go every process held since the last look: before the
+    /// run ends, so that none stays stopped.
+    pub fn stop_holding(&mut self, tracer: &mut Tracer) {
+        if self.holding {
+            self.holding = false;
+            let execs = tracer.stop_holding();
+            self.release(tracer, &execs);
+        }
+    }
+
+    /// Lets the processes held at their exec go, their files attached (or found with
+    /// nothing to trace, or not followed at all: a file of a followed name elsewhere).
+    fn release(&mut self, tracer: &mut Tracer, execs: &[ExecRecord]) {
+        for e in execs {
+            tracer.know_file(e.file);
+            if e.stopped == 0 {
+                continue;
+            }
+            // SAFETY: kill has no memory preconditions; a pid that exited meanwhile (or was
+            // reused: SIGCONT to a running process does nothing) is harmless.
+            unsafe { libc::kill(e.pid as libc::pid_t, libc::SIGCONT) };
+            let held = crate::watch::clock::monotonic_ns().saturating_sub(e.ts_ns);
+            self.held += 1;
+            self.held_max_ns = self.held_max_ns.max(held);
+            say(&format!(
+                "Held pid {} at its exec of {} for {} while its probes were attached",
+                e.pid,
+                clean(&String::from_utf8_lossy(
+                    &e.comm[..e.comm.iter().position(|&b| b == 0).unwrap_or(16)]
+                )),
+                crate::output::fmt_duration(held)
+            ));
+        }
     }
 
     /// The files the paths and names stand for that were not seen before, opened.

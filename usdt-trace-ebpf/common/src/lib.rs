@@ -21,12 +21,14 @@ pub mod regs;
 pub mod retemu;
 
 // One file per concern; everything is re-exported here, so users name types from the root.
+mod exec;
 mod filter;
 mod hist;
 mod id;
 mod record;
 mod spec;
 mod thread;
+pub use exec::*;
 pub use filter::*;
 pub use hist::*;
 pub use id::*;
@@ -84,6 +86,9 @@ mod pod {
         PollAcct,
         StrSet,
         ThreadState,
+        FileKey,
+        ExecRecord,
+        ExecConfig,
     );
 }
 

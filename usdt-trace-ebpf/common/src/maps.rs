@@ -20,6 +20,11 @@ pub const BY_UNKEYED: &str = "BY_UNKEYED";
 pub const CONFIG: &str = "CONFIG";
 pub const COUNTERS: &str = "COUNTERS";
 pub const EVENTS: &str = "EVENTS";
+pub const EXECS: &str = "EXECS";
+pub const EXEC_COMMS: &str = "EXEC_COMMS";
+pub const EXEC_CONFIG: &str = "EXEC_CONFIG";
+pub const EXEC_COUNTS: &str = "EXEC_COUNTS";
+pub const EXEC_KNOWN: &str = "EXEC_KNOWN";
 pub const FILTER: &str = "FILTER";
 pub const FILTER_SITES: &str = "FILTER_SITES";
 pub const HISTS: &str = "HISTS";
@@ -52,6 +57,11 @@ pub const ALL: &[&str] = &[
     CONFIG,
     COUNTERS,
     EVENTS,
+    EXECS,
+    EXEC_COMMS,
+    EXEC_CONFIG,
+    EXEC_COUNTS,
+    EXEC_KNOWN,
     FILTER,
     FILTER_SITES,
     HISTS,

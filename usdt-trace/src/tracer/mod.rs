@@ -18,6 +18,7 @@
 
 mod agg;
 pub mod calibrate;
+mod exechold;
 pub mod features;
 pub mod mmapwatch;
 mod multi;
@@ -302,6 +303,9 @@ pub struct Tracer {
     site_prog: &'static str,
     /// `--min`, which `--top`'s moving minimum never goes below.
     user_min_ns: u64,
+    /// The ring of held execs ([`Tracer::hold_execs`]), once holding, and the hook's link.
+    execs: Option<RingBuf<MapData>>,
+    exec_link: Option<aya::programs::tp_btf::BtfTracePointLinkId>,
 }
 
 fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> TraceError {
@@ -544,6 +548,8 @@ impl Tracer {
             wake_fds: Vec::new(),
             site_prog,
             user_min_ns: opts.min_ns,
+            execs: None,
+            exec_link: None,
         };
         t.agg_init(&opts.agg)?;
         if path == AttachPath::Perf {

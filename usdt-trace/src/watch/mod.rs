@@ -17,7 +17,7 @@
 //! process), `signals` and `clock`, `session` (a run driven by its caller, for `serve`), `warnings` (the end-of-run summary and warnings) and `error`.
 
 mod attach;
-mod clock;
+pub(crate) mod clock;
 mod config;
 mod error;
 mod late_strs;
@@ -145,6 +145,12 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     for f in &mut out_files {
         f.commit()?;
     }
+    // From here the objects live in `follow`, with those attached later. Its exec hold is on
+    // before the readiness line: a deploy may come the moment a script sees it.
+    let mut follow = crate::follow::Follow::new(cfg, objects);
+    tracer.wake_on(follow.wake_fds());
+    follow.start_hold(&mut tracer);
+    let objects = follow.objects();
     // Before the readiness line: a script may send SIGINT the moment it sees it.
     install_signal_handlers();
     eprintln!("{}", plan.attached_line());
@@ -152,8 +158,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     // process again, for what was mapped since the targets were opened.
     let mut late = cfg.late().then(|| {
         let child = child.as_ref().map(|c| c.pid as u32);
-        let scope = crate::late::Scope::of_run(child, &cfg.pids, &objects);
-        let (l, warning) = crate::late::Late::new(scope, &objects);
+        let scope = crate::late::Scope::of_run(child, &cfg.pids, objects);
+        let (l, warning) = crate::late::Late::new(scope, objects);
         if let Some(w) = warning {
             eprintln!("{}", clean(&w));
         }
@@ -174,7 +180,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
 
     let started = Instant::now();
     // Probes attached later (late mappings) are named from the process's maps alone.
-    let stacks = cfg.stack.then(|| Stacks::new(&plan, &objects));
+    let stacks = cfg.stack.then(|| Stacks::new(&plan, objects));
     let mut reader = Reader {
         plan,
         sinks,
@@ -202,9 +208,6 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         plan: cfg.plan_options(),
         filter: cfg.filter.as_ref(),
     };
-    // From here the objects live in `follow`, with those attached later.
-    let mut follow = crate::follow::Follow::new(cfg, objects);
-    tracer.wake_on(follow.wake_fds());
     let mut last_hist = Instant::now();
     // `--max-keys` as a bound on the keys `--prometheus` exports.
     let mut key_bound = output::prometheus::KeyBound::default();
@@ -239,6 +242,16 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         );
     }
 
+    follow.stop_holding(&mut tracer);
+    // Execs of new builds that could not be held (the exec ring was full): said, counted.
+    let (_, unheld) = tracer.exec_counts();
+    if unheld > 0 {
+        crate::output::text::say(&format!(
+            "warning: {unheld} process{} started a new build of a followed file unheld (the exec ring was full): {} first spans may be lost",
+            if unheld == 1 { "" } else { "es" },
+            if unheld == 1 { "its" } else { "their" }
+        ));
+    }
     // However the run ended (a signal, --duration, the command's exit), a signal from here on
     // is the one that ends what is still waited for (signals::NOW).
     STOP.store(true, Ordering::Relaxed);

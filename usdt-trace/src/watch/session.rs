@@ -66,8 +66,9 @@ impl Session {
             l
         });
         tracer.wake_on(watched.wake_fd().into_iter().collect());
-        let follow = crate::follow::Follow::new(cfg, objects);
+        let mut follow = crate::follow::Follow::new(cfg, objects);
         tracer.wake_on(follow.wake_fds());
+        follow.start_hold(&mut tracer);
         let reader = Reader {
             plan,
             // Nothing is printed: the histograms stay in the kernel and scrapes read them.
@@ -146,6 +147,7 @@ impl Session {
     /// Detaches (semaphores drop with the links, and those raised by hand are lowered after),
     /// and returns the last snapshot, read after the detach.
     pub fn stop(mut self) -> Option<Snapshot> {
+        self.follow.stop_holding(&mut self.tracer);
         let _ = self.tracer.detach_all();
         self.raiser.lower_all();
         while self
