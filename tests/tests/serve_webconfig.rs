@@ -9,7 +9,8 @@
 //! silent once a client must prove who it is, and says TLS alone does not.
 //!
 //! The first tests' definitions name binaries that do not exist (nothing attaches, no root
-//! needed); the real Prometheus test traces a real program, as root.
+//! needed); the real Prometheus test traces a real program, as root, and so does the last,
+//! which runs `watch --web-config` with a string key behind TLS and basic auth.
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
@@ -529,5 +530,73 @@ fn a_real_prometheus_scrapes_with_basic_auth_and_tls() {
     daemon.signal(SIGTERM);
     let st = proc::wait_within(&mut daemon.child, Duration::from_secs(60)).expect("exits");
     assert_eq!(st.code(), Some(0), "{:#?}", daemon.log);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `watch --prometheus --web-config`: the same file, the same endpoint. A string key behind
+/// TLS and basic auth: no warning, a 401 without the password, the program's string with it.
+#[test]
+#[ignore = "needs root"]
+fn watch_serves_string_keys_behind_tls_and_basic_auth() {
+    use usdt_trace_tests::watch::Watch;
+    use usdt_trace_tests::watch_util::build_c;
+    let bin = build_c("strs_argv", &[]);
+    let d = scratch("watch");
+    make_pki(&d);
+    let web = d.join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: {}\n",
+            hash()
+        ),
+    )
+    .expect("web.yml");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let w = Watch::start_with(
+        &[
+            "--hist",
+            "--str",
+            "q__start:1",
+            "--by",
+            "str0",
+            "--prometheus",
+            &addr,
+            "--web-config",
+            web.to_str().expect("utf-8"),
+            bin.to_str().expect("utf-8"),
+            "as:*",
+        ],
+        true,
+    );
+    let out = proc::output_within(Command::new(&bin).arg("a-secret"), Duration::from_secs(30));
+    assert!(out.status.success(), "{out:?}");
+    let https = format!("https://{addr}/metrics");
+    let ca = d.join("ca.crt");
+    let ca = ca.to_str().expect("utf-8");
+    let right = format!("prometheus:{PASSWORD}");
+    let want = "key=\"a-secret\"} 1";
+    let mut r = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        r = text(&curl(&["--cacert", ca, &https, "-u", &right]));
+        if r.lines()
+            .any(|l| l.starts_with("usdt_span_duration_seconds_count") && l.ends_with(want))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+    assert!(r.contains(want), "{r}");
+    let r = text(&curl(&["--cacert", ca, &https]));
+    assert!(
+        r.starts_with("HTTP/1.1 401 ") && !r.contains("a-secret"),
+        "{r}"
+    );
+    let out = w.stop();
+    let err = &out.stderr;
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("warning: --by str0"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }

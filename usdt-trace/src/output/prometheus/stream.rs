@@ -61,10 +61,7 @@ impl Stream {
         }
         if first[0].is_ascii_uppercase() {
             let mut s = Stream::Plain(sock);
-            let _ = s.write_all_by(
-                PLAIN_TO_TLS,
-                deadline.max(Instant::now()) + std::time::Duration::from_secs(1),
-            );
+            let _ = s.write_all_by(PLAIN_TO_TLS, deadline);
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "plain HTTP to the TLS port",
@@ -82,7 +79,14 @@ impl Stream {
         }
         while t.tls.is_handshaking() {
             t.flush(deadline)?;
-            if t.tls.is_handshaking() && t.tls.wants_read() && t.fill(deadline)? == 0 {
+            if !t.tls.is_handshaking() {
+                break;
+            }
+            // rustls always wants one or the other mid-handshake; never spin if not.
+            if !t.tls.wants_read() {
+                return Err(io::Error::other("TLS handshake stalled"));
+            }
+            if t.fill(deadline)? == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
         }
