@@ -19,14 +19,28 @@ pub const MAX_CACHED: usize = 64;
 /// The bcrypt versions Apache's htpasswd, Python's bcrypt and Go's bcrypt write.
 const PREFIXES: [&str; 3] = ["$2y$", "$2b$", "$2a$"];
 
+/// Costs accepted. Each step doubles a check's time (cost 10: tens of milliseconds; 15: about
+/// a second): above 15 one refused guess (an unknown user is checked against the costliest
+/// hash) would hold the one-at-a-time bcrypt for seconds to days, and a real scraper behind it.
+pub const COSTS: std::ops::RangeInclusive<u32> = 4..=15;
+
 /// Whether `hash` is a bcrypt hash this checks: one line saying what is wrong when not.
 pub(super) fn check_hash(hash: &str) -> Result<(), String> {
     if !PREFIXES.iter().any(|p| hash.starts_with(p)) {
         return Err("not a bcrypt hash ($2y$, $2b$ or $2a$)".into());
     }
-    hash.parse::<bcrypt::HashParts>()
-        .map(drop)
-        .map_err(|e| format!("not a valid bcrypt hash ({e})"))
+    let parts = hash
+        .parse::<bcrypt::HashParts>()
+        .map_err(|e| format!("not a valid bcrypt hash ({e})"))?;
+    let cost = parts.get_cost();
+    if !COSTS.contains(&cost) {
+        return Err(format!(
+            "bcrypt cost {cost}: expected {} to {} (each step doubles the time of a check)",
+            COSTS.start(),
+            COSTS.end()
+        ));
+    }
+    Ok(())
 }
 
 /// What a request's credentials are worth.
