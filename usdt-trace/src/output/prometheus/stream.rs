@@ -62,10 +62,7 @@ impl Stream {
         if first[0].is_ascii_uppercase() {
             let mut s = Stream::Plain(sock);
             let _ = s.write_all_by(PLAIN_TO_TLS, deadline);
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "plain HTTP to the TLS port",
-            ));
+            return Err(io::Error::other("plain HTTP to the TLS port"));
         }
         let mut t = TlsConn {
             tls: conn,
@@ -161,11 +158,12 @@ impl TlsConn {
         Ok(())
     }
 
-    /// Processes what was read; a TLS error sends its alert (briefly) and ends the connection.
+    /// Processes what was read; a TLS error sends its alert (briefly) and ends the connection
+    /// (not as `InvalidData`, which the caller answers as a request head too large).
     fn process(&mut self, deadline: Instant) -> io::Result<()> {
         if let Err(e) = self.tls.process_new_packets() {
             let _ = self.flush(deadline);
-            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            return Err(io::Error::other(e));
         }
         Ok(())
     }
