@@ -181,16 +181,15 @@ fn the_authorization_header_is_found_whatever_its_case() {
     );
 }
 
-/// TLS files: a certificate and key made by openssl load; a key of another certificate, a
-/// file with no certificate and a missing file are one line each.
-#[test]
-fn tls_files_load_or_say_what_is_wrong() {
-    let d = std::env::temp_dir().join(format!("usdt-webcfg-{}", std::process::id()));
+/// A fresh directory of mode 0755 with a self-signed certificate and key made by openssl
+/// for each of `names` (`NAME.crt`, `NAME.key`); None where openssl is not installed.
+fn certs(tag: &str, names: &[&str]) -> Option<PathBuf> {
+    let d = std::env::temp_dir().join(format!("usdt-webcfg-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("dir");
     std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
-    let mk = |name: &str| {
+    for name in names {
         let out = std::process::Command::new("openssl")
             .args([
                 "req",
@@ -199,23 +198,27 @@ fn tls_files_load_or_say_what_is_wrong() {
                 "ec",
                 "-pkeyopt",
                 "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=localhost",
             ])
-            .arg("-keyout")
+            .args(["-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout"])
             .arg(d.join(format!("{name}.key")))
             .arg("-out")
             .arg(d.join(format!("{name}.crt")))
             .output();
-        out.is_ok_and(|o| o.status.success())
-    };
-    if !mk("a") || !mk("b") {
-        eprintln!("skipped: openssl is not installed");
-        return;
+        if !out.is_ok_and(|o| o.status.success()) {
+            eprintln!("skipped: openssl is not installed");
+            return None;
+        }
     }
+    Some(d)
+}
+
+/// TLS files: a certificate and key made by openssl load; a key of another certificate, a
+/// file with no certificate and a missing file are one line each.
+#[test]
+fn tls_files_load_or_say_what_is_wrong() {
+    let Some(d) = certs("files", &["a", "b"]) else {
+        return;
+    };
     let web = d.join("web.yml");
     let write = |text: &str| std::fs::write(&web, text).expect("write");
     write("tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n");
@@ -258,5 +261,40 @@ fn tls_files_load_or_say_what_is_wrong() {
         e.contains("a.key: refused: it is writable by group or others"),
         "{e}"
     );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A malformed handshake gets a TLS alert and the end of the connection, never an HTTP
+/// answer, at once.
+#[test]
+fn a_malformed_handshake_is_closed_with_an_alert() {
+    use std::io::{Read, Write};
+    let Some(d) = certs("alert", &["a"]) else {
+        return;
+    };
+    let web = d.join("web.yml");
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n",
+    )
+    .expect("write");
+    let w = Web::load(&web).expect("loads");
+    let server = super::super::serve::Server::bind_with(
+        "127.0.0.1:0".parse::<std::net::SocketAddr>().expect("addr"),
+        Some(w),
+    )
+    .expect("bind");
+    let addr = server.local_addr().expect("tcp");
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    // A handshake record holding a ClientHello of length 0.
+    c.write_all(b"\x16\x03\x01\x00\x04\x01\x00\x00\x00")
+        .expect("write");
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert_eq!(got.first(), Some(&0x15), "not a TLS alert: {got:?}");
+    assert!(!got.windows(4).any(|w| w == b"HTTP"), "{got:?}");
+    drop(server);
     let _ = std::fs::remove_dir_all(&d);
 }
