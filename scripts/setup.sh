@@ -15,8 +15,9 @@ need_pkgs=()
 # net/http server that the function-probe tests build; redis-server: a real program the
 # function-probe safety tests trace whole (fn:*) and the function-probe benchmark runs;
 # prometheus: the --prometheus test has a real one scrape watch and answers its queries; zsh,
-# fish: the completion tests load the generated scripts in the real shells.
-for p in build-essential binutils clang systemtap-sdt-dev bpftrace curl wrk jq golang-go redis-server prometheus zsh fish; do
+# fish: the completion tests load the generated scripts in the real shells; openssl: the
+# web-config tests make a CA and certificates for the /metrics endpoint's TLS.
+for p in build-essential binutils clang systemtap-sdt-dev bpftrace curl openssl wrk jq golang-go redis-server prometheus zsh fish; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

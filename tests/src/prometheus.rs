@@ -19,6 +19,12 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub fn start(target: &str) -> Prometheus {
+        Prometheus::start_with(target, "")
+    }
+
+    /// [`Prometheus::start`] with more settings for the scrape job (`scheme`, `basic_auth`,
+    /// `tls_config`, ...): YAML lines indented by four spaces, each ending in a newline.
+    pub fn start_with(target: &str, job: &str) -> Prometheus {
         assert!(
             Command::new("prometheus")
                 .arg("--version")
@@ -35,7 +41,7 @@ impl Prometheus {
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: usdt\n    static_configs:\n      - targets: ['{target}']\n"
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: usdt\n{job}    static_configs:\n      - targets: ['{target}']\n"
             ),
         )
         .expect("config");

@@ -140,7 +140,7 @@ fn config_files_others_could_change_are_refused() {
     );
     let big = d.join("big.toml");
     std::fs::write(&big, vec![b'#'; 2 << 20]).expect("big");
-    refused(&big, "a config file is at most 1048576 (1 MiB)");
+    refused(&big, "such a file is at most 1048576 (1 MiB)");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -347,7 +347,8 @@ fn a_unix_socket_endpoint_and_the_string_key_warning() {
     daemon.wait_log("listening on", START_TIMEOUT);
     let line = daemon.wait_log("[d1] warning", Duration::from_secs(5));
     assert!(
-        line.contains("its keys are strings the traced programs hold, readable by anyone who can connect to 127.0.0.1:"),
+        line.contains("its keys are strings the traced programs hold, exported at 127.0.0.1:")
+            && line.contains(", readable by anyone who can connect there; a web config with basic_auth_users or client certificates, or a unix: socket, limits who can"),
         "{line}"
     );
     assert!(daemon.log.iter().any(|l| l.contains("[d0] warning")));

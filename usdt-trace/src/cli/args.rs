@@ -120,7 +120,8 @@ pub struct DiffArgs {
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// The config file (TOML): `listen = "HOST:PORT"` (or `"unix:/PATH"`, a socket of mode
-    /// 0660), then one `[[definition]]` table per traced program, with a `name`, `targets`
+    /// 0660), optionally `web-config = "/PATH"` (TLS and basic auth, as `watch --web-config`;
+    /// read again on SIGHUP), then one `[[definition]]` table per traced program, with a `name`, `targets`
     /// (absolute paths), `processes` (names) and/or `pids`, `patterns`,
     /// and `watch`'s flags by their long names (`by`, `str`, `span`, `filter`, `max-keys`,
     /// `prometheus-buckets`, ...). The whole file is checked before anything starts; one that
@@ -387,7 +388,7 @@ pub struct WatchArgs {
     #[arg(long, value_name = "FILE", requires = "otlp")]
     pub otlp_ca: Option<PathBuf>,
     /// With --hist: serve Prometheus metrics at http://ADDR/metrics while tracing (ADDR is
-    /// HOST:PORT, e.g. 127.0.0.1:9435): per span name (and --by key) a duration histogram
+    /// HOST:PORT, e.g. 127.0.0.1:9435; https:// with --web-config's TLS): per span name (and --by key) a duration histogram
     /// whose buckets are the kernel's own, the time split as counters, events, losses and the
     /// tracer's health. Each scrape reads the kernel's histograms; nothing is added per span.
     #[arg(long, value_name = "ADDR", requires = "hist")]
@@ -397,6 +398,15 @@ pub struct WatchArgs {
     /// Fewer make fewer series and coarser quantiles.
     #[arg(long, value_name = "N", requires = "prometheus", default_value_t = 8)]
     pub prometheus_buckets: u32,
+    /// With --prometheus: who may scrape, in Prometheus' web-config YAML (exporter-toolkit's
+    /// `--web.config.file`): `tls_server_config` (`cert_file`, `key_file`; client
+    /// certificates with `client_auth_type: RequireAndVerifyClientCert` and `client_ca_file`)
+    /// serves https://, and `basic_auth_users` (name: bcrypt hash, e.g. from `htpasswd -nbB`)
+    /// answers 401 without the right password. The file and those it names are read as
+    /// `serve --config` reads its file (refused when another user could change them).
+    /// `serve` takes it as `web-config` in its config file. See docs/prometheus.md.
+    #[arg(long, value_name = "FILE", requires = "prometheus")]
+    pub web_config: Option<PathBuf>,
     /// With --otlp: how long one POST may take, from connecting to the collector's answer
     /// (default: 5, or `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT` in ms). A batch sent whole without
     /// an answer in time is not resent (the collector may have it; resending could duplicate

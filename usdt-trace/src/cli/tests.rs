@@ -86,6 +86,21 @@ fn prometheus_flags() {
     .unwrap();
     assert_eq!(c.prometheus.unwrap().per_octave, 2);
     assert!(watch(&["/bin/true"]).unwrap().prometheus.is_none());
+    // --web-config is read while validating: a missing file fails before anything attaches,
+    // one line naming it.
+    let e = watch(&[
+        "/bin/true",
+        "--hist",
+        "--prometheus=127.0.0.1:9",
+        "--web-config=/nonexistent/web.yml",
+    ])
+    .expect_err("missing web config");
+    assert!(matches!(e, UsageError::WebConfig(_)), "{e:?}");
+    assert!(
+        e.to_string()
+            .starts_with("web config /nonexistent/web.yml: cannot read: "),
+        "{e}"
+    );
     assert!(matches!(
         watch(&["/bin/true", "--hist", "--prometheus", "9435"]),
         Err(UsageError::Prometheus(_))
@@ -105,6 +120,13 @@ fn prometheus_flags() {
     for args in [
         &["watch", "--prometheus", "127.0.0.1:9", "/bin/true"][..],
         &["watch", "--hist", "--prometheus-buckets", "2", "/bin/true"][..],
+        &[
+            "watch",
+            "--hist",
+            "--web-config",
+            "/etc/web.yml",
+            "/bin/true",
+        ][..],
     ] {
         let mut v = vec!["usdt-trace"];
         v.extend_from_slice(args);

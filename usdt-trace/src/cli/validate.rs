@@ -91,6 +91,8 @@ pub enum UsageError {
     OtlpCa(#[from] crate::output::otlp::tls::CaError),
     #[error(transparent)]
     Prometheus(#[from] crate::output::prometheus::serve::ServeError),
+    #[error(transparent)]
+    WebConfig(#[from] crate::output::prometheus::web::WebConfigError),
     #[error(
         "--prometheus-buckets {0}: expected 1, 2, 4 or 8 (kernel bucket bounds per power of two)"
     )]
@@ -444,6 +446,13 @@ impl WatchArgs {
         if !crate::output::prometheus::BUCKETS_PER_OCTAVE.contains(&self.prometheus_buckets) {
             return Err(UsageError::PromBuckets(self.prometheus_buckets));
         }
+        // Read before anything attaches: a bad file (or one another user could change) fails
+        // the run at once.
+        let web = self
+            .web_config
+            .as_deref()
+            .map(crate::output::prometheus::web::Web::load)
+            .transpose()?;
         let prometheus = self
             .prometheus
             .as_deref()
@@ -452,6 +461,7 @@ impl WatchArgs {
                     crate::watch::PromConfig {
                         addr,
                         per_octave: self.prometheus_buckets,
+                        web: web.clone(),
                     }
                 })
             })

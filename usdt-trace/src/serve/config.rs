@@ -13,6 +13,7 @@
 //! line naming the file, the definition and the problem.
 
 use crate::output::prometheus::listen::{parse_listen, ListenAddr};
+use crate::output::prometheus::web::Web;
 use crate::watch::WatchConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -63,6 +64,9 @@ struct RawFile {
     listen: String,
     #[serde(default)]
     retry_seconds: Option<u64>,
+    /// `watch --web-config`: who may scrape (TLS, basic auth), an absolute path.
+    #[serde(default)]
+    web_config: Option<String>,
     /// Kept as tables: each is checked on its own, so that an error can name its definition.
     #[serde(default)]
     definition: Vec<toml::Table>,
@@ -138,12 +142,23 @@ pub struct ServeConfig {
     pub listen: ListenAddr,
     pub retry: Duration,
     pub definitions: Vec<Definition>,
+    /// `web-config = "/PATH"`: the web config's path, and (once [`load`]ed) what it says.
+    pub web_config: Option<PathBuf>,
+    pub web: Option<std::sync::Arc<Web>>,
 }
 
-/// Reads (with the care of [`super::file::read`]) and checks `path`.
+/// Reads (with the care of [`super::file::read`]) and checks `path`, and the web config it
+/// names (with the same care, and the files that one names).
 pub fn load(path: &Path) -> Result<ServeConfig, ConfigError> {
     let text = super::file::read(path)?;
-    parse(path, &text)
+    let mut cfg = parse(path, &text)?;
+    if let Some(w) = &cfg.web_config {
+        cfg.web = Some(Web::load(w).map_err(|e| ConfigError::File {
+            file: path.display().to_string(),
+            msg: e.to_string(),
+        })?);
+    }
+    Ok(cfg)
 }
 
 /// One line of a TOML error: its message and where (toml's own text spans several lines,
@@ -185,6 +200,16 @@ pub fn parse(path: &Path, text: &str) -> Result<ServeConfig, ConfigError> {
             raw.listen
         ))
     })?;
+    let web_config = match raw.web_config {
+        None => None,
+        // The daemon's working directory is /: a relative path would depend on how it started.
+        Some(w) if w.starts_with('/') => Some(PathBuf::from(w)),
+        Some(w) => {
+            return Err(file_err(format!(
+                "web-config {w:?}: expected an absolute path"
+            )))
+        }
+    };
     let retry = match raw.retry_seconds {
         None => DEFAULT_RETRY,
         Some(s) if RETRY_RANGE.contains(&s) => Duration::from_secs(s),
@@ -244,6 +269,8 @@ pub fn parse(path: &Path, text: &str) -> Result<ServeConfig, ConfigError> {
         listen,
         retry,
         definitions,
+        web_config,
+        web: None,
     })
 }
 
@@ -394,6 +421,18 @@ span = ["query__start=query__done"]
             ListenAddr::Unix("/run/usdt-trace/metrics.sock".into())
         );
         assert_eq!(c.retry, Duration::from_secs(5));
+        assert!(c.web_config.is_none() && c.web.is_none());
+        // The path only, until `load` reads it (with the config file's own checks).
+        let web = check(&GOOD.replace(
+            "retry-seconds = 5",
+            "web-config = \"/etc/usdt-trace/web.yml\"",
+        ))
+        .expect("web-config");
+        assert_eq!(
+            web.web_config.as_deref(),
+            Some(Path::new("/etc/usdt-trace/web.yml"))
+        );
+        assert!(web.web.is_none());
         assert_eq!(c.definitions.len(), 2);
         let web = &c.definitions[0];
         assert_eq!(web.name(), "web");
@@ -454,6 +493,7 @@ span = ["query__start=query__done"]
             ("listen = \"127.0.0.1:1\"\n", "no [[definition]]"),
             ("listen = \"127.0.0.1:1\"\nretry-seconds = 0\n[[definition]]\nname=\"a\"\npids=[1]\n", "retry-seconds 0"),
             ("listen = \"127.0.0.1:1\"\nbogus = 1\n", "unknown field `bogus`"),
+            ("listen = \"127.0.0.1:1\"\nweb-config = \"web.yml\"\n[[definition]]\nname=\"a\"\npids=[1]\n", "web-config \"web.yml\": expected an absolute path"),
             (&format!("{head}targets = [\"/bin/true\"]\nmax-keys = 0\n"), "definition \"web\": --max-keys 0: must be between 1 and 65536"),
             (&format!("{head}targets = [\"/bin/true\"]\nby = \"nonsense\"\n"), "definition \"web\": "),
             (&format!("{head}targets = [\"/bin/true\"]\nprometheus-buckets = 3\n"), "--prometheus-buckets 3"),

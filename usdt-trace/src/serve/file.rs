@@ -4,14 +4,17 @@
 //! way to it, or a symlink naming it) that another user could change is refused, with one
 //! line saying which and why. A FIFO, a device or a huge file is refused too: reading one
 //! would hang the daemon (a reload with it) or fill its memory.
+//!
+//! The same checks guard every other file the endpoint trusts: the web config (`--web-config`,
+//! `web-config`: who may scrape) and the certificates and key it names ([`read_bytes`]).
 
 use super::config::ConfigError;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-/// Largest config file read: a file with the most definitions allowed, each with long lists,
-/// is a few tens of KiB.
+/// Largest file read: a config file with the most definitions allowed, each with long lists,
+/// is a few tens of KiB; a certificate chain a few KiB, a bundle of every public CA 220 KiB.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// What the checks look at of one file, directory or symlink.
@@ -63,7 +66,7 @@ pub fn judge_file(f: &Facts, me: u32) -> Result<(), String> {
     }
     if f.size > MAX_CONFIG_BYTES {
         return Err(format!(
-            "{} bytes: a config file is at most {MAX_CONFIG_BYTES} (1 MiB)",
+            "{} bytes: such a file is at most {MAX_CONFIG_BYTES} (1 MiB)",
             f.size
         ));
     }
@@ -112,6 +115,15 @@ pub fn judge_link(link: &Path, f: &Facts, me: u32) -> Result<(), String> {
 
 /// Reads `path` after the checks above; every refusal is one [`ConfigError`].
 pub fn read(path: &Path) -> Result<String, ConfigError> {
+    let bytes = read_bytes(path)?;
+    String::from_utf8(bytes).map_err(|_| ConfigError::Read {
+        file: path.display().to_string(),
+        msg: "stream did not contain valid UTF-8".into(),
+    })
+}
+
+/// [`read`] for a file of any content (a key, a certificate): the same checks, the bytes.
+pub fn read_bytes(path: &Path) -> Result<Vec<u8>, ConfigError> {
     let file = path.display().to_string();
     let read_err = |e: std::io::Error| ConfigError::Read {
         file: file.clone(),
@@ -169,13 +181,10 @@ pub fn read(path: &Path) -> Result<String, ConfigError> {
         .map_err(read_err)?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
         return Err(refused(format!(
-            "more than {MAX_CONFIG_BYTES} bytes: a config file is at most 1 MiB"
+            "more than {MAX_CONFIG_BYTES} bytes: such a file is at most 1 MiB"
         )));
     }
-    String::from_utf8(bytes).map_err(|_| ConfigError::Read {
-        file: file.clone(),
-        msg: "stream did not contain valid UTF-8".into(),
-    })
+    Ok(bytes)
 }
 
 #[cfg(test)]

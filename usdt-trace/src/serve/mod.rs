@@ -133,7 +133,7 @@ impl Daemon {
     /// SIGHUP: reads the file again; definitions removed or changed stop (changed ones start
     /// again, their counters from 0), new ones start, unchanged ones keep running. A file
     /// that does not check out changes nothing.
-    fn reload(&mut self) {
+    fn reload(&mut self, server: &Server) {
         let new = match config::load(&self.cfg.path) {
             Ok(c) => c,
             Err(e) => {
@@ -191,6 +191,12 @@ impl Daemon {
             r.stop("removed from the config");
             stopped += 1;
         }
+        // The web config read again: new users, a renewed certificate, for the connections
+        // from now on.
+        if new.web_config.is_some() || self.cfg.web_config.is_some() {
+            server.set_web(new.web.clone());
+            log_daemon(&format!("reload: {}", web_line(&new)));
+        }
         log_daemon(&format!(
             "reloaded {}: {kept} kept, {started} started, {stopped} stopped",
             new.path.display()
@@ -203,22 +209,33 @@ impl Daemon {
 }
 
 /// The definitions whose keys are strings of the traced programs (`--by str0`), exported
-/// over TCP: anyone who can connect reads them (a query's text, a password in it). One line
-/// each, at the start and at each reload.
+/// over TCP with no password or client certificate asked: anyone who can connect reads them
+/// (a query's text, a password in it). One line each, at the start and at each reload.
 fn warn_exposed(cfg: &ServeConfig) {
     if !matches!(cfg.listen, ListenAddr::Tcp(_)) {
         return;
     }
+    let Some(why) = prometheus::web::exposed(cfg.web.as_deref()) else {
+        return;
+    };
     for d in &cfg.definitions {
         if d.cfg.agg.by.as_ref().is_some_and(|b| b.has_str()) {
             log(
                 d.name(),
                 &format!(
-                    "warning: its keys are strings the traced programs hold, readable by anyone who can connect to {}; listen on unix:/PATH to limit who can (docs/always-on.md#security)",
+                    "warning: its keys are strings the traced programs hold, exported at {}, {why} (docs/always-on.md#security)",
                     cfg.listen
                 ),
             );
         }
+    }
+}
+
+/// What the web config asks of a client, for the log and `--check`.
+fn web_line(cfg: &ServeConfig) -> String {
+    match (&cfg.web_config, &cfg.web) {
+        (Some(p), Some(w)) => format!("web-config {}: {}", p.display(), w.describe()),
+        _ => "no web-config: no TLS, no auth".into(),
     }
 }
 
@@ -244,13 +261,17 @@ pub fn run(path: &Path) -> Result<i32, ServeError> {
     install_signal_handlers();
     let cfg = config::load(path)?;
     // Listening first: an address in use fails the daemon at once, before anything attaches.
-    let server = Server::bind(cfg.listen.clone())?;
+    let server = Server::bind_with(cfg.listen.clone(), cfg.web.clone())?;
     log_daemon(&format!(
-        "listening on {}; {} definition{} from {}",
-        server.listen_addr().url(),
+        "listening on {}; {} definition{} from {}{}",
+        server.url(),
         cfg.definitions.len(),
         if cfg.definitions.len() == 1 { "" } else { "s" },
-        cfg.path.display()
+        cfg.path.display(),
+        match cfg.web {
+            Some(_) => format!("; {}", web_line(&cfg)),
+            None => String::new(),
+        }
     ));
     warn_exposed(&cfg);
     let mut runners = Vec::new();
@@ -265,7 +286,7 @@ pub fn run(path: &Path) -> Result<i32, ServeError> {
     while !STOP.load(Ordering::Relaxed) {
         if RELOAD.swap(false, Ordering::Relaxed) {
             log_daemon("SIGHUP: reloading the config");
-            daemon.reload();
+            daemon.reload(&server);
         }
         // Waiting for a scrape is the loop's pause: one is answered the moment it comes.
         // Those that came meanwhile get the same exposition: rendered once, one copy held.
@@ -292,8 +313,12 @@ pub fn run(path: &Path) -> Result<i32, ServeError> {
 pub fn check(path: &Path) -> Result<String, ServeError> {
     let cfg = config::load(path)?;
     let names: Vec<&str> = cfg.definitions.iter().map(|d| d.name()).collect();
+    let web = match &cfg.web {
+        Some(_) => format!(" ({})", web_line(&cfg)),
+        None => String::new(),
+    };
     Ok(format!(
-        "{}: ok: listen {}, {} definition{}: {}",
+        "{}: ok: listen {}{web}, {} definition{}: {}",
         cfg.path.display(),
         cfg.listen,
         names.len(),

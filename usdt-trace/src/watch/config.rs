@@ -81,6 +81,8 @@ pub struct PromConfig {
     pub addr: std::net::SocketAddr,
     /// Kernel bucket bounds exported per power of two (1, 2, 4 or 8).
     pub per_octave: u32,
+    /// `--web-config FILE`, read and checked: TLS, basic auth.
+    pub web: Option<std::sync::Arc<crate::output::prometheus::web::Web>>,
 }
 
 /// The aggregation flags (see `crate::agg`).

@@ -101,17 +101,21 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let prom = cfg
         .prometheus
         .as_ref()
-        .map(|p| output::prometheus::serve::Server::bind(p.addr).map(|s| (s, p)))
+        .map(|p| {
+            output::prometheus::serve::Server::bind_with(p.addr, p.web.clone()).map(|s| (s, p))
+        })
         .transpose()?;
     // Strings of the traced programs as label values, on a port any local user (or more) can
-    // connect to: said once, as `serve` says it.
+    // connect to without a password: said once, as `serve` says it.
     if let (Some((server, _)), Some(by)) = (&prom, &cfg.agg.by) {
         if by.has_str() {
-            eprintln!(
-                "warning: --by {}: strings the traced programs hold are exported at {}, readable by anyone who can connect there (docs/always-on.md#security)",
-                by.text,
-                server.listen_addr().url()
-            );
+            if let Some(why) = output::prometheus::web::exposed(server.web().as_deref()) {
+                eprintln!(
+                    "warning: --by {}: strings the traced programs hold are exported at {}, {why} (docs/always-on.md#security)",
+                    by.text,
+                    server.url()
+                );
+            }
         }
     }
 

@@ -16,6 +16,8 @@ mod labels;
 pub mod listen;
 pub mod serve;
 mod snapshot;
+mod stream;
+pub mod web;
 
 use snapshot::merge;
 

@@ -3,11 +3,15 @@
 //! read in one place, by the thread that owns the tracer). Each connection is served on a
 //! thread of its own, at most [`MAX_CONNECTIONS`] at once, each bounded in size and time: a
 //! slow or hostile client (one dripping its request, one never reading its answer) costs its
-//! own connection and never delays another's scrape, nor the tracing.
+//! own connection and never delays another's scrape, nor the tracing. With a web config
+//! ([`super::web`]) a connection is TLS (its handshake under the request head's deadline) and
+//! a request without the right credentials gets a 401.
 
 use super::listen::{poke, Conn, ListenAddr, Listener};
+use super::stream::Stream;
+use super::web::{self, Verdict, Web};
 use crate::wake::Wake;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -80,6 +84,10 @@ struct Conns {
 
 type Shared = Arc<Mutex<Conns>>;
 
+/// The web config in force: each new connection takes the one current when it is accepted
+/// (`serve`'s reload replaces it; connections already open keep theirs).
+type SharedWeb = Arc<Mutex<Option<Arc<Web>>>>;
+
 fn set_phase(conns: &Shared, id: u64, p: Phase) {
     if let Ok(mut c) = conns.lock() {
         if let Some(e) = c.open.iter_mut().find(|e| e.0 == id) {
@@ -94,13 +102,23 @@ pub struct Server {
     addr: ListenAddr,
     stop: Arc<AtomicBool>,
     conns: Shared,
+    web: SharedWeb,
     thread: Option<JoinHandle<()>>,
     /// Rung when a scrape is queued: for the owner's poll ([`Server::wake_fd`]).
     wake: Arc<Wake>,
 }
 
 impl Server {
+    /// Plain HTTP, no authentication.
     pub fn bind(addr: impl Into<ListenAddr>) -> Result<Server, ServeError> {
+        Server::bind_with(addr, None)
+    }
+
+    /// With a web config: TLS and/or basic auth as it says.
+    pub fn bind_with(
+        addr: impl Into<ListenAddr>,
+        web: Option<Arc<Web>>,
+    ) -> Result<Server, ServeError> {
         let addr = addr.into();
         let bind_err = |source| ServeError::Bind {
             addr: addr.to_string(),
@@ -112,16 +130,18 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let conns: Shared = Arc::default();
         let wake = Arc::new(Wake::new().map_err(bind_err)?);
-        let (stop2, conns2, wake2) = (stop.clone(), conns.clone(), wake.clone());
+        let web: SharedWeb = Arc::new(Mutex::new(web));
+        let (stop2, conns2, wake2, web2) = (stop.clone(), conns.clone(), wake.clone(), web.clone());
         let thread = std::thread::Builder::new()
             .name("prometheus".into())
-            .spawn(move || accept_loop(listener, &stop2, &conns2, tx, wake2))
+            .spawn(move || accept_loop(listener, &stop2, &conns2, tx, wake2, &web2))
             .map_err(bind_err)?;
         Ok(Server {
             requests,
             addr: local,
             stop,
             conns,
+            web,
             thread: Some(thread),
             wake,
         })
@@ -139,6 +159,28 @@ impl Server {
     /// Where it listens, TCP or Unix socket.
     pub fn listen_addr(&self) -> &ListenAddr {
         &self.addr
+    }
+
+    /// The URL a scrape would use (`https://` with TLS), for the log.
+    pub fn url(&self) -> String {
+        let url = self.addr.url();
+        match self.web() {
+            Some(w) if w.tls.is_some() => url.replacen("http://", "https://", 1),
+            _ => url,
+        }
+    }
+
+    /// The web config in force.
+    pub fn web(&self) -> Option<Arc<Web>> {
+        self.web.lock().ok().and_then(|w| w.clone())
+    }
+
+    /// Replaces the web config for the connections accepted from now on (a reload: new
+    /// users, a renewed certificate).
+    pub fn set_web(&self, web: Option<Arc<Web>>) {
+        if let Ok(mut w) = self.web.lock() {
+            *w = web;
+        }
     }
 
     /// Readable while a scrape waits: for a poll that should end when one comes.
@@ -187,6 +229,7 @@ fn accept_loop(
     conns: &Shared,
     tx: SyncSender<Scrape>,
     wake: Arc<Wake>,
+    web: &SharedWeb,
 ) {
     loop {
         let conn = listener.accept();
@@ -204,10 +247,11 @@ fn accept_loop(
             continue;
         };
         let (tx, wake, conns2) = (tx.clone(), wake.clone(), conns.clone());
+        let web = web.lock().ok().and_then(|w| w.clone());
         let spawned = std::thread::Builder::new()
             .name("prometheus-conn".into())
             .spawn(move || {
-                let _ = handle(c, id, &conns2, &tx, &wake);
+                let _ = handle(c, id, &conns2, &tx, &wake, web.as_deref());
                 if let Ok(mut cs) = conns2.lock() {
                     cs.open.retain(|e| e.0 != id);
                 }
@@ -268,17 +312,11 @@ pub fn request_line(head: &[u8]) -> Option<(&str, &str)> {
 }
 
 /// Reads the request head (up to the blank line) within the size and time bounds.
-fn read_head(c: &mut Conn) -> io::Result<Vec<u8>> {
-    let deadline = Instant::now() + CLIENT_TIMEOUT;
+fn read_head(c: &mut Stream, deadline: Instant) -> io::Result<Vec<u8>> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        c.set_read_timeout(left)?;
-        let n = c.read(&mut buf)?;
+        let n = c.read_by(&mut buf, deadline)?;
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
@@ -290,27 +328,8 @@ fn read_head(c: &mut Conn) -> io::Result<Vec<u8>> {
     Ok(head)
 }
 
-/// Writes all of `bytes` by `deadline`: a client that reads slowly or not at all is cut off
-/// then, however large the answer (a write timeout alone bounds each write, not the whole).
-fn write_by(c: &mut Conn, mut bytes: &[u8], deadline: Instant) -> io::Result<()> {
-    while !bytes.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        c.set_write_timeout(left)?;
-        match c.write(bytes) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => bytes = &bytes[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 fn respond(
-    c: &mut Conn,
+    c: &mut Stream,
     status: &str,
     headers: &str,
     body: &str,
@@ -321,22 +340,28 @@ fn respond(
         "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    write_by(c, top.as_bytes(), deadline)?;
+    c.write_all_by(top.as_bytes(), deadline)?;
     if !head_only {
-        write_by(c, body.as_bytes(), deadline)?;
+        c.write_all_by(body.as_bytes(), deadline)?;
     }
+    c.finish(deadline);
     Ok(())
 }
 
 fn handle(
-    mut c: Conn,
+    c: Conn,
     id: u64,
     conns: &Shared,
     tx: &SyncSender<Scrape>,
     wake: &Wake,
+    web: Option<&Web>,
 ) -> io::Result<()> {
     let text = "Content-Type: text/plain; charset=utf-8\r\n";
-    let head = match read_head(&mut c) {
+    // One deadline for the TLS handshake and the request head together.
+    let deadline = Instant::now() + CLIENT_TIMEOUT;
+    let tls = web.and_then(|w| w.tls.as_ref()).map(|t| &t.config);
+    let mut c = Stream::open(c, tls, deadline)?;
+    let head = match read_head(&mut c, deadline) {
         Ok(h) => h,
         Err(e) if e.kind() == io::ErrorKind::InvalidData => {
             return respond(
@@ -353,6 +378,18 @@ fn handle(
     let Some((method, path)) = request_line(&head) else {
         return respond(&mut c, "400 Bad Request", text, "bad request\n", false);
     };
+    // Every path, before anything else is said (as exporter-toolkit does).
+    if let Some(auth) = web.and_then(|w| w.auth.as_ref()) {
+        if auth.check(web::authorization(&head)) == Verdict::Refused {
+            return respond(
+                &mut c,
+                "401 Unauthorized",
+                &format!("WWW-Authenticate: Basic realm=\"usdt-trace\"\r\n{text}"),
+                "unauthorized\n",
+                method == "HEAD",
+            );
+        }
+    }
     let head_only = method == "HEAD";
     if method != "GET" && !head_only {
         return respond(
@@ -408,6 +445,7 @@ fn handle(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
     use std::net::TcpStream;
 
     #[test]
@@ -589,8 +627,12 @@ mod tests {
         let mut a = Conn::Unix(a);
         let t0 = Instant::now();
         let big = vec![b'x'; 64 << 20];
-        let e =
-            write_by(&mut a, &big, Instant::now() + Duration::from_millis(300)).expect_err("stuck");
+        let e = super::super::stream::write_plain(
+            &mut a,
+            &big,
+            Instant::now() + Duration::from_millis(300),
+        )
+        .expect_err("stuck");
         assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
         let took = t0.elapsed();
         assert!(
