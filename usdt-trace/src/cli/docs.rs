@@ -56,6 +56,8 @@ pub fn man_page(command: Option<&str>) -> Result<Vec<u8>, ManError> {
             // The footer's version, as on the top-level page.
             .version(VERSION),
     };
+    // A page says in full what -h shortens.
+    let cmd = help::full_about(cmd);
     let (examples, tail) = help::man_sections(command.unwrap_or(""));
     let has_args = cmd
         .get_arguments()

@@ -162,12 +162,13 @@ fn examples_text(name: &str) -> Option<String> {
 /// The command line's tree as every reader sees it: short help, long help and examples.
 pub fn command() -> Command {
     use clap::CommandFactory;
-    let cmd = shorten_about(shorten(super::Cli::command(), ""));
+    // The top level's description is a line of its own; a command's follows its name.
+    let cmd = shorten_about(shorten(super::Cli::command(), ""), HELP_WIDTH);
     cmd.mut_subcommands(|sub| {
         let name = sub.get_name().to_string();
         let sub = shorten(sub, &name);
         // `watch`'s own flags are added when it is built (`Deferred`), shortened there.
-        shorten_about(sub)
+        shorten_about(sub, HELP_WIDTH - "  completions  ".len())
     })
 }
 
@@ -189,16 +190,29 @@ pub(crate) fn shorten_deferred(cmd: Command) -> Command {
 
 /// A subcommand's one-line description in the top level's list: its first sentence; the
 /// whole of it stays its page's description.
-fn shorten_about(cmd: Command) -> Command {
+fn shorten_about(cmd: Command, room: usize) -> Command {
     let Some(about) = cmd.get_about().map(|a| a.to_string()) else {
         return cmd;
     };
-    let short = first_sentence(&about, HELP_WIDTH - 16);
+    let short = first_sentence(&about, room);
     if short == about.trim_end_matches('.') {
         return cmd;
     }
     let long = cmd.get_long_about().map(|a| a.to_string()).unwrap_or(about);
     cmd.about(short).long_about(long)
+}
+
+/// A command (and its subcommands) described in full, as a man page shows it: the long
+/// description in place of the short one.
+pub(crate) fn full_about(cmd: Command) -> Command {
+    let cmd = match cmd.get_long_about().map(|a| a.to_string()) {
+        Some(long) => cmd.about(long),
+        None => cmd,
+    };
+    cmd.mut_subcommands(|sub| match sub.get_long_about().map(|a| a.to_string()) {
+        Some(long) => sub.about(long),
+        None => sub,
+    })
 }
 
 /// Where `-h` starts the help text: two spaces, `-x, ` or its room, the longest spelling,
@@ -402,6 +416,27 @@ mod tests {
             long.contains("Examples:\n  usdt-trace watch ./myprog"),
             "{long}"
         );
+    }
+
+    /// Every page: EXAMPLES first after the description (as bpftrace(8)), then the options,
+    /// EXIT STATUS and SEE ALSO; descriptions in full, never cut as -h cuts them.
+    #[test]
+    fn man_pages_have_examples_first_exit_status_and_see_also() {
+        for name in [None, Some("watch"), Some("serve"), Some("list")] {
+            let page = String::from_utf8(super::super::man_page(name).unwrap()).unwrap();
+            let at = |s: &str| page.find(s).unwrap_or_else(|| panic!("{name:?}: no {s}"));
+            assert!(at(".SH DESCRIPTION") < at(".SH EXAMPLES"), "{name:?}");
+            assert!(at(".SH EXAMPLES") < at(".SH \"EXIT STATUS\""), "{name:?}");
+            assert!(
+                at(".SH \"EXIT STATUS\"") < at(".SH \"SEE ALSO\""),
+                "{name:?}"
+            );
+            assert!(page.contains("\\fBbpftrace\\fR(8)"), "{name:?}");
+            let described = page[at(".SH NAME")..at(".SH SYNOPSIS")].to_string();
+            assert!(!described.contains('…'), "{name:?}: cut: {described}");
+        }
+        let watch = String::from_utf8(super::super::man_page(Some("watch")).unwrap()).unwrap();
+        assert!(watch.find(".SH EXAMPLES") < watch.find(".SH OPTIONS"));
     }
 
     #[test]
