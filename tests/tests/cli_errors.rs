@@ -104,6 +104,10 @@ fn a_misspelled_probe_gets_the_closest_probe_the_target_has() {
         l.contains("(the other patterns match); did you mean httpserver:send_message__"),
         "{l}"
     );
+    // `list` says the same.
+    let (code, l, _) = failure(&["list", "--names", demo, "httpserver:reqest__*"]);
+    assert_eq!(code, 1, "{l}");
+    assert!(l.contains("; did you mean httpserver:request__"), "{l}");
 }
 
 fn libc() -> String {
