@@ -294,3 +294,46 @@ fn every_span_name_is_exported_at_zero_before_its_first_span() {
     assert!(out.status.success(), "{}", out.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--by str0`: spans whose probes capture no string get `key="\(no string)"` (escaped once
+/// more by the text format), which no string a program holds can have, instead of `key=""`,
+/// which PromQL cannot tell from no key label (issue 33).
+#[test]
+#[ignore = "needs root"]
+fn by_str0_spans_without_a_string_have_a_label_of_their_own() {
+    let dir = std::env::temp_dir().join(format!("prom-nostr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("watch_strs");
+    std::fs::copy(build_c("watch_strs", &["-O2"]), &bin).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let w = Watch::start(&[
+        "--hist",
+        "--by",
+        "str0",
+        "--str",
+        "wss:job__start:1",
+        "--prometheus",
+        &addr,
+        bin.to_str().unwrap(),
+    ]);
+    // One wss:req span (no --str on its probes) and two wss:job spans (job-a, job-b).
+    let run = Command::new(&bin).output().expect("watch_strs");
+    assert!(run.status.success(), "{run:?}");
+    let m = scrape(&addr);
+    let count = |span: &str, key: &str| {
+        m.get(&format!(
+            "usdt_span_duration_seconds_count{{provider=\"wss\",span=\"{span}\",by=\"str0\",key=\"{key}\"}}"
+        ))
+        .copied()
+    };
+    assert_eq!(count("req", "\\\\(no string)"), Some(1.0), "{m:#?}");
+    assert_eq!(count("job", "job-a"), Some(1.0), "{m:#?}");
+    assert_eq!(count("job", "job-b"), Some(1.0), "{m:#?}");
+    assert!(
+        !m.keys().any(|k| k.contains("key=\"\"")),
+        "an empty key label: {m:#?}"
+    );
+    let out = w.stop();
+    assert!(out.status.success(), "{}", out.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
