@@ -53,6 +53,9 @@ fn clap_and_the_tools_usage_errors_share_one_style_and_exit_2() {
     assert!(l.contains("--no-such-flag"), "{l}");
     let l = usage_error(&["list", "--functions", "--pid", "1"]);
     assert!(l.contains("cannot be used with"), "{l}");
+    // A page of no command.
+    let l = usage_error(&["man", "nope"]);
+    assert!(l.contains("man nope: no such command"), "{l}");
     // No command at all is a usage error for the top level.
     let (code, l, hint) = failure(&["nosuchcommand"]);
     assert_eq!(code, 2, "{l}");

@@ -231,7 +231,11 @@ pub fn main() -> i32 {
                 0
             }),
             (command, None) => man_page(command.as_deref())
-                .map_err(|e| e.to_string())
+                .map_err(|e| {
+                    // `man nope`: the command line names no command.
+                    usage = matches!(e, ManError::NoCommand { .. });
+                    e.to_string()
+                })
                 .and_then(|page| write_stdout(&page)),
         },
     };
