@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 which_server=${1:-rust}
 fmt=${2:-}
-eval "$(scripts/setup.sh)"
+# Only what the build and the demo need: the test tools (Go, clang, Prometheus, the OTLP
+# collector, Perfetto's trace processor, cargo-deb...) are scripts/test.sh's.
+eval "$(scripts/setup.sh build)"
 cargo build --release --quiet -p usdt-trace -p demo-httpserver
 case "$which_server" in
     rust) server=target/release/demo-httpserver ;;

@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
-# Idempotent setup for usdt-trace: everything a fresh machine needs to build, demo and test.
-# Quiet when everything is already there; only prints what it installs.
+# Idempotent setup for usdt-trace. Quiet when everything is already there; only prints what it
+# installs.
+#
+#   scripts/setup.sh build   what building the tracer and the demo servers needs (scripts/demo.sh)
+#   scripts/setup.sh [all]   that, and everything the tests, benchmarks and packaging use
+#                            (scripts/test.sh, scripts/package-deb.sh)
 set -euo pipefail
+
+what=${1:-all}
+case "$what" in
+    build | all) ;;
+    *) echo "usage: $0 [build|all]" >&2; exit 2 ;;
+esac
 
 TOOLS="${USDT_TRACE_TOOLS:-$HOME/.local/share/usdt-trace-tools}"
 BPF_LINKER_VERSION=0.13.0
@@ -9,15 +19,19 @@ CARGO_DEB_VERSION=3.8.0
 
 log() { echo "setup: $*" >&2; }
 
-# --- Debian packages used by the build, the demo, the tests and the benchmarks.
+# --- Debian packages. The build: a C compiler and linker (the C demo server, the Rust link),
+# curl (the demo's requests).
+pkgs=(build-essential curl)
+# The tests and benchmarks: clang: the red-zone tests build the C header with both compilers;
+# golang-go: the Go net/http server that the function-probe tests build; redis-server: a real
+# program the function-probe safety tests trace whole (fn:*) and the function-probe benchmark
+# runs; prometheus: the --prometheus test has a real one scrape watch and answers its queries;
+# zsh, fish: the completion tests load the generated scripts in the real shells;
+# systemtap-sdt-dev: <sys/sdt.h> for the C test programs; bpftrace, wrk, jq: comparisons, load;
+# openssl: the web-config tests make a CA and certificates for the /metrics endpoint's TLS.
+[ "$what" = all ] && pkgs+=(binutils clang systemtap-sdt-dev bpftrace wrk jq golang-go redis-server prometheus zsh fish openssl)
 need_pkgs=()
-# clang: the red-zone tests build the C header with both compilers; golang-go: the Go
-# net/http server that the function-probe tests build; redis-server: a real program the
-# function-probe safety tests trace whole (fn:*) and the function-probe benchmark runs;
-# prometheus: the --prometheus test has a real one scrape watch and answers its queries; zsh,
-# fish: the completion tests load the generated scripts in the real shells; openssl: the
-# web-config tests make a CA and certificates for the /metrics endpoint's TLS.
-for p in build-essential binutils clang systemtap-sdt-dev bpftrace curl openssl wrk jq golang-go redis-server prometheus zsh fish; do
+for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -26,6 +40,9 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
+
+# --- What only the tests, benchmarks and packaging use (`all`).
+if [ "$what" = all ]; then
 
 # --- Perfetto's Python package: the --perfetto test decodes traces with its protobuf classes.
 if ! python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
@@ -74,6 +91,16 @@ if [ "$(cat "$TP_DIR/SOURCE" 2>/dev/null)" != "$TP_PKG" ] \
     rm -rf "$tmp"
 fi
 
+# --- cargo-deb: scripts/package-deb.sh makes the .deb with it (dpkg-shlibdeps, from dpkg-dev,
+# which build-essential brings, computes its Depends). Built from crates.io: 2 minutes of CPU,
+# 3 to 4.5 minutes of wall time on a busy 2-core machine; kept in $TOOLS beside bpf-linker.
+if [ "$("$TOOLS/bin/cargo-deb" --version 2>/dev/null)" != "cargo-deb $CARGO_DEB_VERSION" ]; then
+    log "building cargo-deb $CARGO_DEB_VERSION (a few minutes)"
+    cargo install -q --locked --force "cargo-deb@$CARGO_DEB_VERSION" --root "$TOOLS" >/dev/null
+fi
+
+fi # all
+
 # --- tracefs: uprobes and tracepoints are managed through it.
 if [ ! -e /sys/kernel/tracing/events ] && [ "$(id -u)" = 0 ]; then
     mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
@@ -104,14 +131,6 @@ if [ ! -x "$TOOLS/bin/bpf-linker" ]; then
     log "building bpf-linker $BPF_LINKER_VERSION against LLVM $major (about a minute)"
     LLVM_PREFIX="$TOOLS/llvm" cargo install -q bpf-linker --version "$BPF_LINKER_VERSION" --locked \
         --no-default-features --features "llvm-$major" --root "$TOOLS" >/dev/null
-fi
-
-# --- cargo-deb: scripts/package-deb.sh makes the .deb with it (dpkg-shlibdeps, from dpkg-dev,
-# which build-essential brings, computes its Depends). Built from crates.io: 2 minutes of CPU,
-# 3 to 4.5 minutes of wall time on a busy 2-core machine; kept in $TOOLS beside bpf-linker.
-if [ "$("$TOOLS/bin/cargo-deb" --version 2>/dev/null)" != "cargo-deb $CARGO_DEB_VERSION" ]; then
-    log "building cargo-deb $CARGO_DEB_VERSION (a few minutes)"
-    cargo install -q --locked --force "cargo-deb@$CARGO_DEB_VERSION" --root "$TOOLS" >/dev/null
 fi
 
 # Print the PATH addition for callers that `eval` us.

@@ -5,7 +5,7 @@
 # (CI runs this as root) they are included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/setup.sh)"
+eval "$(scripts/setup.sh all)"
 
 # The habits the tests do not check: formatting, lints, and docs that build without warnings.
 # Each runs before the (long) tests and stops the run at once, saying which check failed and

@@ -106,8 +106,8 @@ impl Drop for Target {
     }
 }
 
-/// The one stderr line of a failed run: asserts non-zero exit, no panic, and exactly one line
-/// that starts with `usdt-trace: error:`. Returns that line.
+/// The one error line of a failed run: asserts non-zero exit, no panic, and exactly one line
+/// that starts with `usdt-trace: error:` (and, after a usage error, a `hint:`). Returns it.
 pub fn single_error_line(out: &std::process::Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -121,11 +121,12 @@ pub fn single_error_line(out: &std::process::Output) -> String {
         "panic exit? {stderr}"
     );
     assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    // One error line; a usage error (exit 2) adds one `hint:` line naming the --help to read.
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "expected exactly one stderr line, got: {stderr:?}"
+    let hint = lines.len() == 2 && lines[1].starts_with("hint: ");
+    assert!(
+        lines.len() == 1 || hint,
+        "expected exactly one stderr line (and at most one hint), got: {stderr:?}"
     );
     assert!(
         lines[0].starts_with("usdt-trace: error:"),

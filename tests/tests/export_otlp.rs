@@ -1370,7 +1370,12 @@ fn bad_otlp_input_is_a_one_line_error() {
         let out = usdt_trace_tests::proc::output_within(&mut cmd, Duration::from_secs(20));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        // One error line (a usage error adds its `hint: see '... --help'`).
+        let lines = err
+            .trim_end()
+            .lines()
+            .filter(|l| !l.starts_with("hint: see '"));
+        assert_eq!(lines.count(), 1, "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert!(

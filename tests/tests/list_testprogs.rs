@@ -314,8 +314,19 @@ fn text_listing_of_semaphores_and_patterns() {
     assert_eq!(n, 2);
     assert!(out.contains("app:request__start"));
     assert!(!out.contains("app:tick"));
-    let (n, out, _) = list(&[&exe], false, &["nomatch:*"]);
-    assert_eq!(n, 0);
+    // A pattern that matches nothing: the listing says so, and so does the error (which
+    // `usdt-trace list` prints, exit 1).
+    let cfg = ListConfig {
+        json: false,
+        names: false,
+        targets: vec![exe.clone()],
+        pid: None,
+        patterns: vec![Pattern::parse("nomatch:*").unwrap()],
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let e = run(&cfg, &mut out, &mut err).expect_err("no match");
+    assert_eq!(e.to_string(), "no probe matches nomatch:*");
+    let out = String::from_utf8(out).unwrap();
     assert_eq!(out.trim(), format!("{}: no probes match", exe.display()));
     let bss = build_c("sdt_sema", &["-O2", "-DSEMA_IN_BSS"]);
     let (_, out, err) = list(&[&bss], false, &[]);

@@ -28,7 +28,7 @@ fn a_pattern_among_several_that_matches_nothing_is_an_error_naming_it() {
     assert_eq!(
         e,
         format!(
-            "usdt-trace: error: no probe matches smoke:tik in {bin} (the other patterns match)"
+            "usdt-trace: error: no probe matches smoke:tik in {bin} (the other patterns match); did you mean smoke:tick?"
         )
     );
     // `list` lists what matched, and says which did not.

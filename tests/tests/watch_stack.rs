@@ -150,7 +150,7 @@ fn stack_needs_min_and_no_hist() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            err.starts_with("error:") && err.contains("--stack"),
+            err.starts_with("usdt-trace: error:") && err.contains("--stack"),
             "{err}"
         );
     }

@@ -27,10 +27,22 @@ use usdt_trace_common::{
 pub enum FilterError {
     #[error("--filter {expr:?}: {msg}")]
     Syntax { expr: String, msg: String },
+    /// `suggest`: `; did you mean F?` or empty.
     #[error(
-        "--filter {expr:?}: {field:?} is not a field (expected argN, PROBE:argN, pid, tid or comm)"
+        "--filter {expr:?}: {field:?} is not a field (expected argN, PROBE:argN, pid, tid or comm){suggest}"
     )]
-    Field { expr: String, field: String },
+    Field {
+        expr: String,
+        field: String,
+        suggest: String,
+    },
+    /// What the grammar has no place for, at its column (1-based, in characters).
+    #[error("--filter {expr:?}: column {col}: {msg}; {GRAMMAR}")]
+    At {
+        expr: String,
+        col: usize,
+        msg: String,
+    },
     #[error("--filter {expr:?}: arg{index}: probes have at most {MAX_ARGS} arguments (arg0 to arg{})", MAX_ARGS - 1)]
     ArgIndex { expr: String, index: usize },
     #[error("--filter {expr:?}: {value:?} is not a number for {field}")]
@@ -67,6 +79,9 @@ pub enum FilterError {
     #[error("--filter {expr:?}: with --hist, argument comparisons are not compiled (per-thread spans keep no arguments in histogram mode); pid, tid and comm are")]
     HistArgs { expr: String },
 }
+
+/// The grammar in one line, for errors about what it has no place for.
+pub const GRAMMAR: &str = "the grammar is FIELD OP VALUE (FIELD: argN, PROBE:argN, pid, tid, comm; OP: == != < <= > >=) joined by && and || (&& first; no parentheses)";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Field {
@@ -126,6 +141,7 @@ impl Filter {
         if expr.trim().is_empty() {
             return Err(syntax("empty expression"));
         }
+        check_chars(expr)?;
         let mut groups = Vec::new();
         let mut n = 0;
         for group in expr.split("||") {
@@ -307,6 +323,60 @@ impl Filter {
     }
 }
 
+/// Parentheses and operators the grammar does not have (`=>`, `=`), outside quoted names,
+/// named at their column: splitting on `&&` and `||` first would report them as odd fields.
+fn check_chars(expr: &str) -> Result<(), FilterError> {
+    let chars: Vec<char> = expr.chars().collect();
+    let at = |col: usize, msg: String| FilterError::At {
+        expr: expr.to_string(),
+        col: col + 1,
+        msg,
+    };
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\'' || c == '"' {
+            // A quoted comm name: skip to its closing quote.
+            i += chars[i + 1..]
+                .iter()
+                .position(|&q| q == c)
+                .map_or(chars.len(), |n| n + 2);
+            continue;
+        }
+        if c == '(' || c == ')' {
+            return Err(at(
+                i,
+                format!("'{c}': parentheses are not part of the grammar"),
+            ));
+        }
+        if "<>=!".contains(c) {
+            let run: String = chars[i..]
+                .iter()
+                .take_while(|c| "<>=!".contains(**c))
+                .collect();
+            if !OPS.iter().any(|(t, _)| *t == run) {
+                let reversed: String = run.chars().rev().collect();
+                let meant = match run.as_str() {
+                    "=" | "===" => Some("=="),
+                    "<>" => Some("!="),
+                    _ => OPS.iter().map(|(t, _)| *t).find(|t| *t == reversed),
+                };
+                return Err(at(
+                    i,
+                    format!(
+                        "{run:?} is not an operator{}",
+                        crate::suggest::did_you_mean(meant)
+                    ),
+                ));
+            }
+            i += run.chars().count();
+            continue;
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
 fn parse_cmp(expr: &str, cmp: &str) -> Result<Term, FilterError> {
     let (at, op_text, op) = OPS
         .iter()
@@ -354,10 +424,15 @@ fn parse_cmp(expr: &str, cmp: &str) -> Result<Term, FilterError> {
                 })
             }
             _ => {
+                let args: Vec<String> = (0..MAX_ARGS).map(|n| format!("arg{n}")).collect();
+                let fields = ["pid", "tid", "comm"]
+                    .into_iter()
+                    .chain(args.iter().map(String::as_str));
                 return Err(FilterError::Field {
                     expr: expr.to_string(),
                     field: f.to_string(),
-                })
+                    suggest: crate::suggest::did_you_mean(crate::suggest::closest(f, fields)),
+                });
             }
         },
     };
@@ -483,13 +558,32 @@ mod tests {
     }
 
     #[test]
+    fn grammar_errors_name_the_grammar_and_the_column() {
+        let e = |s: &str| Filter::parse(s).unwrap_err().to_string();
+        assert_eq!(
+            e("(arg1 >= 500)"),
+            format!("--filter \"(arg1 >= 500)\": column 1: '(': parentheses are not part of the grammar; {GRAMMAR}")
+        );
+        assert_eq!(
+            e("arg1 => 500"),
+            format!("--filter \"arg1 => 500\": column 6: \"=>\" is not an operator; did you mean >=?; {GRAMMAR}")
+        );
+        assert!(e("pdi == 3")
+            .ends_with("(expected argN, PROBE:argN, pid, tid or comm); did you mean pid?"));
+        assert!(e("agr1 == 3").ends_with("did you mean arg1?"));
+        // Inside a quoted name, parentheses and '=' are the name's.
+        assert!(Filter::parse("comm == '(sd-pam)'").is_ok());
+        assert!(Filter::parse("comm == \"a=b\" || arg1 != 2").is_ok());
+    }
+
+    #[test]
     fn errors_are_clear() {
         let e = |s: &str| Filter::parse(s).unwrap_err();
         assert!(matches!(e(""), FilterError::Syntax { .. }));
         assert!(matches!(e("arg1"), FilterError::Syntax { .. }));
         assert!(matches!(e("arg1 >"), FilterError::Syntax { .. }));
         assert!(matches!(e("arg1 > 1 &&"), FilterError::Syntax { .. }));
-        assert!(matches!(e("arg1 = 1"), FilterError::Syntax { .. }));
+        assert!(matches!(e("arg1 = 1"), FilterError::At { col: 6, .. }));
         assert!(matches!(e("foo == 1"), FilterError::Field { .. }));
         assert!(matches!(
             e("arg12 == 1"),

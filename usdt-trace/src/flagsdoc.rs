@@ -4,12 +4,11 @@
 //! The test below fails when the checked-in file differs from what the definitions give;
 //! `USDT_TRACE_BLESS=1 cargo test -p usdt-trace --lib flags_md` writes it anew.
 
-use clap::CommandFactory;
 use std::fmt::Write as _;
 
 /// The whole of `docs/flags.md`.
 pub(crate) fn render() -> String {
-    let mut cmd = crate::cli::Cli::command();
+    let mut cmd = crate::cli::help::command();
     // `watch`'s flags are deferred (`cli::Deferred`): building the tree defines them.
     cmd.build();
     let mut out = String::new();
@@ -19,7 +18,7 @@ pub(crate) fn render() -> String {
          Regenerate with: USDT_TRACE_BLESS=1 cargo test -p usdt-trace --lib flags_md -->\n\n",
     );
     out.push_str("# Flag reference\n\n");
-    if let Some(about) = cmd.get_about() {
+    if let Some(about) = cmd.get_long_about().or(cmd.get_about()) {
         let _ = writeln!(out, "{}\n", about);
     }
     out.push_str(

@@ -30,6 +30,13 @@ pub enum FnError {
     Target(#[from] crate::target::TargetError),
     #[error("writing the listing: {0}")]
     Io(#[from] io::Error),
+    /// `suggest`: `; did you mean F?` or empty.
+    #[error("no function of {path} matches {globs}{suggest}")]
+    NoMatch {
+        path: String,
+        globs: String,
+        suggest: String,
+    },
 }
 
 impl FnError {
@@ -189,6 +196,26 @@ pub fn list(
         .iter()
         .filter_map(|g| Pattern::parse(&format!("{FN_PROVIDER}:{g}")).ok())
         .collect();
+    // A glob that matches nothing is a typo to report, not a line left out of the listing:
+    // checked before anything is printed.
+    let missing: Vec<(&String, &Pattern)> = globs
+        .iter()
+        .zip(&pats)
+        .filter(|(_, p)| !funcs.functions.iter().any(|f| f.matches(p)))
+        .collect();
+    if !missing.is_empty() {
+        let names = funcs.functions.iter().flat_map(|f| f.names.iter());
+        let best = crate::suggest::closest(missing[0].0, names.map(String::as_str));
+        return Err(FnError::NoMatch {
+            path: clean(&shown).into_owned(),
+            globs: missing
+                .iter()
+                .map(|(g, _)| clean(g))
+                .collect::<Vec<_>>()
+                .join(" "),
+            suggest: crate::suggest::did_you_mean(best.map(clean).as_deref()),
+        });
+    }
     let chosen: Vec<&Function> = funcs
         .functions
         .iter()

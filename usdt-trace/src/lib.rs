@@ -62,6 +62,7 @@ pub(crate) mod procnames;
 pub(crate) mod semaphores;
 pub(crate) mod serve;
 pub(crate) mod spans;
+pub(crate) mod suggest;
 pub(crate) mod symbolize;
 pub(crate) mod syscalls;
 pub mod target;

@@ -40,8 +40,12 @@ pub enum ListError {
     #[error("nothing to list: name an ELF file or give a PID")]
     NoTargets,
     /// Listed what the other patterns matched; these matched nothing (a typo, most often).
-    #[error("no probe matches {0} (the other patterns match)")]
-    SomeUnmatched(String),
+    /// The second field: `; did you mean P?`, or empty.
+    #[error("no probe matches {0} (the other patterns match){1}")]
+    SomeUnmatched(String, String),
+    /// No pattern matched a probe; the second field as [`ListError::SomeUnmatched`]'s.
+    #[error("no probe matches {0}{1}")]
+    NoMatch(String, String),
 }
 
 impl ListError {
@@ -98,6 +102,8 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
     let mut json_buf = Vec::with_capacity(FLUSH_AT + 4096);
     let mut printed = 0;
     let mut names = std::collections::BTreeSet::new();
+    // Every object's probes, kept (never freed, as below) for a pattern's suggestion.
+    let mut kept = Vec::new();
     for (t, object) in targets {
         let probes = match object {
             Ok(o) => o.probes,
@@ -186,24 +192,35 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
         // `list` exits right after: freeing every parsed site, argument and string one by one
         // was a tenth of its CPU time on libjvm.so (and on 50,000 sites). The OS takes it back.
         std::mem::forget(sites);
-        std::mem::forget(probes);
+        kept.push(probes);
     }
     for n in &names {
         writeln!(out, "{}", clean(n))?;
     }
     out.flush()?;
-    // None matched: the caller says so for all of them, as `watch` does.
-    if printed > 0 && matched.contains(&false) {
-        let missing: Vec<String> = cfg
-            .patterns
-            .iter()
-            .zip(&matched)
-            .filter(|(_, &hit)| !hit)
-            .map(|(p, _)| p.to_string())
-            .collect();
-        return Err(ListError::SomeUnmatched(missing.join(" ")));
-    }
-    Ok(printed)
+    // As `watch`: patterns that match nothing are an error, so a script can tell a typo
+    // from a listing; it names the closest probe listed.
+    let missing: Vec<&Pattern> = cfg
+        .patterns
+        .iter()
+        .zip(&matched)
+        .filter(|(_, &hit)| !hit)
+        .map(|(p, _)| p)
+        .collect();
+    let result = if missing.is_empty() {
+        Ok(printed)
+    } else {
+        let objects: Vec<(&str, &ObjectProbes)> = kept.iter().map(|p| ("", p)).collect();
+        let suggest = crate::suggest::probe(&objects, &missing);
+        let missing: Vec<String> = missing.iter().map(|p| p.to_string()).collect();
+        Err(if printed > 0 {
+            ListError::SomeUnmatched(missing.join(" "), suggest)
+        } else {
+            ListError::NoMatch(missing.join(" "), suggest)
+        })
+    };
+    std::mem::forget(kept);
+    result
 }
 
 /// The argument names `probes` declares for `s` (usdt-markers' names note), if any.

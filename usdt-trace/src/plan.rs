@@ -61,12 +61,21 @@ pub struct PlanOptions<'a> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
-    #[error("no probe matches {patterns} in {targets}")]
-    NoMatch { patterns: String, targets: String },
+    /// `suggest`: `; did you mean P?` naming the closest probe the objects have, or empty.
+    #[error("no probe matches {patterns} in {targets}{suggest}")]
+    NoMatch {
+        patterns: String,
+        targets: String,
+        suggest: String,
+    },
     /// Some patterns matched and these did not: most often a typo that would otherwise go
     /// unnoticed behind the probes the others found.
-    #[error("no probe matches {patterns} in {targets} (the other patterns match)")]
-    SomeUnmatched { patterns: String, targets: String },
+    #[error("no probe matches {patterns} in {targets} (the other patterns match){suggest}")]
+    SomeUnmatched {
+        patterns: String,
+        targets: String,
+        suggest: String,
+    },
     #[error(transparent)]
     Span(#[from] SpanError),
     #[error("--str: {what} would capture {n} strings; a record carries at most {max} (start and end strings of a span together)")]
@@ -141,7 +150,7 @@ pub fn check_every_pattern(
     objects: &[(&str, &ObjectProbes)],
     patterns: &[Pattern],
 ) -> Result<(), PlanError> {
-    let missing: Vec<String> = patterns
+    let missing: Vec<&Pattern> = patterns
         .iter()
         .filter(|pat| {
             !objects.iter().any(|(_, o)| {
@@ -150,13 +159,17 @@ pub fn check_every_pattern(
                 })
             })
         })
-        .map(|p| p.to_string())
         .collect();
     if missing.is_empty() {
         return Ok(());
     }
     Err(PlanError::SomeUnmatched {
-        patterns: missing.join(" "),
+        suggest: crate::suggest::probe(objects, &missing),
+        patterns: missing
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(" "),
         targets: objects
             .iter()
             .map(|(shown, _)| *shown)
@@ -202,6 +215,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
     if chosen.is_empty() {
         let join = |v: Vec<String>| v.join(" ");
         return Err(PlanError::NoMatch {
+            suggest: crate::suggest::probe(objects, &opts.patterns.iter().collect::<Vec<_>>()),
             patterns: join(opts.patterns.iter().map(|p| p.to_string()).collect()),
             targets: objects
                 .iter()
@@ -830,7 +844,9 @@ pub fn plan_or_wait(
     pids: &[u32],
 ) -> Result<Plan, PlanError> {
     match built {
-        Err(PlanError::NoMatch { targets, patterns }) if waiting => {
+        Err(PlanError::NoMatch {
+            targets, patterns, ..
+        }) if waiting => {
             let what = if !no_patterns {
                 format!("no probe matches {patterns} in {targets}")
             } else if targets.is_empty() {

@@ -304,6 +304,8 @@ impl KeyPlan {
                 ByKind::Arg { .. } | ByKind::Pid | ByKind::Tid => KeyVal::Uint(word(f.word)),
                 // Exactly the bytes the kernel kept (the length counts a NUL after them): a
                 // string read by its length argument may hold NULs of its own.
+                // No string at all (the length counts the NUL, so an empty string is 1).
+                ByKind::Str if k.str_len == 0 => KeyVal::NoStr,
                 ByKind::Str => {
                     let n = (k.str_len as usize).saturating_sub(1).min(k.str.len());
                     let b = k.str[..n].to_vec();
@@ -391,7 +393,16 @@ pub enum KeyVal {
     /// The first `--str-max` bytes of a longer string: the key of every string that begins
     /// with them, so a row apart from an uncut string of the same bytes.
     CutStr(Vec<u8>),
+    /// `str0` of a span that captured no string (its probes have no `--str`): shown as an
+    /// empty string in text and JSON, and as [`NO_STRING_LABEL`] in Prometheus, where `""`
+    /// cannot be told from no label.
+    NoStr,
 }
+
+/// The Prometheus label value of [`KeyVal::NoStr`]: a backslash before `(` is no escape the
+/// label escaping of real strings writes (theirs are `\\`, `\xNN`, `\u{..}`), so no string a
+/// program holds has this label.
+pub const NO_STRING_LABEL: &str = "\\(no string)";
 
 impl KeyVal {
     /// Strings quoted once, every byte recoverable (`\xNN` for bytes that are not UTF-8,
@@ -400,6 +411,7 @@ impl KeyVal {
         match self {
             KeyVal::Uint(v) => v.to_string(),
             KeyVal::Int(v) => v.to_string(),
+            KeyVal::NoStr => "\"\"".to_string(),
             KeyVal::Str(b) | KeyVal::CutStr(b) => {
                 let mut s = String::new();
                 crate::output::text::quoted(&mut s, b);
@@ -416,6 +428,7 @@ impl KeyVal {
         match self {
             KeyVal::Uint(v) => out.extend_from_slice(v.to_string().as_bytes()),
             KeyVal::Int(v) => out.extend_from_slice(v.to_string().as_bytes()),
+            KeyVal::NoStr => out.extend_from_slice(b"\"\""),
             KeyVal::Str(b) | KeyVal::CutStr(b) => {
                 let (s, escaped) = escape_invalid(b);
                 json_str(out, s.as_bytes());

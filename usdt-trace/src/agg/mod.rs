@@ -20,7 +20,7 @@ pub mod tables;
 mod tests;
 
 pub use high_rate::{high_rate_probes, high_rate_warning};
-pub use key::{AggError, By, Key, KeyPlan, KeyVal};
+pub use key::{AggError, By, Key, KeyPlan, KeyVal, NO_STRING_LABEL};
 pub use tables::{by_tables, count_table, ByHists, Counts, KeyTable, ProbeCount, TopN};
 
 use crate::plan::Plan;

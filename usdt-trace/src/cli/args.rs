@@ -20,9 +20,10 @@ pub(crate) const VERSION: &str = concat!(
 #[command(
     name = "usdt-trace",
     version = VERSION,
-    about = "List and trace USDT probes (.note.stapsdt) with eBPF: latency spans, events, and where each span's time went",
-    after_help = "Examples:\n  usdt-trace list /usr/lib/x86_64-linux-gnu/libc.so.6\n  usdt-trace list -p 1234 'httpserver:*'\n  usdt-trace watch --json ./target/release/demo-httpserver\n  usdt-trace watch -p 1234 --span query__start=query__done\n  usdt-trace watch --hist -c './myprog --flag'"
+    about = "List and trace USDT probes (.note.stapsdt) with eBPF: latency spans, events, and where each span's time went"
 )]
+// Examples, short help and exit statuses are added in `help::command`, which every reader
+// of the command line goes through.
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -84,10 +85,10 @@ impl<T: Args> Args for Deferred<T> {
         T::group_id()
     }
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        cmd.defer(T::augment_args)
+        cmd.defer(|c| super::help::shorten_deferred(T::augment_args(c)))
     }
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        cmd.defer(T::augment_args_for_update)
+        cmd.defer(|c| super::help::shorten_deferred(T::augment_args_for_update(c)))
     }
 }
 

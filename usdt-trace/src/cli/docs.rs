@@ -10,9 +10,8 @@ use std::path::Path;
 /// into `__subcmd__` once more), so no subcommand's options were ever offered. The labels are
 /// rewritten to what `cmd` is set to.
 pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
-    use clap::CommandFactory;
     let mut out = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "usdt-trace", &mut out);
+    clap_complete::generate(shell, &mut help::command(), "usdt-trace", &mut out);
     if shell == clap_complete::Shell::Bash {
         let s = String::from_utf8_lossy(&out).replace("usdt__subcmd__trace", "usdt__trace");
         return s.into_bytes();
@@ -30,10 +29,10 @@ pub enum ManError {
 }
 
 /// The top-level page, or one command's (`usdt-trace-watch(1)`, which the top-level page
-/// points to), with every flag.
+/// points to), with every flag: NAME, SYNOPSIS, DESCRIPTION, EXAMPLES first (as bpftrace(8)
+/// puts them), OPTIONS, COMMANDS, EXIT STATUS, SEE ALSO, VERSION.
 pub fn man_page(command: Option<&str>) -> Result<Vec<u8>, ManError> {
-    use clap::CommandFactory;
-    let mut top = Cli::command();
+    let mut top = help::command();
     top.build();
     let cmd = match command {
         None => top,
@@ -57,17 +56,37 @@ pub fn man_page(command: Option<&str>) -> Result<Vec<u8>, ManError> {
             // The footer's version, as on the top-level page.
             .version(VERSION),
     };
+    // A page says in full what -h shortens.
+    let cmd = help::full_about(cmd);
+    let (examples, tail) = help::man_sections(command.unwrap_or(""));
+    let has_args = cmd
+        .get_arguments()
+        .any(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"));
+    let has_subcommands = cmd.get_subcommands().any(|s| s.get_name() != "help");
+    let man = clap_mangen::Man::new(cmd);
     let mut out = Vec::new();
-    clap_mangen::Man::new(cmd)
-        .render(&mut out)
-        .map_err(ManError::Render)?;
+    (|| {
+        man.render_title(&mut out)?;
+        man.render_name_section(&mut out)?;
+        man.render_synopsis_section(&mut out)?;
+        man.render_description_section(&mut out)?;
+        out.extend_from_slice(examples.as_bytes());
+        if has_args {
+            man.render_options_section(&mut out)?;
+        }
+        if has_subcommands {
+            man.render_subcommands_section(&mut out)?;
+        }
+        out.extend_from_slice(tail.as_bytes());
+        man.render_version_section(&mut out)
+    })()
+    .map_err(ManError::Render)?;
     Ok(out)
 }
 
 /// Every page into `dir`; how many.
 pub(crate) fn man_dir(dir: &Path) -> Result<usize, String> {
-    use clap::CommandFactory;
-    let names: Vec<String> = Cli::command()
+    let names: Vec<String> = help::command()
         .get_subcommands()
         .map(|c| c.get_name().to_string())
         .filter(|n| n != "help")

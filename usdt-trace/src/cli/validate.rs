@@ -103,6 +103,26 @@ pub enum UsageError {
     LibName(#[from] crate::libname::LibNameError),
 }
 
+impl UsageError {
+    /// Whether the command line itself is wrong (exit status 2, [`EXIT_USAGE`]), rather than
+    /// something it names: a file, program or library not found, an address in use, a file
+    /// that cannot be read (status 1, [`EXIT_ERROR`], as any error while running).
+    pub fn is_usage(&self) -> bool {
+        use crate::libname::LibNameError;
+        use crate::output::prometheus::serve::ServeError;
+        !matches!(
+            self,
+            UsageError::OutFile(_)
+                | UsageError::OtlpCa(_)
+                | UsageError::Baseline(_)
+                | UsageError::CommandNotFound(_)
+                | UsageError::Script { .. }
+                | UsageError::LibName(LibNameError::NotFound { .. })
+                | UsageError::Prometheus(ServeError::Bind { .. })
+        )
+    }
+}
+
 /// A duration: plain seconds (`2.5`) or a number with a unit (`ns`, `us`, `ms`, `s`, `m`, `h`).
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
@@ -221,13 +241,8 @@ pub(crate) fn list_functions(a: &ListArgs) -> Result<i32, String> {
 pub(crate) fn functions_of(path: &Path, globs: &[String], json: bool) -> Result<i32, String> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    // As `list BIN PATTERN`: a glob that matches nothing is an error (`FnError::NoMatch`).
     match crate::functions::list(path, globs, json, &mut out) {
-        // As `list BIN PATTERN`: globs that match nothing are an error, not an empty success.
-        Ok(0) if !globs.is_empty() => Err(format!(
-            "no function of {} matches {}",
-            crate::output::text::clean(&path.display().to_string()),
-            globs.join(" ")
-        )),
         Ok(_) => Ok(0),
         Err(e) if e.is_broken_pipe() => Ok(0),
         Err(e) => Err(e.to_string()),

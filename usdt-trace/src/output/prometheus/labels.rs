@@ -30,6 +30,7 @@ pub fn field_label(k: &KeyVal) -> String {
         KeyVal::Int(v) => v.to_string(),
         KeyVal::Str(b) => bytes_label(b),
         KeyVal::CutStr(b) => bytes_label(b) + "…",
+        KeyVal::NoStr => crate::agg::NO_STRING_LABEL.to_string(),
     }
 }
 

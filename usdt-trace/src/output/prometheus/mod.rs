@@ -117,11 +117,11 @@ fn span_labels(prefix: &Labels, p: &PairInfo) -> Labels {
 fn duration_series(prefix: &Labels, snap: &Snapshot) -> BTreeMap<Labels, Hist> {
     let mut out: BTreeMap<Labels, Hist> = BTreeMap::new();
     match &snap.by {
+        // Every span name from the first scrape, at zero before its first span: a series
+        // that appears with its first count hides that count from rate() and increase().
         None => {
             for (p, h) in &snap.pairs {
-                if h[0].count > 0 {
-                    merge(out.entry(span_labels(prefix, p)).or_default(), &h[0]);
-                }
+                merge(out.entry(span_labels(prefix, p)).or_default(), &h[0]);
             }
         }
         Some(by) => {
@@ -219,7 +219,7 @@ impl prometheus_client::collector::Collector for Exposition {
             }
         }
         // The split is kept per span name only (the kernel's per-key histograms are of the
-        // duration alone).
+        // duration alone). Every span name from the start, as the durations.
         let split: Vec<_> = self
             .parts
             .iter()
@@ -227,7 +227,6 @@ impl prometheus_client::collector::Collector for Exposition {
                 part.snap
                     .pairs
                     .iter()
-                    .filter(|(_, h)| h[1].count > 0)
                     .map(move |(p, h)| (span_labels(&part.labels, p), h))
             })
             .collect();
@@ -267,17 +266,12 @@ impl prometheus_client::collector::Collector for Exposition {
             Some(&Unit::Seconds),
             &d,
         )?;
-        // What the sleep and io parts waited on: every kind for every split span name, zero
-        // or not, so that the set of series is fixed once a span name has split spans.
+        // What the sleep and io parts waited on: every kind for every span name, zero or not,
+        // so that the set of series is fixed from the first scrape.
         let (mut wait_s, mut wait_n) = (Vec::new(), Vec::new());
         for (part, _) in &self.parts {
             let snap = &part.snap;
-            for (i, (p, _)) in snap
-                .pairs
-                .iter()
-                .enumerate()
-                .filter(|(_, (_, h))| h[1].count > 0)
-            {
+            for (i, (p, _)) in snap.pairs.iter().enumerate() {
                 let w = snap.waits.get(i).copied().unwrap_or_default();
                 for (kind, ns, n, _) in crate::output::wait_sum_kinds(&w) {
                     let mut l = span_labels(&part.labels, p);

@@ -36,6 +36,21 @@ fn value(text: &str, series: &str) -> f64 {
 }
 
 #[test]
+fn a_span_without_a_string_has_a_label_no_string_can_have() {
+    assert_eq!(field_label(&KeyVal::NoStr), "\\(no string)");
+    // The text a program could hold is escaped: its backslash doubled.
+    assert_eq!(
+        field_label(&KeyVal::Str(b"\\(no string)".to_vec())),
+        "\\\\(no string)"
+    );
+    assert_eq!(field_label(&KeyVal::Str(Vec::new())), "");
+    assert_eq!(
+        key_label(&Key(vec![KeyVal::Str(b"bash".to_vec()), KeyVal::NoStr])),
+        "bash, \\(no string)"
+    );
+}
+
+#[test]
 fn string_key_labels_keep_every_byte_and_mark_a_cut() {
     assert_eq!(field_label(&KeyVal::Str(b"caf\xc3\xa9".to_vec())), "café");
     assert_eq!(field_label(&KeyVal::CutStr(vec![b'a', 0xc3])), "a\\xc3…");
@@ -137,7 +152,7 @@ fn renders_histogram_split_and_counters() {
     let snap = Snapshot {
         pairs: vec![
             (pair("demo", "request"), comps),
-            // Nothing closed yet: no series.
+            // Nothing closed yet: its series at zero, from the first scrape.
             (pair("demo", "idle"), [Hist::default(); HIST_COMPONENTS]),
         ],
         // Of the 4.5ms of sleep, 3ms in 2 futex waits and 1ms in one nanosleep.
@@ -185,7 +200,26 @@ fn renders_histogram_split_and_counters() {
         ),
         0.008
     );
-    assert!(lines(&t, &format!("{s}_count{{provider=\"demo\",span=\"idle\"")).is_empty());
+    // A span name with no span yet is there at zero, with its split and waits, so rate() and
+    // increase() see its first spans.
+    assert_eq!(
+        value(&t, &format!("{s}_count{{provider=\"demo\",span=\"idle\"}}")),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &t,
+            "usdt_span_time_seconds_total{provider=\"demo\",span=\"idle\",state=\"oncpu\"}"
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(
+            &t,
+            "usdt_span_waits_total{provider=\"demo\",span=\"idle\",kind=\"lock\"}"
+        ),
+        0.0
+    );
     // Buckets are cumulative and never decrease.
     let cum: Vec<f64> = lines(
         &t,
@@ -242,11 +276,15 @@ fn renders_histogram_split_and_counters() {
     assert_eq!(wait("usdt_span_wait_seconds_total", "timer"), 0.001);
     assert_eq!(wait("usdt_span_waits_total", "lock"), 2.0);
     assert_eq!(wait("usdt_span_waits_total", "timer"), 1.0);
-    // Every kind, zero or not, from the first scrape; none for a name with no split.
+    // Every kind, zero or not, from the first scrape, for every span name (checked for
+    // `idle`, with no span yet, above).
     assert_eq!(wait("usdt_span_wait_seconds_total", "net"), 0.0);
     assert_eq!(wait("usdt_span_waits_total", "disk"), 0.0);
     assert_eq!(wait("usdt_span_waits_total", "fault"), 0.0);
-    assert!(lines(&t, "usdt_span_waits_total{provider=\"demo\",span=\"idle\"").is_empty());
+    assert_eq!(
+        lines(&t, "usdt_span_waits_total{provider=\"demo\",span=\"idle\"").len(),
+        5
+    );
     // The kinds of the sleep part stay within it.
     assert!(
         wait("usdt_span_wait_seconds_total", "lock")
