@@ -181,6 +181,35 @@ fn twice_the_small_reads_is_more_io_though_cpu_and_the_run_queue_grew_more() {
     );
 }
 
+/// A real run of twice the 64 KiB reads (20 spans of the 40 kept, per-span means as measured):
+/// the host's cache served 16 reads a span in 59 µs each where 8 had taken 127 µs, so the disk
+/// wait fell (-65.8 µs) while the reads doubled; the run queue grew +484 µs and the verdict by
+/// parts said CPU contention. The 8 extra waits are 475 µs at the shorter length: more I/O.
+#[test]
+fn twice_the_reads_each_shorter_is_more_io_not_the_run_queue_that_grew_with_them() {
+    let eight = Split {
+        oncpu: 1_205_310,
+        steal: Some(0),
+        runq: 68_084,
+        disk: (1_014_760, 8),
+        ..Split::default()
+    };
+    let sixteen = Split {
+        oncpu: 1_490_132,
+        steal: Some(661),
+        runq: 552_014,
+        disk: (949_009, 16),
+        ..Split::default()
+    };
+    let c = compare(&spans(20, eight), &spans(20, sixteen));
+    let text = to_text(&c);
+    assert_eq!(cause(&c), "more_io", "{text}");
+    assert!(
+        text.contains("verdict: more I/O: 8.0 → 16.0 disk waits per span, 128.1us → 59.9us each (-66.4us per span; with them +287.5us on CPU, +68.7us waiting for a CPU) (67% of the growth)"),
+        "{text}"
+    );
+}
+
 /// What grew with the extra reads is bounded: CPU by the waits' own time, the run queue by the
 /// wait for a CPU each wakeup had before. More work or a busier CPU beside a few more reads
 /// is still named.
