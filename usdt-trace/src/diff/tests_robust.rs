@@ -210,6 +210,30 @@ fn twice_the_reads_each_shorter_is_more_io_not_the_run_queue_that_grew_with_them
     );
 }
 
+/// Twice the reads, each also longer (a quiet run here: 8 of 65.2 µs → 16 of 115.6 µs). The
+/// growth, 1.33 ms, is 723 µs of more waits and 605 µs of longer ones, the term of both at
+/// once shared: more I/O. A busier disk needs the waits' length to explain more than that.
+#[test]
+fn twice_the_reads_each_longer_is_more_io_when_the_count_explains_more() {
+    let reads = |n: u64, each: u64| Split {
+        oncpu: 1_200_000,
+        steal: Some(0),
+        runq: n * 20_000,
+        disk: (n * each, n),
+        ..Split::default()
+    };
+    let c = compare(&spans(20, reads(8, 65_200)), &spans(20, reads(16, 115_600)));
+    assert_eq!(cause(&c), "more_io", "{}", to_text(&c));
+    assert!(
+        to_text(&c).contains("more I/O: 8.0 → 16.0 disk waits per span, 65.8us → 116.7us each"),
+        "{}",
+        to_text(&c)
+    );
+    // Twice the reads, each three times as long: 8 × 130 µs more waits, 12 × 130 µs longer.
+    let c = compare(&spans(20, reads(8, 65_000)), &spans(20, reads(16, 195_000)));
+    assert_eq!(cause(&c), "busy_disk", "{}", to_text(&c));
+}
+
 /// What grew with the extra reads is bounded: CPU by the waits' own time, the run queue by the
 /// wait for a CPU each wakeup had before. More work or a busier CPU beside a few more reads
 /// is still named.
