@@ -2,8 +2,8 @@
 //! `why:req` spans per mode under `watch --json -c`; each mode against the `base` run (10 ms
 //! of CPU per span) must name its own cause: twice the loop is more work, a hog on the same
 //! CPU is CPU contention, a mutex another thread holds is lock contention, nanosleep is timers,
-//! O_DIRECT reads are I/O (twice the reads: more I/O; the same reads beside a flood of direct
-//! writes: a busy disk).
+//! O_DIRECT reads are I/O (twice the reads, of 512 KiB or of 64 KiB: more I/O; the same reads
+//! beside a flood of direct writes: a busy disk).
 //!
 //! The kinds of wait are also checked against the program's own clocks: the time it spent
 //! inside pthread_mutex_lock, nanosleep and pread, from its `truth` lines.
@@ -217,16 +217,13 @@ fn check_against(base: &Path, mode: &str, cause: &str, grew_ms: Option<f64>) -> 
     assert_eq!(v["verdict"]["cause"], cause, "{v}");
     // Each mode adds ~grew_ms to the span, most of it in the one part. Above: beside a CPU
     // hog on a host that steals vCPU time, a nanosleep run once also gained 3.2 ms on CPU
-    // (stolen time is on CPU for the tool) and 1.7 ms of run queue: +15.8 ms, 69% of it the
+    // (stolen time was on CPU for the tool then; steal is its own part now) and 1.7 ms of run queue: +15.8 ms, 69% of it the
     // timer, the verdict still right.
     let grew = v["delta"]["mean_ns"].as_i64().unwrap() as f64 / 1e6;
     if let Some(want) = grew_ms {
         assert!(grew >= 0.7 * want && grew <= 1.8 * want, "{v}");
     }
-    // Each read also costs CPU in the syscall and a run-queue wait after its wakeup, which
-    // grow with the reads too (the disk waits were 46% to 83% of the growth here).
-    let min_share = if cause == "more_io" { 0.4 } else { 0.6 };
-    assert!(v["verdict"]["share"].as_f64().unwrap() >= min_share, "{v}");
+    assert!(v["verdict"]["share"].as_f64().unwrap() >= 0.6, "{v}");
     Some(v)
 }
 
@@ -272,25 +269,44 @@ fn nanosleep_is_sleeping_on_timers() {
 #[test]
 #[ignore = "needs root"]
 fn twice_the_direct_reads_is_more_io() {
+    // 8 reads of 512 KiB and 1 ms of CPU per span, against 32 (twice the reads, 16, once grew
+    // the disk time by only 18% on this VM, whose host cache serves a direct read faster when
+    // more follow: +27% of the mean, within the noise of a run with one 34 ms span, was "no
+    // significant change" before the rank test). 40 spans, as one slow span in 6 (6.3 ms of a
+    // 3 ms mean) made the change not significant to the test of the means.
+    more_io("twice_the_direct_reads_is_more_io", 8, 32, 512);
+}
+
+/// The issue's case: twice the reads of 64 KiB. Each read's ~65 µs of disk wait comes with
+/// about as much CPU (the syscall; steal when the host serves it) and, beside a CPU hog, ~160
+/// µs of run queue after its wakeup: the disk wait alone was 25–60% of the growth, and the
+/// verdict once said CPU contention and 5 times in 25 more work. `diff` counts what grew with
+/// the extra waits with the I/O.
+#[test]
+#[ignore = "needs root"]
+fn twice_the_64k_direct_reads_is_more_io() {
+    more_io("twice_the_64k_direct_reads_is_more_io", 8, 16, 64);
+}
+
+/// `disk FILE 40 BEFORE KIB` against `disk FILE 40 AFTER KIB`: more I/O, its own baseline.
+fn more_io(test: &str, reads_before: u32, reads_after: u32, kib: u32) {
     let Some(file) = testprogs::disk_file(Path::new(env!("CARGO_TARGET_TMPDIR")), "why_disk.dat")
     else {
-        eprintln!("skipped in twice_the_direct_reads_is_more_io: no writable directory on a block device (only tmpfs)");
+        eprintln!("skipped in {test}: no writable directory on a block device (only tmpfs)");
         return;
     };
     let f = file.display();
-    // Its own baseline: 8 reads of 512 KiB and 1 ms of CPU per span, against 32 reads (twice
-    // the reads, 16, once grew the disk time by only 18% on this VM, whose host cache serves
-    // a direct read faster when more follow: +27% of the mean, within the noise of a run with
-    // one 34 ms span, was "no significant change"). With
-    // 64 KiB reads each extra read's wakeup latency on this VM, ~160 us of run queue, once
-    // outgrew its ~65 us of disk wait beside a CPU hog: the verdict said CPU contention); 40
-    // spans, as one slow span in 6 (6.3 ms of a 3 ms mean) made the change not significant,
-    // and with 20 on a loaded host a +37% mean was once within the noise.
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (base, bout) = record_out(&format!("disk {f} 40 8 512"), "disk8");
-    let (after, aout) = record_out(&format!("disk {f} 40 32 512"), "disk32");
+    let (base, bout) = record_out(
+        &format!("disk {f} 40 {reads_before} {kib}"),
+        &format!("disk{reads_before}_{kib}k"),
+    );
+    let (after, aout) = record_out(
+        &format!("disk {f} 40 {reads_after} {kib}"),
+        &format!("disk{reads_after}_{kib}k"),
+    );
     if !check_kinds(&bout) || !check_kinds(&aout) {
-        eprintln!("skipped in twice_the_direct_reads_is_more_io: the device served the reads without the reader waiting");
+        eprintln!("skipped in {test}: the device served the reads without the reader waiting");
         return;
     }
     // Which of "more waits" and "longer waits" grew is only known for reads the tool saw
@@ -306,8 +322,8 @@ fn twice_the_direct_reads_is_more_io() {
     let (sb, sa) = (seen(&bout), seen(&aout));
     if sb < 0.9 || sa < 0.9 {
         eprintln!(
-            "skipped in twice_the_direct_reads_is_more_io: the tool saw {:.0}% and {:.0}% of the reads wait (the rest were served \
-             while the vCPU was stopped)",
+            "skipped in {test}: the tool saw {:.0}% and {:.0}% of the reads wait (the rest were \
+             served while the vCPU was stopped)",
             100.0 * sb,
             100.0 * sa
         );
@@ -315,11 +331,13 @@ fn twice_the_direct_reads_is_more_io() {
     }
     let v = diff_files(&base, &after);
     assert_eq!(v["verdict"]["cause"], "more_io", "{v}");
-    // Each read also costs CPU in the syscall and a run-queue wait after its wakeup, which
-    // grow with the reads too.
-    assert!(v["verdict"]["share"].as_f64().unwrap() >= 0.4, "{v}");
+    // The disk waits and what came with them (the syscalls' CPU, the wakeups' run queue).
+    assert!(v["verdict"]["share"].as_f64().unwrap() >= 0.5, "{v}");
     let n = |run: &str| v[run]["waits"]["disk"]["n"].as_f64().unwrap();
-    assert!(n("after") >= 1.5 * n("before"), "{v}");
+    assert!(
+        n("after") >= 0.75 * f64::from(reads_after) / f64::from(reads_before) * n("before"),
+        "{v}"
+    );
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! Comparing two runs: each span name's spans summed up ([`Run`] → [`Stats`]), the two
-//! summaries compared, and the verdict that names what moved the mean.
+//! summaries compared (is the change significant?), and the verdict that names what moved
+//! the mean (`verdict.rs`).
 
+use super::rank::{mann_whitney, RankTest};
+pub use super::verdict::Verdict;
 use crate::output::fmt_duration;
 use std::collections::BTreeMap;
 
@@ -12,9 +15,21 @@ pub enum Part {
     Sleep,
     Io,
     Idle,
+    /// Switched in, but the hypervisor ran another guest on the vCPU: the host's CPU
+    /// contention, which the kernel leaves out of the task's runtime (on-CPU).
+    Steal,
 }
 
-pub const PARTS: [Part; 5] = [Part::OnCpu, Part::RunQ, Part::Sleep, Part::Io, Part::Idle];
+/// Steal last: the order of the parts arrays (`Stats::parts_ns`, the deltas). A run recorded
+/// before steal was split off has no `steal_ns`: 0, its stolen time inside `oncpu_ns`.
+pub const PARTS: [Part; 6] = [
+    Part::OnCpu,
+    Part::RunQ,
+    Part::Sleep,
+    Part::Io,
+    Part::Idle,
+    Part::Steal,
+];
 
 /// The kinds of off-CPU wait of a span line's `waits` object, and the part each is in.
 pub const KINDS: [(&str, Part); usdt_trace_common::WAIT_KINDS] = [
@@ -34,6 +49,7 @@ impl Part {
             Part::Sleep => "sleep_ns",
             Part::Io => "io_ns",
             Part::Idle => "idle_ns",
+            Part::Steal => "steal_ns",
         }
     }
 
@@ -45,31 +61,7 @@ impl Part {
             Part::Sleep => "sleeping",
             Part::Io => "in I/O",
             Part::Idle => "idle between polls",
-        }
-    }
-
-    /// The cause when this part grew the most, and a stable key for scripts.
-    fn cause(self, grew: bool) -> (&'static str, &'static str) {
-        match (self, grew) {
-            (Part::OnCpu, true) => ("more_work", "more work: on-CPU time grew"),
-            (Part::OnCpu, false) => ("less_work", "less work: on-CPU time shrank"),
-            (Part::RunQ, true) => (
-                "cpu_contention",
-                "CPU contention: time waiting for a CPU grew",
-            ),
-            (Part::RunQ, false) => (
-                "less_cpu_contention",
-                "less CPU contention: time waiting for a CPU shrank",
-            ),
-            (Part::Io, true) => ("more_io", "more I/O or a busier disk: I/O wait grew"),
-            (Part::Io, false) => ("less_io", "less I/O: I/O wait shrank"),
-            (Part::Sleep, true) => (
-                "waiting",
-                "waiting: sleep grew (a lock, a socket, a timer, ...)",
-            ),
-            (Part::Sleep, false) => ("less_waiting", "less waiting: sleep shrank"),
-            (Part::Idle, true) => ("idle", "waiting to be polled: time between polls grew"),
-            (Part::Idle, false) => ("less_idle", "less time between polls"),
+            Part::Steal => "stolen by the host",
         }
     }
 }
@@ -93,8 +85,10 @@ pub struct Stats {
     pub count: u64,
     pub mean_ns: f64,
     pub p99_ns: u64,
-    /// Variance of the durations (for the significance test).
+    /// Variance of the durations (for the test of the means).
     var: f64,
+    /// The durations, sorted (for the rank test).
+    sorted: Vec<u64>,
     /// Spans with a split, their mean duration and mean parts (`PARTS` order).
     pub split_count: u64,
     pub split_mean_ns: f64,
@@ -134,6 +128,7 @@ impl Samples {
             mean_ns: mean,
             p99_ns: percentile(&self.durations, 99),
             var,
+            sorted: self.durations,
             split_count: self.split_n,
             split_mean_ns: self.split_dur as f64 / sn,
             parts_ns,
@@ -190,6 +185,7 @@ impl SpanSample {
             SplitSample {
                 parts: PARTS.map(|p| match p {
                     Part::OnCpu => a.oncpu,
+                    Part::Steal => a.steal,
                     Part::RunQ => a.runq,
                     Part::Sleep => a.sleep,
                     Part::Io => a.io,
@@ -256,17 +252,6 @@ impl Run {
     }
 }
 
-/// What one span name's comparison found.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
-    /// A stable key: `more_work`, `cpu_contention`, `no_change`, ...
-    pub cause: &'static str,
-    pub words: String,
-    /// The dominant part's share of the parts that moved in the direction of the change of
-    /// the mean, 0..=1.
-    pub share: f64,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Comparison {
     pub name: String,
@@ -275,12 +260,29 @@ pub struct Comparison {
     /// Per part, after minus before of the mean (split spans only), `PARTS` order.
     pub part_deltas: Option<[f64; PARTS.len()]>,
     pub verdict: Option<Verdict>,
+    /// How sure the change is: None when a run lacks the name.
+    pub significance: Option<Significance>,
+}
+
+/// The two tests of a change: the means (how many standard errors of their difference it
+/// is) and the ranks ([`RankTest`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Significance {
+    pub sigmas: f64,
+    pub rank: Option<RankTest>,
 }
 
 /// A change of the mean smaller than this share of the before mean is no change.
 const MIN_REL_CHANGE: f64 = 0.05;
-/// ... and so is one within this many standard errors of the difference of two means.
+/// ... and so is one within this many standard errors of the difference of two means,
 const MIN_SIGMAS: f64 = 3.0;
+/// ... unless the ranks say the spans moved the same way (two-sided p at most 0.1%, about
+/// 3.3σ). Not 0.27% like the means: with 6 spans a side the exact test's smallest p is
+/// 2/924 = 0.22%, every span of one run above every span of the other, and the same program
+/// twice beside a CPU hog did that (the hog cost the first run's spans 0.7 ms more of run
+/// queue each: a difference of the runs' surroundings, which spans of one run share). So
+/// the ranks decide from 7 spans a side (smallest p 2/3432).
+const MAX_RANK_P: f64 = 0.001;
 
 fn compare(name: String, before: Option<Stats>, after: Option<Stats>) -> Comparison {
     let (Some(b), Some(a)) = (&before, &after) else {
@@ -290,6 +292,7 @@ fn compare(name: String, before: Option<Stats>, after: Option<Stats>) -> Compari
             after,
             part_deltas: None,
             verdict: None,
+            significance: None,
         };
     };
     let have_split = b.split_count > 0 && a.split_count > 0;
@@ -302,52 +305,53 @@ fn compare(name: String, before: Option<Stats>, after: Option<Stats>) -> Compari
     });
     let change = a.mean_ns - b.mean_ns;
     let se = (b.var / b.count as f64 + a.var / a.count as f64).sqrt();
-    let significant = change.abs() >= MIN_REL_CHANGE * b.mean_ns && change.abs() > MIN_SIGMAS * se;
-    let verdict = if !significant {
+    let sig = Significance {
+        sigmas: if se > 0.0 {
+            change / se
+        } else if change == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY.copysign(change)
+        },
+        rank: mann_whitney(&b.sorted, &a.sorted),
+    };
+    // The mean must move by the floor either way; then either test will do. The ranks only
+    // count in the direction the mean moved: the explanation is of the mean's change, and
+    // an outlier that turned it against the ranks leaves nothing consistent to explain.
+    let by_means = change.abs() > MIN_SIGMAS * se;
+    let by_ranks = sig
+        .rank
+        .is_some_and(|r| r.p <= MAX_RANK_P && (r.after_longer > 0.5) == (change > 0.0));
+    let significant = change.abs() >= MIN_REL_CHANGE * b.mean_ns && (by_means || by_ranks);
+    let rel = 100.0 * change / b.mean_ns.max(1.0);
+    // The ranks say most spans moved one way, the mean moved the other (or not at all): a
+    // few outliers. Not "no change", and no explanation of a mean that moved against them.
+    let against = sig
+        .rank
+        .filter(|r| r.p <= MAX_RANK_P && !by_means && (r.after_longer > 0.5) != (change > 0.0));
+    let verdict = if let (false, Some(r)) = (significant, against) {
+        let way = if r.after_longer > 0.5 {
+            "longer"
+        } else {
+            "shorter"
+        };
         Some(Verdict {
-            cause: "no_change",
+            cause: "mixed",
             words: format!(
-                "no significant change of the mean ({:+.1}%)",
-                100.0 * change / b.mean_ns.max(1.0)
+                "mixed: most spans got {way} (rank test p {:.1e}, {:.0}% of pairs), but the mean moved {rel:+.1}%: a few outlying spans outweigh them",
+                r.p,
+                100.0 * r.after_longer.max(1.0 - r.after_longer)
             ),
             share: 0.0,
         })
-    } else {
-        deltas.map(|d| {
-            let grew = change > 0.0;
-            // The part that moved most in the direction of the change of the mean.
-            let (i, dmax) = d
-                .iter()
-                .copied()
-                .enumerate()
-                .max_by(|x, y| {
-                    let (x, y) = if grew { (x.1, y.1) } else { (-x.1, -y.1) };
-                    x.total_cmp(&y)
-                })
-                .unwrap_or((0, 0.0));
-            // Its share of the parts that moved the same way: parts can also move against
-            // the change (a waiter that sleeps longer waits less for a CPU), and a share of
-            // the net change would then exceed 100%.
-            let same_way: f64 = d.iter().filter(|x| (**x > 0.0) == grew).sum();
-            let share = if same_way != 0.0 {
-                (dmax / same_way).clamp(0.0, 1.0)
-            } else {
-                0.0
-            };
-            let dir = if grew { "growth" } else { "drop" };
-            let (cause, what) = match grew.then(|| kind_cause(PARTS[i], dmax, b, a)).flatten() {
-                Some((cause, what)) => (cause, what),
-                None => {
-                    let (c, w) = PARTS[i].cause(grew);
-                    (c, w.to_string())
-                }
-            };
-            Verdict {
-                cause,
-                words: format!("{what} ({:.0}% of the {dir})", share * 100.0),
-                share,
-            }
+    } else if !significant {
+        Some(Verdict {
+            cause: "no_change",
+            words: format!("no significant change of the mean ({rel:+.1}%)"),
+            share: 0.0,
         })
+    } else {
+        deltas.map(|d| super::verdict::explain(&d, b, a, change > 0.0))
     };
     Comparison {
         name,
@@ -355,81 +359,8 @@ fn compare(name: String, before: Option<Stats>, after: Option<Stats>) -> Compari
         after,
         part_deltas: deltas,
         verdict,
+        significance: Some(sig),
     }
-}
-
-/// When `part` grew by `grew_ns` and the runs know what their waits were: the kind of wait
-/// that grew the most within it, as a cause and in words. None when no kind explains at least
-/// half of the part's growth (the rest of sleep and io is "other": a pipe, a tty, ...).
-fn kind_cause(part: Part, grew_ns: f64, b: &Stats, a: &Stats) -> Option<(&'static str, String)> {
-    let (k, d) = KINDS
-        .iter()
-        .enumerate()
-        .filter(|(_, (_, p))| *p == part)
-        .map(|(k, _)| (k, a.kinds_ns[k] - b.kinds_ns[k]))
-        .max_by(|x, y| x.1.total_cmp(&y.1))?;
-    if d < 0.5 * grew_ns {
-        return None;
-    }
-    let share_of_time = 100.0 * a.kinds_ns[k] / a.split_mean_ns.max(1.0);
-    let per_span = fmt_signed(d);
-    Some(match KINDS[k].0 {
-        "lock" => (
-            "lock_contention",
-            format!("lock contention: {share_of_time:.0}% of the time waiting on futexes ({per_span} per span)"),
-        ),
-        "net" => (
-            "network",
-            format!("waiting on the network: {share_of_time:.0}% of the time in socket and poll waits ({per_span} per span)"),
-        ),
-        "timer" => (
-            "timer",
-            format!("sleeping on timers: {share_of_time:.0}% of the time in nanosleep ({per_span} per span)"),
-        ),
-        kind => {
-            // More waits of the same length, or as many waits that each take longer: split
-            // the growth d = Δn·t_before + n_after·Δt and name the larger term. A page fault
-            // that sleeps reads its page in (from a file or swap): more of them is more
-            // paging, each taking longer is slower paging (often the same busier disk).
-            let (nb, na) = (b.kinds_n[k], a.kinds_n[k]);
-            let tb = if nb > 0.0 { b.kinds_ns[k] / nb } else { 0.0 };
-            let ta = if na > 0.0 { a.kinds_ns[k] / na } else { 0.0 };
-            let more = (na - nb) * tb;
-            let longer = na * (ta - tb);
-            match (kind == "fault", nb == 0.0 || more >= longer) {
-                (false, true) => (
-                    "more_io",
-                    format!(
-                        "more I/O: {nb:.1} → {na:.1} disk waits per span, {} each ({per_span} per span)",
-                        fmt_mean(ta)
-                    ),
-                ),
-                (false, false) => (
-                    "busy_disk",
-                    format!(
-                        "a busier disk: each disk wait {} → {}, {na:.1} per span ({per_span} per span)",
-                        fmt_mean(tb),
-                        fmt_mean(ta)
-                    ),
-                ),
-                (true, true) => (
-                    "more_faults",
-                    format!(
-                        "more page faults: {nb:.1} → {na:.1} major faults per span, {} each ({per_span} per span)",
-                        fmt_mean(ta)
-                    ),
-                ),
-                (true, false) => (
-                    "slower_faults",
-                    format!(
-                        "slower page faults (slower paging or a busier disk): each fault {} → {}, {na:.1} per span ({per_span} per span)",
-                        fmt_mean(tb),
-                        fmt_mean(ta)
-                    ),
-                ),
-            }
-        }
-    })
 }
 
 /// Compare two runs' summaries, per span name in name order: `usdt-trace diff` compares two

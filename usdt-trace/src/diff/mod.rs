@@ -5,11 +5,16 @@
 //! Pure: reads two files, writes text or NDJSON; `watch --baseline FILE` compares its live
 //! run with a file through the same code ([`Run`] collects a run's spans from either source,
 //! [`compare_runs`] compares the summaries, [`to_text`] and [`to_json`] write them). Only `{"type":"span"}` lines count; the
-//! split comes from their `oncpu_ns`, `runq_ns`, `sleep_ns`, `io_ns` and `idle_ns` fields,
-//! which add up to `duration_ns` (see the README, "Where did the time go?"), and what the
+//! split comes from their `oncpu_ns`, `steal_ns`, `runq_ns`, `sleep_ns`, `io_ns` and
+//! `idle_ns` fields, which add up to `duration_ns` (see the README, "Where did the time
+//! go?"; a run recorded before steal was split off has no `steal_ns`: 0), and what the
 //! sleep and io waited on from their `waits` (lock, net, timer within sleep; disk within io):
 //! when one kind explains at least half of the part that grew, the verdict names it (lock
 //! contention, the network, timers, more I/O or a busier disk).
+//!
+//! A change is significant when the mean moved by 5% and either the means' test or the rank
+//! test (`rank.rs`, Mann–Whitney) says it is beyond the noise; the verdict (`verdict.rs`)
+//! weighs each cause with what came with it (an I/O wait's syscall and wakeup).
 //!
 //! The explanation uses only spans that have a split (a span that crossed threads without
 //! poll markers has none): their mean parts add up to their mean duration, so the part deltas
@@ -17,10 +22,14 @@
 //! how many, instead of spreading the difference over parts it cannot know.
 
 mod compare;
+mod rank;
 mod read;
 mod render;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_robust;
+mod verdict;
 
 pub use compare::{compare_runs, Comparison, Run, SpanSample};
 pub use read::{read_run_file, Baseline};

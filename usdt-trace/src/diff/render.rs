@@ -194,6 +194,16 @@ pub fn to_json(c: &Comparison) -> Value {
             }
             delta.insert("waits_ns".into(), Value::Object(waits));
         }
+        if let Some(sig) = &c.significance {
+            // Infinite when both runs' spans were all alike: JSON has no infinity.
+            let sigmas = if sig.sigmas.is_finite() {
+                json!((sig.sigmas * 100.0).round() / 100.0)
+            } else {
+                Value::Null
+            };
+            delta.insert("sigmas".into(), sigmas);
+            delta.insert("rank_p".into(), json!(sig.rank.map(|r| r.p)));
+        }
         v["delta"] = Value::Object(delta);
     }
     if let Some(vd) = &c.verdict {

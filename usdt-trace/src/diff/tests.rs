@@ -395,6 +395,7 @@ fn a_live_span_counts_as_its_json_line_would() {
             runq: 250_000,
             sleep: 1_200_000,
             io: 700_000,
+            steal: 80_000,
             ..Acct::default()
         };
         for &(kind, ns, n) in waits {
@@ -455,6 +456,10 @@ fn a_live_span_counts_as_its_json_line_would() {
         3_850_000
     );
     assert_eq!(SpanSample::of_record(&recs[3]).split, None);
+    assert_eq!(
+        SpanSample::of_record(&recs[0]).split.unwrap().parts[Part::Steal.index()],
+        80_000
+    );
     // And the summaries, hence every comparison, are the same.
     let from_file = read_run(Path::new("live.ndjson"), file.as_bytes()).unwrap();
     assert_eq!(live.summaries(), from_file);
