@@ -447,6 +447,9 @@ impl Tracer {
                 fdt_fd_off: off("fdtable", "fd"),
                 file_inode_off: off("file", "f_inode"),
                 inode_mode_off: off("inode", "i_mode"),
+                // Waits may fill half the ring; the other half is the spans' alone.
+                waits_max_bytes: opts.ring_bytes / 2,
+                _pad: 0,
                 min_ns: opts.min_ns,
             };
             cfg.set(0, config, 0).map_err(map_err(maps::CONFIG))?;
