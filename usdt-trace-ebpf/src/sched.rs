@@ -21,9 +21,9 @@ use aya_ebpf::{
 };
 use usdt_trace_common::{
     off_cpu_state, refine_class, str_key_thread, wait_fits, CpuSteal, OffInterval, RecordKind,
-    ThreadState, WaitRecord, CFG_WAITS, CNT_UNMATCHED_START, CNT_WAITS_LOST, MAX_DEPTH, OFF_NONE,
-    SC_FILE, SC_NONE, SC_POLL, SC_SELECT, SC_USER, SYSCALL_CLASS_LEN, TS_RUNNING, TS_RUNQ,
-    TS_SLEEP,
+    ThreadState, WaitRecord, CFG_WAITS, CFG_WAITS_CAPPED, CNT_UNMATCHED_START, CNT_WAITS_CAPPED,
+    CNT_WAITS_LOST, MAX_DEPTH, OFF_NONE, SC_FILE, SC_NONE, SC_POLL, SC_SELECT, SC_USER,
+    SYSCALL_CLASS_LEN, TS_RUNNING, TS_RUNQ, TS_SLEEP,
 };
 
 use crate::{
@@ -48,6 +48,10 @@ fn send_wait(st: &ThreadState, task: *const u8, tid: u32, off: &OffInterval) {
         return;
     };
     if cfg.flags & CFG_WAITS == 0 {
+        return;
+    }
+    if cfg.flags & CFG_WAITS_CAPPED != 0 {
+        count(CNT_WAITS_CAPPED);
         return;
     }
     // Racy across CPUs by at most a record each, which the half left to spans absorbs.

@@ -921,8 +921,9 @@ mod tests {
             (ArgKind::CONST.0, ArgKind::RIP.0, ArgKind::UNSUPPORTED.0),
             (1, 4, 5)
         );
-        assert_eq!(NUM_COUNTERS, 16);
+        assert_eq!(NUM_COUNTERS, 17);
         assert_eq!(CFG_WAITS, 64);
+        assert_eq!(CFG_WAITS_CAPPED, 128);
         assert_eq!(core::mem::size_of::<FilterTerm>(), 32);
     }
 

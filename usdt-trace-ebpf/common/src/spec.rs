@@ -102,6 +102,11 @@ pub const CFG_STACK: u32 = 32;
 /// draws them; without it they would cost a ring-buffer record per context switch for nothing.
 pub const CFG_WAITS: u32 = 64;
 
+/// `Config::flags`: `--perfetto-max-waits` was reached: the trace draws no more waits, so the
+/// hooks only count them (`CNT_WAITS_CAPPED`) rather than send records the reader would only
+/// count (each a ring-buffer reserve per context switch, and room taken from spans).
+pub const CFG_WAITS_CAPPED: u32 = 128;
+
 /// How to read one argument at a probe site.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -12,6 +12,8 @@ pub struct WaitCap {
     pub drawn: u64,
     /// Left out past the cap.
     pub left_out: u64,
+    /// The kernel was told to stop sending them ([`WaitCap::tell_kernel`]).
+    told: bool,
 }
 
 impl WaitCap {
@@ -20,6 +22,14 @@ impl WaitCap {
             max,
             ..WaitCap::default()
         }
+    }
+
+    /// True once, when the cap is first reached: then the kernel should stop sending waits
+    /// (it counts them instead), as the reader would only count them.
+    pub fn tell_kernel(&mut self) -> bool {
+        let now = self.max != 0 && self.drawn >= self.max && !self.told;
+        self.told |= now;
+        now
     }
 
     /// Whether the next interval is drawn; either way it is counted.
@@ -44,6 +54,16 @@ mod tests {
         let drawn: Vec<bool> = (0..5).map(|_| c.admit()).collect();
         assert_eq!(drawn, [true, true, true, false, false]);
         assert_eq!((c.drawn, c.left_out), (3, 2));
+    }
+
+    #[test]
+    fn the_kernel_is_told_once_when_the_cap_is_reached() {
+        let mut c = WaitCap::new(2);
+        assert!(c.admit() && !c.tell_kernel());
+        assert!(c.admit() && c.tell_kernel());
+        // Records already in the ring still come; they are counted, and the kernel was told.
+        assert!(!c.admit() && !c.tell_kernel());
+        assert!(!WaitCap::new(0).tell_kernel());
     }
 
     #[test]

@@ -190,6 +190,9 @@ impl Reader {
         res?;
         self.sinks.flush()?;
         self.push_top_min(tracer)?;
+        if self.waits.tell_kernel() {
+            tracer.cap_waits()?;
+        }
         Ok(n)
     }
 

@@ -160,7 +160,7 @@ pub(super) fn summarize(
         strings_dropped: c.strs_dropped,
         strings_lost: c.strs_lost,
         waits_lost: c.waits_lost,
-        waits_left_out: reader.waits.left_out,
+        waits_left_out: reader.waits.left_out + c.waits_capped,
         stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
         frames_unnamed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.unnamed),
         hits: reader.agg.hits,
