@@ -422,7 +422,8 @@ fn check_with_trace_processor(path: &Path, out: &Output) -> TpCounts {
             "select name, idx, severity, source, value from stats \
              where severity in ('error', 'data_loss') and value > 0",
             // Each slice with its span id and its process (through its thread's track, or
-            // the process's for an async track).
+            // the process's for an async track); not the wait slices, nor the trace's note of
+            // waits it lacks (category `usdt-trace`, when the run dropped or capped some).
             "select s.id, s.ts, s.dur, s.name, s.parent_id, \
                extract_arg(s.arg_set_id, 'debug.arg0') as span, \
                coalesce(p1.pid, p2.pid) as pid \
@@ -432,7 +433,7 @@ fn check_with_trace_processor(path: &Path, out: &Output) -> TpCounts {
              left join process p1 on p1.upid = t.upid \
              left join process_track pt on pt.id = s.track_id \
              left join process p2 on p2.upid = pt.upid \
-             where s.category is not 'offcpu'",
+             where s.category not in ('offcpu', 'usdt-trace')",
             // The issue's query: a slice inside another of its own name is inside an
             // unrelated request.
             "select count(*) from slice s join slice p on s.parent_id = p.id \
