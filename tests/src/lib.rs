@@ -12,6 +12,7 @@
 pub mod fn_run;
 pub mod kmsg;
 pub mod markers;
+pub mod perfetto;
 pub mod proc;
 pub mod prometheus;
 pub mod scenarios;

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+use usdt_trace_tests::perfetto::trace_processor;
 use usdt_trace_tests::proc::{output_within, RUN_TIMEOUT};
 use usdt_trace_tests::testprogs;
 use usdt_trace_tests::watch::{self, Output};
@@ -401,37 +402,6 @@ fn concurrent_requests_nest_only_under_their_own_parents() {
     );
 }
 
-/// Results of SQL queries on `trace` as Perfetto's own trace processor answers them: the
-/// WebAssembly build the Perfetto UI loads traces with, run by node (tests/scripts/tp_query.js;
-/// both installed by scripts/setup.sh). The rows of each query, in order.
-fn trace_processor(trace: &Path, queries: &[&str]) -> Vec<Vec<Vec<Value>>> {
-    assert!(
-        usdt_trace_tests::markers::have("node"),
-        "node (scripts/setup.sh)"
-    );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/tp_query.js");
-    let out = output_within(
-        Command::new("node").arg(&script).arg(trace).args(queries),
-        RUN_TIMEOUT,
-    );
-    assert!(
-        out.status.success(),
-        "tp_query.js failed (node and the trace processor come from scripts/setup.sh): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Vec<Value> = serde_json::from_slice(&out.stdout).expect("tp_query.js JSON");
-    v.iter()
-        .map(|r| {
-            r["rows"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_array().unwrap().clone())
-                .collect()
-        })
-        .collect()
-}
-
 /// What [`check_with_trace_processor`] counted.
 struct TpCounts {
     slices: usize,
@@ -452,7 +422,8 @@ fn check_with_trace_processor(path: &Path, out: &Output) -> TpCounts {
             "select name, idx, severity, source, value from stats \
              where severity in ('error', 'data_loss') and value > 0",
             // Each slice with its span id and its process (through its thread's track, or
-            // the process's for an async track).
+            // the process's for an async track); not the wait slices, nor the trace's note of
+            // waits it lacks (category `usdt-trace`, when the run dropped or capped some).
             "select s.id, s.ts, s.dur, s.name, s.parent_id, \
                extract_arg(s.arg_set_id, 'debug.arg0') as span, \
                coalesce(p1.pid, p2.pid) as pid \
@@ -462,7 +433,7 @@ fn check_with_trace_processor(path: &Path, out: &Output) -> TpCounts {
              left join process p1 on p1.upid = t.upid \
              left join process_track pt on pt.id = s.track_id \
              left join process p2 on p2.upid = pt.upid \
-             where s.category is not 'offcpu'",
+             where s.category not in ('offcpu', 'usdt-trace')",
             // The issue's query: a slice inside another of its own name is inside an
             // unrelated request.
             "select count(*) from slice s join slice p on s.parent_id = p.id \
@@ -957,7 +928,7 @@ fn lost_wait_records_are_counted_and_said() {
     assert!(lost > 0, "a 4 KiB ring cannot hold them: {}", out.summary());
     assert!(
         out.stderr.contains(&format!(
-            "warning: --perfetto: {lost} off-CPU intervals were lost"
+            "warning: --perfetto: {lost} wait slices dropped so spans were kept"
         )),
         "{}",
         out.stderr

@@ -11,6 +11,7 @@
 //! other BPF program or map syscall is active on the CPU.
 
 use aya_ebpf::{
+    bindings::BPF_RB_AVAIL_DATA,
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_current_task_btf,
         bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
@@ -19,9 +20,10 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use usdt_trace_common::{
-    off_cpu_state, refine_class, str_key_thread, CpuSteal, OffInterval, RecordKind, ThreadState,
-    WaitRecord, CFG_WAITS, CNT_UNMATCHED_START, CNT_WAITS_LOST, MAX_DEPTH, OFF_NONE, SC_FILE,
-    SC_NONE, SC_POLL, SC_SELECT, SC_USER, SYSCALL_CLASS_LEN, TS_RUNNING, TS_RUNQ, TS_SLEEP,
+    off_cpu_state, refine_class, str_key_thread, wait_fits, CpuSteal, OffInterval, RecordKind,
+    ThreadState, WaitRecord, CFG_WAITS, CFG_WAITS_CAPPED, CNT_UNMATCHED_START, CNT_WAITS_CAPPED,
+    CNT_WAITS_LOST, MAX_DEPTH, OFF_NONE, SC_FILE, SC_NONE, SC_POLL, SC_SELECT, SC_USER,
+    SYSCALL_CLASS_LEN, TS_RUNNING, TS_RUNQ, TS_SLEEP,
 };
 
 use crate::{
@@ -36,14 +38,25 @@ use crate::{
 /// `--perfetto` (`CFG_WAITS`): sends the off-CPU interval `off` of thread `tid` that just
 /// ended, with who woke it. One ring-buffer record per interval, at the switch-in, where all
 /// three moments (asleep, woken, running) are known: the hooks only run this for a thread
-/// with a span open, so threads without one pay nothing more. A full ring buffer loses the
-/// interval, counted (`CNT_WAITS_LOST`); the span's split still has its time.
+/// with a span open, so threads without one pay nothing more. Spans come first: once half the
+/// ring waits for the reader (`Config::waits_max_bytes`), or it is full, the interval is
+/// dropped, counted (`CNT_WAITS_LOST`); the span's split still has its time. A stalled or
+/// overrun reader then costs wait slices, never the spans around them.
 #[inline(always)]
 fn send_wait(st: &ThreadState, task: *const u8, tid: u32, off: &OffInterval) {
     let Some(cfg) = CONFIG.get(0) else {
         return;
     };
     if cfg.flags & CFG_WAITS == 0 {
+        return;
+    }
+    if cfg.flags & CFG_WAITS_CAPPED != 0 {
+        count(CNT_WAITS_CAPPED);
+        return;
+    }
+    // Racy across CPUs by at most a record each, which the half left to spans absorbs.
+    if !wait_fits(EVENTS.query(BPF_RB_AVAIL_DATA as u64), cfg.waits_max_bytes) {
+        count(CNT_WAITS_LOST);
         return;
     }
     let Some(mut entry) = EVENTS.reserve::<WaitRecord>(0) else {

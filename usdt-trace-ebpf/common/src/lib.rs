@@ -822,6 +822,19 @@ mod tests {
     }
 
     #[test]
+    fn waits_stop_at_their_share_of_the_ring_and_spans_keep_the_rest() {
+        let ring = 1 << 24;
+        let half = ring / 2;
+        assert!(wait_fits(0, half));
+        assert!(wait_fits(half as u64 - 1, half));
+        // From half full on, waits are dropped; spans still have the other half.
+        assert!(!wait_fits(half as u64, half));
+        assert!(!wait_fits(ring as u64, half));
+        // 0: no limit (a Config left zeroed).
+        assert!(wait_fits(ring as u64, 0));
+    }
+
+    #[test]
     fn id_slots_spread_counter_ids_of_concurrent_spans() {
         assert!(ID_SLOTS.is_power_of_two());
         // A server's in-flight requests: consecutive ids, in one process and in several.
@@ -913,8 +926,9 @@ mod tests {
             (ArgKind::CONST.0, ArgKind::RIP.0, ArgKind::UNSUPPORTED.0),
             (1, 4, 5)
         );
-        assert_eq!(NUM_COUNTERS, 16);
+        assert_eq!(NUM_COUNTERS, 17);
         assert_eq!(CFG_WAITS, 64);
+        assert_eq!(CFG_WAITS_CAPPED, 128);
         assert_eq!(core::mem::size_of::<FilterTerm>(), 32);
     }
 
@@ -941,6 +955,8 @@ mod tests {
         assert_eq!((SiteRole::ENTER.0, SiteRole::EXIT.0), (3, 4));
         assert_eq!(core::mem::size_of::<OffInterval>(), 32);
         assert_eq!(core::mem::size_of::<WaitRecord>(), 40 + 32 + 8 + 16);
+        // Written whole by user space: no implicit padding.
+        assert_eq!(core::mem::size_of::<Config>(), 22 * 4 + 8);
     }
 
     fn acct(oncpu: u64, runq: u64, sleep: u64, io: u64) -> Acct {

@@ -74,8 +74,11 @@ pub const CNT_STRS_LOST: u32 = 14;
 /// are missing from the Perfetto trace, though their time is still in their spans' split.
 pub const CNT_WAITS_LOST: u32 = 15;
 
+/// Off-CPU intervals not sent since `--perfetto-max-waits` was reached (`CFG_WAITS_CAPPED`).
+pub const CNT_WAITS_CAPPED: u32 = 16;
+
 /// Number of counters.
-pub const NUM_COUNTERS: u32 = CNT_WAITS_LOST + 1;
+pub const NUM_COUNTERS: u32 = CNT_WAITS_CAPPED + 1;
 
 /// `EventRecord::has_strs`/`SpanRecord::has_strs`: its strings went just before it.
 pub const STRS_RECORD_SENT: u32 = 1;

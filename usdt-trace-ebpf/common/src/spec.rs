@@ -102,6 +102,11 @@ pub const CFG_STACK: u32 = 32;
 /// draws them; without it they would cost a ring-buffer record per context switch for nothing.
 pub const CFG_WAITS: u32 = 64;
 
+/// `Config::flags`: `--perfetto-max-waits` was reached: the trace draws no more waits, so the
+/// hooks only count them (`CNT_WAITS_CAPPED`) rather than send records the reader would only
+/// count (each a ring-buffer reserve per context switch, and room taken from spans).
+pub const CFG_WAITS_CAPPED: u32 = 128;
+
 /// How to read one argument at a probe site.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -259,12 +264,27 @@ pub struct Config {
     pub fdt_fd_off: u32,
     pub file_inode_off: u32,
     pub inode_mode_off: u32,
+    /// `--perfetto` (`CFG_WAITS`): a [`WaitRecord`] is sent only while fewer than this many
+    /// bytes wait in the ring buffer (half of it), else dropped and counted
+    /// (`CNT_WAITS_LOST`): waits are many and cheap to lose, spans are few and are the point,
+    /// so waits never take the half of the ring kept for spans. One ring rather than a second
+    /// one for waits: a thread's waits then reach user space before the span that holds them,
+    /// in the order they happened, with no merge of two rings.
+    pub waits_max_bytes: u32,
+    pub _pad: u32,
     /// `--min`: spans shorter than this many ns make no record (0: every span does).
     pub min_ns: u64,
 }
 
 /// A member offset this kernel's BTF did not have (for members whose offset may be 0).
 pub const OFF_NONE: u32 = u32::MAX;
+
+/// Whether a [`WaitRecord`] may be sent with `waiting` bytes already in the ring buffer
+/// (`Config::waits_max_bytes`; 0 lets every one through).
+#[inline(always)]
+pub fn wait_fits(waiting: u64, max_bytes: u32) -> bool {
+    max_bytes == 0 || waiting < max_bytes as u64
+}
 
 /// Whether a ring buffer record of `size` bytes that leaves `waiting` bytes for the reader
 /// wakes it: when it carries the waiting data across a multiple of `threshold`, so a reader

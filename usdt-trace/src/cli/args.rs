@@ -350,6 +350,13 @@ pub struct WatchArgs {
     // --hist keeps spans in the kernel: there would be nothing to write.
     #[arg(long, value_name = "FILE", conflicts_with = "hist")]
     pub perfetto: Option<PathBuf>,
+    /// With --perfetto: write the wait slices of at most N off-CPU intervals (a wait and its
+    /// run-queue slice, ~200 bytes of trace), so a run full of short waits makes a trace of
+    /// bounded size (2 million waits were 390 MB). The intervals past N are counted, in the
+    /// summary and in the trace (an instant on its `usdt-trace` track, where the slices stop);
+    /// spans are always written. 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = crate::output::perfetto::DEFAULT_MAX_WAITS, requires = "perfetto")]
+    pub perfetto_max_waits: u64,
     /// Compare this run's spans with an earlier run's, per span name, as `usdt-trace diff
     /// FILE THIS-RUN` would: FILE is NDJSON an earlier `watch --json` wrote. Printed once
     /// tracing ends, after the summary in text; with --json, as `diff --json`'s lines

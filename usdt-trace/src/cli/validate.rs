@@ -486,6 +486,7 @@ impl WatchArgs {
             prometheus,
             json: self.json,
             perfetto: self.perfetto.clone(),
+            perfetto_max_waits: self.perfetto_max_waits,
             otlp,
             targets,
             pids,

@@ -342,6 +342,7 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
         ("strings_dropped", s.strings_dropped),
         ("strings_lost", s.strings_lost),
         ("waits_lost", s.waits_lost),
+        ("waits_left_out", s.waits_left_out),
     ] {
         if v > 0 {
             out.pop();

@@ -29,6 +29,7 @@ pub mod perfetto;
 pub mod prometheus;
 pub mod sink;
 pub mod text;
+pub mod waitcap;
 
 pub use decode::{decode, Record};
 pub use json::{event_json, json_escape, span_json, start_json, summary_json};
@@ -290,9 +291,12 @@ pub struct Summary {
     /// counted in `spans`/`events` and printed (marked) when their own record fit: `lost`
     /// counts spans and events, never these.
     pub strings_lost: u64,
-    /// `--perfetto`: off-CPU intervals the ring buffer had no room for: missing from the
-    /// trace's wait slices (their spans' split still counts their time).
+    /// `--perfetto`: off-CPU intervals the kernel dropped so that spans kept their room in the
+    /// ring buffer (it was half full: the reader fell behind) or that found it full: missing
+    /// from the trace's wait slices (their spans' split still counts their time).
     pub waits_lost: u64,
+    /// `--perfetto`: off-CPU intervals past `--perfetto-max-waits`, not drawn.
+    pub waits_left_out: u64,
 }
 
 /// Span starts dropped because a kernel-side limit was reached (their ends are dropped with

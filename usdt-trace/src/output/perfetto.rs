@@ -149,6 +149,15 @@ fn thread_uuid(tid: u32) -> u64 {
 fn async_uuid(n: u64) -> u64 {
     (3 << 60) | n
 }
+/// The track of the trace's own notes (wait slices left out or dropped).
+const NOTES_UUID: u64 = 4 << 60;
+
+/// Default of `--perfetto-max-waits`: off-CPU intervals drawn at most. An interval is ~200
+/// bytes of trace (a wait slice and its run-queue slice, ~195 bytes each measured over 2
+/// million), so ~20 MB of wait slices at most, which the Perfetto UI opens in seconds; a run
+/// of spans whose waits matter is usually far below it (an interval costs the traced thread
+/// two context switches).
+pub const DEFAULT_MAX_WAITS: u64 = 100_000;
 
 /// The flow from a markers span's parent to it: its (pid, id), mixed (splitmix64's finalizer)
 /// so that ids of different processes do not collide in practice; never 0.
@@ -212,6 +221,10 @@ pub struct PerfettoSink<W: Write> {
     /// Per (pid, span name): async lanes.
     lanes: HashMap<(u32, String), Vec<Lane>>,
     next_lane: u64,
+    /// Off-CPU intervals drawn, and where the last one ended (where the slices stop when
+    /// some were left out or dropped).
+    waits_drawn: u64,
+    last_wait_ns: u64,
 }
 
 impl<W: Write> PerfettoSink<W> {
@@ -228,6 +241,8 @@ impl<W: Write> PerfettoSink<W> {
             waiting: HashMap::new(),
             lanes: HashMap::new(),
             next_lane: 1,
+            waits_drawn: 0,
+            last_wait_ns: 0,
         }
     }
 
@@ -550,6 +565,55 @@ fn waker_label(w: &WaitRecord) -> Option<Vec<u8>> {
     Some(s)
 }
 
+impl<W: Write> PerfettoSink<W> {
+    /// When wait slices are missing (past `--perfetto-max-waits`, or dropped in the kernel so
+    /// spans kept their room), the trace says so itself: an instant on a `usdt-trace` track,
+    /// where the last drawn interval ended, named with the counts and carrying them
+    /// (`waits_drawn`, `waits_left_out`, `waits_dropped`).
+    fn waits_note(&mut self, s: &Summary) {
+        if s.waits_left_out == 0 && s.waits_lost == 0 {
+            return;
+        }
+        self.packet(|p| {
+            pb::message(p, packet::TRACK_DESCRIPTOR, |t| {
+                pb::uint(t, track::UUID, NOTES_UUID);
+                pb::string(t, track::NAME, b"usdt-trace");
+            });
+        });
+        let mut name = format!("{} wait slices drawn", self.waits_drawn);
+        if s.waits_left_out > 0 {
+            name.push_str(&format!(
+                ", {} left out past --perfetto-max-waits",
+                s.waits_left_out
+            ));
+        }
+        if s.waits_lost > 0 {
+            name.push_str(&format!(", {} dropped so spans were kept", s.waits_lost));
+        }
+        let mut ann = Vec::new();
+        for (k, v) in [
+            ("waits_drawn", self.waits_drawn),
+            ("waits_left_out", s.waits_left_out),
+            ("waits_dropped", s.waits_lost),
+        ] {
+            annotation(&mut ann, k, |a| pb::uint(a, annot::UINT, v));
+        }
+        let ts = if self.last_wait_ns > 0 {
+            self.last_wait_ns
+        } else {
+            clock_ns(libc::CLOCK_MONOTONIC)
+        };
+        self.track_event(
+            ts,
+            event::INSTANT,
+            NOTES_UUID,
+            Some(("usdt-trace", &name)),
+            &ann,
+            (&[], None),
+        );
+    }
+}
+
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -706,6 +770,8 @@ impl<W: Write> Sink for PerfettoSink<W> {
         self.tracks_for(h.pid, h.tid, cstr(&h.comm));
         let uuid = thread_uuid(h.tid);
         let o = &w.off;
+        self.waits_drawn += 1;
+        self.last_wait_ns = self.last_wait_ns.max(o.running_ns);
         let kind = wait_name(o.kind);
         if o.off_state != TS_RUNQ && o.woken_ns > o.slept_ns {
             let mut ann = Vec::new();
@@ -774,7 +840,8 @@ impl<W: Write> Sink for PerfettoSink<W> {
         Ok(())
     }
 
-    fn finish(&mut self, _s: &Summary) -> io::Result<()> {
+    fn finish(&mut self, s: &Summary) -> io::Result<()> {
+        self.waits_note(s);
         self.flush()
     }
 }
@@ -961,6 +1028,53 @@ mod tests {
     /// A wait record becomes the wait (asleep → woken, named by its kind) and the run queue
     /// (woken → running) on its thread's track; a preemption only the run queue; a thread of
     /// no known process, nothing.
+    #[test]
+    fn the_trace_notes_the_wait_slices_it_lacks_where_they_stop() {
+        use usdt_trace_common::{OffInterval, TS_SLEEP};
+        // SAFETY: a plain-data record; all zeroes is a valid one.
+        let mut w: WaitRecord = unsafe { std::mem::zeroed() };
+        (w.hdr.pid, w.hdr.tid) = (7, 9);
+        w.off = OffInterval {
+            slept_ns: 100,
+            woken_ns: 150,
+            running_ns: 160,
+            kind: WAIT_LOCK,
+            off_state: TS_SLEEP,
+        };
+        // None missing: no note.
+        let mut s = PerfettoSink::new(Vec::new(), Vec::new());
+        s.wait(&w).unwrap();
+        s.finish(&Summary::default()).unwrap();
+        assert!(!String::from_utf8_lossy(&s.into_inner()).contains("usdt-trace"));
+        let mut s = PerfettoSink::new(Vec::new(), Vec::new());
+        s.wait(&w).unwrap();
+        let sum = Summary {
+            waits_left_out: 5,
+            waits_lost: 2,
+            ..Default::default()
+        };
+        s.finish(&sum).unwrap();
+        let out = s.into_inner();
+        let text = String::from_utf8_lossy(&out);
+        for want in [
+            "usdt-trace",
+            "1 wait slices drawn, 5 left out past --perfetto-max-waits, 2 dropped so spans were kept",
+            "waits_drawn",
+            "waits_left_out",
+            "waits_dropped",
+        ] {
+            assert!(text.contains(want), "{want}");
+        }
+        // An instant, where the last interval drawn ended: its packet carries timestamp 160.
+        let mut ts = Vec::new();
+        pb::uint(&mut ts, packet::TIMESTAMP, 160);
+        let mut instant = Vec::new();
+        pb::uint(&mut instant, event::TYPE, event::INSTANT);
+        pb::uint(&mut instant, event::TRACK_UUID, NOTES_UUID);
+        let at = |needle: &[u8]| out.windows(needle.len()).rposition(|x| x == needle);
+        assert!(at(&instant).is_some_and(|i| at(&ts).is_some_and(|j| j < i)));
+    }
+
     #[test]
     fn an_off_cpu_interval_is_a_wait_slice_then_a_runq_slice_on_its_thread() {
         use usdt_trace_common::{OffInterval, RecordKind, TS_RUNQ, TS_SLEEP};

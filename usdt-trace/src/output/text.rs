@@ -293,7 +293,16 @@ pub fn summary_text(s: &Summary) -> String {
         filtered.push_str(&format!(", {} strings records lost", s.strings_lost));
     }
     if s.waits_lost > 0 {
-        filtered.push_str(&format!(", {} wait slices lost", s.waits_lost));
+        filtered.push_str(&format!(
+            ", {} wait slices dropped so spans were kept",
+            s.waits_lost
+        ));
+    }
+    if s.waits_left_out > 0 {
+        filtered.push_str(&format!(
+            ", {} wait slices left out past --perfetto-max-waits",
+            s.waits_left_out
+        ));
     }
     format!(
         "{} spans, {} events, {} lost, {} unmatched starts, {} unmatched ends{hits}{dropped}{filtered}{other} in {:.1}s\n",

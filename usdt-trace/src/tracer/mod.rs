@@ -42,7 +42,7 @@ use thiserror::Error;
 use usdt_trace_common::maps;
 use usdt_trace_common::{
     Config, FilterProg, Hist, IdKey, SiteSpec, WaitSums, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_STACK,
-    CFG_STOPPED, CFG_WAITS, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
+    CFG_STOPPED, CFG_WAITS, CFG_WAITS_CAPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
 };
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
@@ -171,8 +171,12 @@ pub struct Counters {
     pub strs_dropped: u64,
     /// `--str` strings records the ring buffer had no room for.
     pub strs_lost: u64,
-    /// `--perfetto`: off-CPU interval records the ring buffer had no room for.
+    /// `--perfetto`: off-CPU interval records the kernel dropped to keep the ring's room for
+    /// spans (or that found it full).
     pub waits_lost: u64,
+    /// `--perfetto`: off-CPU intervals not sent once told the cap was reached
+    /// ([`Tracer::cap_waits`]).
+    pub waits_capped: u64,
     /// Span starts dropped because THREADS (`--max-threads`) was full, and their ends.
     pub threads_full: u64,
     pub threads_full_ends: u64,
@@ -451,6 +455,9 @@ impl Tracer {
                 fdt_fd_off: off("fdtable", "fd"),
                 file_inode_off: off("file", "f_inode"),
                 inode_mode_off: off("inode", "i_mode"),
+                // Waits may fill half the ring; the other half is the spans' alone.
+                waits_max_bytes: opts.ring_bytes / 2,
+                _pad: 0,
                 min_ns: opts.min_ns,
             };
             cfg.set(0, config, 0).map_err(map_err(maps::CONFIG))?;
@@ -827,6 +834,20 @@ impl Tracer {
         Self::drop_links(fds, sites)
     }
 
+    /// `--perfetto-max-waits` reached: from now on the scheduler hooks count off-CPU intervals
+    /// (`CNT_WAITS_CAPPED`) instead of sending them.
+    pub fn cap_waits(&mut self) -> Result<(), TraceError> {
+        let mut cfg: Array<_, Config> = Array::try_from(
+            self.ebpf
+                .map_mut(maps::CONFIG)
+                .ok_or(TraceError::MissingMap(maps::CONFIG))?,
+        )
+        .map_err(map_err(maps::CONFIG))?;
+        let mut c = cfg.get(&0, 0).map_err(map_err(maps::CONFIG))?;
+        c.flags |= CFG_WAITS_CAPPED;
+        cfg.set(0, c, 0).map_err(map_err(maps::CONFIG))
+    }
+
     /// Detaches every site attached through `path` (one object, for every process), and only
     /// those; the rest keep recording. As [`Tracer::detach_all`], many perf-event sites are
     /// handed to a helper process so that the caller does not wait.
@@ -943,6 +964,7 @@ impl Tracer {
             strs_dropped: v[CNT_STRS_DROPPED as usize],
             strs_lost: v[CNT_STRS_LOST as usize],
             waits_lost: v[CNT_WAITS_LOST as usize],
+            waits_capped: v[CNT_WAITS_CAPPED as usize],
             threads_full: v[CNT_THREADS_FULL as usize],
             threads_full_ends: v[CNT_THREADS_FULL_END as usize],
             id_full: v[CNT_ID_FULL as usize],

@@ -54,6 +54,8 @@ pub struct WatchConfig {
     pub max_open_ids: u32,
     /// `--perfetto FILE`: also write a Perfetto trace there.
     pub perfetto: Option<PathBuf>,
+    /// `--perfetto-max-waits`: off-CPU intervals drawn at most (0: all).
+    pub perfetto_max_waits: u64,
     /// `--otlp URL` and its settings: also export spans there.
     pub otlp: Option<OtlpConfig>,
     /// `--min`: spans shorter than this make no record (histograms count them all).

@@ -196,6 +196,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         stacks,
         agg: Agg::new(cfg, key_plan, t0),
         live: cfg.baseline.as_ref().map(|_| Default::default()),
+        waits: crate::output::waitcap::WaitCap::new(cfg.perfetto_max_waits),
     };
     reader.sinks.begin(&RunInfo {
         version: env!("CARGO_PKG_VERSION"),

@@ -35,6 +35,8 @@ pub(crate) struct Reader {
     pub(crate) agg: Agg,
     /// `--baseline`: this run's spans, per span name, for the comparison at the end.
     pub(crate) live: Option<crate::diff::Run>,
+    /// `--perfetto-max-waits`: the off-CPU intervals handed to the sinks, and those past it.
+    pub(crate) waits: output::waitcap::WaitCap,
 }
 
 /// User-space state of `--by`, `--count` and `--top`: the last cumulative snapshots (for
@@ -105,7 +107,7 @@ impl Reader {
                 }
                 // An off-CPU interval: no site to resolve; the sinks that draw them do.
                 Some(output::Record::Wait(w)) => {
-                    if res.is_ok() {
+                    if self.waits.admit() && res.is_ok() {
                         res = self.sinks.wait(w);
                     }
                     return;
@@ -188,6 +190,9 @@ impl Reader {
         res?;
         self.sinks.flush()?;
         self.push_top_min(tracer)?;
+        if self.waits.tell_kernel() {
+            tracer.cap_waits()?;
+        }
         Ok(n)
     }
 

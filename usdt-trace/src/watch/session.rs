@@ -82,6 +82,8 @@ impl Session {
             agg: Agg::new(cfg, key_plan, t0),
             // serve runs --hist: no span records, nothing to compare.
             live: None,
+            // No --perfetto: no waits.
+            waits: Default::default(),
         };
         Ok(Session {
             cfg: cfg.clone(),

@@ -45,8 +45,14 @@ pub(crate) fn end_warnings(
     }
     if summary.waits_lost > 0 {
         eprintln!(
-            "warning: --perfetto: {} off-CPU intervals were lost with the ring buffer full: their wait slices are missing from the trace (their spans' time split still counts them; try a larger --ring-kib)",
+            "warning: --perfetto: {} wait slices dropped so spans were kept: the reader fell behind and the ring buffer was half full, the half waits may use: those off-CPU intervals are missing from the trace (their spans' time split still counts them; try a larger --ring-kib)",
             summary.waits_lost
+        );
+    }
+    if summary.waits_left_out > 0 {
+        eprintln!(
+            "warning: --perfetto: {} off-CPU intervals left out of the trace past --perfetto-max-waits {} (their spans' time split still counts them; the trace marks where its wait slices stop)",
+            summary.waits_left_out, cfg.perfetto_max_waits
         );
     }
     for (n, what) in [(ac.by_unkeyed, "spans"), (ac.count_unkeyed, "hits")] {
@@ -154,6 +160,7 @@ pub(super) fn summarize(
         strings_dropped: c.strs_dropped,
         strings_lost: c.strs_lost,
         waits_lost: c.waits_lost,
+        waits_left_out: reader.waits.left_out + c.waits_capped,
         stacks_failed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.failed),
         frames_unnamed: reader.stacks.as_ref().map_or(0, |s| s.symbolizer.unnamed),
         hits: reader.agg.hits,
