@@ -76,8 +76,6 @@ pub enum FilterError {
         index: u8,
         most: usize,
     },
-    #[error("--filter {expr:?}: with --hist, argument comparisons are not compiled (per-thread spans keep no arguments in histogram mode); pid, tid and comm are")]
-    HistArgs { expr: String },
 }
 
 /// The grammar in one line, for errors about what it has no place for.

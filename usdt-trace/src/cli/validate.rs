@@ -327,12 +327,6 @@ impl WatchArgs {
             .map(crate::filter::Filter::parse)
             .transpose()?;
         let filter = crate::filter::Filter::with_tids(filter, &self.tids)?;
-        if let Some(f) = filter.as_ref().filter(|f| self.hist && f.reads_args()) {
-            return Err(crate::filter::FilterError::HistArgs {
-                expr: f.text.clone(),
-            }
-            .into());
-        }
         if interval.is_some() && !(self.hist || self.count || self.top.is_some()) {
             return Err(UsageError::IntervalMode);
         }

@@ -44,6 +44,7 @@ use usdt_trace_common::{
     Config, FilterProg, Hist, IdKey, SiteSpec, WaitSums, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_STACK,
     CFG_STOPPED, CFG_WAITS, CFG_WAITS_CAPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
 };
+use usdt_trace_common::agg::CFG_AGG_ARGS;
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
 static EBPF_OBJECT: &[u8] =
@@ -231,6 +232,9 @@ pub struct LoadOptions<'a> {
     pub strs: bool,
     /// `--filter`/`--tid`: the compiled program, and per site (cookie) which terms name it.
     pub filter: Option<(FilterProg, &'a [u32])>,
+    /// The filter compares arguments: with `--hist` the starts must then keep them (as a
+    /// `--by` key on arguments does), for the filter to read at the span's end.
+    pub filter_args: bool,
     /// `--stack`: a user stack record before each span record.
     pub stack: bool,
     /// `--perfetto`: the scheduler hooks send each off-CPU interval of a thread with a span
@@ -258,6 +262,9 @@ impl LoadOptions<'_> {
         }
         if self.filter.is_some() {
             flags |= CFG_FILTER;
+        }
+        if self.hist && self.filter_args {
+            flags |= CFG_AGG_ARGS;
         }
         if self.stack {
             flags |= CFG_STACK;
@@ -1200,6 +1207,7 @@ mod tests {
             str_max: usdt_trace_common::STR_MAX_DEFAULT as u32,
             strs: false,
             filter: None,
+            filter_args: false,
             stack: false,
             waits: false,
             agg: AggLoad::default(),

@@ -173,6 +173,7 @@ impl WatchConfig {
                 .as_ref()
                 .zip(filter_masks)
                 .map(|(f, m)| (f.compile(), m)),
+            filter_args: self.filter.as_ref().is_some_and(|f| f.reads_args()),
             stack: self.stack,
             // Only the Perfetto output draws the waits; for the others they would cost a
             // record per context switch of a thread in a span.
