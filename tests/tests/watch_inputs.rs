@@ -37,7 +37,7 @@ fn a_pattern_among_several_that_matches_nothing_is_an_error_naming_it() {
     let e = single_error_line(&out);
     assert_eq!(
         e,
-        "usdt-trace: error: no probe matches smoke:tik x:* (the other patterns match)"
+        "usdt-trace: error: no probe matches smoke:tik x:* (the other patterns match); did you mean smoke:tick?"
     );
     // Every pattern matching: no error.
     let out = run(&["list", "--names", &bin, "smoke:tick", "smoke:op__*"]);
