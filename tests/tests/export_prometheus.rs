@@ -157,10 +157,20 @@ fn prometheus_scrapes_kernel_histograms_quantile_rate_and_split_agree_with_the_w
     within("rate is the workload's 100/s", rate, 100.0, 3.0);
     // The split adds up to the duration: every span runs on one thread, so every one is split.
     within("split vs duration (s/s)", parts, dur, 0.01 * dur);
-    within("states add up", oncpu + steal + runq + sleep, parts, 0.01 * parts);
+    within(
+        "states add up",
+        oncpu + steal + runq + sleep,
+        parts,
+        0.01 * parts,
+    );
     // 95 spans/s busy 1 ms, 5 spans/s asleep 6 ms (a busy machine moves some to the run queue,
     // a busy host some to steal).
-    within("on-CPU + steal + runq (s/s)", oncpu + steal + runq, 0.095, 0.015);
+    within(
+        "on-CPU + steal + runq (s/s)",
+        oncpu + steal + runq,
+        0.095,
+        0.015,
+    );
     within("sleep (s/s)", sleep, 0.030, 0.006);
 }
 

@@ -39,12 +39,12 @@ use std::{
     time::Duration,
 };
 use thiserror::Error;
+use usdt_trace_common::agg::CFG_AGG_ARGS;
 use usdt_trace_common::maps;
 use usdt_trace_common::{
     Config, FilterProg, Hist, IdKey, SiteSpec, WaitSums, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_STACK,
     CFG_STOPPED, CFG_WAITS, CFG_WAITS_CAPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
 };
-use usdt_trace_common::agg::CFG_AGG_ARGS;
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
 static EBPF_OBJECT: &[u8] =
