@@ -12,7 +12,8 @@ fn hist_count(filter: &str) -> u64 {
     std::fs::create_dir_all(&dir).unwrap();
     let input = dir.join("input");
     std::fs::write(&input, "400\n").unwrap();
-    let cmd = format!("{} < {}", bin.display(), input.display());
+    // Its "done 400" to /dev/null: stdout is watch's NDJSON.
+    let cmd = format!("{} < {} > /dev/null", bin.display(), input.display());
     let out = Watch::start(&["--hist", "--filter", filter, "-c", &cmd]).finish();
     assert!(out.status.success(), "{}", out.stderr);
     let h: Vec<_> = out.of_type("hist").filter(|h| h["name"] == "job").collect();
