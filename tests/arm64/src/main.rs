@@ -110,7 +110,8 @@ fn run(prog: &str, args: &[&str]) -> Result<Out, String> {
     let out = drain(child.stdout.take().expect("piped"));
     let err = drain(child.stderr.take().expect("piped"));
     let status = wait_until(&mut child, Instant::now() + TIMEOUT, &what)?;
-    let got = |rx: mpsc::Receiver<String>| rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+    let got =
+        |rx: mpsc::Receiver<String>| rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
     Ok(Out {
         status,
         stdout: got(out),
@@ -180,7 +181,9 @@ fn doctor() -> Result<String, String> {
     let multi = (major, minor) >= (6, 6);
     let out = tracer(&["doctor", "--json"])?;
     let d: Value = serde_json::from_str(&out.stdout).map_err(|e| format!("doctor --json: {e}"))?;
-    check(d["kernel"] == release, || format!("kernel {} != {release}", d["kernel"]))?;
+    check(d["kernel"] == release, || {
+        format!("kernel {} != {release}", d["kernel"])
+    })?;
     let mut want = vec![
         ("vmlinux_btf", "yes"),
         ("tracefs", "yes"),
@@ -193,12 +196,18 @@ fn doctor() -> Result<String, String> {
     want.push(("uprobe_multi", if multi { "yes" } else { "no" }));
     for (k, v) in want {
         check(d["features"][k]["value"] == v, || {
-            format!("features.{k} = {} (want {v}): {}", d["features"][k]["value"], d["features"][k]["detail"])
+            format!(
+                "features.{k} = {} (want {v}): {}",
+                d["features"][k]["value"], d["features"][k]["detail"]
+            )
         })?;
     }
     let auto = if multi { "uprobe_multi" } else { "perf" };
     check(d["watch"]["attach_auto"]["value"] == auto, || {
-        format!("watch.attach_auto = {} (want {auto})", d["watch"]["attach_auto"])
+        format!(
+            "watch.attach_auto = {} (want {auto})",
+            d["watch"]["attach_auto"]
+        )
     })?;
     let ready = d["watch"].as_object().and_then(|w| {
         w.iter()
@@ -208,7 +217,10 @@ fn doctor() -> Result<String, String> {
     check(ready == Some(Value::from("yes")), || {
         format!("watch not ready: {}", d["watch"])
     })?;
-    Ok(format!("kernel {release} uprobe_multi {}", if multi { "yes" } else { "no" }))
+    Ok(format!(
+        "kernel {release} uprobe_multi {}",
+        if multi { "yes" } else { "no" }
+    ))
 }
 
 // ---------------------------------------------------------------- list against readelf -n
@@ -224,8 +236,9 @@ fn readelf_notes(prog: &str) -> Result<Vec<Note>, String> {
     let hex = |s: &str| u64::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok();
     for line in text.lines() {
         let line = line.trim();
-        if let Some(p) = line.strip_prefix("Provider: ") {
-            prov = Some(p.to_string());
+        // `readelf --wide` prints the provider on the note's header line.
+        if let Some((_, p)) = line.split_once("Provider: ") {
+            prov = Some(p.trim().to_string());
         } else if let Some(n) = line.strip_prefix("Name: ") {
             name = Some(n.to_string());
         } else if let Some(loc) = line.strip_prefix("Location: ") {
@@ -297,7 +310,11 @@ fn decoded(
     disp: Option<i64>,
 ) -> Result<(), String> {
     let a = &site["args_decoded"][i];
-    let base = if kind == "mem" { &a["loc"]["base"] } else { &a["loc"]["reg"] };
+    let base = if kind == "mem" {
+        &a["loc"]["base"]
+    } else {
+        &a["loc"]["reg"]
+    };
     let ok = a["size"] == size
         && a["signed"] == signed
         && a["readable"] == true
@@ -324,7 +341,9 @@ fn list_arm64_args() -> Result<String, String> {
     // `w1` without a size: 4 bytes, from the register's width.
     decoded(w, 1, 4, false, "reg", 1, None)?;
     decoded(w, 2, 8, false, "reg", 0, None)?;
-    Ok(format!("{n} notes = readelf; [sp, 8], [sp, 4], w0, w1 decoded"))
+    Ok(format!(
+        "{n} notes = readelf; [sp, 8], [sp, 4], w0, w1 decoded"
+    ))
 }
 
 fn list_sdt_args() -> Result<String, String> {
@@ -338,7 +357,9 @@ fn list_sdt_args() -> Result<String, String> {
 fn list_markers_rust() -> Result<String, String> {
     let (recs, n) = list_equals_readelf("markers_rust")?;
     let semas = recs.iter().filter(|r| r["semaphore"] != 0).count();
-    check(semas > 0, || "no semaphores in the Rust markers' notes".into())?;
+    check(semas > 0, || {
+        "no semaphores in the Rust markers' notes".into()
+    })?;
     Ok(format!("{n} notes = readelf ({semas} with semaphores)"))
 }
 
@@ -371,12 +392,21 @@ fn watch_args(attach: &str) -> Result<String, String> {
     let out = tracer(&["watch", "--json", "--attach", attach, "-c", &cmd, &prog])?;
     let want = wants(&out.stderr);
     check(want.len() == 3 * ROUNDS, || {
-        format!("the target printed {} want lines: {}", want.len(), tail(&out.stderr))
+        format!(
+            "the target printed {} want lines: {}",
+            want.len(),
+            tail(&out.stderr)
+        )
     })?;
     let recs = json_lines(&out.stdout);
     let events = of_type(&recs, "event");
     check(events.len() == want.len(), || {
-        format!("{} events for {} hits: {}", events.len(), want.len(), tail(&out.stdout))
+        format!(
+            "{} events for {} hits: {}",
+            events.len(),
+            want.len(),
+            tail(&out.stdout)
+        )
     })?;
     let mut checked = 0;
     for (ev, (probe, vals)) in events.iter().zip(&want) {
@@ -391,13 +421,19 @@ fn watch_args(attach: &str) -> Result<String, String> {
             .unwrap_or_default();
         let want: Vec<Option<i128>> = vals.iter().copied().map(Some).collect();
         check(&name == probe && got == want, || {
-            format!("{name} args {:?}, the program passed {probe} {vals:?}", ev["args"])
+            format!(
+                "{name} args {:?}, the program passed {probe} {vals:?}",
+                ev["args"]
+            )
         })?;
         checked += vals.len();
     }
     let s = summary(&recs)?;
     check(s["lost"] == 0, || format!("summary {s}"))?;
-    Ok(format!("{} hits, {checked} argument values right", events.len()))
+    Ok(format!(
+        "{} hits, {checked} argument values right",
+        events.len()
+    ))
 }
 
 // ---------------------------------------------------------------- watch: nested spans timed
@@ -441,14 +477,24 @@ fn watch_nest() -> Result<String, String> {
     let out = tracer(&["watch", "--json", "-c", &cmd, &prog])?;
     let clocks = clocks(&out.stderr);
     check(clocks.len() == 2 * ROUNDS, || {
-        format!("the target printed {} clock lines: {}", clocks.len(), tail(&out.stderr))
+        format!(
+            "the target printed {} clock lines: {}",
+            clocks.len(),
+            tail(&out.stderr)
+        )
     })?;
     let recs = json_lines(&out.stdout);
     let spans = of_type(&recs, "span");
     check(spans.len() == 2 * ROUNDS, || {
-        format!("{} spans, want {}: {}", spans.len(), 2 * ROUNDS, tail(&out.stdout))
+        format!(
+            "{} spans, want {}: {}",
+            spans.len(),
+            2 * ROUNDS,
+            tail(&out.stdout)
+        )
     })?;
-    let (mut slack_max, mut cpu_err_max, mut off_min) = (0u64, 0i64, u64::MAX);
+    let (mut slack_max, mut off_min) = (0u64, u64::MAX);
+    let (mut cpu_err_min, mut cpu_err_max) = (i64::MAX, i64::MIN);
     for c in &clocks {
         let s = spans
             .iter()
@@ -457,28 +503,39 @@ fn watch_nest() -> Result<String, String> {
         let start = u(&s["start_ns"])?;
         let dur = u(&s["duration_ns"])?;
         let end = start + dur;
-        check(c.a <= start && start <= c.b && c.c <= end && end <= c.d, || {
-            format!(
+        check(
+            c.a <= start && start <= c.b && c.c <= end && end <= c.d,
+            || {
+                format!(
                 "{} {}: span [{start}, {end}] outside the program's clocks: start in [{}, {}], end in [{}, {}]",
                 c.name, c.i, c.a, c.b, c.c, c.d
             )
+            },
+        )?;
+        check(s["end_args"][0] == c.i, || {
+            format!("end args {}", s["end_args"])
         })?;
-        check(s["end_args"][0] == c.i, || format!("end args {}", s["end_args"]))?;
         slack_max = slack_max.max((c.d - c.a) - dur);
         // The split: parts add up; on-CPU at least the thread's CPU time between the probes
         // (the probes' own cost comes on top), off-CPU at least the sleeps.
         let on = u(&s["oncpu_ns"])?;
         let off = u(&s["offcpu_ns"])?;
-        check(on + off == dur, || format!("oncpu + offcpu != duration: {s}"))?;
+        check(on + off == dur, || {
+            format!("oncpu + offcpu != duration: {s}")
+        })?;
         let naps = if c.name == "outer" { 3 } else { 1 };
         check(off >= naps * SLEEP_US * 1000, || {
-            format!("{} {}: off-CPU {off} ns < {naps} sleeps of {SLEEP_US} us", c.name, c.i)
+            format!(
+                "{} {}: off-CPU {off} ns < {naps} sleeps of {SLEEP_US} us",
+                c.name, c.i
+            )
         })?;
         off_min = off_min.min(off);
-        cpu_err_max = cpu_err_max.max((on as i64 - c.cpu as i64).abs());
-        check(on >= c.cpu, || {
-            format!("{} {}: on-CPU {on} ns < the thread's CPU time {} ns", c.name, c.i, c.cpu)
-        })?;
+        // On-CPU against the thread's own CPU clock is a figure, not a check: the split takes
+        // interrupt time out of on-CPU and the clock counts it, and under emulation the two
+        // differed by up to a fifth (outer spans, 2026-11-28), more than a bound worth asserting.
+        cpu_err_max = cpu_err_max.max(on as i64 - c.cpu as i64);
+        cpu_err_min = cpu_err_min.min(on as i64 - c.cpu as i64);
     }
     // Nesting: each inner span inside its outer one.
     for i in 0..ROUNDS as u64 {
@@ -487,16 +544,20 @@ fn watch_nest() -> Result<String, String> {
             return Err(format!("round {i}: a span is missing"));
         };
         let end = |s: &Value| u(&s["start_ns"]).and_then(|a| Ok(a + u(&s["duration_ns"])?));
-        check(u(&o["start_ns"])? < u(&n["start_ns"])? && end(n)? < end(o)?, || {
-            format!("round {i}: inner {n} not inside outer {o}")
-        })?;
+        check(
+            u(&o["start_ns"])? < u(&n["start_ns"])? && end(n)? < end(o)?,
+            || format!("round {i}: inner {n} not inside outer {o}"),
+        )?;
     }
     let s = summary(&recs)?;
-    check(s["unmatched"] == 0 && s["unmatched_end"] == 0, || format!("summary {s}"))?;
+    check(s["unmatched"] == 0 && s["unmatched_end"] == 0, || {
+        format!("summary {s}")
+    })?;
     Ok(format!(
-        "{} spans inside the program's clocks (max {:.1} us of probe slack), on-CPU within {:.1} us of the thread's CPU time, off-CPU >= sleeps (min {:.2} ms)",
+        "{} spans inside the program's clocks (max {:.1} us of probe slack), on-CPU minus the thread's CPU time {:.1}..{:.1} us, off-CPU >= sleeps (min {:.2} ms)",
         spans.len(),
         slack_max as f64 / 1e3,
+        cpu_err_min as f64 / 1e3,
         cpu_err_max as f64 / 1e3,
         off_min as f64 / 1e6
     ))
@@ -508,7 +569,9 @@ fn watch_hist() -> Result<String, String> {
     let cmd = format!("{prog} {ROUNDS} 0");
     let out = tracer(&["watch", "--json", "--hist", "-c", &cmd, &prog])?;
     let printed = clocks(&out.stderr).len() as u64;
-    check(printed == 2 * ROUNDS, || format!("the target printed {printed} clock lines"))?;
+    check(printed == 2 * ROUNDS, || {
+        format!("the target printed {printed} clock lines")
+    })?;
     let recs = json_lines(&out.stdout);
     let hists = of_type(&recs, "hist");
     let mut figures = Vec::new();
@@ -544,25 +607,41 @@ fn watch_fn() -> Result<String, String> {
     let prog = format!("{PROGS}/watch_fn");
     // The oracle: the program's own output untraced, and the functions' known results.
     let plain = run(&prog, &[])?;
-    check(plain.status.success() && plain.stderr == "21 120 hello, world\n", || {
-        format!("untraced run: {} {:?}", plain.status, plain.stderr)
-    })?;
+    check(
+        plain.status.success() && plain.stderr == "21 120 hello, world\n",
+        || format!("untraced run: {} {:?}", plain.status, plain.stderr),
+    )?;
     let out = tracer(&[
-        "watch", "--json", "--str", "fn:fn_greet:ret", "-c", &prog, &prog, "fn:fn_*",
+        "watch",
+        "--json",
+        "--str",
+        "fn:fn_greet:ret",
+        "-c",
+        &prog,
+        &prog,
+        "fn:fn_*",
     ])?;
     check(out.stderr.contains(&plain.stderr), || {
         format!("the traced run printed otherwise: {}", tail(&out.stderr))
     })?;
     let recs = json_lines(&out.stdout);
     let spans = of_type(&recs, "span");
-    let named = |n: &str| -> Vec<&Value> { spans.iter().copied().filter(|s| s["name"] == n).collect() };
+    let named =
+        |n: &str| -> Vec<&Value> { spans.iter().copied().filter(|s| s["name"] == n).collect() };
     let add = named("fn_add6");
     check(add.len() == 1, || format!("fn_add6 spans: {add:?}"))?;
+    // aarch64 passes eight arguments in x0..x7: fn: shows all eight, the first six are fn_add6's.
+    let args = add[0]["args"]
+        .as_array()
+        .map(|a| a[..a.len().min(6)].to_vec());
     check(
-        add[0]["args"] == serde_json::json!([1, 2, 3, 4, 5, 6]) && add[0]["end_args"] == serde_json::json!([21]),
+        args == Some(serde_json::from_str("[1, 2, 3, 4, 5, 6]").expect("json"))
+            && add[0]["end_args"] == serde_json::json!([21]),
         || format!("fn_add6: {}", add[0]),
     )?;
-    check(u(&add[0]["duration_ns"])? >= 500_000, || format!("fn_add6 shorter than its usleep: {}", add[0]))?;
+    check(u(&add[0]["duration_ns"])? >= 500_000, || {
+        format!("fn_add6 shorter than its usleep: {}", add[0])
+    })?;
     // Recursion: innermost first, each call's argument and return value, nested.
     let fact = named("fn_fact");
     check(fact.len() == 5, || format!("fn_fact spans: {fact:?}"))?;
@@ -570,28 +649,41 @@ fn watch_fn() -> Result<String, String> {
     for (i, s) in fact.iter().enumerate() {
         let n = i as u64 + 1;
         want *= n;
-        check(s["args"][0] == n && s["end_args"][0] == want, || format!("fn_fact call {n}: {s}"))?;
+        check(s["args"][0] == n && s["end_args"][0] == want, || {
+            format!("fn_fact call {n}: {s}")
+        })?;
         if i > 0 {
             let inner = fact[i - 1];
-            let end = |s: &Value| s["start_ns"].as_u64().unwrap_or(0) + s["duration_ns"].as_u64().unwrap_or(0);
-            check(s["start_ns"].as_u64() < inner["start_ns"].as_u64() && end(s) > end(inner), || {
-                format!("fn_fact({n}) does not enclose fn_fact({})", n - 1)
-            })?;
+            let end = |s: &Value| {
+                s["start_ns"].as_u64().unwrap_or(0) + s["duration_ns"].as_u64().unwrap_or(0)
+            };
+            check(
+                s["start_ns"].as_u64() < inner["start_ns"].as_u64() && end(s) > end(inner),
+                || format!("fn_fact({n}) does not enclose fn_fact({})", n - 1),
+            )?;
         }
     }
     let greet = named("fn_greet");
-    check(greet.len() == 1 && greet[0]["end_args"] == serde_json::json!(["hello, world"]), || {
-        format!("fn_greet: {greet:?}")
-    })?;
+    check(
+        greet.len() == 1 && greet[0]["end_args"] == serde_json::json!(["hello, world"]),
+        || format!("fn_greet: {greet:?}"),
+    )?;
     let s = summary(&recs)?;
-    check(s["spans"] == 7 && s["unmatched"] == 0 && s["unmatched_end"] == 0, || format!("summary {s}"))?;
+    check(
+        s["spans"] == 7 && s["unmatched"] == 0 && s["unmatched_end"] == 0,
+        || format!("summary {s}"),
+    )?;
     Ok("7 spans: fn_add6(1..6) -> 21, fn_fact 5 nested -> 1..120, fn_greet -> \"hello, world\"; output = untraced run".into())
 }
 
 // ---------------------------------------------------------------- usdt-markers (Rust)
 
 /// A line from `rx` that starts with `prefix`, within `timeout`.
-fn line_with(rx: &mpsc::Receiver<String>, prefix: &str, timeout: Duration) -> Result<String, String> {
+fn line_with(
+    rx: &mpsc::Receiver<String>,
+    prefix: &str,
+    timeout: Duration,
+) -> Result<String, String> {
     let deadline = Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -637,11 +729,22 @@ fn markers_session(target: &mut Child) -> Result<String, String> {
     let t = Duration::from_secs(60);
     let pid = line_with(&tout, "ready ", t)?;
     let pid = pid.trim_start_matches("ready ").to_string();
-    let mut say = |cmd: &str| stdin.write_all(format!("{cmd}\n").as_bytes()).map_err(|e| e.to_string());
+    let mut say = |cmd: &str| {
+        stdin
+            .write_all(format!("{cmd}\n").as_bytes())
+            .map_err(|e| e.to_string())
+    };
     say("sema")?;
     let before = line_with(&tout, "sema ", t)?;
     let mut w = Command::new(TRACER)
-        .args(["watch", "--json", "-p", &pid, "markers_test:*"])
+        .args([
+            "watch",
+            "--json",
+            "-p",
+            &pid,
+            &format!("{PROGS}/markers_rust"),
+            "markers_test:*",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -666,10 +769,20 @@ fn markers_session(target: &mut Child) -> Result<String, String> {
     say("sema")?;
     let after = line_with(&tout, "sema ", t)?;
     say("quit")?;
-    check(before == "sema zero=0 sizes=0 op=0 inner=0", || format!("before attach: {before}"))?;
-    check(during == "sema zero=1 sizes=1 op=1 inner=1", || format!("while traced: {during}"))?;
-    check(after == "sema zero=0 sizes=0 op=0 inner=0", || format!("after detach: {after}"))?;
-    let recs = json_lines(&wout.recv_timeout(Duration::from_secs(10)).unwrap_or_default());
+    check(before == "sema zero=0 sizes=0 op=0 inner=0", || {
+        format!("before attach: {before}")
+    })?;
+    check(during == "sema zero=1 sizes=1 op=1 inner=1", || {
+        format!("while traced: {during}")
+    })?;
+    check(after == "sema zero=0 sizes=0 op=0 inner=0", || {
+        format!("after detach: {after}")
+    })?;
+    let recs = json_lines(
+        &wout
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_default(),
+    );
     let events = of_type(&recs, "event");
     let sizes = events
         .iter()
@@ -692,16 +805,25 @@ fn markers_session(target: &mut Child) -> Result<String, String> {
         .and_then(|_| sizes["args"].as_array())
         .map(|a| a.iter().map(num).collect())
         .unwrap_or_default();
-    check(got == want.iter().copied().map(Some).collect::<Vec<_>>(), || {
-        format!("sizes args {}, want {want:?}", sizes["args"])
-    })?;
+    check(
+        got == want.iter().copied().map(Some).collect::<Vec<_>>(),
+        || format!("sizes args {}, want {want:?}", sizes["args"]),
+    )?;
     let spans = of_type(&recs, "span");
     let op = spans
         .iter()
         .find(|s| s["name"] == "op")
         .ok_or_else(|| format!("no op span: {recs:?}"))?;
-    check(op["args"][0] == 1 && op["end_args"][0] == -7, || format!("op span: {op}"))?;
-    check(spans.iter().any(|s| s["name"] == "inner"), || "no inner span".into())?;
+    // A markers span's start carries (span id, parent id, arguments...), its end (span id,
+    // arguments...): round 1 and end(-7) come last.
+    let last = |v: &Value| v.as_array().and_then(|a| a.last()).cloned();
+    check(
+        last(&op["args"]) == Some(Value::from(1)) && last(&op["end_args"]) == Some(Value::from(-7)),
+        || format!("op span: {op}"),
+    )?;
+    check(spans.iter().any(|s| s["name"] == "inner"), || {
+        "no inner span".into()
+    })?;
     Ok(format!(
         "semaphores 0 -> 1 -> 0; {} events, {} spans; the value matrix and span arguments right",
         events.len(),
