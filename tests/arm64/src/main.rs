@@ -194,6 +194,9 @@ fn doctor() -> Result<String, String> {
         ("privileges", "yes"),
     ];
     want.push(("uprobe_multi", if multi { "yes" } else { "no" }));
+    // Only x86_64 kernels turn a probed nop into a call, and push emulation is x86_64's.
+    want.push(("uprobe_optimize", "no"));
+    want.push(("push_emulate", "no"));
     for (k, v) in want {
         check(d["features"][k]["value"] == v, || {
             format!(
