@@ -6,6 +6,7 @@
 //! number in a 32-bit `syscallno` and has other numbers. Elsewhere the table is empty and
 //! every wait is "other".
 
+#[cfg(target_arch = "x86_64")]
 use usdt_trace_common::{
     SC_FILE, SC_LOCK, SC_NET, SC_POLL, SC_SELECT, SC_TIMER, SYSCALL_CLASS_LEN,
 };

@@ -61,15 +61,37 @@ pub fn known() -> Option<ProbeCosts> {
     COSTS.get().and_then(|r| r.as_ref().ok().copied())
 }
 
-/// `nop; ret` at 0, `mov %rdi,%rax; ret` at 16 (single-stepped), the rest `int3`.
+/// `nop; ret` at 0, a register move and `ret` at 16 (single-stepped), the rest a trap.
 const CODE_NOP: u64 = 0;
 const CODE_MOV: u64 = 16;
 
+/// x86_64: `nop; ret`, `mov %rdi,%rax; ret`, `int3`s.
+#[cfg(target_arch = "x86_64")]
 fn code_page() -> Vec<u8> {
     let mut page = vec![0xccu8; 4096];
     page[..2].copy_from_slice(&[0x90, 0xc3]);
     page[16..20].copy_from_slice(&[0x48, 0x89, 0xf8, 0xc3]);
     page
+}
+
+/// aarch64 (little-endian words): `nop; ret`, `mov x0, x0; ret` (`orr x0, xzr, x0`, which the
+/// kernel steps out of line), `udf #0`s.
+#[cfg(target_arch = "aarch64")]
+fn code_page() -> Vec<u8> {
+    const NOP: u32 = 0xd503_201f;
+    const RET: u32 = 0xd65f_03c0;
+    const MOV_X0_X0: u32 = 0xaa00_03e0;
+    let mut page = vec![0u8; 4096];
+    for (at, insn) in [(0, NOP), (4, RET), (16, MOV_X0_X0), (20, RET)] {
+        page[at..at + 4].copy_from_slice(&u32::to_le_bytes(insn));
+    }
+    page
+}
+
+/// Elsewhere no code is known: the measurement fails (and watch carries no estimate).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn code_page() -> Vec<u8> {
+    Vec::new()
 }
 
 /// The mapped code: unmapped when dropped.
@@ -88,6 +110,13 @@ impl Drop for Mapped {
 
 impl Mapped {
     fn new() -> Result<Mapped, String> {
+        let code = code_page();
+        if code.is_empty() {
+            return Err(format!(
+                "no calibration code for {}",
+                std::env::consts::ARCH
+            ));
+        }
         // SAFETY: a plain syscall with a NUL-terminated name.
         let fd = unsafe { libc::memfd_create(c"usdt-trace-calibrate".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
@@ -96,7 +125,7 @@ impl Mapped {
         // SAFETY: a new descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let mut f = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?);
-        std::io::Write::write_all(&mut f, &code_page()).map_err(|e| e.to_string())?;
+        std::io::Write::write_all(&mut f, &code).map_err(|e| e.to_string())?;
         // SAFETY: mapping one page of a file we wrote one page to, read and execute only.
         let addr = unsafe {
             libc::mmap(

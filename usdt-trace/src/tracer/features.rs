@@ -384,6 +384,15 @@ pub fn tracefs_from_mounts(mounts: &str) -> Feature {
 /// [`uprobe_optimize_from_kallsyms`] on this kernel, read once per process: `watch` needs it
 /// to plan attach offsets before the tracer probes the rest, and `/proc/kallsyms` is megabytes.
 pub fn uprobe_optimize() -> Feature {
+    if !cfg!(target_arch = "x86_64") {
+        // Only x86_64 kernels rewrite a probed nop into a call. Elsewhere both symbols are
+        // still listed (seen on arm64 7.3: the generic no-op `arch_uprobe_optimize` and the
+        // not-implemented stub `__arm64_sys_uprobe`), and would read as "yes".
+        return Feature::no(format!(
+            "x86_64 only: on {} every hit traps",
+            std::env::consts::ARCH
+        ));
+    }
     static ONCE: std::sync::OnceLock<Feature> = std::sync::OnceLock::new();
     ONCE.get_or_init(|| match std::fs::File::open(KALLSYMS) {
         // Streamed: both symbols sit in arch code near the start, a few ms in, not the ~70 ms

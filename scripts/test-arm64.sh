@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The arm64 suite: usdt-trace cross-built (scripts/build-arm64.sh) and run in an emulated arm64
+# machine made only of Debian packages: qemu-system-aarch64 (TCG: no KVM here), Debian's arm64
+# kernels (bookworm-backports 6.12, with uprobe_multi; bookworm 6.1, without), and an initramfs
+# holding busybox-static:arm64, the cross-built binaries and the oracles. The machine needs no
+# network: /init mounts what tracing needs, runs tests/arm64's runner and powers off; the
+# runner prints one line per test (PASS NAME FIGURES / FAIL NAME WHY), read here off the serial
+# console. Exits non-zero on any FAIL, or when a boot did not reach the suite's end.
+#
+#   scripts/test-arm64.sh [TEST...]          every kernel, the named tests (default: all)
+#   USDT_TRACE_ARM64_KERNELS="bookworm-backports" scripts/test-arm64.sh
+#
+# Downloads (kernels, busybox) are cached under $USDT_TRACE_TOOLS/arm64 (by default
+# ~/.local/share/usdt-trace-tools/arm64), fetched once with apt through a private
+# configuration there (the host's apt sources and state are not touched). Each boot's console
+# is kept in that directory's logs/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TOOLS="${USDT_TRACE_TOOLS:-$HOME/.local/share/usdt-trace-tools}"
+CACHE=$TOOLS/arm64
+KERNELS=${USDT_TRACE_ARM64_KERNELS:-"trixie-backports"}
+# A boot and the whole suite take about 2 minutes under TCG here; a hung guest ends here.
+BOOT_TIMEOUT=${USDT_TRACE_ARM64_TIMEOUT:-900}
+CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+export CARGO_TARGET_DIR
+STAGE=$CARGO_TARGET_DIR/arm64-stage
+
+log() { echo "test-arm64: $*" >&2; }
+
+# --- The emulator and cpio (for the initramfs).
+need_pkgs=()
+for p in qemu-system-arm cpio; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+    log "installing Debian packages: ${need_pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null 2>&1 || {
+        apt-get update -qq >/dev/null
+        apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+    }
+fi
+
+scripts/build-arm64.sh
+
+# --- arm64 packages through apt with a configuration of its own: its sources (Debian's
+# bookworm and bookworm-backports, arm64 only), lists, cache and an empty dpkg status under
+# $CACHE/apt, so the host's apt is left as it is.
+APT_DIR=$CACHE/apt
+apt_arm64() {
+    "$1" -o Dir::State="$APT_DIR/state" -o Dir::State::status="$APT_DIR/state/status" \
+        -o Dir::Cache="$APT_DIR/cache" -o Dir::Etc::SourceList="$APT_DIR/sources.list" \
+        -o Dir::Etc::SourceParts="$APT_DIR/parts" -o Dir::Etc::Preferences="$APT_DIR/none" \
+        -o Dir::Etc::PreferencesParts="$APT_DIR/parts" \
+        -o APT::Architecture=arm64 -o APT::Architectures::=arm64 \
+        -o Debug::NoLocking=1 -o APT::Sandbox::User=root "${@:2}"
+}
+apt_ready=0
+apt_update() {
+    [ "$apt_ready" = 1 ] && return
+    mkdir -p "$APT_DIR"/state/lists/partial "$APT_DIR"/cache/archives/partial "$APT_DIR/parts"
+    touch "$APT_DIR/state/status"
+    cat >"$APT_DIR/sources.list" <<'EOF'
+deb [arch=arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main
+deb [arch=arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm-backports main
+deb [arch=arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie-backports main
+EOF
+    log "reading Debian's arm64 package lists (once)"
+    apt_arm64 apt-get update -qq >/dev/null
+    apt_ready=1
+}
+# Downloads package $1 (apt's spelling, e.g. busybox-static or pkg/suite) into $2.
+apt_download() {
+    apt_update
+    mkdir -p "$2"
+    (cd "$2" && apt_arm64 apt-get download -qq "$1" >/dev/null)
+}
+
+# --- busybox, once.
+BUSYBOX=$CACHE/busybox
+if [ ! -x "$BUSYBOX" ]; then
+    tmp=$(mktemp -d)
+    apt_download busybox-static "$tmp"
+    dpkg-deb --fsys-tarfile "$tmp"/busybox-static_*.deb | tar -x -C "$tmp" ./bin/busybox
+    mv "$tmp/bin/busybox" "$BUSYBOX"
+    rm -rf "$tmp"
+fi
+
+# --- A kernel per suite, once: the image its linux-image-arm64 names when first fetched.
+kernel_dir() { echo "$CACHE/kernels/$1"; }
+for suite in $KERNELS; do
+    dir=$(kernel_dir "$suite")
+    [ -s "$dir/vmlinuz" ] && continue
+    apt_update
+    pkg=$(apt_arm64 apt-cache show "linux-image-arm64/$suite" 2>/dev/null \
+        | sed -n 's/^Depends: //p' | head -n1 | grep -o 'linux-image-[^ ,]*' | head -n1)
+    [ -n "$pkg" ] || { log "no linux-image-arm64 in $suite"; exit 1; }
+    log "fetching $pkg ($suite)"
+    tmp=$(mktemp -d)
+    apt_download "$pkg/$suite" "$tmp"
+    # The image is in the linux-image package up to 6.x (/boot/vmlinuz-*); newer Debian kernels
+    # keep it in linux-binary-* (/usr/lib/modules/*/vmlinuz), on which linux-image depends.
+    image() {
+        dpkg-deb -c "$1" >"$tmp/contents"
+        awk '{print $NF}' "$tmp/contents" | grep -m1 -E '^\./(boot/vmlinuz-|usr/lib/modules/[^/]*/vmlinuz$)' || true
+    }
+    deb=$(ls "$tmp"/linux-image-*.deb)
+    path=$(image "$deb")
+    if [ -z "$path" ]; then
+        apt_download "linux-binary-${pkg#linux-image-}/$suite" "$tmp"
+        deb=$(ls "$tmp"/linux-binary-*.deb)
+        path=$(image "$deb")
+    fi
+    [ -n "$path" ] || { log "no vmlinuz in $pkg"; exit 1; }
+    dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tmp" "$path"
+    mkdir -p "$dir"
+    mv "$tmp/$path" "$dir/vmlinuz"
+    echo "$pkg" >"$dir/package"
+    rm -rf "$tmp"
+done
+
+# --- The initramfs: busybox, the stage, /init. Uncompressed: unpacking gzip in an emulated CPU
+# costs seconds; QEMU loads the 20 MB as they are.
+INITRD=$CACHE/initramfs.cpio
+root=$CACHE/initramfs
+rm -rf "$root"
+mkdir -p "$root"/{bin,dev,proc,sys,tmp,progs,oracle}
+cp "$BUSYBOX" "$root/bin/busybox"
+cp "$STAGE"/bin/* "$root/bin/"
+cp "$STAGE"/progs/* "$root/progs/"
+cp "$STAGE"/oracle/* "$root/oracle/"
+cat >"$root/init" <<'EOF'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tracefs tracefs /sys/kernel/tracing
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t bpf bpf /sys/fs/bpf
+ip link set lo up
+echo "SUITE-START $(uname -r) uptime $(cut -d' ' -f1 /proc/uptime)"
+# The kernel hands its unknown command-line words to init as arguments: the tests to run.
+/bin/arm64-suite "$@"
+echo "SUITE-UPTIME $(cut -d' ' -f1 /proc/uptime)"
+poweroff -f
+EOF
+chmod +x "$root/init"
+(cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet >"$INITRD.tmp")
+mv "$INITRD.tmp" "$INITRD"
+rm -rf "$root"
+
+# --- Boot each kernel and read the suite's lines off its console.
+mkdir -p "$CACHE/logs"
+fails=0
+for suite in $KERNELS; do
+    dir=$(kernel_dir "$suite")
+    pkg=$(cat "$dir/package")
+    logf=$CACHE/logs/$suite.log
+    t0=$(date +%s.%N)
+    rc=0
+    # -cpu max: every feature QEMU emulates (pointer authentication included, with QEMU's own
+    # cheaper algorithm); -net none: no NIC, whose option ROM Debian's QEMU lacks.
+    timeout "$BOOT_TIMEOUT" nice -n 19 qemu-system-aarch64 -M virt -cpu max,pauth-impdef=on \
+        -smp 2 -m 2048 -nographic -no-reboot -net none \
+        -kernel "$dir/vmlinuz" -initrd "$INITRD" \
+        -append "console=ttyAMA0 rdinit=/init panic=-1 loglevel=4 -- $*" \
+        </dev/null >"$logf" 2>&1 || rc=$?
+    secs=$(echo "$(date +%s.%N) - $t0" | bc)
+    tr -d '\r' <"$logf" >"$logf.tmp" && mv "$logf.tmp" "$logf"
+    start=$(grep -m1 '^SUITE-START' "$logf" || true)
+    grep -E '^(PASS|FAIL) ' "$logf" | sed "s/^/$pkg: /" || true
+    if [ "$rc" -ne 0 ] || ! grep -q '^SUITE-END' "$logf"; then
+        log "$pkg: the boot did not finish (exit $rc after ${secs}s); console in $logf"
+        tail -n 20 "$logf" >&2
+        fails=$((fails + 1))
+        continue
+    fi
+    n_fail=$(grep -c '^FAIL ' "$logf" || true)
+    n_pass=$(grep -c '^PASS ' "$logf" || true)
+    fails=$((fails + n_fail))
+    printf '%s: %d passed, %d failed; suite reached at %s s of guest uptime, %.0f s wall in all\n' \
+        "$pkg" "$n_pass" "$n_fail" "$(echo "$start" | awk '{print $4}')" "$secs"
+done
+[ "$fails" -eq 0 ]
