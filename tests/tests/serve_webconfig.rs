@@ -103,6 +103,22 @@ fn make_pki(dir: &Path) {
     }
 }
 
+/// A CA and server certificate in `dir` and a web config beside them asking for both TLS and
+/// the password of user `prometheus`: what the real-Prometheus and `watch` tests serve behind.
+fn tls_and_auth(dir: &Path) -> std::path::PathBuf {
+    make_pki(dir);
+    let web = dir.join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: {}\n",
+            hash()
+        ),
+    )
+    .expect("web.yml");
+    web
+}
+
 fn hash() -> String {
     bcrypt::hash(PASSWORD, 5).expect("bcrypt")
 }
@@ -470,16 +486,7 @@ fn a_real_prometheus_scrapes_with_basic_auth_and_tls() {
     }
     let bin = build_c("serve_load", &["-O2", "-DVARIANT=31"]);
     let d = scratch("prom");
-    make_pki(&d);
-    let web = d.join("web.yml");
-    std::fs::write(
-        &web,
-        format!(
-            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: {}\n",
-            hash()
-        ),
-    )
-    .expect("web.yml");
+    let web = tls_and_auth(&d);
     let path = d.join("serve.toml");
     let addr = format!("127.0.0.1:{}", free_port());
     std::fs::write(
@@ -542,16 +549,7 @@ fn watch_serves_string_keys_behind_tls_and_basic_auth() {
     use usdt_trace_tests::watch_util::build_c;
     let bin = build_c("strs_argv", &[]);
     let d = scratch("watch");
-    make_pki(&d);
-    let web = d.join("web.yml");
-    std::fs::write(
-        &web,
-        format!(
-            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: {}\n",
-            hash()
-        ),
-    )
-    .expect("web.yml");
+    let web = tls_and_auth(&d);
     let addr = format!("127.0.0.1:{}", free_port());
     let w = Watch::start_with(
         &[
