@@ -29,6 +29,9 @@ fn the_commands_exit_status_is_watchs() {
     // Killed by a signal: 128 + signal, as a shell reports it.
     let (out, _) = watch_c("kill", &[]);
     assert_eq!(out.status.code(), Some(128 + 9));
+    // ... and said, as a shell says it: a crash of the traced program is never silent.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(") was killed by SIGKILL"), "{stderr}");
 }
 
 #[test]

@@ -359,18 +359,34 @@ fn fn_star_on_a_cgo_binary_computes_the_same() {
     let b = bin.to_str().unwrap();
     let plain = Command::new(b).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&plain.stdout), "30\n");
+    // watch's records to a file: on one shared stdout, the program's "30" can land inside
+    // one of watch's lines (they are written in blocks, not lines).
+    let recs_file = bin.with_file_name("fn_star.ndjson");
     let out = std::process::Command::new(usdt_trace_tests::watch::usdt_trace_bin())
-        .args(["watch", "--json", "-c", b, b, "fn:*"])
+        .args([
+            "watch",
+            "--json",
+            "-o",
+            recs_file.to_str().unwrap(),
+            "-c",
+            b,
+            b,
+            "fn:*",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    // The program's own line among watch's records.
-    assert!(stdout.lines().any(|l| l == "30"), "{stderr}");
-    let recs: Vec<Value> = stdout
+    assert!(
+        out.status.success(),
+        "{}; the program printed {stdout:?}; {stderr}",
+        out.status
+    );
+    // The program's own output, exactly as untraced.
+    assert_eq!(stdout, "30\n", "{stderr}");
+    let recs: Vec<Value> = std::fs::read_to_string(&recs_file)
+        .unwrap()
         .lines()
-        .filter(|l| l.starts_with('{'))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let cmul: Vec<(Value, Value)> = recs

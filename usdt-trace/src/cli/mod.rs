@@ -46,7 +46,7 @@ pub const EXIT_STATUSES: [(&str, &str); 4] = [
     ("0", "Success: the command did what it was asked; also --help and --version, a trace stopped by Ctrl-C, SIGTERM or --duration, and a closed output pipe (| head)."),
     ("1", "An error while running: a target, process, library or probe not found, the kernel refused to load or attach, a file that cannot be read or written. One line on stderr, `usdt-trace: error: ...`, sometimes followed by one `hint: ...` line."),
     ("2", "A usage error: an unknown or misspelled flag, flags that conflict or need another, a value that does not parse (a duration, a --filter, a pattern). One line on stderr, `usdt-trace: error: ...`, and a `hint:` line naming the --help to read."),
-    ("N", "watch -c CMD: the command's own exit status (128 + the signal's number when a signal killed it), unless one of the errors above came first."),
+    ("N", "watch -c CMD: the command's own exit status (128 + the signal's number when a signal killed it, which is also said on stderr), unless one of the errors above came first."),
 ];
 
 /// The subcommand named on the command line (for the `--help` hint of a usage error).

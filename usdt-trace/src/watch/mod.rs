@@ -43,7 +43,7 @@ use stacks::Stacks;
 use targets::open_targets;
 use warnings::{end_warnings, summarize};
 
-use crate::child::{Child, GRACE};
+use crate::child::{Child, Exit, GRACE};
 use crate::output::text::clean;
 use crate::output::{self, RunInfo, Sink};
 use crate::target;
@@ -66,12 +66,47 @@ fn should_stop(cfg: &WatchConfig, started: Instant, child: Option<&mut Child>) -
             && cfg.pids.iter().all(|&p| !target::pid_alive(p)))
 }
 
+/// `SIGSEGV` for 11: the name of a signal that ends programs, or its number.
+fn signal_name(sig: i32) -> String {
+    const NAMES: [(i32, &str); 14] = [
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGILL, "SIGILL"),
+        (libc::SIGTRAP, "SIGTRAP"),
+        (libc::SIGABRT, "SIGABRT"),
+        (libc::SIGBUS, "SIGBUS"),
+        (libc::SIGFPE, "SIGFPE"),
+        (libc::SIGKILL, "SIGKILL"),
+        (libc::SIGSEGV, "SIGSEGV"),
+        (libc::SIGPIPE, "SIGPIPE"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGSYS, "SIGSYS"),
+    ];
+    match NAMES.iter().find(|(n, _)| *n == sig) {
+        Some((_, name)) => (*name).to_string(),
+        None => format!("signal {sig}"),
+    }
+}
+
 /// The `-c` command's own status when it ended by itself; ended by us (or no command), 0.
 /// One that is still running is left so with `--leave-running`, else terminated.
 fn command_status(child: Option<Child>, leave_running: bool) -> i32 {
     match child {
         Some(mut c) => match c.exit() {
-            Some(e) => e.shell_code(),
+            Some(e) => {
+                // A shell says when its command dies by a signal; so does watch, because a
+                // traced program that crashed is the first thing a user must hear of.
+                if let Exit::Signal(s) = e {
+                    eprintln!(
+                        "usdt-trace: the command ({}) was killed by {}",
+                        c.pid,
+                        signal_name(s)
+                    );
+                }
+                e.shell_code()
+            }
             None if leave_running => {
                 c.leave_running();
                 0
