@@ -91,3 +91,37 @@ extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// `watch --json -c prog` with both on one stdout (a pipe, as `| jq` makes it): every line
+/// is either one of watch's records, whole, or one of the program's, whole.
+#[test]
+#[ignore = "needs root"]
+fn records_and_the_commands_own_lines_never_split_each_other() {
+    let bin = build_c("shared_stdout", &["-O2"]);
+    let b = bin.to_str().unwrap();
+    let n = 20000;
+    let cmd = format!("{b} {n}");
+    let out = watch::run(&["watch", "--json", "-c", &cmd, b]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (mut own, mut events) = (0, 0);
+    for l in stdout.lines() {
+        if let Some(i) = l.strip_prefix("line ") {
+            assert_eq!(
+                i.parse::<u64>().ok(),
+                Some(own),
+                "line {own} of the program: {l:?}"
+            );
+            own += 1;
+            continue;
+        }
+        let rec: serde_json::Value = serde_json::from_str(l)
+            .unwrap_or_else(|e| panic!("a line neither watch's nor the program's ({e}): {l:?}"));
+        if rec["type"] == "event" {
+            assert_eq!(rec["args"][0], events, "{l}");
+            events += 1;
+        }
+    }
+    assert_eq!((own, events), (n, n), "{stderr}");
+}

@@ -51,6 +51,50 @@ fn lines(b: &[u8]) -> u64 {
     b.iter().filter(|&&c| c == b'\n').count() as u64
 }
 
+/// The bytes the kernel writes to a pipe in one piece, never interleaved with another
+/// writer's (POSIX `PIPE_BUF`, 4096 on Linux).
+const PIPE_BUF: usize = 4096;
+
+/// A writer for an output shared with the `-c` command (`watch --json -c prog`, both on one
+/// stdout): each `write()` it makes holds whole lines and at most [`PIPE_BUF`] bytes, so a
+/// line the command prints lands between two of ours, never inside one. (A single write of
+/// a whole batch can be split by the kernel when the pipe fills, and the command's line would
+/// land in the middle of a record.) A line longer than `PIPE_BUF` is written alone.
+pub struct LineAtomic<W: Write>(pub W);
+
+impl<W: Write> Write for LineAtomic<W> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.write_all(b)?;
+        Ok(b.len())
+    }
+
+    fn write_all(&mut self, mut b: &[u8]) -> io::Result<()> {
+        while !b.is_empty() {
+            let n = line_chunk(b, PIPE_BUF);
+            self.0.write_all(&b[..n])?;
+            b = &b[n..];
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// The length of the next chunk of `b` to write: whole lines up to `max` bytes, or the first
+/// line alone when it is longer (or all of `b` when it has no newline).
+fn line_chunk(b: &[u8], max: usize) -> usize {
+    let window = &b[..b.len().min(max)];
+    match window.iter().rposition(|&c| c == b'\n') {
+        Some(i) => i + 1,
+        None => b
+            .iter()
+            .position(|&c| c == b'\n')
+            .map_or(b.len(), |i| i + 1),
+    }
+}
+
 /// A writer thread over `out` and the `Write` that feeds it.
 pub fn spawn<W: Write + Send + 'static>(mut out: W) -> (QueueWriter, QueueHandle) {
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
@@ -171,6 +215,27 @@ impl QueueHandle {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn shared_output_is_written_in_whole_lines_of_at_most_pipe_buf() {
+        let line = |n: usize| {
+            let mut v = vec![b'x'; n - 1];
+            v.push(b'\n');
+            v
+        };
+        // 3 lines of 1500: two fit in 4096, the third goes alone; a 5000-byte line alone;
+        // a tail without newline last.
+        let mut input = [line(1500), line(1500), line(1500), line(5000)].concat();
+        input.extend_from_slice(b"tail");
+        let mut chunks = Vec::new();
+        let mut b = &input[..];
+        while !b.is_empty() {
+            let n = super::line_chunk(b, super::PIPE_BUF);
+            chunks.push(n);
+            b = &b[n..];
+        }
+        assert_eq!(chunks, [3000, 1500, 5000, 4]);
+    }
+
     use super::*;
 
     /// A writer that blocks until released, as a pipe nobody reads does.

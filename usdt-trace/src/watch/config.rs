@@ -228,6 +228,11 @@ impl WatchConfig {
                 pending.push(p);
                 outqueue::spawn(Box::new(f) as Box<dyn Write + Send>)
             }
+            // Shared with the command's own output: never split a record.
+            None if self.command.is_some() => outqueue::spawn(Box::new(outqueue::LineAtomic(
+                io::stdout(),
+            ))
+                as Box<dyn Write + Send>),
             None => outqueue::spawn(Box::new(io::stdout()) as Box<dyn Write + Send>),
         };
         let sink: Box<dyn Sink> = if self.json {
