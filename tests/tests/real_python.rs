@@ -154,3 +154,63 @@ fn unmatched_ends_that_dominate_are_explained() {
     assert!(!stderr.contains("hint: "), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `watch -c ./script.py` with `#!/usr/bin/env python3`, and a bash shim named python3 first
+/// on PATH (what pyenv puts there): followed through env and the shim to python3.11, and its
+/// function calls traced from the script's first line.
+#[test]
+#[ignore = "needs root"]
+fn a_script_through_env_and_a_shim_is_traced_in_python() {
+    use std::os::unix::fs::PermissionsExt;
+    if !have_python() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("usdt-trace-pyshim-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("shims")).unwrap();
+    let script = dir.join("fns.py");
+    std::fs::write(
+        &script,
+        "#!/usr/bin/env python3\ndef target_fn(i):\n    return i * 2\nx = sum(map(target_fn, range(7)))\n",
+    )
+    .unwrap();
+    let shim = dir.join("shims/python3");
+    std::fs::write(
+        &shim,
+        format!("#!/usr/bin/env bash\nset -e\nexec {PYTHON} \"$@\"\n"),
+    )
+    .unwrap();
+    for f in [&script, &shim] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = format!(
+        "{}:{}",
+        dir.join("shims").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut c = std::process::Command::new(usdt_trace_tests::watch::usdt_trace_bin());
+    c.env("PATH", path).args([
+        "watch",
+        "--json",
+        "--no-auto-span",
+        "-c",
+        script.to_str().unwrap(),
+        "python:function__entry",
+        "python:line",
+        "--str",
+        "function__entry:1",
+    ]);
+    let out = usdt_trace_tests::proc::output_within(&mut c, usdt_trace_tests::proc::RUN_TIMEOUT);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("bash → {PYTHON}; Ctrl-C to stop")),
+        "{stderr}"
+    );
+    let calls = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["name"] == "function__entry" && r["args"][1] == "target_fn")
+        .count();
+    assert_eq!(calls, 7, "{stderr}");
+}

@@ -59,6 +59,9 @@ pub struct Child {
     /// Close-on-exec: EOF means the exec succeeded, 4 bytes are the errno of a failed one.
     exec_status: Option<File>,
     status: Option<i32>,
+    /// Stopped as our tracee at an exec ([`Child::next_exec`]): ended with SIGKILL on the
+    /// way out, since it never ran the program it was followed to.
+    traced: bool,
 }
 
 impl Child {
@@ -131,6 +134,7 @@ impl Child {
             // SAFETY: as above.
             exec_status: Some(unsafe { File::from_raw_fd(st[0]) }),
             status: None,
+            traced: false,
         })
     }
 
@@ -174,9 +178,58 @@ impl Child {
         Ok(false)
     }
 
+    /// Follows a child held at an exec (`release(true)` returned true) to its next `exec`:
+    /// lets it run, passing on the signals it gets, until it is stopped again at the start of
+    /// the next program it executes (true), or exits first (false: reaped, see
+    /// [`Child::exit`]). Only `exec`s of this process are followed; what it forks runs free.
+    pub fn next_exec(&mut self) -> io::Result<bool> {
+        let null = std::ptr::null_mut::<libc::c_void>();
+        if !self.traced {
+            // From here every exec stops with an event (not a SIGTRAP), and the child is
+            // killed if this tracer dies while it is held.
+            let opts = (libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_EXITKILL) as usize;
+            // SAFETY: options on our own stopped tracee.
+            let r = unsafe { libc::ptrace(libc::PTRACE_SETOPTIONS, self.pid, null, opts) };
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            self.traced = true;
+        }
+        // The stop it is in delivers nothing (the exec's SIGTRAP, or the exec event).
+        let mut deliver = 0usize;
+        loop {
+            // SAFETY: resuming our own stopped tracee with `deliver` as its signal.
+            if unsafe { libc::ptrace(libc::PTRACE_CONT, self.pid, null, deliver) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let mut st = 0;
+            // SAFETY: blocking wait on our own child; __WALL reports a tracee's stops.
+            let r = unsafe { libc::waitpid(self.pid, &mut st, libc::__WALL) };
+            if r != self.pid {
+                return Err(io::Error::last_os_error());
+            }
+            if !libc::WIFSTOPPED(st) {
+                self.status = Some(st);
+                self.traced = false;
+                return Ok(false);
+            }
+            if st >> 8 == (libc::SIGTRAP | (libc::PTRACE_EVENT_EXEC << 8)) {
+                return Ok(true);
+            }
+            // A signal for the program (SIGCHLD of a shim's subprocess, a SIGTERM): passed on.
+            deliver = libc::WSTOPSIG(st) as usize;
+        }
+    }
+
+    /// The file the child runs now (while it is held, the program it has just executed).
+    pub fn exe(&self) -> io::Result<std::path::PathBuf> {
+        std::fs::read_link(format!("/proc/{}/exe", self.pid))
+    }
+
     /// Lets a child held at its exec ([`Child::release`]) run: detached, the exec's SIGTRAP
     /// not delivered.
     pub fn resume(&mut self) {
+        self.traced = false;
         // SAFETY: detaching our own stopped tracee; signal 0 suppresses the SIGTRAP.
         unsafe {
             libc::ptrace(
@@ -247,6 +300,11 @@ impl Drop for Child {
     /// On every way out of `watch`, errors included: never leave the command running
     /// untraced behind a tracer that is gone, and never wait on it forever.
     fn drop(&mut self) {
+        if self.traced && self.status.is_none() {
+            // Held at an exec and never let run: nothing of it to end gracefully.
+            // SAFETY: our own unreaped child.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
         if self.status.is_none() {
             self.terminate(GRACE);
         }

@@ -96,7 +96,8 @@ pub(crate) fn resolve_program(p: &str) -> PathBuf {
 pub(crate) fn check_not_script(path: &Path) -> Result<(), UsageError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut head = [0u8; 256];
+    // Enough for a version manager's shim (pyenv's is ~350 bytes) to show its exec line.
+    let mut head = [0u8; 4096];
     // O_NONBLOCK, then the type before any read: opening a FIFO for reading would otherwise
     // wait for a writer forever.
     let Ok(mut f) = std::fs::OpenOptions::new()
@@ -122,12 +123,40 @@ pub(crate) fn check_not_script(path: &Path) -> Result<(), UsageError> {
                 interpreter = which(prog).map_or(prog.to_string(), |p| p.display().to_string());
             }
         }
+        let shim = match shim_manager(&head[..n]) {
+            Some(m) => {
+                let name = path
+                    .file_name()
+                    .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+                format!(", but this is a {m} shim: `{m} which {name}` names the program it runs")
+            }
+            None => String::new(),
+        };
         return Err(UsageError::Script {
             path: path.display().to_string(),
             interpreter,
+            shim,
         });
     }
     Ok(())
+}
+
+/// The version manager (pyenv, rbenv, nodenv, asdf, ...) whose shim `script` is: shims end by
+/// handing their own name to the manager, `exec "/root/.pyenv/libexec/pyenv" exec "$program"`.
+fn shim_manager(script: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(script);
+    text.lines().find_map(|l| {
+        let l = l.trim();
+        let rest = l.strip_prefix("exec ")?;
+        let (manager, args) = rest.split_once(char::is_whitespace)?;
+        if !args.trim_start().starts_with("exec") {
+            return None;
+        }
+        let manager = manager.trim_matches('"');
+        let name = manager.rsplit('/').next()?;
+        (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+            .then(|| name.to_string())
+    })
 }
 
 /// Find `prog` the way execvp would.

@@ -400,8 +400,23 @@ fn a_script_names_its_interpreter() {
     let msg = e.to_string();
     assert!(
         msg.contains("a script for /")
-            && msg
-                .ends_with("sh; trace that (its probes are in the interpreter and its libraries)"),
+            && msg.contains(
+                "sh; trace that (its probes are in the interpreter and its libraries); `watch -c "
+            ),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_version_managers_shim_says_how_to_name_the_program_it_runs() {
+    let f = std::env::temp_dir().join(format!("usdt-cli-shim-{}", std::process::id()));
+    let shim = "#!/usr/bin/env bash\nset -e\nprogram=\"${0##*/}\"\nexport PYENV_ROOT=\"/root/.pyenv\"\nexec \"/root/.pyenv/libexec/pyenv\" exec \"$program\" \"$@\"\n";
+    std::fs::write(&f, shim).unwrap();
+    let e = check_not_script(&f).unwrap_err();
+    let _ = std::fs::remove_file(&f);
+    let msg = e.to_string();
+    assert!(
+        msg.contains(", but this is a pyenv shim: `pyenv which usdt-cli-shim-"),
         "{msg}"
     );
 }

@@ -58,8 +58,13 @@ pub enum UsageError {
     IntervalMode,
     #[error("--by needs --hist or --count: it splits their histograms or counts by key")]
     ByMode,
-    #[error("{path}: a script for {interpreter}; trace that (its probes are in the interpreter and its libraries)")]
-    Script { path: String, interpreter: String },
+    #[error("{path}: a script for {interpreter}; trace that (its probes are in the interpreter and its libraries){shim}; `watch -c {path}` follows the script to the program it runs")]
+    Script {
+        path: String,
+        interpreter: String,
+        /// Said of a version manager's shim: how to name the program it runs.
+        shim: String,
+    },
     #[error("-c: {0:?}: pipelines and command lists are not traced; run one program (redirections and VAR=value are fine)")]
     CommandList(String),
     #[error("--ring-kib {0}: must be a power of two between 4 and 1048576")]
@@ -364,6 +369,7 @@ impl WatchArgs {
                 });
             }
         }
+        let mut exec_chain = false;
         let command = match &self.command {
             Some(c) => {
                 if !self.pids.is_empty() {
@@ -372,14 +378,18 @@ impl WatchArgs {
                 let (argv, prog) = command_argv(c)?;
                 let exe = which(&prog).ok_or_else(|| UsageError::CommandNotFound(prog.clone()))?;
                 if targets.is_empty() {
-                    check_not_script(&exe)?;
-                    targets.push(exe);
+                    // A script's probes are in the program it runs: followed there at run time.
+                    match check_not_script(&exe) {
+                        Ok(()) => targets.push(exe),
+                        Err(UsageError::Script { .. }) => exec_chain = true,
+                        Err(e) => return Err(e),
+                    }
                 }
                 Some(argv)
             }
             None => None,
         };
-        if targets.is_empty() && self.pids.is_empty() && self.processes.is_empty() {
+        if targets.is_empty() && self.pids.is_empty() && self.processes.is_empty() && !exec_chain {
             return Err(UsageError::NoTarget);
         }
         for name in &self.processes {
@@ -486,6 +496,7 @@ impl WatchArgs {
             pids,
             processes: self.processes.clone(),
             command,
+            exec_chain,
             duration,
             patterns,
             spans,

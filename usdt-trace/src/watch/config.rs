@@ -28,6 +28,9 @@ pub struct WatchConfig {
     pub processes: Vec<String>,
     /// argv of `-c`.
     pub command: Option<Vec<String>>,
+    /// `-c` runs a `#!` script and no target is named: the target is the program the
+    /// command finally executes, found by following its execs (`execchain`).
+    pub exec_chain: bool,
     pub duration: Option<Duration>,
     pub patterns: Vec<Pattern>,
     pub spans: Vec<SpanRule>,

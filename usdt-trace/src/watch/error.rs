@@ -61,6 +61,9 @@ pub enum WatchError {
     Trace(#[from] TraceError),
     #[error(transparent)]
     Spawn(#[from] SpawnError),
+    /// `-c` followed through its execs (a script, env, a shim) found nothing to trace.
+    #[error("{0}")]
+    ExecChain(String),
     #[error("writing output: {0}")]
     Output(#[from] io::Error),
     #[error(transparent)]

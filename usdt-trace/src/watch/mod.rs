@@ -20,6 +20,7 @@ mod attach;
 pub(crate) mod clock;
 mod config;
 mod error;
+mod execchain;
 mod late_strs;
 mod planned;
 mod reader;
@@ -123,6 +124,22 @@ fn command_status(child: Option<Child>, leave_running: bool) -> i32 {
 /// Traces until told to stop; returns the exit code: the `-c` command's own when it ended by
 /// itself, else 0.
 pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
+    // A `-c` script: run it to the program it ends up executing, held there; that program
+    // is the target.
+    let followed_cfg;
+    let mut held = None;
+    let cfg = if cfg.exec_chain {
+        let f = execchain::follow(cfg)?;
+        followed_cfg = WatchConfig {
+            targets: vec![f.target.clone()],
+            exec_chain: false,
+            ..cfg.clone()
+        };
+        held = Some(f);
+        &followed_cfg
+    } else {
+        cfg
+    };
     let objects = open_targets(cfg)?;
     let Planned {
         mut plan,
@@ -156,7 +173,10 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
 
     // Times count from before the first probe can fire, so none is ever negative.
     let t0 = monotonic_ns();
-    let mut child = cfg.command.as_deref().map(Child::spawn).transpose()?;
+    let (mut child, chain) = match held {
+        Some(f) => (Some(f.child), Some(f.chain)),
+        None => (cfg.command.as_deref().map(Child::spawn).transpose()?, None),
+    };
     let mut pids: Vec<u32> = cfg.pids.clone();
     pids.extend(child.as_ref().map(|c| c.pid as u32));
     if cfg.bench_null_program {
@@ -192,7 +212,14 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     let objects = follow.objects();
     // Before the readiness line: a script may send SIGINT the moment it sees it.
     install_signal_handlers();
-    eprintln!("{}", plan.attached_line());
+    match &chain {
+        Some(chain) => eprintln!(
+            "{}",
+            plan.attached_line()
+                .replacen("; Ctrl-C", &format!("; {chain}; Ctrl-C"), 1)
+        ),
+        None => eprintln!("{}", plan.attached_line()),
+    }
     // Watching for new code starts before the command runs; the first poll reads every
     // process again, for what was mapped since the targets were opened.
     let mut late = cfg.late().then(|| {
@@ -211,7 +238,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         // Semaphores this tool raises itself (the kernel would count them wrong) must be up
         // before the command's first instruction, as the kernel's would be: the command is
         // held at its exec while they are written.
-        if c.release(raiser.has_work())? {
+        // A followed command is held at its exec already.
+        if chain.is_some() || c.release(raiser.has_work())? {
             raiser.poll_now();
             c.resume();
         }
