@@ -206,7 +206,9 @@ pub struct WatchArgs {
     pub processes: Vec<String>,
     /// Run this command once the probes are live, trace it, and stop when it exits; exit with
     /// its status. If tracing stops first (--duration, Ctrl-C, SIGTERM), the command gets
-    /// SIGTERM, then SIGKILL 2 s later, unless --leave-running.
+    /// SIGTERM, then SIGKILL 2 s later, unless --leave-running. A `#!` script with no TARGET
+    /// named is followed through its execs (env, shims) to the first program the patterns
+    /// match, which is traced from its first instruction.
     #[arg(short = 'c', long = "command", value_name = "CMD")]
     pub command: Option<String>,
     /// With -c: when tracing stops before the command exits, leave it running.
