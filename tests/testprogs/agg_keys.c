@@ -15,19 +15,7 @@
 #include <sys/sdt.h>
 #include <time.h>
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-
-static void spin(uint64_t ns)
-{
-    uint64_t end = now_ns() + ns;
-    while (now_ns() < end) {
-    }
-}
+#include "testclock.h"
 
 static const char *const names[3] = {"alpha", "beta", "gamma"};
 static const uint64_t durs[3] = {200000, 500000, 1000000};

@@ -16,19 +16,7 @@
 
 static pthread_barrier_t go;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-
-static void spin(uint64_t ns)
-{
-    uint64_t end = now_ns() + ns;
-    while (now_ns() < end) {
-    }
-}
+#include "testclock.h"
 
 static void *run(void *arg)
 {

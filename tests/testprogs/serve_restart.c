@@ -21,12 +21,7 @@
 #endif
 volatile int variant = VARIANT;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
+#include "testclock.h"
 
 int main(int argc, char **argv)
 {
