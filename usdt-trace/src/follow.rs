@@ -282,8 +282,10 @@ impl Follow {
                 )),
             }
         }
-        for name in &self.names {
-            for (pid, m) in crate::procnames::executables(name).procs {
+        // One walk of /proc for every name.
+        let per_name = crate::procnames::executables(&self.names);
+        for (name, found_named) in self.names.iter().zip(per_name) {
+            for (pid, m) in found_named.procs {
                 if self.known.contains(&(m.dev, m.inode)) {
                     continue;
                 }

@@ -66,11 +66,12 @@ pub struct Found {
     pub denied: Vec<u32>,
 }
 
-/// Each running process called `name` (but this one). Processes that exit meanwhile and
-/// kernel threads are skipped.
-pub fn executables(name: &str) -> Found {
+/// The running processes called each of `names` (but this one), one [`Found`] per name, in
+/// order, from one walk of /proc (`--process` with several names looks each second).
+/// Processes that exit meanwhile and kernel threads are skipped.
+pub fn executables<S: AsRef<str>>(names: &[S]) -> Vec<Found> {
     let me = std::process::id();
-    let mut found = Found::default();
+    let mut found: Vec<Found> = names.iter().map(|_| Found::default()).collect();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return found;
     };
@@ -87,21 +88,28 @@ pub fn executables(name: &str) -> Found {
         let link = match std::fs::read_link(format!("/proc/{pid}/exe")) {
             Ok(l) => l,
             Err(e) => {
-                if denied(&e) && is_named(name.as_bytes(), comm, None) {
-                    found.denied.push(pid);
+                for (name, f) in names.iter().zip(found.iter_mut()) {
+                    if denied(&e) && is_named(name.as_ref().as_bytes(), comm, None) {
+                        f.denied.push(pid);
+                    }
                 }
                 continue;
             }
         };
         let link = link.as_os_str().as_bytes();
-        if !is_named(name.as_bytes(), comm, Some(exe_file_name(link))) {
-            continue;
-        }
-        match executable_of(pid) {
-            Ok(Some(m)) => found.procs.push((pid, m)),
-            Ok(None) => {}
-            Err(e) if denied(&e) => found.denied.push(pid),
-            Err(_) => {}
+        let exe_name = exe_file_name(link);
+        // The maps are read once per process, for the first name it answers to.
+        let mut mapped: Option<std::io::Result<Option<MappedObject>>> = None;
+        for (name, f) in names.iter().zip(found.iter_mut()) {
+            if !is_named(name.as_ref().as_bytes(), comm, Some(exe_name)) {
+                continue;
+            }
+            match mapped.get_or_insert_with(|| executable_of(pid)) {
+                Ok(Some(m)) => f.procs.push((pid, m.clone())),
+                Ok(None) => {}
+                Err(e) if denied(e) => f.denied.push(pid),
+                Err(_) => {}
+            }
         }
     }
     found

@@ -85,8 +85,8 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
         }
     }
     // `--process`: each running one's executable, opened as it maps it, once per file.
-    for name in &cfg.processes {
-        let found = crate::procnames::executables(name);
+    let per_name = crate::procnames::executables(&cfg.processes);
+    for (name, found) in cfg.processes.iter().zip(per_name) {
         if found.procs.is_empty() {
             return Err(match found.denied.first() {
                 Some(&pid) => WatchError::ProcessNotReadable {
