@@ -190,7 +190,10 @@ mod tests {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let mut found = Vec::new();
         while std::time::Instant::now() < deadline {
-            found = executables("sleep").procs;
+            // Two names in one walk: each gets its own.
+            let mut both = executables(&["sleep", "no-such-program-here"]);
+            assert!(both[1].procs.is_empty());
+            found = both.swap_remove(0).procs;
             if found.iter().any(|(p, _)| *p == child.id()) {
                 break;
             }
@@ -199,7 +202,7 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         assert!(found.iter().any(|(p, _)| *p == child.id()), "{found:?}");
-        assert!(executables(&name)
+        assert!(executables(&[&name])[0]
             .procs
             .iter()
             .all(|(p, _)| *p != std::process::id()));

@@ -31,7 +31,9 @@ mod tests;
 mod tests_robust;
 mod verdict;
 
-pub use compare::{compare_runs, Comparison, Run, SpanSample};
+#[cfg(test)]
+pub use compare::Comparison;
+pub use compare::{compare_runs, Run, SpanSample};
 pub use read::{read_run_file, Baseline};
 pub use render::{to_text, write_comparison};
 #[cfg(test)]

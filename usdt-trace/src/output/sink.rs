@@ -65,7 +65,11 @@ impl Hists<'_> {
 pub struct Compared<'a> {
     /// The baseline file, as given.
     pub baseline: &'a std::path::Path,
-    pub comparisons: &'a [crate::diff::Comparison],
+    /// Each span name's comparison as `diff` prints it, escaped already (span names come
+    /// from the files): rendered by the caller, so that output needs nothing of `diff`.
+    pub text: &'a [String],
+    /// The same as `diff --json`'s lines, newline-terminated.
+    pub json: &'a [u8],
 }
 
 /// Consumes records. Each call may buffer; [`Sink::flush`] follows every batch.
@@ -216,10 +220,10 @@ impl<W: Write> Sink for TextSink<W> {
             "--- compared with the baseline {} ---\n",
             text::clean(&c.baseline.display().to_string())
         );
-        for x in c.comparisons {
-            // Escaped there (span names come from the files): escaping here again would
-            // double every backslash, and a name's newline would already be a line.
-            self.compared.push_str(&crate::diff::to_text(x));
+        // Escaped already: escaping here again would double every backslash, and a name's
+        // newline would already be a line.
+        for x in c.text {
+            self.compared.push_str(x);
         }
         Ok(())
     }
@@ -299,9 +303,7 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 
     fn compared(&mut self, c: &Compared) -> io::Result<()> {
-        for x in c.comparisons {
-            crate::diff::write_comparison(x, true, &mut self.buf)?;
-        }
+        self.buf.extend_from_slice(c.json);
         Ok(())
     }
 
@@ -356,9 +358,15 @@ mod tests {
     #[test]
     fn the_baseline_report_follows_the_summary_in_text_and_precedes_it_in_json() {
         let c = compared();
+        let text: Vec<String> = c.iter().map(crate::diff::to_text).collect();
+        let mut json = Vec::new();
+        for x in &c {
+            crate::diff::write_comparison(x, true, &mut json).unwrap();
+        }
         let report = Compared {
             baseline: std::path::Path::new("base.ndjson"),
-            comparisons: &c,
+            text: &text,
+            json: &json,
         };
         let mut text = TextSink::new(Vec::new(), false);
         text.compared(&report).unwrap();

@@ -35,12 +35,10 @@ pub const MAX_DEFINITIONS: usize = 64;
 /// A problem with the config file, as one line.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    #[error("{file}: cannot read: {msg}")]
-    Read { file: String, msg: String },
-    /// A file others could change, or one that is no regular file or too large
-    /// ([`super::file`]).
-    #[error("{file}: refused: {msg}")]
-    Refused { file: String, msg: String },
+    /// The file unreadable, or one others could change, no regular file or too large
+    /// ([`crate::trusted`]).
+    #[error(transparent)]
+    Trust(#[from] crate::trusted::FileError),
     #[error("{file}: {msg}")]
     File { file: String, msg: String },
     #[error("{file}: definition {name:?}: {msg}")]
@@ -147,10 +145,10 @@ pub struct ServeConfig {
     pub web: Option<std::sync::Arc<Web>>,
 }
 
-/// Reads (with the care of [`super::file::read`]) and checks `path`, and the web config it
+/// Reads (with the care of [`crate::trusted::read`]) and checks `path`, and the web config it
 /// names (with the same care, and the files that one names).
 pub fn load(path: &Path) -> Result<ServeConfig, ConfigError> {
-    let text = super::file::read(path)?;
+    let text = crate::trusted::read(path)?;
     let mut cfg = parse(path, &text)?;
     if let Some(w) = &cfg.web_config {
         cfg.web = Some(Web::load(w).map_err(|e| ConfigError::File {

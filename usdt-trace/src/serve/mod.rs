@@ -10,7 +10,6 @@
 
 pub mod config;
 mod definition;
-pub mod file;
 
 use crate::output::prometheus::{self, listen::ListenAddr, serve::Server, Part};
 use config::{ConfigError, ServeConfig};

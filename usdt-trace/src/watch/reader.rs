@@ -401,9 +401,15 @@ impl Reader {
             return Ok(());
         };
         let comparisons = crate::diff::compare_runs(b.spans.clone(), run.summaries());
+        let text: Vec<String> = comparisons.iter().map(crate::diff::to_text).collect();
+        let mut json = Vec::new();
+        for c in &comparisons {
+            crate::diff::write_comparison(c, true, &mut json)?;
+        }
         self.sinks.compared(&output::sink::Compared {
             baseline: &b.path,
-            comparisons: &comparisons,
+            text: &text,
+            json: &json,
         })?;
         Ok(())
     }

@@ -14,7 +14,7 @@
 //! ```
 //!
 //! - here: the YAML → typed [`Settings`] (pure), then [`Web`]: the files read (through the
-//!   config file's own checks, `serve::file`) and the TLS config built;
+//!   config file's own checks, `trusted`) and the TLS config built;
 //! - `auth`: checking a request's `Authorization` against the users;
 //! - `tls`: the certificates → a rustls server config.
 
@@ -24,7 +24,7 @@ mod tls;
 pub use auth::{authorization, BasicAuth, Verdict};
 pub use tls::ClientAuth;
 
-use crate::serve::config::ConfigError;
+use crate::trusted::FileError;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,7 +34,7 @@ use std::sync::Arc;
 pub enum WebConfigError {
     /// Not readable, or refused by the config file's checks (mode, owner, type, size).
     #[error("web config {0}")]
-    File(ConfigError),
+    File(FileError),
     #[error("web config {file}: {msg}")]
     Bad { file: String, msg: String },
 }
@@ -116,7 +116,7 @@ impl std::fmt::Debug for Web {
 impl Web {
     /// Reads and checks `path` and every file it names; the TLS config built.
     pub fn load(path: &Path) -> Result<Arc<Web>, WebConfigError> {
-        let text = crate::serve::file::read(path).map_err(WebConfigError::File)?;
+        let text = crate::trusted::read(path).map_err(WebConfigError::File)?;
         let s = parse(path, &text)?;
         let tls = s
             .tls

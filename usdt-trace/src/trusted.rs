@@ -8,10 +8,19 @@
 //! The same checks guard every other file the endpoint trusts: the web config (`--web-config`,
 //! `web-config`: who may scrape) and the certificates and key it names ([`read_bytes`]).
 
-use super::config::ConfigError;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+/// A file refused or unreadable, in one line naming it.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FileError {
+    #[error("{file}: cannot read: {msg}")]
+    Read { file: String, msg: String },
+    /// A file others could change, or one that is no regular file or too large.
+    #[error("{file}: refused: {msg}")]
+    Refused { file: String, msg: String },
+}
 
 /// Largest file read: a config file with the most definitions allowed, each with long lists,
 /// is a few tens of KiB; a certificate chain a few KiB, a bundle of every public CA 220 KiB.
@@ -113,23 +122,23 @@ pub fn judge_link(link: &Path, f: &Facts, me: u32) -> Result<(), String> {
     }
 }
 
-/// Reads `path` after the checks above; every refusal is one [`ConfigError`].
-pub fn read(path: &Path) -> Result<String, ConfigError> {
+/// Reads `path` after the checks above; every refusal is one [`FileError`].
+pub fn read(path: &Path) -> Result<String, FileError> {
     let bytes = read_bytes(path)?;
-    String::from_utf8(bytes).map_err(|_| ConfigError::Read {
+    String::from_utf8(bytes).map_err(|_| FileError::Read {
         file: path.display().to_string(),
         msg: "stream did not contain valid UTF-8".into(),
     })
 }
 
 /// [`read`] for a file of any content (a key, a certificate): the same checks, the bytes.
-pub fn read_bytes(path: &Path) -> Result<Vec<u8>, ConfigError> {
+pub fn read_bytes(path: &Path) -> Result<Vec<u8>, FileError> {
     let file = path.display().to_string();
-    let read_err = |e: std::io::Error| ConfigError::Read {
+    let read_err = |e: std::io::Error| FileError::Read {
         file: file.clone(),
         msg: e.to_string(),
     };
-    let refused = |msg: String| ConfigError::Refused {
+    let refused = |msg: String| FileError::Refused {
         file: file.clone(),
         msg,
     };
