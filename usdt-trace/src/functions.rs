@@ -333,8 +333,7 @@ fn write_text(
     ends: &[FnEnd],
 ) -> io::Result<()> {
     let single = |i: SiteInsn| {
-        i == SiteInsn::SingleStep
-            || (i == SiteInsn::Push && !crate::tracer::features::push_emulated())
+        i == SiteInsn::SingleStep || (i == SiteInsn::Push && !crate::kallsyms::push_emulated())
     };
     let hist = FnPlacement {
         returns: FnReturns::Auto,
@@ -402,7 +401,7 @@ fn write_text(
             f.size,
             format!("{:#x}", f.file_offset),
             // A function entry is never the 5-byte nop the kernel optimizes.
-            crate::list::insn_label(entry_insn(f, FnPlacement::default()), f.file_offset, false),
+            crate::elf::insn_label(entry_insn(f, FnPlacement::default()), f.file_offset, false),
             end_label(end),
         )?;
     }

@@ -47,6 +47,7 @@ pub mod filter;
 mod flagsdoc;
 pub(crate) mod follow;
 pub(crate) mod functions;
+pub(crate) mod kallsyms;
 pub(crate) mod late;
 pub(crate) mod libhint;
 pub(crate) mod libname;

@@ -333,24 +333,6 @@ fn push_json_bool(buf: &mut Vec<u8>, v: bool) {
     buf.extend_from_slice(if v { b"true" } else { b"false" });
 }
 
-/// The SITE column: what a hit costs on this kernel (`optimize`: it turns uprobes on 5-byte
-/// nops into calls). `optimized` (a call, ~3x cheaper than a trap), `trap` (the kernel
-/// emulates a nop), `emulated (push)` (a `push %reg` this kernel emulates), `emulated (jump)` (a
-/// relative `jmp`, `call` or `jcc`, where a function's entry may move), or single-stepped
-/// sites, which stand out: several µs a hit, an order of magnitude more than a trap.
-pub fn insn_label(insn: SiteInsn, file_offset: u64, optimize: bool) -> &'static str {
-    let optimizable = crate::elf::optimizable_offset(insn, file_offset).is_some();
-    match insn {
-        _ if optimizable && optimize => "optimized",
-        SiteInsn::Nop | SiteInsn::NopNop5 => "trap",
-        // Where the kernel does not optimize it, a nop5 is stepped like any instruction.
-        SiteInsn::Push if crate::tracer::features::push_emulated() => "emulated (push)",
-        SiteInsn::Branch => "emulated (jump)",
-        SiteInsn::Nop5 | SiteInsn::SingleStep | SiteInsn::Push => "SINGLE-STEP",
-        SiteInsn::Unknown => "?",
-    }
-}
-
 fn write_text(
     out: &mut dyn Write,
     t: &Target,
@@ -433,7 +415,7 @@ fn write_text(
         push_spaces(&mut l, w[3].saturating_sub(hex_len(s.file_offset)));
         push_hex(&mut l, s.file_offset);
         l.push_str("  ");
-        l.push_str(insn_label(s.insn, s.file_offset, optimize));
+        l.push_str(crate::elf::insn_label(s.insn, s.file_offset, optimize));
         l.push('\n');
         let names = declared_names(probes, s);
         for (i, a) in s.args.iter().enumerate() {

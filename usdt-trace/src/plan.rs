@@ -57,6 +57,36 @@ pub struct PlanOptions<'a> {
     /// The running kernel turns a uprobe on a 5-byte nop into a call
     /// ([`crate::tracer::Features::uprobe_optimize`]): attach `nop; nop5` sites on their nop5.
     pub optimize: bool,
+    /// What a hit costs on this kernel, measured by the tracer (`tracer::calibrate`); None
+    /// when not measured: the sites then carry no estimate rather than a made-up one.
+    pub costs: Option<ProbeCosts>,
+}
+
+/// Per-hit costs in ns, as the tracer measured them on this kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeCosts {
+    /// A trap on an instruction the kernel emulates (`nop`, `push %reg`, a relative branch).
+    pub emulated_ns: u32,
+    /// A trap on an instruction the kernel single-steps out of line.
+    pub single_step_ns: u32,
+    /// What a return probe adds to a call (its share at the entry and its trampoline).
+    pub return_probe_ns: u32,
+}
+
+impl ProbeCosts {
+    /// What one hit of a site costs: by the instruction it is on, or as a return probe.
+    pub fn of(&self, insn: SiteInsn, return_probe: bool) -> u32 {
+        if return_probe {
+            return self.return_probe_ns;
+        }
+        match insn {
+            SiteInsn::Nop | SiteInsn::NopNop5 | SiteInsn::Branch => self.emulated_ns,
+            SiteInsn::Push if crate::kallsyms::push_emulated() => self.emulated_ns,
+            SiteInsn::Nop5 | SiteInsn::Push | SiteInsn::SingleStep | SiteInsn::Unknown => {
+                self.single_step_ns
+            }
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -314,7 +344,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         sites: Vec::with_capacity(chosen.len()),
         ..Plan::default()
     };
-    let costs = crate::tracer::calibrate::known();
+    let costs = opts.costs;
     for (cookie, &c) in chosen.iter().enumerate() {
         let s = site(c);
         let role = roles.role(&s.provider, &s.name);
@@ -386,7 +416,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         .map(|&c| (c.0, site(c)))
         .filter(|(_, s)| {
             s.insn == SiteInsn::SingleStep
-                || (s.insn == SiteInsn::Push && !crate::tracer::features::push_emulated())
+                || (s.insn == SiteInsn::Push && !crate::kallsyms::push_emulated())
         })
         .map(|(o, s)| (o, s.file_offset))
         .collect::<BTreeSet<_>>()
@@ -957,6 +987,7 @@ mod tests {
             names: &[],
             auto_span: true,
             optimize: false,
+            costs: None,
         }
     }
 
@@ -972,6 +1003,7 @@ mod tests {
         };
         let optimize = PlanOptions {
             optimize: true,
+            costs: None,
             ..opts(&[], &[])
         };
         let plan = build(&[("a", &a)], &optimize).unwrap();

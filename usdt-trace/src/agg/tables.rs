@@ -4,8 +4,8 @@
 
 use super::key::{Key, KeyPlan};
 use crate::plan::Plan;
+pub use crate::tracer::{ByHists, Counts};
 use std::collections::HashMap;
-use usdt_trace_common::agg::ByKey;
 use usdt_trace_common::{Hist, SpanRecord};
 
 fn hist_merge(into: &mut Hist, h: &Hist) {
@@ -18,16 +18,6 @@ fn hist_merge(into: &mut Hist, h: &Hist) {
 }
 
 use crate::output::hist::delta_one as hist_delta;
-
-/// The kernel's `--by` histograms at one moment, cumulative: per key, and per span name the
-/// "other" histogram of spans whose key found no room (the map full), and the "unkeyed" one
-/// of spans whose key could not be kept though the map had room (no kernel memory at hand).
-#[derive(Clone, Default)]
-pub struct ByHists {
-    pub keys: HashMap<ByKey, Hist>,
-    pub other: Vec<Hist>,
-    pub unkeyed: Vec<Hist>,
-}
 
 impl ByHists {
     /// What this snapshot adds to `before`.
@@ -97,19 +87,6 @@ pub fn by_tables(plan: &Plan, kp: &KeyPlan, h: &ByHists) -> Vec<KeyTable<Hist>> 
             })
         })
         .collect()
-}
-
-/// The kernel's `--count` counters at one moment, cumulative.
-#[derive(Clone, Default)]
-pub struct Counts {
-    /// Per site (cookie).
-    pub sites: Vec<u64>,
-    /// Per (site, key), with `--by`.
-    pub keys: HashMap<ByKey, u64>,
-    /// Per site: hits whose key found no room (the map full).
-    pub other: Vec<u64>,
-    /// Per site: hits whose key could not be kept though the map had room.
-    pub unkeyed: Vec<u64>,
 }
 
 impl Counts {

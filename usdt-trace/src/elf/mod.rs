@@ -55,6 +55,24 @@ mod notes;
 mod sites;
 mod sparse;
 mod symbols;
+/// The SITE column: what a hit costs on this kernel (`optimize`: it turns uprobes on 5-byte
+/// nops into calls). `optimized` (a call, ~3x cheaper than a trap), `trap` (the kernel
+/// emulates a nop), `emulated (push)` (a `push %reg` this kernel emulates), `emulated (jump)` (a
+/// relative `jmp`, `call` or `jcc`, where a function's entry may move), or single-stepped
+/// sites, which stand out: several µs a hit, an order of magnitude more than a trap.
+pub fn insn_label(insn: SiteInsn, file_offset: u64, optimize: bool) -> &'static str {
+    let optimizable = optimizable_offset(insn, file_offset).is_some();
+    match insn {
+        _ if optimizable && optimize => "optimized",
+        SiteInsn::Nop | SiteInsn::NopNop5 => "trap",
+        // Where the kernel does not optimize it, a nop5 is stepped like any instruction.
+        SiteInsn::Push if crate::kallsyms::push_emulated() => "emulated (push)",
+        SiteInsn::Branch => "emulated (jump)",
+        SiteInsn::Nop5 | SiteInsn::SingleStep | SiteInsn::Push => "SINGLE-STEP",
+        SiteInsn::Unknown => "?",
+    }
+}
+
 #[cfg(test)]
 mod tests;
 mod unwind;

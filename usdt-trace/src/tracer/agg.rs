@@ -189,7 +189,7 @@ impl Tracer {
     }
 
     /// `--count`: hits per site, and per (site, key) and per site beyond the keys.
-    pub fn counts(&self, nsites: usize) -> Result<crate::agg::Counts, TraceError> {
+    pub fn counts(&self, nsites: usize) -> Result<Counts, TraceError> {
         let sites = self.per_cpu_array_u64(maps::SITE_COUNTS, nsites)?;
         let other = self.per_cpu_array_u64(maps::BY_COUNT_OTHER, nsites)?;
         let unkeyed = self.per_cpu_array_u64(maps::BY_COUNT_UNKEYED, nsites)?;
@@ -209,7 +209,7 @@ impl Tracer {
                 })?;
             }
         }
-        Ok(crate::agg::Counts {
+        Ok(Counts {
             sites,
             keys,
             other,
@@ -233,7 +233,7 @@ impl Tracer {
     }
 
     /// `--hist --by`: the histogram per key, and per span name the "other" and "unkeyed" ones.
-    pub fn by_hists(&self, npairs: usize) -> Result<crate::agg::ByHists, TraceError> {
+    pub fn by_hists(&self, npairs: usize) -> Result<ByHists, TraceError> {
         let mut keys: HashMap<ByKey, Hist> = HashMap::new();
         // As for counts: a key's histogram is the sum of its main and reserve entries.
         if self.agg_by == Some(true) {
@@ -255,10 +255,36 @@ impl Tracer {
                 })?;
             }
         }
-        Ok(crate::agg::ByHists {
+        Ok(ByHists {
             keys,
             other: self.pair_hists(maps::BY_OTHER, npairs)?,
             unkeyed: self.pair_hists(maps::BY_UNKEYED, npairs)?,
         })
     }
+}
+
+// Plain data: what the maps hold, read back. What is derived from them (deltas, tables)
+// is `agg`'s, above this stage.
+
+/// The kernel's `--by` histograms at one moment, cumulative: per key, and per span name the
+/// "other" histogram of spans whose key found no room (the map full), and the "unkeyed" one
+/// of spans whose key could not be kept though the map had room (no kernel memory at hand).
+#[derive(Clone, Default)]
+pub struct ByHists {
+    pub keys: HashMap<ByKey, Hist>,
+    pub other: Vec<Hist>,
+    pub unkeyed: Vec<Hist>,
+}
+
+/// The kernel's `--count` counters at one moment, cumulative.
+#[derive(Clone, Default)]
+pub struct Counts {
+    /// Per site (cookie).
+    pub sites: Vec<u64>,
+    /// Per (site, key), with `--by`.
+    pub keys: HashMap<ByKey, u64>,
+    /// Per site: hits whose key found no room (the map full).
+    pub other: Vec<u64>,
+    /// Per site: hits whose key could not be kept though the map had room.
+    pub unkeyed: Vec<u64>,
 }

@@ -16,37 +16,11 @@
 //! on top (a few hundred ns, see docs/performance.md), which is not in the estimate.
 
 use super::sys;
-use crate::elf::SiteInsn;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// Per-hit costs in ns, as measured here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProbeCosts {
-    /// A trap on an instruction the kernel emulates (`nop`, `push %reg`, a relative branch).
-    pub emulated_ns: u32,
-    /// A trap on an instruction the kernel single-steps out of line.
-    pub single_step_ns: u32,
-    /// What a return probe adds to a call (its share at the entry and its trampoline).
-    pub return_probe_ns: u32,
-}
-
-impl ProbeCosts {
-    /// What one hit of a site costs: by the instruction it is on, or as a return probe.
-    pub fn of(&self, insn: SiteInsn, return_probe: bool) -> u32 {
-        if return_probe {
-            return self.return_probe_ns;
-        }
-        match insn {
-            SiteInsn::Nop | SiteInsn::NopNop5 | SiteInsn::Branch => self.emulated_ns,
-            SiteInsn::Push if super::features::push_emulated() => self.emulated_ns,
-            SiteInsn::Nop5 | SiteInsn::Push | SiteInsn::SingleStep | SiteInsn::Unknown => {
-                self.single_step_ns
-            }
-        }
-    }
-}
+pub use crate::plan::ProbeCosts;
 
 static COSTS: OnceLock<Result<ProbeCosts, String>> = OnceLock::new();
 
@@ -219,6 +193,7 @@ fn measure() -> Result<ProbeCosts, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::elf::SiteInsn;
 
     #[test]
     fn each_kind_of_site_costs_what_its_instruction_does() {

@@ -288,7 +288,7 @@ impl Features {
             (unknown(), unknown(), tp)
         };
         let uprobe_optimize = uprobe_optimize();
-        let push_emulate = if push_emulated() {
+        let push_emulate = if crate::kallsyms::push_emulated() {
             Feature::yes(format!(
                 "push_emulate_op in {KALLSYMS}: a function entry on `push %reg` costs a trap, not a single-step"
             ))
@@ -419,20 +419,6 @@ pub fn uprobe_optimize() -> Feature {
     .clone()
 }
 
-/// Whether this kernel emulates a probed `push %reg` (x86_64's `push_emulate_op`) instead of
-/// single-stepping it: a function entry that starts with one costs about what a `nop` does.
-/// Decided once per process from `/proc/kallsyms` (names are listed even to non-root).
-pub fn push_emulated() -> bool {
-    static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ONCE.get_or_init(|| {
-        use std::io::BufRead;
-        let Ok(f) = std::fs::File::open(KALLSYMS) else {
-            return false;
-        };
-        push_emulated_from_lines(std::io::BufReader::new(f).lines().map_while(Result::ok))
-    })
-}
-
 /// Whether a uprobe's BPF program may rewrite the registers (and so skip the probed
 /// instruction by moving `ip`): kernels that have it mark such probes unique, which their BTF
 /// shows as `struct uprobe_consumer`'s `is_unique`. Read once from the kernel's BTF.
@@ -457,11 +443,6 @@ pub fn uprobe_write_regs_from_btf(btf: &[u8]) -> Feature {
     }
 }
 
-/// [`push_emulated`] over the lines of a kallsyms listing.
-pub fn push_emulated_from_lines<S: AsRef<str>>(mut lines: impl Iterator<Item = S>) -> bool {
-    lines.any(|l| l.as_ref().split_whitespace().nth(2) == Some("push_emulate_op"))
-}
-
 /// Whether the kernel optimizes uprobes on 5-byte nops into calls: it has the `uprobe`
 /// syscall the optimized trampoline returns through and `arch_uprobe_optimize`. Symbol names
 /// are listed in `/proc/kallsyms` even when their addresses are hidden from non-root.
@@ -474,8 +455,8 @@ pub fn uprobe_optimize_from_kallsyms(kallsyms: &str) -> Feature {
 #[test]
 fn push_emulation_is_read_from_the_symbol_list() {
     let with = "ffffffff81335390 t push_emulate_op\nffffffff81336310 T arch_uprobe_optimize\n";
-    assert!(push_emulated_from_lines(with.lines()));
-    assert!(!push_emulated_from_lines(
+    assert!(crate::kallsyms::push_emulated_from_lines(with.lines()));
+    assert!(!crate::kallsyms::push_emulated_from_lines(
         "0 t branch_emulate_op\n0 t push_emulate_op_x".lines()
     ));
 }

@@ -17,6 +17,7 @@
 //! detaches the probes and lowers the semaphores.
 
 mod agg;
+pub use agg::{ByHists, Counts};
 pub mod calibrate;
 mod exechold;
 pub mod features;

@@ -145,6 +145,7 @@ impl WatchConfig {
             names: &self.names,
             auto_span: self.auto_span,
             optimize: crate::tracer::features::uprobe_optimize().is_yes(),
+            costs: crate::tracer::calibrate::known(),
         }
     }
 
