@@ -199,13 +199,15 @@ pub fn main() -> i32 {
                 Err(e) => Err(e.to_string()),
             },
         },
-        Command::Serve(a) if a.check => crate::serve::check(&a.config)
+        Command::Serve(a) if a.check => crate::serve::check(&a.config, watch_from_argv)
             .map(|line| {
                 println!("{line}");
                 0
             })
             .map_err(|e| e.to_string()),
-        Command::Serve(a) => crate::serve::run(&a.config).map_err(|e| e.to_string()),
+        Command::Serve(a) => {
+            crate::serve::run(&a.config, watch_from_argv).map_err(|e| e.to_string())
+        }
         Command::Diff(a) => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
@@ -256,4 +258,20 @@ pub fn main() -> i32 {
             EXIT_ERROR
         }
     }
+}
+
+/// A `watch` command line (argv, `usdt-trace` first) through clap and `watch`'s validation:
+/// what `serve` makes of each definition, so that it means what it means typed.
+pub(crate) fn watch_from_argv(argv: &[String]) -> Result<crate::watch::WatchConfig, String> {
+    use clap::Parser;
+    let cli = Cli::try_parse_from(argv).map_err(|e| {
+        // clap's first line is the error; the rest is usage for a command line.
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or_default();
+        first.trim_start_matches("error: ").to_string()
+    })?;
+    let Command::Watch(w) = cli.command else {
+        return Err("internal: not a watch command".into());
+    };
+    w.validate().map_err(|e| e.to_string().replace('\n', " "))
 }

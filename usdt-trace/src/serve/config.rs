@@ -147,9 +147,9 @@ pub struct ServeConfig {
 
 /// Reads (with the care of [`crate::trusted::read`]) and checks `path`, and the web config it
 /// names (with the same care, and the files that one names).
-pub fn load(path: &Path) -> Result<ServeConfig, ConfigError> {
+pub fn load(path: &Path, watch: WatchParser) -> Result<ServeConfig, ConfigError> {
     let text = crate::trusted::read(path)?;
-    let mut cfg = parse(path, &text)?;
+    let mut cfg = parse(path, &text, watch)?;
     if let Some(w) = &cfg.web_config {
         cfg.web = Some(Web::load(w).map_err(|e| ConfigError::File {
             file: path.display().to_string(),
@@ -184,8 +184,13 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
+/// Turns a definition's `watch` command line into its configuration: the command line's own
+/// parser and validation, handed down by `cli` (which runs `serve`, so `serve` does not
+/// import it): every option means exactly what it means on the command line.
+pub type WatchParser = fn(&[String]) -> Result<WatchConfig, String>;
+
 /// Checks the text of a config file (`path` only names it in errors).
-pub fn parse(path: &Path, text: &str) -> Result<ServeConfig, ConfigError> {
+pub fn parse(path: &Path, text: &str, watch: WatchParser) -> Result<ServeConfig, ConfigError> {
     let file = path.display().to_string();
     let file_err = |msg: String| ConfigError::File {
         file: file.clone(),
@@ -259,7 +264,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ServeConfig, ConfigError> {
         if definitions.iter().any(|o| o.raw.name == d.name) {
             return Err(def_err("defined twice: names must be unique".into()));
         }
-        let cfg = watch_config(&d).map_err(def_err)?;
+        let cfg = watch(&watch_argv(&d).map_err(&def_err)?).map_err(def_err)?;
         definitions.push(Definition { raw: d, cfg });
     }
     Ok(ServeConfig {
@@ -359,28 +364,17 @@ pub fn watch_argv(d: &RawDefinition) -> Result<Vec<String>, String> {
     Ok(a)
 }
 
-/// `d` through clap and `watch`'s validation, as if given on the command line.
-fn watch_config(d: &RawDefinition) -> Result<WatchConfig, String> {
-    use clap::Parser;
-    let argv = watch_argv(d)?;
-    let cli = crate::cli::Cli::try_parse_from(&argv).map_err(|e| {
-        // clap's first line is the error; the rest is usage for a command line.
-        let text = e.to_string();
-        let first = text.lines().next().unwrap_or_default();
-        first.trim_start_matches("error: ").to_string()
-    })?;
-    let crate::cli::Command::Watch(w) = cli.command else {
-        return Err("internal: not a watch command".into());
-    };
-    w.validate().map_err(|e| e.to_string().replace('\n', " "))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn check(text: &str) -> Result<ServeConfig, String> {
-        parse(Path::new("/etc/usdt-trace/serve.toml"), text).map_err(|e| e.to_string())
+        parse(
+            Path::new("/etc/usdt-trace/serve.toml"),
+            text,
+            crate::cli::watch_from_argv,
+        )
+        .map_err(|e| e.to_string())
     }
 
     const GOOD: &str = r#"
@@ -518,7 +512,11 @@ span = ["query__start=query__done"]
 
     #[test]
     fn an_unreadable_file_names_itself() {
-        let e = load(Path::new("/nonexistent/serve.toml")).expect_err("missing");
+        let e = load(
+            Path::new("/nonexistent/serve.toml"),
+            crate::cli::watch_from_argv,
+        )
+        .expect_err("missing");
         assert!(
             e.to_string()
                 .starts_with("/nonexistent/serve.toml: cannot read: "),
@@ -545,6 +543,7 @@ span = ["query__start=query__done"]
         let c = parse(
             Path::new("packaging/serve.toml"),
             include_str!("../../../packaging/serve.toml"),
+            crate::cli::watch_from_argv,
         )
         .expect("packaging/serve.toml");
         let names: Vec<&str> = c.definitions.iter().map(|d| d.name()).collect();

@@ -93,6 +93,8 @@ pub enum ServeError {
 /// What the daemon runs: the definitions by name, in the file's order.
 struct Daemon {
     cfg: ServeConfig,
+    /// The command line's `watch` parser, for the definitions of a reloaded file.
+    watch: config::WatchParser,
     runners: Vec<Runner>,
     /// Each definition's last report: answered again when it does not answer in time.
     last: HashMap<String, Report>,
@@ -133,7 +135,7 @@ impl Daemon {
     /// again, their counters from 0), new ones start, unchanged ones keep running. A file
     /// that does not check out changes nothing.
     fn reload(&mut self, server: &Server) {
-        let new = match config::load(&self.cfg.path) {
+        let new = match config::load(&self.cfg.path, self.watch) {
             Ok(c) => c,
             Err(e) => {
                 log_daemon(&format!(
@@ -252,13 +254,13 @@ fn reap_helpers() {
 }
 
 /// Checks the file, listens, starts every definition, and runs until SIGTERM or SIGINT.
-pub fn run(path: &Path) -> Result<i32, ServeError> {
+pub fn run(path: &Path, watch: config::WatchParser) -> Result<i32, ServeError> {
     // Before anything that takes time: loading 64 definitions takes tens of milliseconds, and
     // a SIGHUP (a `systemctl reload` right after the start) meanwhile would kill the daemon
     // with the default action, which `Restart=on-failure` does not undo. Caught, it is a
     // reload of a file just read: nothing changes.
     install_signal_handlers();
-    let cfg = config::load(path)?;
+    let cfg = config::load(path, watch)?;
     // Listening first: an address in use fails the daemon at once, before anything attaches.
     let server = Server::bind_with(cfg.listen.clone(), cfg.web.clone())?;
     log_daemon(&format!(
@@ -279,6 +281,7 @@ pub fn run(path: &Path) -> Result<i32, ServeError> {
     }
     let mut daemon = Daemon {
         cfg,
+        watch,
         runners,
         last: HashMap::new(),
     };
@@ -309,8 +312,8 @@ pub fn run(path: &Path) -> Result<i32, ServeError> {
 }
 
 /// `serve --check`: the file checked, one line saying what it holds.
-pub fn check(path: &Path) -> Result<String, ServeError> {
-    let cfg = config::load(path)?;
+pub fn check(path: &Path, watch: config::WatchParser) -> Result<String, ServeError> {
+    let cfg = config::load(path, watch)?;
     let names: Vec<&str> = cfg.definitions.iter().map(|d| d.name()).collect();
     let web = match &cfg.web {
         Some(_) => format!(" ({})", web_line(&cfg)),
