@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use usdt_trace::filter::Filter;
+use usdt_trace::plan::filter::Filter;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(expr) = std::str::from_utf8(data) else {

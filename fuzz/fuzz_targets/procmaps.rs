@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use usdt_trace::procmaps;
+use usdt_trace::target::procmaps;
 
 fuzz_target!(|data: &[u8]| {
     for line in data.split(|&b| b == b'\n') {

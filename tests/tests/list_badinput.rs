@@ -2,8 +2,8 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
+use usdt_trace::cli::list::{run, ListConfig, ListError};
 use usdt_trace::elf::{parse, parse_file, ElfError};
-use usdt_trace::list::{run, ListConfig, ListError};
 use usdt_trace::target::TargetError;
 use usdt_trace_tests::testprogs::{self, build_c};
 

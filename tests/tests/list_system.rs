@@ -72,7 +72,7 @@ fn system_listing_is_faster_than_readelf() {
     let least = |f: &dyn Fn() -> std::time::Duration| (0..5).map(|_| f()).min().expect("rounds");
     let ours = least(&|| {
         let t = proc::thread_cpu_time();
-        let (out, _) = usdt_trace::list::list_to_string(&big, true).unwrap();
+        let (out, _) = usdt_trace::cli::list::list_to_string(&big, true).unwrap();
         assert!(!out.is_empty());
         proc::thread_cpu_time() - t
     });

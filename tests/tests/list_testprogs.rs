@@ -3,10 +3,10 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use usdt_trace::argspec::ArgLoc;
+use usdt_trace::cli::list::{run, ListConfig};
+use usdt_trace::elf::argspec::ArgLoc;
 use usdt_trace::elf::{parse_file, ObjectProbes, Site, SiteInsn};
-use usdt_trace::list::{run, ListConfig};
-use usdt_trace::pattern::Pattern;
+use usdt_trace::util::pattern::Pattern;
 use usdt_trace_tests::proc;
 use usdt_trace_tests::testprogs::{self, build_c, build_shared, check_against_readelf, link_args};
 

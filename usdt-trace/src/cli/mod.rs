@@ -16,7 +16,11 @@
 
 mod args;
 mod docs;
+pub(crate) mod doctor;
+#[cfg(test)]
+mod flagsdoc;
 pub(crate) mod help;
+pub mod list;
 mod split;
 #[cfg(test)]
 mod tests;
@@ -27,7 +31,6 @@ pub use docs::*;
 pub(crate) use split::*;
 pub use validate::*;
 
-use crate::list::{self};
 use crate::watch::{self};
 
 /// What separates an error's message from its one hint line (see `WatchError::NoProbesHint`).
@@ -117,7 +120,7 @@ fn only_functions(cfg: &list::ListConfig) -> bool {
         && cfg
             .patterns
             .iter()
-            .all(|p| p.provider() == Some(crate::pattern::FN_PROVIDER))
+            .all(|p| p.provider() == Some(crate::util::pattern::FN_PROVIDER))
 }
 
 /// Parse, validate, run; returns the process exit code.
@@ -220,7 +223,7 @@ pub fn main() -> i32 {
         Command::Doctor(a) => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            match crate::doctor::run(a.json, &mut out) {
+            match crate::cli::doctor::run(a.json, &mut out) {
                 Ok(()) => Ok(0),
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
                 Err(e) => Err(format!("writing output: {e}")),

@@ -4,36 +4,36 @@
 //! `watch` share it.
 
 use super::UsageError;
-use crate::pattern::Pattern;
+use crate::util::pattern::Pattern;
 use std::path::{Path, PathBuf};
 
 /// Split positional arguments into files and patterns, by one rule that never guesses from
 /// what happens to exist: `fn:GLOB` is a pattern; an argument with '/' is a file;
 /// bpftrace's `usdt:PATH[:PATTERN]` and `uprobe:PATH:FUNC` / `uretprobe:PATH:FUNC` (our
 /// `fn:FUNC`) are both, a PATH without '/' being a program here or on PATH, else a library
-/// found in `scope` (see [`crate::libname`]); when `first_may_be_file` (no -p), the first other
+/// found in `scope` (see [`crate::target::libname`]); when `first_may_be_file` (no -p), the first other
 /// argument is a file if it names one here or a program on PATH; every other argument is a
 /// pattern. So `list python3.11 gc__start` filters on gc__start even if a file of that name
 /// exists here (write ./gc__start for the file).
 pub(crate) fn split_targets(
     args: &[String],
     first_may_be_file: bool,
-    scope: &crate::libname::Scope,
+    scope: &crate::target::libname::Scope,
 ) -> Result<(Vec<PathBuf>, Vec<Pattern>), UsageError> {
     let mut targets: Vec<PathBuf> = Vec::new();
     let mut patterns = Vec::new();
     let mut first = first_may_be_file;
     for a in args {
-        if let Some((kind, rest)) = crate::libname::bpftrace_kind(a) {
+        if let Some((kind, rest)) = crate::target::libname::bpftrace_kind(a) {
             let (path, pattern) = if kind == "usdt" {
-                let (path, pattern) = crate::libname::split_path(rest);
+                let (path, pattern) = crate::target::libname::split_path(rest);
                 (path, pattern.to_string())
             } else {
-                crate::libname::function_probe(kind, rest, a)?
+                crate::target::libname::function_probe(kind, rest, a)?
             };
             // A library name is looked for in what a program named before it loads.
             let scope = match (&scope.exe, targets.first()) {
-                (None, Some(t)) if scope.pids.is_empty() => crate::libname::Scope {
+                (None, Some(t)) if scope.pids.is_empty() => crate::target::libname::Scope {
                     exe: Some(t.clone()),
                     pids: vec![],
                 },
@@ -63,7 +63,7 @@ pub(crate) fn split_targets(
 
 /// The PATH of a bpftrace spelling: a path, a file here or a program on PATH, else a library
 /// name resolved in `scope`.
-fn resolve_object(p: &str, scope: &crate::libname::Scope) -> Result<PathBuf, UsageError> {
+fn resolve_object(p: &str, scope: &crate::target::libname::Scope) -> Result<PathBuf, UsageError> {
     if p.contains('/') {
         return Ok(PathBuf::from(p));
     }

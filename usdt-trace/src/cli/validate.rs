@@ -4,10 +4,10 @@
 
 #[allow(unused_imports)]
 use super::*;
-use crate::list::ListConfig;
+use crate::cli::list::ListConfig;
 use crate::output::otlp::{settings as otlp_settings, OtlpConfig};
-use crate::pattern::Pattern;
-use crate::spans::{SpanRule, StrRule};
+use crate::plan::spans::{SpanRule, StrRule};
+use crate::util::pattern::Pattern;
 use crate::watch::WatchConfig;
 use std::path::Path;
 use std::time::Duration;
@@ -35,9 +35,9 @@ pub(crate) const MAX_OTLP_TIMEOUT: u64 = crate::output::otlp::settings::MAX_TIME
 #[derive(Debug, thiserror::Error)]
 pub enum UsageError {
     #[error(transparent)]
-    Pattern(#[from] crate::pattern::PatternError),
+    Pattern(#[from] crate::util::pattern::PatternError),
     #[error(transparent)]
-    Span(#[from] crate::spans::SpanError),
+    Span(#[from] crate::plan::spans::SpanError),
     #[error(transparent)]
     Plan(#[from] crate::plan::PlanError),
     #[error("--duration {0:?}: expected a positive duration: seconds (2.5) or with a unit (500ms, 10s, 1m, 1h)")]
@@ -49,9 +49,9 @@ pub enum UsageError {
     )]
     Min(String),
     #[error(transparent)]
-    Filter(#[from] crate::filter::FilterError),
+    Filter(#[from] crate::plan::filter::FilterError),
     #[error(transparent)]
-    Agg(#[from] crate::agg::AggError),
+    Agg(#[from] crate::output::agg::AggError),
     #[error(
         "--interval needs --hist, --count or --top: it prints what they aggregated per interval"
     )]
@@ -89,7 +89,7 @@ pub enum UsageError {
     #[error("--wait-for-probes: with both -p and TARGET no probe is looked for later; drop TARGET (every object of the process is followed) or -p (every process running TARGET is)")]
     WaitWithPidAndTarget,
     #[error(transparent)]
-    OutFile(#[from] crate::outfile::OutFileError),
+    OutFile(#[from] crate::output::outfile::OutFileError),
     #[error(transparent)]
     Otlp(#[from] crate::output::otlp::settings::SettingsError),
     #[error(transparent)]
@@ -105,7 +105,7 @@ pub enum UsageError {
     #[error("--baseline: {0}")]
     Baseline(crate::diff::DiffError),
     #[error(transparent)]
-    LibName(#[from] crate::libname::LibNameError),
+    LibName(#[from] crate::target::libname::LibNameError),
 }
 
 impl UsageError {
@@ -113,8 +113,8 @@ impl UsageError {
     /// something it names: a file, program or library not found, an address in use, a file
     /// that cannot be read (status 1, [`EXIT_ERROR`], as any error while running).
     pub fn is_usage(&self) -> bool {
-        use crate::libname::LibNameError;
         use crate::output::prometheus::serve::ServeError;
+        use crate::target::libname::LibNameError;
         !matches!(
             self,
             UsageError::OutFile(_)
@@ -214,7 +214,7 @@ pub(crate) fn command_argv(cmd: &str) -> Result<(Vec<String>, String), UsageErro
 
 impl ListArgs {
     pub fn validate(&self) -> Result<ListConfig, UsageError> {
-        let scope = crate::libname::Scope {
+        let scope = crate::target::libname::Scope {
             exe: None,
             pids: self.pid.into_iter().collect(),
         };
@@ -247,7 +247,7 @@ pub(crate) fn functions_of(path: &Path, globs: &[String], json: bool) -> Result<
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     // As `list BIN PATTERN`: a glob that matches nothing is an error (`FnError::NoMatch`).
-    match crate::functions::list(path, globs, json, &mut out) {
+    match crate::plan::functions::list(path, globs, json, &mut out) {
         Ok(_) => Ok(0),
         Err(e) if e.is_broken_pipe() => Ok(0),
         Err(e) => Err(e.to_string()),
@@ -259,7 +259,7 @@ pub(crate) fn functions_of(path: &Path, globs: &[String], json: bool) -> Result<
 pub(crate) fn fn_entry_names(mut r: crate::plan::ArgNames) -> crate::plan::ArgNames {
     let text = r.probe.as_str();
     let site = ["__entry", "__return"].iter().any(|s| text.ends_with(s));
-    if r.probe.provider() == Some(crate::pattern::FN_PROVIDER) && !site {
+    if r.probe.provider() == Some(crate::util::pattern::FN_PROVIDER) && !site {
         if let Ok(p) = Pattern::parse(&format!("{text}__entry")) {
             r.probe = p;
         }
@@ -273,7 +273,7 @@ impl WatchArgs {
         let first_may_be_file =
             self.pids.is_empty() && self.command.is_none() && self.processes.is_empty();
         // A library named without '/' is the one the -c program (or the -p process) loads.
-        let scope = crate::libname::Scope {
+        let scope = crate::target::libname::Scope {
             exe: self
                 .command
                 .as_deref()
@@ -284,7 +284,7 @@ impl WatchArgs {
         let (mut targets, patterns) = split_targets(&self.args, first_may_be_file, &scope)?;
         let key = match self.key {
             Some(k) if k >= usdt_trace_common::MAX_ARGS => {
-                return Err(crate::spans::SpanError::KeyIndex(k).into())
+                return Err(crate::plan::spans::SpanError::KeyIndex(k).into())
             }
             k => k.map(|k| k as u8),
         };
@@ -329,13 +329,17 @@ impl WatchArgs {
         let filter = self
             .filter
             .as_deref()
-            .map(crate::filter::Filter::parse)
+            .map(crate::plan::filter::Filter::parse)
             .transpose()?;
-        let filter = crate::filter::Filter::with_tids(filter, &self.tids)?;
+        let filter = crate::plan::filter::Filter::with_tids(filter, &self.tids)?;
         if interval.is_some() && !(self.hist || self.count || self.top.is_some()) {
             return Err(UsageError::IntervalMode);
         }
-        let by = self.by.as_deref().map(crate::agg::By::parse).transpose()?;
+        let by = self
+            .by
+            .as_deref()
+            .map(crate::output::agg::By::parse)
+            .transpose()?;
         if by.is_some() && !(self.hist || self.count) {
             return Err(UsageError::ByMode);
         }
@@ -393,7 +397,7 @@ impl WatchArgs {
             return Err(UsageError::NoTarget);
         }
         for name in &self.processes {
-            crate::procnames::check_name(name).map_err(UsageError::ProcessName)?;
+            crate::target::procnames::check_name(name).map_err(UsageError::ProcessName)?;
         }
         if self.wait_for_probes && !targets.is_empty() && !self.pids.is_empty() {
             return Err(UsageError::WaitWithPidAndTarget);
@@ -406,10 +410,10 @@ impl WatchArgs {
         // anything: the run opens them for real, and empties an existing file only once it has
         // attached (see `outfile`).
         if let Some(p) = &self.output {
-            crate::outfile::check("-o", p)?;
+            crate::output::outfile::check("-o", p)?;
         }
         if let Some(p) = &self.perfetto {
-            crate::outfile::check("--perfetto", p)?;
+            crate::output::outfile::check("--perfetto", p)?;
         }
         let otlp = match &self.otlp {
             Some(url) => {

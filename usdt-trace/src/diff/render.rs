@@ -23,7 +23,7 @@ pub fn write_comparison(c: &Comparison, json: bool, out: &mut impl Write) -> std
 /// bidirectional overrides raw; here they are `\u` escapes too, as in `watch --json`. They can
 /// only be inside strings (JSON's own syntax is ASCII), where an escape means the same.
 fn json_line(v: &Value) -> std::io::Result<String> {
-    use crate::terminal::is_unsafe_for_terminal;
+    use crate::util::terminal::is_unsafe_for_terminal;
     let s = serde_json::to_string(v).map_err(std::io::Error::from)?;
     if !s.chars().any(is_unsafe_for_terminal) {
         return Ok(s);
@@ -60,7 +60,7 @@ fn named_parts(d: &[f64; PARTS.len()]) -> Vec<(Part, f64)> {
 /// the file chose can neither drive the terminal nor start a line of its own, so every line
 /// that starts with `  verdict:` is the tool's.
 pub fn to_text(c: &Comparison) -> String {
-    let name = crate::terminal::clean(&c.name);
+    let name = crate::util::terminal::clean(&c.name);
     let (b, a) = match (&c.before, &c.after) {
         (Some(b), Some(a)) => (b, a),
         (Some(b), None) => {

@@ -510,7 +510,7 @@ fn a_name_from_the_file_is_escaped_and_cannot_forge_a_verdict() {
     assert!(
         !text
             .chars()
-            .any(|ch| ch != '\n' && crate::terminal::is_unsafe_for_terminal(ch)),
+            .any(|ch| ch != '\n' && crate::util::terminal::is_unsafe_for_terminal(ch)),
         "{text:?}"
     );
     let verdicts: Vec<&str> = text
@@ -530,7 +530,7 @@ fn a_name_from_the_file_is_escaped_and_cannot_forge_a_verdict() {
     assert!(
         !out.trim_end_matches('\n')
             .chars()
-            .any(crate::terminal::is_unsafe_for_terminal),
+            .any(crate::util::terminal::is_unsafe_for_terminal),
         "{out:?}"
     );
     assert!(out.contains(r#"\u009b2J\u202e"#), "{out}");

@@ -20,7 +20,7 @@
 //! encodings) and reports its shape; [`function_end`](super::function_end) decides from
 //! it. Pure.
 
-use crate::argspec::Arch;
+use crate::elf::argspec::Arch;
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Mnemonic, OpKind};
 use serde::Serialize;
 

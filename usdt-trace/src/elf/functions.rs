@@ -19,8 +19,8 @@ use super::gofunc::{self, GoLayout, GO_ARGS};
 use super::gopclntab;
 use super::sites;
 use super::{linked_header, malformed, ElfError, Site, SiteInsn};
-use crate::argspec::{parse_arg, Arch, ArgSpec};
-use crate::pattern::Pattern;
+use crate::elf::argspec::{parse_arg, Arch, ArgSpec};
+use crate::util::pattern::Pattern;
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, Sym};
 use object::Endianness;
@@ -28,7 +28,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The provider that function sites are shown under (`fn:readline`).
-pub use crate::pattern::FN_PROVIDER;
+pub use crate::util::pattern::FN_PROVIDER;
 /// Suffixes of a function's two sites: the auto-pairing convention Python's USDT probes use,
 /// so the span is named after the function.
 pub const ENTRY_SUFFIX: &str = "__entry";
@@ -1228,7 +1228,7 @@ mod tests {
         // Both ends carry the goroutine frame last: the spans are paired by it.
         assert!(go
             .iter()
-            .all(|s| s.args.last().unwrap().loc == crate::argspec::ArgLoc::GoFrame));
+            .all(|s| s.args.last().unwrap().loc == crate::elf::argspec::ArgLoc::GoFrame));
         assert_eq!(go[0].pc, 0x1006);
         let mut old = f(true, Arch::X86_64);
         old.go_version = None;

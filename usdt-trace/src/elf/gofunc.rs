@@ -51,15 +51,15 @@ pub fn is_go_name(name: &str) -> bool {
 }
 
 /// The argument both ends of a Go function probe carry last: the call's goroutine frame
-/// (see [`crate::argspec::ArgLoc::GoFrame`]). Spans are paired by it, so a goroutine that
+/// (see [`crate::elf::argspec::ArgLoc::GoFrame`]). Spans are paired by it, so a goroutine that
 /// blocks and resumes on another thread, or recurses, still pairs each end with its own start.
-pub fn goroutine_frame_arg() -> crate::argspec::ArgSpec {
-    crate::argspec::ArgSpec {
+pub fn goroutine_frame_arg() -> crate::elf::argspec::ArgSpec {
+    crate::elf::argspec::ArgSpec {
         raw: "goroutine".into(),
         size: 8,
         signed: false,
         float: false,
-        loc: crate::argspec::ArgLoc::GoFrame,
+        loc: crate::elf::argspec::ArgLoc::GoFrame,
         struct_size: None,
     }
 }

@@ -17,7 +17,7 @@
 //! the uprobe's `ref_ctr_offset` through a non-executable, file-backed PT_LOAD, and the kernel
 //! increments it in every process that maps the file while the probe is installed.
 //!
-//! The argument strings are GAS operands the compiler chose for each argument ([`crate::argspec`]
+//! The argument strings are GAS operands the compiler chose for each argument ([`crate::elf::argspec`]
 //! decodes them). Rip-relative ones name a symbol, which is resolved here from `.symtab` or
 //! `.dynsym` so the tracer can read globals without knowing the load address.
 //!
@@ -40,12 +40,13 @@
 //! | `symbols` | addresses of the symbols that argument operands name |
 //! | `warnings` | [`ElfWarning`] and the per-kind cap |
 //!
-//! Arguments are parsed per note ([`crate::argspec::parse_args_iter`]); those that name a
+//! Arguments are parsed per note ([`crate::elf::argspec::parse_args_iter`]); those that name a
 //! symbol are finished once all notes are in, because the symbol tables are read only if some
 //! argument names one.
 //!
 //! Pure except for [`parse_file`].
 
+pub mod argspec;
 pub mod fnentry;
 pub mod fnshape;
 pub mod functions;
@@ -66,7 +67,7 @@ pub fn insn_label(insn: SiteInsn, file_offset: u64, optimize: bool) -> &'static 
         _ if optimizable && optimize => "optimized",
         SiteInsn::Nop | SiteInsn::NopNop5 => "trap",
         // Where the kernel does not optimize it, a nop5 is stepped like any instruction.
-        SiteInsn::Push if crate::kallsyms::push_emulated() => "emulated (push)",
+        SiteInsn::Push if crate::util::kallsyms::push_emulated() => "emulated (push)",
         SiteInsn::Branch => "emulated (jump)",
         SiteInsn::Nop5 | SiteInsn::SingleStep | SiteInsn::Push => "SINGLE-STEP",
         SiteInsn::Unknown => "?",
@@ -88,7 +89,7 @@ pub use notes::{NoteError, StapsdtError};
 pub use sites::{optimizable_offset, PcProblem, SemaphoreProblem};
 pub use warnings::{ElfWarning, NoteLabel, WARNINGS_PER_KIND};
 
-use crate::argspec::{parse_args_iter, Arch, ArgSpec, ParsedArg};
+use crate::elf::argspec::{parse_args_iter, Arch, ArgSpec, ParsedArg};
 use notes::{
     decode_span, decode_stapsdt, notes_of, MARKERS_OWNER, MARKERS_SECTION, NT_STAPSDT,
     NT_USDT_MARKERS, NT_USDT_NAMES, NT_USDT_POLL, STAPSDT_BASE_SECTION, STAPSDT_OWNER,
@@ -474,7 +475,7 @@ fn placeholder() -> ArgSpec {
         size: 0,
         signed: false,
         float: false,
-        loc: crate::argspec::ArgLoc::Unsupported {
+        loc: crate::elf::argspec::ArgLoc::Unsupported {
             reason: String::new(),
         },
         struct_size: None,

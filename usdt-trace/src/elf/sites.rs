@@ -3,7 +3,7 @@
 //! an identical note was already seen.
 
 use super::SiteInsn;
-use crate::argspec::Arch;
+use crate::elf::argspec::Arch;
 use object::elf;
 use object::read::elf::ProgramHeader;
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! -no-pie's `arr(,%rax,8)`), from `.symtab`, then `.dynsym` for names `.symtab` lacks.
 
 use super::warnings::{ElfWarning, Warnings};
-use crate::argspec::{ParsedArg, SymbolRef};
+use crate::elf::argspec::{ParsedArg, SymbolRef};
 use object::elf;
 use object::read::elf::{FileHeader, SectionTable, Sym};
 use object::Endianness;
@@ -103,7 +103,7 @@ impl Resolver {
         &mut self,
         arg: ParsedArg,
         warnings: &mut Warnings,
-    ) -> crate::argspec::ArgSpec {
+    ) -> crate::elf::argspec::ArgSpec {
         let address = match arg.symbol() {
             None => None,
             Some(SymbolRef {

@@ -2,7 +2,7 @@
 //! compiler produces on demand (prelink shifts, lld layouts, broken notes, ELF32, MSB).
 #![allow(clippy::unwrap_used)]
 use super::*;
-use crate::argspec::ArgLoc;
+use crate::elf::argspec::ArgLoc;
 
 #[derive(Clone)]
 struct Ph {

@@ -3,7 +3,7 @@
 
 use super::notes::{NoteError, StapsdtError};
 use super::sites::{PcProblem, SemaphoreProblem};
-use crate::argspec::ArgsError;
+use crate::elf::argspec::ArgsError;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt;

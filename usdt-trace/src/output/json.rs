@@ -2,11 +2,11 @@
 //! records are worth at a million spans a second). Untrusted bytes (comm, captured strings) are
 //! escaped so that every line is valid JSON.
 
-use super::decode::cstr;
 use super::{
     arg_value, escape_invalid, ArgValue, PairInfo, RunInfo, SiteInfo, Summary, SCHEMA_VERSION,
 };
-use crate::symbolize::SpanStack;
+use crate::plan::record::cstr;
+use crate::target::symbolize::SpanStack;
 use std::io::Write;
 use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, StrSet, MAX_ARGS};
 
@@ -23,7 +23,7 @@ pub fn json_escape(out: &mut Vec<u8>, bytes: &[u8]) {
                 '\t' => out.extend_from_slice(b"\\t"),
                 // C0/C1 controls and bidi overrides: JSON allows most of them raw, but a
                 // line piped to a terminal (`jq -r`) must not carry them.
-                c if crate::terminal::is_unsafe_for_terminal(c) => {
+                c if crate::util::terminal::is_unsafe_for_terminal(c) => {
                     let _ = write!(out, "\\u{:04x}", c as u32);
                 }
                 c => {

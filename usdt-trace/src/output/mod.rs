@@ -15,95 +15,29 @@
 //! record's site index, so nothing is re-parsed per record. Bytes read from the traced process
 //! (comm, strings) are untrusted: they are escaped so the JSON is always valid.
 
-pub mod decode;
-
 /// Whether the tracing's estimated cost inside a span (`probe_ns`) is a visible share of its
 /// duration `dur`: a tenth or more, where a reader comparing durations must know it.
 pub fn tracing_visible(probe_ns: u64, dur: u64) -> bool {
     dur > 0 && probe_ns.saturating_mul(10) >= dur
 }
+pub(crate) mod agg;
 pub mod hist;
 pub mod json;
 pub mod otlp;
+pub(crate) mod outfile;
+pub(crate) mod outqueue;
 pub mod perfetto;
 pub mod prometheus;
 pub mod sink;
 pub mod text;
 pub mod waitcap;
 
-pub use decode::{decode, Record};
+pub use crate::plan::record::{decode, Record};
+pub use crate::plan::view::{ArgFmt, PairInfo, SiteInfo, StrArg, View};
 pub use json::{event_json, json_escape, span_json, start_json, summary_json};
-pub use sink::{JsonSink, Sink, TextSink, View};
+pub use sink::{JsonSink, Sink, TextSink};
 pub use text::{event_text, span_text, summary_text, text_header};
 use usdt_trace_common::{StrSet, MAX_ARGS};
-
-/// What the formatter knows about one attached site.
-#[derive(Clone, Debug, Default)]
-pub struct SiteInfo {
-    pub provider: String,
-    pub name: String,
-    /// Per argument: how to print it.
-    pub args: Vec<ArgFmt>,
-    /// The arguments captured as strings (`--str`), each with its slot in the record's strings.
-    pub strs: Vec<StrArg>,
-    /// Names of the arguments (`--args`, or the probe's own from usdt-markers), in order;
-    /// arguments past the last name keep their position (`arg3`).
-    pub names: Vec<String>,
-    /// Span name (pair id) this site starts or ends, None for an event.
-    pub pair: Option<u32>,
-    /// A Go function's site: its span is a goroutine's, with no thread time split.
-    pub goroutine: bool,
-}
-
-/// An argument read as a string, and where its bytes are in the record's [`StrSet`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StrArg {
-    pub arg: usize,
-    pub slot: usize,
-    /// `:len=M`: the argument holding its length (None: NUL-terminated).
-    pub len_arg: Option<usize>,
-}
-
-/// Sites for unit tests: NUL-terminated strings at the given (argument, slot) pairs, no names,
-/// no span.
-#[cfg(test)]
-impl SiteInfo {
-    pub(crate) fn for_test(
-        provider: &str,
-        name: &str,
-        args: &[ArgFmt],
-        strs: &[(usize, usize)],
-    ) -> SiteInfo {
-        SiteInfo {
-            provider: provider.into(),
-            name: name.into(),
-            args: args.to_vec(),
-            strs: strs
-                .iter()
-                .map(|&(arg, slot)| StrArg {
-                    arg,
-                    slot,
-                    len_arg: None,
-                })
-                .collect(),
-            names: Vec::new(),
-            pair: None,
-            goroutine: false,
-        }
-    }
-}
-
-impl SiteInfo {
-    /// The string slot of argument `i`, if it is captured as a string.
-    pub fn str_slot(&self, i: usize) -> Option<usize> {
-        self.strs.iter().find(|s| s.arg == i).map(|s| s.slot)
-    }
-
-    /// The name of argument `i`, if it has one.
-    pub fn arg_name(&self, i: usize) -> Option<&str> {
-        self.names.get(i).map(|s| s.as_str())
-    }
-}
 
 /// One argument as the outputs show it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,24 +148,6 @@ pub fn escape_invalid(bytes: &[u8]) -> (std::borrow::Cow<'_, str>, bool) {
         }
     }
     (std::borrow::Cow::Owned(out), true)
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ArgFmt {
-    Unsigned,
-    Signed,
-    /// The tracer cannot read it (float, struct, unsupported operand): printed as null.
-    Unreadable,
-}
-
-/// A span name, for output.
-#[derive(Clone, Debug, Default)]
-pub struct PairInfo {
-    pub provider: String,
-    pub stem: String,
-    pub start: String,
-    /// The probes that close it; a span record names the one that did.
-    pub ends: Vec<String>,
 }
 
 /// Version of the NDJSON schema, in the first (`start`) record. 2 added the `start` record,
@@ -488,7 +404,7 @@ mod tests {
 
     #[test]
     fn strings_join_the_record_of_their_thread_and_time_only() {
-        let mut join = decode::StrJoin::default();
+        let mut join = crate::plan::record::StrJoin::default();
         let mut strs = StrsRecord {
             hdr: header(RecordKind::STRS),
             strs: *test_strs(&[(1, b"hi", STRS_OK)]),

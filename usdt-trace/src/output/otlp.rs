@@ -21,9 +21,10 @@ pub mod settings;
 pub mod tls;
 pub mod tree;
 
-use super::decode::cstr;
-use super::sink::{Sink, View};
+use super::sink::Sink;
 use super::{arg_key, arg_value, str_value, ArgValue, RunInfo, SiteInfo, Summary};
+use crate::plan::record::cstr;
+use crate::plan::view::View;
 use export::Exporter;
 use http::{Client, Endpoint};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};

@@ -26,9 +26,10 @@
 //! (protos/perfetto/trace/...); the e2e tests decode the file with Perfetto's own generated
 //! Python classes and load it into Perfetto's own trace processor (tests/scripts/tp_query.js).
 
-use super::decode::cstr;
-use super::sink::{Sink, View};
+use super::sink::Sink;
 use super::{arg_key, arg_value, str_value, ArgValue, RunInfo, SiteInfo, Summary};
+use crate::plan::record::cstr;
+use crate::plan::view::View;
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use usdt_trace_common::{

@@ -3,32 +3,10 @@
 //! outputs (a timeline file, an exporter) are new sinks, and the reading loop never branches on
 //! the output mode.
 
-use super::{hist, json, text, PairInfo, RunInfo, SiteInfo, Summary};
-use crate::agg::AggBlock;
+use super::{hist, json, text, PairInfo, RunInfo, Summary, View};
+use crate::output::agg::AggBlock;
 use std::io::{self, Write};
-use usdt_trace_common::{
-    EventRecord, Hist, SpanRecord, StrSet, WaitRecord, WaitSums, HIST_COMPONENTS,
-};
-
-/// A record with the sites it refers to already looked up.
-#[derive(Clone, Copy)]
-pub enum View<'a> {
-    Event {
-        site: &'a SiteInfo,
-        rec: &'a EventRecord,
-        /// The record's `--str` strings, when it carries any.
-        strs: Option<&'a StrSet>,
-    },
-    Span {
-        pair: &'a PairInfo,
-        start: &'a SiteInfo,
-        end: &'a SiteInfo,
-        rec: &'a SpanRecord,
-        strs: Option<&'a StrSet>,
-        /// `--stack`: the user stack where it ended (None without `--stack`).
-        stack: Option<&'a crate::symbolize::SpanStack>,
-    },
-}
+use usdt_trace_common::{Hist, WaitRecord, WaitSums, HIST_COMPONENTS};
 
 /// Histograms of every span name, in pair order.
 pub struct Hists<'a> {
@@ -211,7 +189,8 @@ impl<W: Write> Sink for TextSink<W> {
 
     fn block(&mut self, b: &AggBlock) -> io::Result<()> {
         self.flush()?;
-        self.out.write_all(crate::agg::render::text(b).as_bytes())?;
+        self.out
+            .write_all(crate::output::agg::render::text(b).as_bytes())?;
         self.out.flush()
     }
 
@@ -298,7 +277,7 @@ impl<W: Write> Sink for JsonSink<W> {
 
     fn block(&mut self, b: &AggBlock) -> io::Result<()> {
         self.flush()?;
-        crate::agg::render::json(&mut self.buf, b);
+        crate::output::agg::render::json(&mut self.buf, b);
         self.flush()
     }
 

@@ -5,8 +5,8 @@
 //! the span around it. Names and strings come from other people's files and processes, so
 //! control characters are shown escaped, never sent to the terminal (see [`clean`]).
 
-use super::decode::cstr;
 use super::{arg_value, fmt_duration, ArgValue, PairInfo, SiteInfo, Summary};
+use crate::plan::record::cstr;
 use usdt_trace_common::{EventRecord, RecordHeader, SpanRecord, StrSet, MAX_ARGS};
 
 /// A probe's arguments: `(1, "GET", 3)`, or with names `(id=1, method="GET", arg2=3)`.
@@ -70,7 +70,7 @@ pub fn quoted(out: &mut String, bytes: &[u8]) {
     out.push('"');
 }
 
-pub use crate::terminal::{clean, is_unsafe_for_terminal};
+pub use crate::util::terminal::{clean, is_unsafe_for_terminal};
 
 /// Column header for text mode.
 pub fn text_header() -> String {
@@ -317,13 +317,13 @@ pub fn summary_text(s: &Summary) -> String {
 
 /// `--stack`: the frames under their span's line, innermost first, one per line:
 /// `    #0 0x55d0c1a2b3c4 c+0x14 (/path/prog)`; or why there are none.
-pub fn stack_text(out: &mut String, st: &crate::symbolize::SpanStack) {
+pub fn stack_text(out: &mut String, st: &crate::target::symbolize::SpanStack) {
     use std::fmt::Write;
     match st {
-        crate::symbolize::SpanStack::Error(e) => {
+        crate::target::symbolize::SpanStack::Error(e) => {
             let _ = writeln!(out, "    (no stack: {})", clean(e));
         }
-        crate::symbolize::SpanStack::Frames(frames) => {
+        crate::target::symbolize::SpanStack::Frames(frames) => {
             for (i, f) in frames.iter().enumerate() {
                 let _ = write!(out, "    #{i:<2} 0x{:x}", f.addr);
                 match &f.sym {
@@ -345,7 +345,7 @@ pub fn stack_text(out: &mut String, st: &crate::symbolize::SpanStack) {
 mod stack_tests {
     use super::stack_text;
     use crate::output::json::stack_json;
-    use crate::symbolize::{SpanStack, StackFrame};
+    use crate::target::symbolize::{SpanStack, StackFrame};
 
     fn frames() -> SpanStack {
         SpanStack::Frames(vec![
@@ -394,22 +394,4 @@ mod stack_tests {
             (true, Some("why"))
         );
     }
-}
-
-thread_local! {
-    /// What this thread's [`say`] lines start with.
-    static SPEAKER: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-}
-
-/// Names the lines this thread [`say`]s: a `serve` definition's thread sets
-/// `usdt-trace serve: [NAME] `, so that the daemon's log tells which definition attached,
-/// detached or refused what.
-pub(crate) fn set_speaker(prefix: String) {
-    SPEAKER.with(|s| *s.borrow_mut() = prefix);
-}
-
-/// One line on stderr about what a run attached, detached or refused (its untrusted parts
-/// [`clean`]ed by the caller), after the thread's name for itself.
-pub(crate) fn say(line: &str) {
-    SPEAKER.with(|s| eprintln!("{}{line}", s.borrow()));
 }

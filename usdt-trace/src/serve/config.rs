@@ -36,9 +36,9 @@ pub const MAX_DEFINITIONS: usize = 64;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
     /// The file unreadable, or one others could change, no regular file or too large
-    /// ([`crate::trusted`]).
+    /// ([`crate::util::trusted`]).
     #[error(transparent)]
-    Trust(#[from] crate::trusted::FileError),
+    Trust(#[from] crate::util::trusted::FileError),
     #[error("{file}: {msg}")]
     File { file: String, msg: String },
     #[error("{file}: definition {name:?}: {msg}")]
@@ -145,10 +145,10 @@ pub struct ServeConfig {
     pub web: Option<std::sync::Arc<Web>>,
 }
 
-/// Reads (with the care of [`crate::trusted::read`]) and checks `path`, and the web config it
+/// Reads (with the care of [`crate::util::trusted::read`]) and checks `path`, and the web config it
 /// names (with the same care, and the files that one names).
 pub fn load(path: &Path, watch: WatchParser) -> Result<ServeConfig, ConfigError> {
-    let text = crate::trusted::read(path)?;
+    let text = crate::util::trusted::read(path)?;
     let mut cfg = parse(path, &text, watch)?;
     if let Some(w) = &cfg.web_config {
         cfg.web = Some(Web::load(w).map_err(|e| ConfigError::File {

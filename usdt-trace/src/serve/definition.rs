@@ -4,7 +4,7 @@
 //! channel, so one that fails or is slow to load never holds up the others.
 
 use crate::output::prometheus::{Health, KeyBound, Snapshot};
-use crate::wake::Wake;
+use crate::util::wake::Wake;
 use crate::watch::Session;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::Arc;
@@ -90,7 +90,7 @@ fn run(def: Definition, retry: Duration, rx: Receiver<Msg>, wake: &Wake) {
     let name = def.name().to_string();
     // What tracing says on this thread (objects attached late, files replaced or detached)
     // names the definition, as the lines logged here do.
-    crate::output::text::set_speaker(format!("usdt-trace serve: [{name}] "));
+    crate::util::terminal::set_speaker(format!("usdt-trace serve: [{name}] "));
     let mut session: Option<Session> = None;
     // Counted by attachments that ended: added to every later report, so that a definition
     // attaching again goes on counting from where it was.

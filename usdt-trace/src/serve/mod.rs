@@ -72,12 +72,12 @@ pub fn catch_sighup_early() {
 pub(crate) fn log(name: &str, msg: &str) {
     eprintln!(
         "usdt-trace serve: [{name}] {}",
-        crate::output::text::clean(msg)
+        crate::util::terminal::clean(msg)
     );
 }
 
 fn log_daemon(msg: &str) {
-    eprintln!("usdt-trace serve: {}", crate::output::text::clean(msg));
+    eprintln!("usdt-trace serve: {}", crate::util::terminal::clean(msg));
 }
 
 #[derive(Debug, thiserror::Error)]

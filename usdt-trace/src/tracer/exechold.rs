@@ -1,6 +1,6 @@
 //! Holding the processes that start a new build of a followed file until it is attached
 //! (`sched_process_exec`; the kernel side is `usdt-trace-ebpf`'s `exec.rs`, which says why).
-//! [`crate::follow`] decides what to follow and when to let a process go; this module only
+//! [`crate::watch::follow`] decides what to follow and when to let a process go; this module only
 //! fills the maps, attaches the hook and reads what it reports.
 
 use super::{error_chain, features::VMLINUX_BTF, map_err, TraceError, Tracer};
@@ -20,13 +20,13 @@ pub fn comm_key(name: &str) -> [u8; 16] {
 
 impl Tracer {
     /// Holds every exec of a file not in `known` by a process named one of `names`, until
-    /// [`crate::follow`] lets it go. Err when this kernel's BTF lacks what the hook reads or
+    /// [`crate::watch::follow`] lets it go. Err when this kernel's BTF lacks what the hook reads or
     /// the hook cannot be attached: new builds are then found by polling alone.
     pub fn hold_execs(&mut self, names: &[String], known: &[FileKey]) -> Result<(), TraceError> {
         let vmlinux = std::fs::read(VMLINUX_BTF)
             .map_err(|e| TraceError::Btf(format!("{VMLINUX_BTF}: {e}")))?;
         let off = |s: &str, m: &str| {
-            crate::btf::member_offset(&vmlinux, s, m)
+            crate::tracer::btf::member_offset(&vmlinux, s, m)
                 .map_err(|e| TraceError::Btf(format!("{s}.{m}: {e}")))
         };
         let cfg = ExecConfig {

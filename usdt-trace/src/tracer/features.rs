@@ -288,7 +288,7 @@ impl Features {
             (unknown(), unknown(), tp)
         };
         let uprobe_optimize = uprobe_optimize();
-        let push_emulate = if crate::kallsyms::push_emulated() {
+        let push_emulate = if crate::util::kallsyms::push_emulated() {
             Feature::yes(format!(
                 "push_emulate_op in {KALLSYMS}: a function entry on `push %reg` costs a trap, not a single-step"
             ))
@@ -433,7 +433,7 @@ pub fn uprobe_write_regs() -> Feature {
 
 /// [`uprobe_write_regs`] from the bytes of a BTF blob.
 pub fn uprobe_write_regs_from_btf(btf: &[u8]) -> Feature {
-    match crate::btf::member_offset(btf, "uprobe_consumer", "is_unique") {
+    match crate::tracer::btf::member_offset(btf, "uprobe_consumer", "is_unique") {
         Ok(_) => Feature::yes(
             "struct uprobe_consumer has is_unique: a handler may move ip and the kernel skips the probed instruction (a ret could be emulated in the handler)",
         ),
@@ -455,8 +455,10 @@ pub fn uprobe_optimize_from_kallsyms(kallsyms: &str) -> Feature {
 #[test]
 fn push_emulation_is_read_from_the_symbol_list() {
     let with = "ffffffff81335390 t push_emulate_op\nffffffff81336310 T arch_uprobe_optimize\n";
-    assert!(crate::kallsyms::push_emulated_from_lines(with.lines()));
-    assert!(!crate::kallsyms::push_emulated_from_lines(
+    assert!(crate::util::kallsyms::push_emulated_from_lines(
+        with.lines()
+    ));
+    assert!(!crate::util::kallsyms::push_emulated_from_lines(
         "0 t branch_emulate_op\n0 t push_emulate_op_x".lines()
     ));
 }

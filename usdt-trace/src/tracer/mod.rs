@@ -4,7 +4,7 @@
 //! uprobe program at every site, and reads the ring buffer. Each site's attachment carries a
 //! BPF cookie, its index in the spec table, and the file offset of its semaphore, which the
 //! kernel raises while the probe is attached (`ref_ctr_offset`), unless the caller took it
-//! out because usdt-trace counts that semaphore itself (`crate::semaphores::hand_over`).
+//! out because usdt-trace counts that semaphore itself (`crate::watch::semaphores::hand_over`).
 //!
 //! What the kernel supports is probed once ([`features`]) and the attach path is chosen from
 //! that and the requested [`AttachMode`] before anything is attached; there is no silent
@@ -18,6 +18,7 @@
 
 mod agg;
 pub use agg::{ByHists, Counts};
+pub(crate) mod btf;
 pub mod calibrate;
 mod exechold;
 pub mod features;
@@ -25,6 +26,7 @@ pub mod mmapwatch;
 mod multi;
 pub mod steal;
 mod sys;
+pub(crate) mod syscalls;
 
 pub use agg::{AggCounters, AggLoad};
 pub use features::{AttachMode, AttachPath, Feature, Features};
@@ -413,22 +415,24 @@ impl Tracer {
             .map_err(map_err(maps::CONFIG))?;
             let vmlinux = std::fs::read(VMLINUX_BTF)
                 .map_err(|e| TraceError::Btf(format!("{VMLINUX_BTF}: {e}")))?;
-            let task_pid_off = crate::btf::member_offset(&vmlinux, "task_struct", "pid")
+            let task_pid_off = crate::tracer::btf::member_offset(&vmlinux, "task_struct", "pid")
                 .map_err(|e| TraceError::Btf(e.to_string()))?;
             // Nested members, optional: without them only the repair of switch-ins that
             // sched_switch never reports is off (ThreadState::catch_up_running).
             let nested = |s: &str, m: &str, inner: &str, field: &str| {
-                let outer = crate::btf::member_offset(&vmlinux, s, m).ok()?;
-                Some(outer + crate::btf::member_offset(&vmlinux, inner, field).ok()?)
+                let outer = crate::tracer::btf::member_offset(&vmlinux, s, m).ok()?;
+                Some(outer + crate::tracer::btf::member_offset(&vmlinux, inner, field).ok()?)
             };
             // 0 is a real offset for some of these (`fdtable.max_fds`, `inode.i_mode`).
             let off = |s: &str, m: &str| {
-                crate::btf::member_offset(&vmlinux, s, m).unwrap_or(usdt_trace_common::OFF_NONE)
+                crate::tracer::btf::member_offset(&vmlinux, s, m)
+                    .unwrap_or(usdt_trace_common::OFF_NONE)
             };
             let arg_off = |i: usize| {
-                crate::syscalls::arg_members().map_or(usdt_trace_common::OFF_NONE, |members| {
-                    off(members[i].0, members[i].1)
-                })
+                crate::tracer::syscalls::arg_members()
+                    .map_or(usdt_trace_common::OFF_NONE, |members| {
+                        off(members[i].0, members[i].1)
+                    })
             };
             let config = Config {
                 flags: opts.config_flags(),
@@ -441,18 +445,20 @@ impl Tracer {
                     .unwrap_or(0),
                 str_max: opts.str_max,
                 // Optional like the counters: without it every wait is "other".
-                regs_nr_off: crate::syscalls::nr_member()
-                    .and_then(|(st, m)| crate::btf::member_offset(&vmlinux, st, m).ok())
+                regs_nr_off: crate::tracer::syscalls::nr_member()
+                    .and_then(|(st, m)| crate::tracer::btf::member_offset(&vmlinux, st, m).ok())
                     .unwrap_or(0),
                 // Optional: without it a thread first seen in a wait record is named from /proc.
-                task_comm_off: crate::btf::member_offset(&vmlinux, "task_struct", "comm")
+                task_comm_off: crate::tracer::btf::member_offset(&vmlinux, "task_struct", "comm")
                     .unwrap_or(0),
                 // Optional: without them no steal is split off the on-CPU time, and doctor
                 // says so. `se.cfs_rq` exists with group scheduling (every distribution kernel).
                 task_cfs_rq_off: nested("task_struct", "se", "sched_entity", "cfs_rq").unwrap_or(0),
-                cfs_rq_rq_off: crate::btf::member_offset(&vmlinux, "cfs_rq", "rq").unwrap_or(0),
-                rq_clock_off: crate::btf::member_offset(&vmlinux, "rq", "clock").unwrap_or(0),
-                rq_clock_task_off: crate::btf::member_offset(&vmlinux, "rq", "clock_task")
+                cfs_rq_rq_off: crate::tracer::btf::member_offset(&vmlinux, "cfs_rq", "rq")
+                    .unwrap_or(0),
+                rq_clock_off: crate::tracer::btf::member_offset(&vmlinux, "rq", "clock")
+                    .unwrap_or(0),
+                rq_clock_task_off: crate::tracer::btf::member_offset(&vmlinux, "rq", "clock_task")
                     .unwrap_or(0),
                 // Optional: without them a poll is a wait on the network and a read "other".
                 regs_arg0_off: arg_off(0),
@@ -476,7 +482,7 @@ impl Tracer {
                     .ok_or(TraceError::MissingMap(maps::SYSCALL_CLASS))?,
             )
             .map_err(map_err(maps::SYSCALL_CLASS))?;
-            for (nr, class) in crate::syscalls::classes() {
+            for (nr, class) in crate::tracer::syscalls::classes() {
                 classes
                     .set(nr, class, 0)
                     .map_err(map_err(maps::SYSCALL_CLASS))?;

@@ -26,7 +26,7 @@ pub fn steal_feature() -> Feature {
         };
         let missing: Vec<String> = MEMBERS
             .iter()
-            .filter(|(s, m)| crate::btf::member_offset(&btf, s, m).is_err())
+            .filter(|(s, m)| crate::tracer::btf::member_offset(&btf, s, m).is_err())
             .map(|(s, m)| format!("{s}.{m}"))
             .collect();
         let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();

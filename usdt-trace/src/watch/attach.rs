@@ -1,13 +1,13 @@
 //! Attaching the plan's points to the opened objects (once per traced process, with errors
 //! that name the file and probe the user knows), and detaching the objects whose content
-//! changed while traced. Apart from the driver because the late stage ([`crate::late`]) stops
+//! changed while traced. Apart from the driver because the late stage ([`crate::watch::late`]) stops
 //! changed objects the same way.
 
 use super::WatchError;
-use crate::output::text::clean;
 use crate::plan::Plan;
 use crate::target::Object;
 use crate::tracer::{TraceError, Tracer};
+use crate::util::terminal::clean;
 
 /// Attaches every object's points, once per traced process (or once for all processes).
 pub(crate) fn attach(
@@ -49,14 +49,14 @@ pub(crate) fn attach(
     Ok(())
 }
 
-/// Stops tracing the objects whose content changed ([`crate::changes`]): their uprobes are
+/// Stops tracing the objects whose content changed ([`crate::watch::changes`]): their uprobes are
 /// detached at once, and their semaphores no longer raised by hand, with a warning each. The
 /// new content is not traced: planning it again while processes may still run the old one
 /// (whose sites no longer match the file) is not safe, so that is left to a new run.
 pub(crate) fn stop_changed(
-    changed: &[crate::changes::Changed],
+    changed: &[crate::watch::changes::Changed],
     tracer: &mut Tracer,
-    mut raiser: Option<&mut crate::semaphores::Raiser>,
+    mut raiser: Option<&mut crate::watch::semaphores::Raiser>,
 ) {
     for c in changed {
         let detach = tracer.detach_object(&c.fd_path.to_string_lossy());
@@ -68,7 +68,7 @@ pub(crate) fn stop_changed(
                 n
             }
         };
-        crate::output::text::say(&format!(
+        crate::util::terminal::say(&format!(
             "warning: {} was modified in place while traced: its {sites} probe site{} are detached (they sat at the old offsets, which in the new content may be mid-instruction); the new content is not traced: run watch again to trace it",
             clean(&c.shown),
             if sites == 1 { "" } else { "s" }

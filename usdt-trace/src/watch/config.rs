@@ -4,16 +4,16 @@
 //! new flag touches its field and the one helper that reads it, not the run loop.
 
 use super::WatchError;
-use crate::outfile;
 use crate::output::otlp::{OtlpConfig, OtlpSink};
+use crate::output::outfile;
+use crate::output::outqueue::{self, QueueHandle};
 use crate::output::perfetto::PerfettoSink;
 use crate::output::sink::Fanout;
 use crate::output::{JsonSink, Sink, TextSink};
-use crate::outqueue::{self, QueueHandle};
-use crate::pattern::Pattern;
+use crate::plan::spans::{SpanRule, StrRule};
 use crate::plan::{self, Plan, PlanOptions};
-use crate::spans::{SpanRule, StrRule};
 use crate::tracer::{AttachMode, LoadOptions};
+use crate::util::pattern::Pattern;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -64,7 +64,7 @@ pub struct WatchConfig {
     /// `--min`: spans shorter than this make no record (histograms count them all).
     pub min: Option<Duration>,
     /// `--filter` and `--tid`, combined; evaluated in the kernel.
-    pub filter: Option<crate::filter::Filter>,
+    pub filter: Option<crate::plan::filter::Filter>,
     /// `--stack`: the user stack at the end of each recorded span.
     pub stack: bool,
     /// `--by`, `--count`, `--top`, `--max-keys`.
@@ -90,10 +90,10 @@ pub struct PromConfig {
     pub web: Option<std::sync::Arc<crate::output::prometheus::web::Web>>,
 }
 
-/// The aggregation flags (see `crate::agg`).
+/// The aggregation flags (see `crate::output::agg`).
 #[derive(Debug, Clone, Default)]
 pub struct AggArgs {
-    pub by: Option<crate::agg::By>,
+    pub by: Option<crate::output::agg::By>,
     pub count: bool,
     pub top: Option<usize>,
     pub max_keys: u32,
@@ -115,13 +115,13 @@ impl WatchConfig {
     }
 
     /// Also attach to probes the traced processes define or load after the start
-    /// ([`crate::late`]): with `-p` (no TARGET), `-c`, or a TARGET alone (the processes
+    /// ([`crate::watch::late`]): with `-p` (no TARGET), `-c`, or a TARGET alone (the processes
     /// running it); not when both `-p` and TARGET narrow it down.
     pub(crate) fn late(&self) -> bool {
         self.pids.is_empty() || self.targets.is_empty()
     }
 
-    /// The named files to look at again while tracing ([`crate::follow`]): the TARGETs
+    /// The named files to look at again while tracing ([`crate::watch::follow`]): the TARGETs
     /// when every process running them is traced (not with -p or -c, where the processes'
     /// own files are what was asked for).
     pub(crate) fn follow_paths(&self) -> Vec<PathBuf> {
@@ -156,7 +156,7 @@ impl WatchConfig {
         &'a self,
         plan: &'a Plan,
         filter_masks: Option<&'a [u32]>,
-        key_plan: Option<&crate::agg::KeyPlan>,
+        key_plan: Option<&crate::output::agg::KeyPlan>,
     ) -> LoadOptions<'a> {
         LoadOptions {
             specs: &plan.specs,
@@ -190,8 +190,8 @@ impl WatchConfig {
                 max_keys: self.agg.max_keys,
             },
             null_program: self.bench_null_program,
-            spare_sites: crate::late::SPARE_SITES * self.late() as u32,
-            spare_pairs: crate::late::SPARE_PAIRS * self.late() as u32,
+            spare_sites: crate::watch::late::SPARE_SITES * self.late() as u32,
+            spare_pairs: crate::watch::late::SPARE_PAIRS * self.late() as u32,
         }
     }
 

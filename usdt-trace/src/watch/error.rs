@@ -2,10 +2,10 @@
 //! that `cli` maps them to messages and exit codes in one place. Apart from the driver because
 //! every stage of it returns this type.
 
-use crate::child::SpawnError;
-use crate::outfile;
+use crate::output::outfile;
 use crate::plan::PlanError;
-use crate::procmaps::ProcError;
+use crate::target::child::SpawnError;
+use crate::target::procmaps::ProcError;
 use crate::target::TargetError;
 use crate::tracer::TraceError;
 use std::io;
@@ -50,13 +50,13 @@ pub enum WatchError {
     #[error("{0}")]
     FollowRoom(String),
     #[error(transparent)]
-    Functions(#[from] crate::functions::FnError),
+    Functions(#[from] crate::plan::functions::FnError),
     #[error(transparent)]
     Plan(#[from] PlanError),
     #[error(transparent)]
-    Filter(#[from] crate::filter::FilterError),
+    Filter(#[from] crate::plan::filter::FilterError),
     #[error(transparent)]
-    Agg(#[from] crate::agg::AggError),
+    Agg(#[from] crate::output::agg::AggError),
     #[error(transparent)]
     Trace(#[from] TraceError),
     #[error(transparent)]

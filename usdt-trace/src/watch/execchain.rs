@@ -12,7 +12,7 @@
 //! error when nothing matched).
 
 use super::{WatchConfig, WatchError};
-use crate::child::Child;
+use crate::target::child::Child;
 use std::path::{Path, PathBuf};
 
 /// More `exec`s than any launcher chain makes (env, a shim, its manager, the interpreter):
@@ -108,15 +108,16 @@ fn what_is_asked(cfg: &WatchConfig) -> String {
 fn matching_target(cfg: &WatchConfig, exe: &Path) -> Option<PathBuf> {
     let shown = exe.display().to_string();
     if let Ok(mut o) = crate::target::open(&shown, exe) {
-        let fn_pats = crate::functions::fn_patterns(&cfg.patterns);
-        if crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_placement()).is_ok() {
+        let fn_pats = crate::plan::functions::fn_patterns(&cfg.patterns);
+        if crate::plan::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_placement()).is_ok()
+        {
             let named = [(shown.as_str(), &o.probes)];
             if crate::plan::build(&named, &cfg.plan_options()).is_ok_and(|p| !p.sites.is_empty()) {
                 return Some(exe.to_path_buf());
             }
         }
     }
-    crate::libhint::for_executable(exe, &cfg.patterns).map(|(_, lib)| lib)
+    crate::target::libhint::for_executable(exe, &cfg.patterns).map(|(_, lib)| lib)
 }
 
 #[cfg(test)]

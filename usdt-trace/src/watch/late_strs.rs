@@ -55,9 +55,9 @@ pub(crate) fn read_late(v: &View, str_max: usize, budget: &mut usize) -> Option<
                 Some(l) => {
                     let len = args.get(l).copied().unwrap_or(0);
                     let n = usize::try_from(len).unwrap_or(usize::MAX).min(max + 1);
-                    crate::procmem::read_process_bytes(pid, addr, n)
+                    crate::target::procmem::read_process_bytes(pid, addr, n)
                 }
-                None => crate::procmem::read_process_string(pid, addr, max + 1),
+                None => crate::target::procmem::read_process_string(pid, addr, max + 1),
             };
             let Ok(bytes) = read else {
                 continue;

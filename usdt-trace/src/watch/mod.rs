@@ -4,7 +4,7 @@
 //!    uprobes attach through the same descriptor, so the kernel resolves the inode we parsed);
 //! 2. [`plan`]: the chosen sites → one kernel spec and one printer record per cookie, and the
 //!    attach points per object;
-//! 3. [`crate::child`]: the `-c` command, forked and held until the probes are live;
+//! 3. [`crate::target::child`]: the `-c` command, forked and held until the probes are live;
 //! 4. [`Tracer`]: load, attach, read the ring buffer, detach (the only kernel-facing stage);
 //! 5. sinks ([`crate::output::Sink`]): every record, resolved by the plan, goes to them; the
 //!    loop does not know which output mode is in use.
@@ -17,13 +17,17 @@
 //! process), `signals` and `clock`, `session` (a run driven by its caller, for `serve`), `warnings` (the end-of-run summary and warnings) and `error`.
 
 mod attach;
+pub(crate) mod changes;
 pub(crate) mod clock;
 mod config;
 mod error;
 mod execchain;
+pub(crate) mod follow;
+pub(crate) mod late;
 mod late_strs;
 mod planned;
 mod reader;
+pub(crate) mod semaphores;
 mod session;
 mod signals;
 mod stacks;
@@ -44,11 +48,11 @@ use stacks::Stacks;
 use targets::open_targets;
 use warnings::{end_warnings, summarize};
 
-use crate::child::{Child, Exit, GRACE};
-use crate::output::text::clean;
 use crate::output::{self, RunInfo, Sink};
 use crate::target;
+use crate::target::child::{Child, Exit, GRACE};
 use crate::tracer::Tracer;
+use crate::util::terminal::clean;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -186,9 +190,9 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         Tracer::load(&cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref()))?;
     // Semaphores of lld's packed layout are counted by hand, in every process, and so not by
     // the kernel too: their points are attached without a ref_ctr_offset.
-    let affected = crate::semaphores::affected(&objects, &plan);
-    crate::semaphores::hand_over(&mut plan, &affected);
-    let mut raiser = crate::semaphores::Raiser::new(affected, &pids);
+    let affected = crate::watch::semaphores::affected(&objects, &plan);
+    crate::watch::semaphores::hand_over(&mut plan, &affected);
+    let mut raiser = crate::watch::semaphores::Raiser::new(affected, &pids);
     if let Some(w) = raiser.warning() {
         eprintln!("{}", clean(&w));
     }
@@ -206,7 +210,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     }
     // From here the objects live in `follow`, with those attached later. Its exec hold is on
     // before the readiness line: a deploy may come the moment a script sees it.
-    let mut follow = crate::follow::Follow::new(cfg, objects);
+    let mut follow = crate::watch::follow::Follow::new(cfg, objects);
     tracer.wake_on(follow.wake_fds());
     follow.start_hold(&mut tracer);
     let objects = follow.objects();
@@ -224,8 +228,8 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     // process again, for what was mapped since the targets were opened.
     let mut late = cfg.late().then(|| {
         let child = child.as_ref().map(|c| c.pid as u32);
-        let scope = crate::late::Scope::of_run(child, &cfg.pids, objects);
-        let (l, warning) = crate::late::Late::new(scope, objects);
+        let scope = crate::watch::late::Scope::of_run(child, &cfg.pids, objects);
+        let (l, warning) = crate::watch::late::Late::new(scope, objects);
         if let Some(w) = warning {
             eprintln!("{}", clean(&w));
         }
@@ -272,7 +276,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
         span_names: reader.plan.pairs.len(),
         split: cfg.sched,
     })?;
-    let late_rules = crate::late::Rules {
+    let late_rules = crate::watch::late::Rules {
         plan: cfg.plan_options(),
         filter: cfg.filter.as_ref(),
     };
@@ -314,7 +318,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     // Execs of new builds that could not be held (the exec ring was full): said, counted.
     let (_, unheld) = tracer.exec_counts();
     if unheld > 0 {
-        crate::output::text::say(&format!(
+        crate::util::terminal::say(&format!(
             "warning: {unheld} process{} started a new build of a followed file unheld (the exec ring was full): {} first spans may be lost",
             if unheld == 1 { "" } else { "es" },
             if unheld == 1 { "its" } else { "their" }

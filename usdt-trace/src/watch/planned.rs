@@ -3,16 +3,16 @@
 //! the files watched for in-place writes.
 
 use super::{WatchConfig, WatchError};
-use crate::output::text::clean;
 use crate::plan::{self, Plan};
 use crate::target::Object;
+use crate::util::terminal::clean;
 
 /// What the plan stage hands to the tracer and the reader.
 pub(super) struct Planned {
     pub plan: Plan,
-    pub key_plan: Option<crate::agg::KeyPlan>,
+    pub key_plan: Option<crate::output::agg::KeyPlan>,
     pub filter_masks: Option<Vec<u32>>,
-    pub watched: crate::changes::ChangeWatch,
+    pub watched: crate::watch::changes::ChangeWatch,
 }
 
 /// Plans the run over `objects`: an error when nothing (or a pattern) matches, unless
@@ -30,7 +30,7 @@ pub(super) fn plan_run(cfg: &WatchConfig, objects: &[Object]) -> Result<Planned,
     }
     let plan = plan::plan_or_wait(
         plan::build(&named, &cfg.plan_options()),
-        cfg.waits() && crate::functions::fn_patterns(&cfg.patterns).is_empty(),
+        cfg.waits() && crate::plan::functions::fn_patterns(&cfg.patterns).is_empty(),
         cfg.patterns.is_empty(),
         &cfg.pids,
     )?;
@@ -48,7 +48,9 @@ pub(super) fn plan_run(cfg: &WatchConfig, objects: &[Object]) -> Result<Planned,
         }
     }
     if cfg.patterns.is_empty() && !cfg.agg.count {
-        if let Some(w) = crate::agg::high_rate_warning(&crate::agg::high_rate_probes(&plan)) {
+        if let Some(w) =
+            crate::output::agg::high_rate_warning(&crate::output::agg::high_rate_probes(&plan))
+        {
             eprintln!("{}", clean(&w));
         }
     }
@@ -56,11 +58,11 @@ pub(super) fn plan_run(cfg: &WatchConfig, objects: &[Object]) -> Result<Planned,
         .agg
         .by
         .as_ref()
-        .map(|b| crate::agg::KeyPlan::new(&plan, b, cfg.agg.count))
+        .map(|b| crate::output::agg::KeyPlan::new(&plan, b, cfg.agg.count))
         .transpose()?;
     // The files as parsed: taken before attach, so a change made the moment the readiness line
     // appears is still a change.
-    let mut watched = crate::changes::ChangeWatch::new();
+    let mut watched = crate::watch::changes::ChangeWatch::new();
     for op in &plan.objects {
         watched.add(&objects[op.object]);
     }

@@ -17,13 +17,13 @@ use usdt_trace_common::{Hist, WaitSums, HIST_COMPONENTS, STRS_RECORD_SENT};
 
 /// Reads records until told to stop, then detaches and drains what is left.
 pub(crate) struct Reader {
-    /// Grows while tracing when probes are attached late ([`crate::late`]).
+    /// Grows while tracing when probes are attached late ([`crate::watch::late`]).
     pub(crate) plan: Plan,
     pub(crate) sinks: Fanout,
     /// `--str-max`, for strings read late.
     pub(crate) str_max: usize,
     /// Strings records waiting for their event or span.
-    pub(crate) strs: output::decode::StrJoin,
+    pub(crate) strs: crate::plan::record::StrJoin,
     /// Records that did not decode or named no known site.
     pub(crate) bad_records: u64,
     /// With `--interval`: the cumulative histograms and wait sums at the last block, and when
@@ -44,15 +44,15 @@ pub(crate) struct Reader {
 pub(crate) struct Agg {
     hist: bool,
     count: bool,
-    key: Option<crate::agg::KeyPlan>,
+    key: Option<crate::output::agg::KeyPlan>,
     max_keys: u32,
     /// The whole run's N slowest spans, and the current interval's (with `--interval`).
-    top: Option<crate::agg::TopN>,
-    top_interval: Option<crate::agg::TopN>,
+    top: Option<crate::output::agg::TopN>,
+    top_interval: Option<crate::output::agg::TopN>,
     /// The minimum last pushed into the kernel.
     top_min: u64,
-    last_by: crate::agg::ByHists,
-    last_counts: crate::agg::Counts,
+    last_by: crate::output::agg::ByHists,
+    last_counts: crate::output::agg::Counts,
     last_t: u64,
     /// `--count`: hits counted over the run (for the summary).
     pub(crate) hits: u64,
@@ -60,18 +60,18 @@ pub(crate) struct Agg {
 
 impl Agg {
     /// Nothing seen yet: `t0` is when tracing started, the first interval's start.
-    pub(crate) fn new(cfg: &WatchConfig, key: Option<crate::agg::KeyPlan>, t0: u64) -> Agg {
+    pub(crate) fn new(cfg: &WatchConfig, key: Option<crate::output::agg::KeyPlan>, t0: u64) -> Agg {
         Agg {
             hist: cfg.hist,
             count: cfg.agg.count,
             key,
             max_keys: cfg.agg.max_keys,
-            top: cfg.agg.top.map(crate::agg::TopN::new),
+            top: cfg.agg.top.map(crate::output::agg::TopN::new),
             top_interval: cfg
                 .agg
                 .top
                 .filter(|_| cfg.interval.is_some())
-                .map(crate::agg::TopN::new),
+                .map(crate::output::agg::TopN::new),
             top_min: 0,
             last_by: Default::default(),
             last_counts: Default::default(),
@@ -223,7 +223,7 @@ impl Reader {
         total: bool,
         intervals: bool,
     ) -> Result<(), WatchError> {
-        use crate::agg;
+        use crate::output::agg;
         let plan = &self.plan;
         let block =
             intervals.then_some(((if total { self.t0 } else { self.agg.last_t }, now), total));

@@ -23,12 +23,12 @@ pub struct Session {
     cfg: WatchConfig,
     tracer: Tracer,
     reader: Reader,
-    raiser: crate::semaphores::Raiser,
-    late: Option<crate::late::Late>,
-    watched: crate::changes::ChangeWatch,
+    raiser: crate::watch::semaphores::Raiser,
+    late: Option<crate::watch::late::Late>,
+    watched: crate::watch::changes::ChangeWatch,
     /// The objects attached (kept open: the uprobes were attached through their
     /// descriptors), and the named paths and process names looked at again.
-    follow: crate::follow::Follow,
+    follow: crate::watch::follow::Follow,
     /// What `watch` prints once attached ("Attached N probe sites in ...").
     pub attached: String,
 }
@@ -47,26 +47,26 @@ impl Session {
         let mut tracer =
             Tracer::load(&cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref()))?;
         // As in `run`: the kernel does not count what the raiser counts.
-        let affected = crate::semaphores::affected(&objects, &plan);
-        crate::semaphores::hand_over(&mut plan, &affected);
-        let mut raiser = crate::semaphores::Raiser::new(affected, &cfg.pids);
+        let affected = crate::watch::semaphores::affected(&objects, &plan);
+        crate::watch::semaphores::hand_over(&mut plan, &affected);
+        let mut raiser = crate::watch::semaphores::Raiser::new(affected, &cfg.pids);
         if let Some(w) = raiser.warning() {
-            crate::output::text::say(&crate::output::text::clean(&w));
+            crate::util::terminal::say(&crate::util::terminal::clean(&w));
         }
         attach(&mut tracer, &objects, &plan, &cfg.pids)?;
         raiser.poll_now();
         let attached = plan.attached_line();
         let late = cfg.late().then(|| {
-            let scope = crate::late::Scope::of_run(None, &cfg.pids, &objects);
-            let (l, warning) = crate::late::Late::new(scope, &objects);
+            let scope = crate::watch::late::Scope::of_run(None, &cfg.pids, &objects);
+            let (l, warning) = crate::watch::late::Late::new(scope, &objects);
             if let Some(w) = warning {
-                crate::output::text::say(&crate::output::text::clean(&w));
+                crate::util::terminal::say(&crate::util::terminal::clean(&w));
             }
             tracer.wake_on(l.wake_fds());
             l
         });
         tracer.wake_on(watched.wake_fd().into_iter().collect());
-        let mut follow = crate::follow::Follow::new(cfg, objects);
+        let mut follow = crate::watch::follow::Follow::new(cfg, objects);
         tracer.wake_on(follow.wake_fds());
         follow.start_hold(&mut tracer);
         let reader = Reader {
@@ -109,7 +109,7 @@ impl Session {
             Some(&mut self.raiser),
         );
         self.raiser.poll();
-        let rules = crate::late::Rules {
+        let rules = crate::watch::late::Rules {
             plan: self.cfg.plan_options(),
             filter: self.cfg.filter.as_ref(),
         };

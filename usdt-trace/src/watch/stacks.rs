@@ -12,14 +12,14 @@ use std::path::PathBuf;
 type StackObject = (
     String,
     PathBuf,
-    Option<Option<std::rc::Rc<crate::symbolize::SymTable>>>,
+    Option<Option<std::rc::Rc<crate::target::symbolize::SymTable>>>,
 );
 
 /// Stack records waiting for the span record that follows them, by (tid, end time).
 #[derive(Default)]
 pub(crate) struct Stacks {
-    pub(crate) symbolizer: crate::symbolize::Symbolizer,
-    pending: std::collections::HashMap<(u32, u64), crate::symbolize::SpanStack>,
+    pub(crate) symbolizer: crate::target::symbolize::Symbolizer,
+    pending: std::collections::HashMap<(u32, u64), crate::target::symbolize::SpanStack>,
     /// Per cookie of an end site that is not a return probe: the probe's file offset and its
     /// object (an index into `objects`), to name frames of a process already gone.
     probes: std::collections::HashMap<u32, (u64, usize)>,
@@ -54,17 +54,17 @@ impl Stacks {
     }
 
     /// Where the probe that ended the span is, with its object's symbols (read once).
-    fn origin(&mut self, cookie: u32) -> Option<crate::symbolize::Origin> {
+    fn origin(&mut self, cookie: u32) -> Option<crate::target::symbolize::Origin> {
         let &(offset, oi) = self.probes.get(&cookie)?;
         let (shown, path, table) = self.objects.get_mut(oi)?;
         let table = table
             .get_or_insert_with(|| {
                 crate::elf::functions_file(path)
                     .ok()
-                    .map(|f| std::rc::Rc::new(crate::symbolize::sym_table(&f)))
+                    .map(|f| std::rc::Rc::new(crate::target::symbolize::sym_table(&f)))
             })
             .clone();
-        Some(crate::symbolize::Origin {
+        Some(crate::target::symbolize::Origin {
             offset,
             object: shown.clone(),
             table,
@@ -81,7 +81,7 @@ impl Stacks {
     }
 
     /// The stack of the span that ended on `tid` at `ts_ns`: it came first, or was lost.
-    pub(crate) fn take(&mut self, tid: u32, ts_ns: u64) -> crate::symbolize::SpanStack {
+    pub(crate) fn take(&mut self, tid: u32, ts_ns: u64) -> crate::target::symbolize::SpanStack {
         match self.pending.remove(&(tid, ts_ns)) {
             Some(st) => st,
             None => self.symbolizer.lost(),

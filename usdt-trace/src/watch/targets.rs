@@ -5,9 +5,9 @@
 //! one that reads `/proc/PID/maps` before the plan exists.
 
 use super::{WatchConfig, WatchError};
-use crate::output::text::clean;
-use crate::procmaps::ProcError;
+use crate::target::procmaps::ProcError;
 use crate::target::{self, Object};
+use crate::util::terminal::clean;
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 
@@ -18,7 +18,7 @@ fn mapped_by(pid: u32, named: &std::path::Path) -> Result<Option<Object>, WatchE
     let host = std::fs::metadata(named)
         .ok()
         .map(|m| ((libc::major(m.dev()), libc::minor(m.dev())), m.ino()));
-    for m in crate::procmaps::mapped_objects(pid)? {
+    for m in crate::target::procmaps::mapped_objects(pid)? {
         let same_path = std::path::Path::new(&m.path) == named;
         let same_file = host == Some((m.dev, m.inode));
         if same_path || same_file {
@@ -37,7 +37,7 @@ fn mapped_by(pid: u32, named: &std::path::Path) -> Result<Option<Object>, WatchE
 /// The objects to trace: the named files, else every object with probes that the `-p`
 /// processes map (each file once).
 pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError> {
-    let fn_pats = crate::functions::fn_patterns(&cfg.patterns);
+    let fn_pats = crate::plan::functions::fn_patterns(&cfg.patterns);
     let mut objects: Vec<Object> = Vec::new();
     let mut seen = BTreeSet::new();
     for t in &cfg.targets {
@@ -78,14 +78,14 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
             }
         };
         let mut o = o;
-        crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_placement())?;
+        crate::plan::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_placement())?;
         // The same file named twice (a path and a symlink to it) is traced once.
         if seen.insert((o.dev, o.inode)) {
             objects.push(o);
         }
     }
     // `--process`: each running one's executable, opened as it maps it, once per file.
-    let per_name = crate::procnames::executables(&cfg.processes);
+    let per_name = crate::target::procnames::executables(&cfg.processes);
     for (name, found) in cfg.processes.iter().zip(per_name) {
         if found.procs.is_empty() {
             return Err(match found.denied.first() {
@@ -106,7 +106,7 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
             let Ok(mut o) = target::open_mapped(pid, &m, &m.shown()) else {
                 continue;
             };
-            crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_placement())?;
+            crate::plan::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_placement())?;
             if seen.insert((o.dev, o.inode)) {
                 objects.push(o);
             }
@@ -130,7 +130,7 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
                     }
                     Err(_) => continue,
                 };
-                crate::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_placement())?;
+                crate::plan::functions::add_function_sites(&mut o, &fn_pats, cfg.fn_placement())?;
                 if !o.probes.sites.is_empty() && seen.insert((o.dev, o.inode)) {
                     objects.push(o);
                 }
@@ -171,7 +171,7 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
         // Only a file named (or run with -c) gets the hint: a process's mappings were all
         // looked at already.
         let found = if cfg.targets.len() == 1 && cfg.pids.is_empty() {
-            crate::libhint::for_executable(&cfg.targets[0], &cfg.patterns)
+            crate::target::libhint::for_executable(&cfg.targets[0], &cfg.patterns)
         } else {
             None
         };
@@ -179,7 +179,11 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
             Some((hint, lib)) => WatchError::NoProbesHint {
                 what,
                 hint,
-                suggestion: crate::libhint::suggestion(&lib, cfg.command.as_deref(), &cfg.patterns),
+                suggestion: crate::target::libhint::suggestion(
+                    &lib,
+                    cfg.command.as_deref(),
+                    &cfg.patterns,
+                ),
             },
             None => WatchError::NoProbes(what),
         });
@@ -192,10 +196,10 @@ pub(crate) fn open_targets(cfg: &WatchConfig) -> Result<Vec<Object>, WatchError>
 /// traces it there, as for a program whose libraries have the USDT probes.
 fn function_in_library(
     cfg: &WatchConfig,
-    fn_pats: &[&crate::pattern::Pattern],
+    fn_pats: &[&crate::util::pattern::Pattern],
     objects: &[Object],
 ) -> Result<(), WatchError> {
-    let missing: Vec<&crate::pattern::Pattern> = fn_pats
+    let missing: Vec<&crate::util::pattern::Pattern> = fn_pats
         .iter()
         .copied()
         .filter(|p| {
@@ -210,9 +214,9 @@ fn function_in_library(
     if missing.is_empty() {
         return Ok(());
     }
-    let libs = crate::libhint::function_libraries(&cfg.targets[0], &missing);
+    let libs = crate::target::libhint::function_libraries(&cfg.targets[0], &missing);
     let (Some(hint), Some(lib)) = (
-        crate::libhint::function_hint(&libs, missing.len()),
+        crate::target::libhint::function_hint(&libs, missing.len()),
         libs.first(),
     ) else {
         return Ok(());
@@ -223,7 +227,7 @@ fn function_in_library(
         patterns: patterns.join(" "),
         what: shown.join(", "),
         hint,
-        suggestion: crate::libhint::suggestion(lib, cfg.command.as_deref(), &cfg.patterns),
+        suggestion: crate::target::libhint::suggestion(lib, cfg.command.as_deref(), &cfg.patterns),
     })
 }
 

@@ -60,7 +60,7 @@ impl Endpoint {
     /// The path as given (maybe empty).
     fn parse(src: &'static str, given: &str, http_port: u16) -> Result<Endpoint, UrlError> {
         // Errors show the URL escaped: it may hold anything, and they go to a terminal.
-        let url = &*crate::terminal::clean(given);
+        let url = &*crate::util::terminal::clean(given);
         if given.chars().any(char::is_control) {
             return Err(UrlError::Control(src, url.to_string()));
         }

@@ -47,7 +47,7 @@ pub struct CaError {
 pub fn load_ca(src: &'static str, path: &Path) -> Result<CaCerts, CaError> {
     let err = |why: String| CaError {
         src,
-        path: crate::terminal::clean(&path.display().to_string()).into_owned(),
+        path: crate::util::terminal::clean(&path.display().to_string()).into_owned(),
         why,
     };
     let pem = read_small_file(path, MAX_CA_FILE).map_err(err)?;

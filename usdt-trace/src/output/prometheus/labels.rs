@@ -1,7 +1,7 @@
 //! Label values of `--by` keys: numbers in decimal, strings as they are but for escapes that
 //! keep every distinct byte string a distinct value.   (pure)
 
-use crate::agg::{Key, KeyVal};
+use crate::output::agg::{Key, KeyVal};
 
 /// A key's label value: its fields joined by ", " (as the text tables show a `--by comm,arg1`
 /// key), each as `field_label` writes it. With several fields, a comma inside a string is
@@ -30,7 +30,7 @@ pub fn field_label(k: &KeyVal) -> String {
         KeyVal::Int(v) => v.to_string(),
         KeyVal::Str(b) => bytes_label(b),
         KeyVal::CutStr(b) => bytes_label(b) + "…",
-        KeyVal::NoStr => crate::agg::NO_STRING_LABEL.to_string(),
+        KeyVal::NoStr => crate::output::agg::NO_STRING_LABEL.to_string(),
     }
 }
 

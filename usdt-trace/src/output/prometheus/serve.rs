@@ -10,7 +10,7 @@
 use super::listen::{poke, Conn, ListenAddr, Listener};
 use super::stream::Stream;
 use super::web::{self, Verdict, Web};
-use crate::wake::Wake;
+use crate::util::wake::Wake;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};

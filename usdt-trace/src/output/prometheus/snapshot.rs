@@ -2,7 +2,7 @@
 //! and how a definition that attached again carries what it had counted
 //! ([`Snapshot::add_base`]).   (pure)
 
-use crate::agg::Key;
+use crate::output::agg::Key;
 use crate::output::PairInfo;
 use usdt_trace_common::{Hist, WaitSums, HIST_COMPONENTS};
 

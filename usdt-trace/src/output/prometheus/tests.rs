@@ -1,5 +1,5 @@
 use super::*;
-use crate::agg::{Key, KeyVal};
+use crate::output::agg::{Key, KeyVal};
 use usdt_trace_common::WaitSums;
 
 fn pair(provider: &str, stem: &str) -> PairInfo {

@@ -24,7 +24,7 @@ mod tls;
 pub use auth::{authorization, BasicAuth, Verdict};
 pub use tls::ClientAuth;
 
-use crate::trusted::FileError;
+use crate::util::trusted::FileError;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -116,7 +116,7 @@ impl std::fmt::Debug for Web {
 impl Web {
     /// Reads and checks `path` and every file it names; the TLS config built.
     pub fn load(path: &Path) -> Result<Arc<Web>, WebConfigError> {
-        let text = crate::trusted::read(path).map_err(WebConfigError::File)?;
+        let text = crate::util::trusted::read(path).map_err(WebConfigError::File)?;
         let s = parse(path, &text)?;
         let tls = s
             .tls

@@ -3,7 +3,7 @@
 //! verified against `client_ca_file` when asked.
 
 use super::{TlsSettings, TlsVersion};
-use crate::trusted::FileError;
+use crate::util::trusted::FileError;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::Path;
@@ -33,7 +33,7 @@ pub struct Tls {
 }
 
 fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = crate::trusted::read_bytes(path).map_err(TlsError::File)?;
+    let pem = crate::util::trusted::read_bytes(path).map_err(TlsError::File)?;
     let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<_, _>>()
         .map_err(|e| TlsError::Bad(format!("{}: not PEM certificates: {e}", path.display())))?;
@@ -49,7 +49,7 @@ fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
 impl Tls {
     pub(super) fn load(s: &TlsSettings) -> Result<Tls, TlsError> {
         let chain = certs(&s.cert_file)?;
-        let pem = crate::trusted::read_bytes(&s.key_file).map_err(TlsError::File)?;
+        let pem = crate::util::trusted::read_bytes(&s.key_file).map_err(TlsError::File)?;
         let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
             TlsError::Bad(format!(
                 "{}: no private key in it (PEM: PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY): {e}",

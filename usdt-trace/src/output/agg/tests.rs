@@ -9,7 +9,7 @@ use usdt_trace_common::{Hist, SiteRole, SpanRecord, MAX_ARGS, STRS_CUT};
 use usdt_trace_common::{RecordHeader, RecordKind, SiteSpec};
 
 fn spec(pair: u32, role: SiteRole, nargs: u8) -> SiteSpec {
-    let mut s = crate::plan::site_spec(&[], 0, crate::spans::Role::Event, None, &[]);
+    let mut s = crate::plan::site_spec(&[], 0, crate::plan::spans::Role::Event, None, &[]);
     s.pair_id = pair;
     s.role = role;
     s.nargs = nargs;

@@ -9,9 +9,9 @@ use crate::elf::{
     self, ElfError, FnEnd, FnPlacement, FnProbeError, FnReturns, FnSites, Function, Functions,
     SiteInsn, FN_PROVIDER,
 };
-use crate::output::text::clean;
-use crate::pattern::Pattern;
 use crate::target::Object;
+use crate::util::pattern::Pattern;
+use crate::util::terminal::clean;
 use serde::Serialize;
 use std::io::{self, Write};
 use std::path::Path;
@@ -205,7 +205,7 @@ pub fn list(
         .collect();
     if !missing.is_empty() {
         let names = funcs.functions.iter().flat_map(|f| f.names.iter());
-        let best = crate::suggest::closest(missing[0].0, names.map(String::as_str));
+        let best = crate::plan::suggest::closest(missing[0].0, names.map(String::as_str));
         return Err(FnError::NoMatch {
             path: clean(&shown).into_owned(),
             globs: missing
@@ -213,7 +213,7 @@ pub fn list(
                 .map(|(g, _)| clean(g))
                 .collect::<Vec<_>>()
                 .join(" "),
-            suggest: crate::suggest::did_you_mean(best.map(clean).as_deref()),
+            suggest: crate::plan::suggest::did_you_mean(best.map(clean).as_deref()),
         });
     }
     let chosen: Vec<&Function> = funcs
@@ -333,7 +333,8 @@ fn write_text(
     ends: &[FnEnd],
 ) -> io::Result<()> {
     let single = |i: SiteInsn| {
-        i == SiteInsn::SingleStep || (i == SiteInsn::Push && !crate::kallsyms::push_emulated())
+        i == SiteInsn::SingleStep
+            || (i == SiteInsn::Push && !crate::util::kallsyms::push_emulated())
     };
     let hist = FnPlacement {
         returns: FnReturns::Auto,

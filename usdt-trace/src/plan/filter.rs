@@ -17,7 +17,7 @@
 //! argument N of that probe (a start, an end, an event; a span name means its start), and holds
 //! for records of other probes, so `request:arg1 >= 500` leaves other probes alone.
 
-use crate::pattern::Pattern;
+use crate::util::pattern::Pattern;
 use usdt_trace_common::{
     FilterProg, FilterTerm, FF_ARG, FF_COMM, FF_PID, FF_TID, FOP_EQ, FOP_GE, FOP_GT, FOP_LE,
     FOP_LT, FOP_NE, FT_GROUP_END, FT_PROBE, MAX_ARGS, MAX_FILTER_TERMS,
@@ -363,7 +363,7 @@ fn check_chars(expr: &str) -> Result<(), FilterError> {
                     i,
                     format!(
                         "{run:?} is not an operator{}",
-                        crate::suggest::did_you_mean(meant)
+                        crate::plan::suggest::did_you_mean(meant)
                     ),
                 ));
             }
@@ -429,7 +429,9 @@ fn parse_cmp(expr: &str, cmp: &str) -> Result<Term, FilterError> {
                 return Err(FilterError::Field {
                     expr: expr.to_string(),
                     field: f.to_string(),
-                    suggest: crate::suggest::did_you_mean(crate::suggest::closest(f, fields)),
+                    suggest: crate::plan::suggest::did_you_mean(crate::plan::suggest::closest(
+                        f, fields,
+                    )),
                 });
             }
         },

@@ -11,7 +11,7 @@
 //! kept for one that has exited since: its stack is still named. Objects' symbols are read once
 //! per (device, inode). The lookups are pure and unit-tested; [`Symbolizer`] adds the reads.
 
-use crate::procmaps::{parse_maps, MapEntry};
+use crate::target::procmaps::{parse_maps, MapEntry};
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
 use std::rc::Rc;
@@ -356,7 +356,7 @@ impl Symbolizer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::procmaps::parse_maps;
+    use crate::target::procmaps::parse_maps;
 
     /// A mapping of `path` (its real device and inode) at an address range `pid` does not map.
     fn gone_mapping(path: &std::path::Path) -> MapEntry {

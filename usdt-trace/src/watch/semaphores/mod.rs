@@ -26,7 +26,7 @@ mod layout;
 mod mem;
 
 use crate::plan::{AttachPoint, Plan};
-use crate::procmaps::{parse_maps, MapEntry};
+use crate::target::procmaps::{parse_maps, MapEntry};
 use crate::target::Object;
 use mem::{Lock, LockError, Mem, MemError};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -291,7 +291,7 @@ impl Raiser {
             .any(|x| (x.dev, x.inode) == (a.dev, a.inode))
         {
             if let Some(w) = warning_of(std::slice::from_ref(&a)) {
-                crate::output::text::say(&crate::output::text::clean(&w));
+                crate::util::terminal::say(&crate::util::terminal::clean(&w));
             }
             self.affected.push(a);
         }
@@ -328,7 +328,7 @@ impl Raiser {
     fn say(&mut self, line: &str) {
         self.said += 1;
         if self.said <= SAY_AT_MOST {
-            crate::output::text::say(&crate::output::text::clean(line));
+            crate::util::terminal::say(&crate::util::terminal::clean(line));
         }
     }
 

@@ -8,21 +8,21 @@
 //! user's patterns and rules, merged into the running plan ([`merge`]: new cookies after the
 //! last, span names shared by name), its specs written into the room the tracer reserved at
 //! load, and attached for that process. The kernel raises the semaphores as it attaches, as
-//! for any site, except those it would count wrong, which the run's [`crate::semaphores`]
+//! for any site, except those it would count wrong, which the run's [`crate::watch::semaphores`]
 //! raiser counts (as at the start). A line on stderr says what was added.
 //!
 //! Without the right to open system-wide perf events the maps are polled instead, once every
 //! [`SLOW_POLL`]: probes defined later are then seen within that time.
 
-use crate::changes::ChangeWatch;
 use crate::elf::{ElfError, Limits, ObjectProbes};
-use crate::filter::Filter;
-use crate::output::text::clean;
+use crate::plan::filter::Filter;
+use crate::plan::spans::StrRule;
 use crate::plan::{self, AttachPoint, Plan, PlanError, PlanOptions};
-use crate::spans::StrRule;
 use crate::target::{self, Object, TargetError};
 use crate::tracer::mmapwatch::MmapWatch;
 use crate::tracer::Tracer;
+use crate::util::terminal::clean;
+use crate::watch::changes::ChangeWatch;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use usdt_trace_common::SiteRole;
@@ -211,7 +211,7 @@ pub(crate) fn key_of(o: &Object) -> ((u32, u32), u64) {
 
 /// Whether `pid` maps one of `files` now.
 fn maps_one_of(pid: u32, files: &[((u32, u32), u64)]) -> bool {
-    crate::procmaps::mapped_objects(pid)
+    crate::target::procmaps::mapped_objects(pid)
         .is_ok_and(|objs| objs.iter().any(|m| files.contains(&(m.dev, m.inode))))
 }
 
@@ -288,7 +288,7 @@ impl Late {
         plan: &mut Plan,
         tracer: &mut Tracer,
         rules: &Rules,
-        raiser: &mut crate::semaphores::Raiser,
+        raiser: &mut crate::watch::semaphores::Raiser,
     ) {
         // Objects attached late and since written in place: detached, as those of the start
         // (and their semaphores no longer counted by hand).
@@ -349,10 +349,10 @@ impl Late {
         plan: &mut Plan,
         tracer: &mut Tracer,
         rules: &Rules,
-        raiser: &mut crate::semaphores::Raiser,
+        raiser: &mut crate::watch::semaphores::Raiser,
         deadline: Instant,
     ) -> Scan {
-        let Ok(maps) = crate::procmaps::mapped_objects(pid) else {
+        let Ok(maps) = crate::target::procmaps::mapped_objects(pid) else {
             return Scan::Gone;
         };
         let all_objects = matches!(self.scope, Scope::Pids(_));
@@ -386,7 +386,7 @@ impl Late {
                 Err(e) if matches!(e.elf(), Some(ElfError::TooLarge { .. })) => {
                     self.known.insert(key);
                     let why = e.elf().map(|k| k.to_string()).unwrap_or_default();
-                    crate::output::text::say(&format!(
+                    crate::util::terminal::say(&format!(
                         "warning: {} (pid {pid}): not traced: {why}",
                         clean(&shown)
                     ));
@@ -403,7 +403,7 @@ impl Late {
                 continue;
             }
             if let Err(e) = self.add(pid, o, plan, tracer, rules, raiser) {
-                crate::output::text::say(&format!("warning: {}", clean(&e)));
+                crate::util::terminal::say(&format!("warning: {}", clean(&e)));
             }
         }
         if again {
@@ -420,7 +420,7 @@ impl Late {
         plan: &mut Plan,
         tracer: &mut Tracer,
         rules: &Rules,
-        raiser: &mut crate::semaphores::Raiser,
+        raiser: &mut crate::watch::semaphores::Raiser,
     ) -> Result<(), String> {
         let what = format!("{} (pid {pid})", o.shown);
         let ctx = Joining {
@@ -430,7 +430,7 @@ impl Late {
             raiser,
         };
         if let Some(line) = attach_new(&o, Some(pid), &what, plan, ctx).map_err(|e| e.msg)? {
-            crate::output::text::say(&line);
+            crate::util::terminal::say(&line);
             self.objects.push(o);
         }
         Ok(())
@@ -442,7 +442,7 @@ pub(crate) struct Joining<'a> {
     pub tracer: &'a mut Tracer,
     pub rules: &'a Rules<'a>,
     pub changes: &'a mut ChangeWatch,
-    pub raiser: &'a mut crate::semaphores::Raiser,
+    pub raiser: &'a mut crate::watch::semaphores::Raiser,
 }
 
 /// Why an object could not join the running trace.
@@ -488,9 +488,9 @@ pub(crate) fn attach_new(
     // Merging fails only for want of span names.
     let mut points = merge(&mut merged, sub, room).map_err(|e| fail(&e, true))?;
     // Semaphores the kernel would count wrong are counted by hand, as at the start.
-    let handed = crate::semaphores::affected_object(o, usize::MAX, &points);
+    let handed = crate::watch::semaphores::affected_object(o, usize::MAX, &points);
     if let Some(a) = &handed {
-        crate::semaphores::hand_over_points(&mut points, a);
+        crate::watch::semaphores::hand_over_points(&mut points, a);
     }
     let masks = rules.filter.map(|f| plan::masks_from(&merged, first, f));
     tracer
@@ -557,7 +557,7 @@ mod tests {
     }
 
     fn spec(role: SiteRole, pair_id: u32) -> SiteSpec {
-        let mut s = crate::plan::site_spec(&[], 0, crate::spans::Role::Event, None, &[]);
+        let mut s = crate::plan::site_spec(&[], 0, crate::plan::spans::Role::Event, None, &[]);
         s.role = role;
         s.pair_id = pair_id;
         s

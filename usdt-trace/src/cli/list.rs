@@ -10,13 +10,13 @@
 //! them through [`clean`], so an escape sequence in a probe name is shown, not obeyed. JSON
 //! carries them exactly (its writer escapes control characters).
 
-use crate::argspec::describe::{
+use crate::elf::argspec::describe::{
     describe_arg_into, hex_len, loc_json, push_decimal, push_hex, push_json_int, push_json_str,
 };
 use crate::elf::{ElfError, ObjectProbes, Site, SiteInsn};
-use crate::output::text::clean;
-use crate::pattern::Pattern;
 use crate::target::{self, Object, TargetError};
+use crate::util::pattern::Pattern;
+use crate::util::terminal::clean;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -141,7 +141,7 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
         }
         // An executable whose probes live in the libraries it loads (java: libjvm.so).
         if let (Some(path), true) = (&t.path, probes.sites.is_empty()) {
-            if let Some((hint, lib)) = crate::libhint::for_executable(path, &cfg.patterns) {
+            if let Some((hint, lib)) = crate::target::libhint::for_executable(path, &cfg.patterns) {
                 writeln!(
                     err,
                     "hint: {}: no USDT probes, but {}; list them with: usdt-trace list {}",
@@ -211,7 +211,7 @@ pub fn run(cfg: &ListConfig, out: &mut dyn Write, err: &mut dyn Write) -> Result
         Ok(printed)
     } else {
         let objects: Vec<(&str, &ObjectProbes)> = kept.iter().map(|p| ("", p)).collect();
-        let suggest = crate::suggest::probe(&objects, &missing);
+        let suggest = crate::plan::suggest::probe(&objects, &missing);
         let missing: Vec<String> = missing.iter().map(|p| p.to_string()).collect();
         Err(if printed > 0 {
             ListError::SomeUnmatched(missing.join(" "), suggest)
@@ -529,7 +529,7 @@ pub fn list_to_string(path: &Path, json: bool) -> Result<(String, String), ListE
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::argspec::{parse_arg, Arch, ArgLoc};
+    use crate::elf::argspec::{parse_arg, Arch, ArgLoc};
     use crate::elf::SiteInsn;
 
     /// What `write_json` wrote before it was written by hand: serde's output of this struct.

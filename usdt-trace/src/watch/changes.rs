@@ -6,7 +6,7 @@
 //! `watch`'s loop at once; the size and modification time are also compared about once a
 //! second, for file systems whose writes inotify does not see (a network file system written
 //! from another host). `watch` then detaches the object's uprobes: see [`crate::watch`] and
-//! [`crate::late`].
+//! [`crate::watch::late`].
 
 use crate::target::Object;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

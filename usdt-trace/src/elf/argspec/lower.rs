@@ -88,7 +88,7 @@ mod tests {
     /// gcc -no-pie's `sym(%reg)` / `sym(,%idx,s)`: absolute memory once elf.rs resolved it.
     #[test]
     fn symbolic_displacement_maps_to_absolute_mem() {
-        use crate::argspec::{parse_arg, Arch};
+        use crate::elf::argspec::{parse_arg, Arch};
         let resolved = |s: &str, addr: Option<u64>| {
             let mut a = parse_arg(s, Arch::X86_64).resolve(|_| None);
             match &mut a.loc {

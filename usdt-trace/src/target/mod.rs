@@ -16,8 +16,16 @@
 //! So every object opened for a process is first opened `O_PATH` (no read, no device open),
 //! checked to be the inode `/proc/PID/maps` names, and only then opened for reading.
 
+pub(crate) mod child;
+pub(crate) mod libhint;
+pub(crate) mod libname;
+pub mod procmaps;
+pub(crate) mod procmem;
+pub(crate) mod procnames;
+pub(crate) mod symbolize;
+
 use crate::elf::{self, ElfError, ObjectProbes};
-use crate::procmaps::{self, MappedObject, ProcError};
+use crate::target::procmaps::{MappedObject, ProcError};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;

@@ -6,7 +6,7 @@
 //! `httpserver:request__start` (the glob would match it with one letter added). (pure)
 
 use crate::elf::ObjectProbes;
-use crate::pattern::Pattern;
+use crate::util::pattern::Pattern;
 
 /// Edits (insertions, deletions, substitutions) that make `glob` match `name`.
 pub fn glob_distance(glob: &str, name: &str) -> usize {
@@ -65,7 +65,7 @@ pub fn probe(objects: &[(&str, &ObjectProbes)], patterns: &[&Pattern]) -> String
         .map(|s| match crate::elf::function_of(s) {
             Some(f) => (
                 f.to_string(),
-                format!("{}:{f}", crate::pattern::FN_PROVIDER),
+                format!("{}:{f}", crate::util::pattern::FN_PROVIDER),
             ),
             None => (s.name.clone(), format!("{}:{}", s.provider, s.name)),
         })

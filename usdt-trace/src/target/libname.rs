@@ -4,7 +4,7 @@
 //! A library named without a `/` is found the way the dynamic loader would find it for what is
 //! traced: with `-p`, among the files the process maps; for a program (`-c`, or a TARGET named
 //! before it), among the libraries it loads (its `DT_NEEDED` closure, searched as
-//! [`crate::libhint`] does); with neither, in the system library directories. `libc` names
+//! [`crate::target::libhint`] does); with neither, in the system library directories. `libc` names
 //! `libc.so.6` (as bpftrace's `uprobe:libc:...` does), `libc.so` and `libc.so.6` too. Splitting
 //! the spelling and matching names are pure; the search reads files.
 
@@ -60,7 +60,10 @@ pub fn function_probe<'a>(
             spec: spec.to_string(),
         });
     }
-    Ok((path, format!("{}:{func}", crate::pattern::FN_PROVIDER)))
+    Ok((
+        path,
+        format!("{}:{func}", crate::util::pattern::FN_PROVIDER),
+    ))
 }
 
 /// Whether the file `file_name` is the library `name` names: the same name, or the name
@@ -131,7 +134,7 @@ impl Scope {
             return self
                 .pids
                 .iter()
-                .filter_map(|&pid| crate::procmaps::mapped_objects(pid).ok())
+                .filter_map(|&pid| crate::target::procmaps::mapped_objects(pid).ok())
                 .flatten()
                 .map(|m| m.path)
                 .find(|p| names_library(name, &file_name(p)))
@@ -139,11 +142,11 @@ impl Scope {
         }
         if let Some(exe) = &self.exe {
             return std::iter::once(exe.clone())
-                .chain(crate::libhint::libraries_of(exe))
+                .chain(crate::target::libhint::libraries_of(exe))
                 .find(|p| names_library(name, &file_name(p)))
                 .ok_or_else(not_found);
         }
-        for dir in crate::libhint::system_dirs() {
+        for dir in crate::target::libhint::system_dirs() {
             let Ok(rd) = std::fs::read_dir(&dir) else {
                 continue;
             };

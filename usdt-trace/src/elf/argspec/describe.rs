@@ -313,7 +313,7 @@ fn push_const_value(out: &mut String, v: u64, size: u8, signed: bool) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::argspec::{parse_arg, Arch};
+    use crate::elf::argspec::{parse_arg, Arch};
 
     #[test]
     fn describes_each_kind_of_argument() {

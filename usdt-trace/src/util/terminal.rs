@@ -61,6 +61,24 @@ pub fn clean(s: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+thread_local! {
+    /// What this thread's [`say`] lines start with.
+    static SPEAKER: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Names the lines this thread [`say`]s: a `serve` definition's thread sets
+/// `usdt-trace serve: [NAME] `, so that the daemon's log tells which definition attached,
+/// detached or refused what.
+pub(crate) fn set_speaker(prefix: String) {
+    SPEAKER.with(|s| *s.borrow_mut() = prefix);
+}
+
+/// One line on stderr about what a run attached, detached or refused (its untrusted parts
+/// [`clean`]ed by the caller), after the thread's name for itself.
+pub(crate) fn say(line: &str) {
+    SPEAKER.with(|s| eprintln!("{}{line}", s.borrow()));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

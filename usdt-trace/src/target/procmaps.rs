@@ -241,7 +241,7 @@ fn kernel_thread(pid: u32) -> Option<String> {
         return None;
     }
     let comm = stat.split_once('(')?.1.rsplit_once(')')?.0;
-    Some(crate::terminal::clean(comm).into_owned())
+    Some(crate::util::terminal::clean(comm).into_owned())
 }
 
 /// Every distinct file a live process has mapped.

@@ -9,7 +9,7 @@
 //! directories come from `/etc/ld.so.conf.d` instead. Parsing is pure and unit-tested; the
 //! search reads files.
 
-use crate::pattern::Pattern;
+use crate::util::pattern::Pattern;
 use object::elf;
 use object::read::elf::{Dyn, FileHeader};
 use object::Endianness;

@@ -7,13 +7,13 @@
 //! mappings (checked by device and inode, as every object a process names), then attached for
 //! every process running it: those started later from the same file are traced from their
 //! first instruction, with no scan. A process of that name running *another* file (a second
-//! install, a new build at the same path) is found by the scan that [`crate::follow`] repeats.
+//! install, a new build at the same path) is found by the scan that [`crate::watch::follow`] repeats.
 //!
 //! Everything read here is the traced process's to choose (it may rename itself, or exec a
 //! file named like another): a name only ever selects *which* processes' executables are
 //! traced, and each is opened as that process maps it, never by a path it claims.
 
-use crate::procmaps::MappedObject;
+use crate::target::procmaps::MappedObject;
 use std::os::unix::ffi::OsStrExt;
 
 /// The most bytes of a command name the kernel keeps (`TASK_COMM_LEN` less the NUL).
@@ -124,8 +124,8 @@ fn executable_of(pid: u32) -> std::io::Result<Option<MappedObject>> {
         (libc::major(meta.dev()), libc::minor(meta.dev())),
         meta.ino(),
     );
-    let maps = crate::procmaps::mapped_objects(pid).map_err(|e| match e {
-        crate::procmaps::ProcError::Io { source, .. } => source,
+    let maps = crate::target::procmaps::mapped_objects(pid).map_err(|e| match e {
+        crate::target::procmaps::ProcError::Io { source, .. } => source,
         other => std::io::Error::other(other.to_string()),
     })?;
     Ok(maps.into_iter().find(|m| (m.dev, m.inode) == key))

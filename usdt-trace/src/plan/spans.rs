@@ -168,7 +168,7 @@ impl SpanRule {
 /// at entry and `fn:GLOB:ret` the return value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StrRule {
-    pub probe: crate::pattern::Pattern,
+    pub probe: crate::util::pattern::Pattern,
     pub index: usize,
     /// `:len=M`: the string is exactly argument M bytes long, not NUL-terminated.
     pub len_arg: Option<usize>,
@@ -212,7 +212,7 @@ impl StrRule {
             return Err(bad());
         }
         Ok(StrRule {
-            probe: crate::pattern::Pattern::parse(probe).map_err(|_| bad())?,
+            probe: crate::util::pattern::Pattern::parse(probe).map_err(|_| bad())?,
             index,
             len_arg,
             ret,

@@ -7,7 +7,7 @@
 //! file, and none of them would be traced. [`Follow::poll`] looks at every named path (a
 //! `stat`) and, for `--process` names, at the running processes' executables, once every
 //! [`CHECK`]; each file it has not attached yet is opened, planned alone with the run's
-//! rules and merged into the running plan ([`crate::late::attach_new`]: span names shared by
+//! rules and merged into the running plan ([`crate::watch::late::attach_new`]: span names shared by
 //! name, so the same histograms and metric series go on), and attached for every process
 //! running it. The old file's attachment stays for the processes still running it. Once the
 //! old file is gone from the file system *and* no process maps it any more, nothing can run
@@ -25,12 +25,12 @@
 //! descriptor; a process's executable through its own mapping, checked by device and
 //! inode), so a path swapped between the `stat` and the open is traced as what was opened.
 
-use crate::changes::ChangeWatch;
-use crate::late::{attach_new, key_of, running, Joining, Rules};
-use crate::output::text::{clean, say};
 use crate::plan::Plan;
 use crate::target::{self, Object};
 use crate::tracer::Tracer;
+use crate::util::terminal::{clean, say};
+use crate::watch::changes::ChangeWatch;
+use crate::watch::late::{attach_new, key_of, running, Joining, Rules};
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -54,7 +54,7 @@ pub struct Follow {
     names: Vec<String>,
     /// The `fn:` patterns and how their ends are traced: a new build gets its function
     /// sites as the start's objects did.
-    fn_patterns: Vec<crate::pattern::Pattern>,
+    fn_patterns: Vec<crate::util::pattern::Pattern>,
     fn_place: crate::elf::FnPlacement,
     /// Every object attached, kept open: the uprobes were attached through their descriptors.
     objects: Vec<Object>,
@@ -90,7 +90,7 @@ impl Follow {
         let paths = cfg.follow_paths();
         let names = &cfg.processes;
         Follow {
-            fn_patterns: crate::functions::fn_patterns(&cfg.patterns)
+            fn_patterns: crate::plan::functions::fn_patterns(&cfg.patterns)
                 .into_iter()
                 .cloned()
                 .collect(),
@@ -158,7 +158,7 @@ impl Follow {
         tracer: &mut Tracer,
         rules: &Rules,
         watched: &mut ChangeWatch,
-        raiser: &mut crate::semaphores::Raiser,
+        raiser: &mut crate::watch::semaphores::Raiser,
     ) -> Result<(), String> {
         crate::watch::stop_changed(&self.changes.take_changed(), tracer, Some(&mut *raiser));
         if self.paths.is_empty() && self.names.is_empty() {
@@ -179,8 +179,10 @@ impl Follow {
                 tracer.know_file(FileKey::new(maj, min, ino));
             }
             for (mut o, what) in found {
-                let pats: Vec<&crate::pattern::Pattern> = self.fn_patterns.iter().collect();
-                if let Err(e) = crate::functions::add_function_sites(&mut o, &pats, self.fn_place) {
+                let pats: Vec<&crate::util::pattern::Pattern> = self.fn_patterns.iter().collect();
+                if let Err(e) =
+                    crate::plan::functions::add_function_sites(&mut o, &pats, self.fn_place)
+                {
                     say(&format!(
                         "warning: {}: not traced: {}",
                         clean(&what),
@@ -283,7 +285,7 @@ impl Follow {
             }
         }
         // One walk of /proc for every name.
-        let per_name = crate::procnames::executables(&self.names);
+        let per_name = crate::target::procnames::executables(&self.names);
         for (name, found_named) in self.names.iter().zip(per_name) {
             for (pid, m) in found_named.procs {
                 if self.known.contains(&(m.dev, m.inode)) {
@@ -314,7 +316,7 @@ impl Follow {
         }
         let still: HashSet<Key> = running(&gone)
             .into_iter()
-            .filter_map(|pid| crate::procmaps::mapped_objects(pid).ok())
+            .filter_map(|pid| crate::target::procmaps::mapped_objects(pid).ok())
             .flatten()
             .map(|m| (m.dev, m.inode))
             .collect();

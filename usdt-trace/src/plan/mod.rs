@@ -12,15 +12,23 @@
 //! Records come back carrying cookies; [`Plan::resolve`] turns one into a [`View`] for the
 //! sinks. Pure: no I/O, unit-tested without root.
 
-use crate::argspec::ArgSpec;
+pub mod filter;
+pub(crate) mod functions;
+pub mod record;
+pub(crate) mod spans;
+pub(crate) mod suggest;
+pub mod view;
+
+use crate::elf::argspec::ArgSpec;
 use crate::elf::{ObjectProbes, SiteInsn, SiteKind};
-use crate::output::{ArgFmt, PairInfo, Record, SiteInfo, StrArg, View};
-use crate::pattern::Pattern;
-use crate::spans::{self, ProbeName, ProbeRef, Role, SpanError, SpanRule, StrRule};
+use crate::plan::spans::{ProbeName, ProbeRef, Role, SpanError, SpanRule, StrRule};
+use crate::util::pattern::Pattern;
+use record::Record;
 use std::collections::BTreeSet;
 use usdt_trace_common::{
     ArgDesc, ArgKind, SiteRole, SiteSpec, StrDesc, ID_NONE, MAX_ARGS, MAX_STRS, STR_NONE,
 };
+use view::{ArgFmt, PairInfo, SiteInfo, StrArg, View};
 
 /// Where one uprobe goes in one file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +63,7 @@ pub struct PlanOptions<'a> {
     /// Pair probes by naming convention (`X__start`/`X__end`, ...).
     pub auto_span: bool,
     /// The running kernel turns a uprobe on a 5-byte nop into a call
-    /// ([`crate::tracer::Features::uprobe_optimize`]): attach `nop; nop5` sites on their nop5.
+    /// (`tracer::Features::uprobe_optimize`): attach `nop; nop5` sites on their nop5.
     pub optimize: bool,
     /// What a hit costs on this kernel, measured by the tracer (`tracer::calibrate`); None
     /// when not measured: the sites then carry no estimate rather than a made-up one.
@@ -81,7 +89,7 @@ impl ProbeCosts {
         }
         match insn {
             SiteInsn::Nop | SiteInsn::NopNop5 | SiteInsn::Branch => self.emulated_ns,
-            SiteInsn::Push if crate::kallsyms::push_emulated() => self.emulated_ns,
+            SiteInsn::Push if crate::util::kallsyms::push_emulated() => self.emulated_ns,
             SiteInsn::Nop5 | SiteInsn::Push | SiteInsn::SingleStep | SiteInsn::Unknown => {
                 self.single_step_ns
             }
@@ -194,7 +202,7 @@ pub fn check_every_pattern(
         return Ok(());
     }
     Err(PlanError::SomeUnmatched {
-        suggest: crate::suggest::probe(objects, &missing),
+        suggest: crate::plan::suggest::probe(objects, &missing),
         patterns: missing
             .iter()
             .map(|p| p.to_string())
@@ -245,7 +253,10 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
     if chosen.is_empty() {
         let join = |v: Vec<String>| v.join(" ");
         return Err(PlanError::NoMatch {
-            suggest: crate::suggest::probe(objects, &opts.patterns.iter().collect::<Vec<_>>()),
+            suggest: crate::plan::suggest::probe(
+                objects,
+                &opts.patterns.iter().collect::<Vec<_>>(),
+            ),
             patterns: join(opts.patterns.iter().map(|p| p.to_string()).collect()),
             targets: objects
                 .iter()
@@ -416,7 +427,7 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
         .map(|&c| (c.0, site(c)))
         .filter(|(_, s)| {
             s.insn == SiteInsn::SingleStep
-                || (s.insn == SiteInsn::Push && !crate::kallsyms::push_emulated())
+                || (s.insn == SiteInsn::Push && !crate::util::kallsyms::push_emulated())
         })
         .map(|(o, s)| (o, s.file_offset))
         .collect::<BTreeSet<_>>()
@@ -428,14 +439,14 @@ pub fn build(objects: &[(&str, &ObjectProbes)], opts: &PlanOptions) -> Result<Pl
 /// Which start a function's end closes on its thread (`SiteSpec::end_sp`): the one whose
 /// stack pointer says it is the same call, so that an end never closes a frame that a
 /// `longjmp` or an exception left open above its own.
-fn end_sp(kind: SiteKind, arch: Option<crate::argspec::Arch>) -> u8 {
+fn end_sp(kind: SiteKind, arch: Option<crate::elf::argspec::Arch>) -> u8 {
     use usdt_trace_common::{END_SP_ANY, END_SP_POPPED, END_SP_SAME, END_SP_TAIL};
     match kind {
         SiteKind::FnRetInsn => END_SP_SAME,
         SiteKind::FnTailRet => END_SP_TAIL,
         // aarch64 keeps the return address in x30: its stack pointer at the return probe is
         // the entry's.
-        SiteKind::FnReturn if arch == Some(crate::argspec::Arch::Aarch64) => END_SP_SAME,
+        SiteKind::FnReturn if arch == Some(crate::elf::argspec::Arch::Aarch64) => END_SP_SAME,
         SiteKind::FnReturn => END_SP_POPPED,
         _ => END_SP_ANY,
     }
@@ -824,7 +835,7 @@ pub fn site_spec(
         spec.nstrs += 1;
     }
     for (d, a) in spec.args.iter_mut().zip(args) {
-        *d = crate::argspec::lower::arg_desc(a, pc);
+        *d = crate::elf::argspec::lower::arg_desc(a, pc);
     }
     spec
 }
@@ -834,8 +845,8 @@ pub fn site_spec(
 /// are its start's, and end arguments are not filtered. A term naming none of these is an error.
 pub fn filter_masks(
     plan: &Plan,
-    filter: &crate::filter::Filter,
-) -> Result<Vec<u32>, crate::filter::FilterError> {
+    filter: &crate::plan::filter::Filter,
+) -> Result<Vec<u32>, crate::plan::filter::FilterError> {
     let masks = masks_from(plan, 0, filter);
     filter.check_probes(&masks)?;
     filter.check_arg_counts(
@@ -850,7 +861,7 @@ pub fn filter_masks(
 /// The `--filter` masks of the sites from cookie `first` on, unchecked: what
 /// [`filter_masks`] checks at start, and what sites planned late get (a term may name a probe
 /// that is yet to come).
-pub fn masks_from(plan: &Plan, first: usize, f: &crate::filter::Filter) -> Vec<u32> {
+pub fn masks_from(plan: &Plan, first: usize, f: &crate::plan::filter::Filter) -> Vec<u32> {
     plan.sites[first..]
         .iter()
         .zip(&plan.specs[first..])
@@ -887,7 +898,7 @@ pub fn plan_or_wait(
             };
             eprintln!(
                 "warning: {}: waiting for probes defined or loaded later",
-                crate::output::text::clean(&what)
+                crate::util::terminal::clean(&what)
             );
             Ok(Plan::default())
         }
@@ -898,16 +909,16 @@ pub fn plan_or_wait(
 /// With `--wait-for-probes`: a `--filter` term naming a probe no object has yet is a warning
 /// (the process may define it later), and the masks are computed without that check.
 pub fn masks_or_wait(
-    checked: Result<Vec<u32>, crate::filter::FilterError>,
+    checked: Result<Vec<u32>, crate::plan::filter::FilterError>,
     waiting: bool,
     plan: &Plan,
-    f: &crate::filter::Filter,
-) -> Result<Vec<u32>, crate::filter::FilterError> {
+    f: &crate::plan::filter::Filter,
+) -> Result<Vec<u32>, crate::plan::filter::FilterError> {
     match checked {
-        Err(e @ crate::filter::FilterError::NoProbe { .. }) if waiting => {
+        Err(e @ crate::plan::filter::FilterError::NoProbe { .. }) if waiting => {
             eprintln!(
                 "warning: {} (yet)",
-                crate::output::text::clean(&e.to_string())
+                crate::util::terminal::clean(&e.to_string())
             );
             Ok(masks_from(plan, 0, f))
         }
@@ -918,7 +929,7 @@ pub fn masks_or_wait(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::argspec::{parse_arg, Arch};
+    use crate::elf::argspec::{parse_arg, Arch};
     use crate::elf::{Site, SiteInsn};
     use usdt_trace_common::{Acct, EventRecord, RecordHeader, RecordKind, SpanRecord};
 
