@@ -20,12 +20,12 @@ mod agg;
 mod attach;
 mod load;
 mod read;
+pub use agg::{ByHists, Counts};
 #[allow(unused_imports)]
 use attach::*;
+pub use load::LoadOptions;
 #[allow(unused_imports)]
 use load::*;
-pub use load::LoadOptions;
-pub use agg::{ByHists, Counts};
 pub(crate) mod btf;
 pub mod calibrate;
 mod exechold;
@@ -35,6 +35,7 @@ mod multi;
 pub mod steal;
 mod sys;
 pub(crate) mod syscalls;
+mod uprobes;
 
 pub use agg::{AggCounters, AggLoad};
 pub use features::{AttachMode, AttachPath, Feature, Features};
@@ -244,7 +245,6 @@ fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> TraceError {
 }
 
 impl Tracer {
-
     /// Also end [`Tracer::poll`]'s wait when one of `fds` becomes readable (the caller keeps
     /// them open for as long as this tracer polls); added to those given before.
     pub fn wake_on(&mut self, fds: Vec<i32>) {
@@ -285,7 +285,6 @@ impl Tracer {
     pub fn hist_capacity(&self) -> usize {
         self.hist_pairs
     }
-
 }
 
 #[cfg(test)]
