@@ -3,14 +3,13 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`decode`](mod@decode) | ring buffer bytes → typed records (size-checked) |
 //! | [`json`] | NDJSON lines (the schema is pinned by the golden tests below) |
 //! | [`text`] | aligned text lines |
 //! | [`hist`] | in-kernel histograms drawn as text or JSON |
 //! | [`sink`] | what consumes records: `watch` hands each record to its sinks and never asks which |
 //!
-//! The ring buffer carries fixed-size `#[repr(C)]` records; [`decode`](mod@decode) checks each
-//! one's size before reading it. Site metadata (provider, name, which arguments are signed,
+//! The ring buffer carries fixed-size `#[repr(C)]` records; [`crate::plan::record`] checks each
+//! one's size before reading it (a record and what it means live with the plan, below output). Site metadata (provider, name, which arguments are signed,
 //! which one is a string) was decided once when attaching and is looked up here by the
 //! record's site index, so nothing is re-parsed per record. Bytes read from the traced process
 //! (comm, strings) are untrusted: they are escaped so the JSON is always valid.

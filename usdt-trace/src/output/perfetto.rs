@@ -37,105 +37,12 @@ use usdt_trace_common::{
     WAIT_NET, WAIT_TIMER,
 };
 
-/// Protobuf wire encoding: just what the trace needs.
-pub mod pb {
-    pub fn varint(out: &mut Vec<u8>, mut v: u64) {
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
-
-    fn key(out: &mut Vec<u8>, field: u32, wire: u8) {
-        varint(out, ((field as u64) << 3) | wire as u64);
-    }
-
-    /// uint32/uint64/enum/bool fields.
-    pub fn uint(out: &mut Vec<u8>, field: u32, v: u64) {
-        key(out, field, 0);
-        varint(out, v);
-    }
-
-    /// int32/int64 fields: two's complement as a 10-byte varint when negative.
-    pub fn int(out: &mut Vec<u8>, field: u32, v: i64) {
-        uint(out, field, v as u64);
-    }
-
-    pub fn fixed64(out: &mut Vec<u8>, field: u32, v: u64) {
-        key(out, field, 1);
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-
-    pub fn bytes(out: &mut Vec<u8>, field: u32, b: &[u8]) {
-        key(out, field, 2);
-        varint(out, b.len() as u64);
-        out.extend_from_slice(b);
-    }
-
-    /// A `string` field: protobuf requires UTF-8, and bytes from traced processes may not be.
-    pub fn string(out: &mut Vec<u8>, field: u32, b: &[u8]) {
-        match std::str::from_utf8(b) {
-            Ok(_) => bytes(out, field, b),
-            Err(_) => bytes(out, field, String::from_utf8_lossy(b).as_bytes()),
-        }
-    }
-
-    /// A nested message, encoded by `f` after a length prefix patched in afterwards.
-    pub fn message(out: &mut Vec<u8>, field: u32, f: impl FnOnce(&mut Vec<u8>)) {
-        key(out, field, 2);
-        let mut inner = Vec::new();
-        f(&mut inner);
-        varint(out, inner.len() as u64);
-        out.extend_from_slice(&inner);
-    }
-}
-
-// Field numbers from protos/perfetto/trace/trace_packet.proto and friends.
-const TRACE_PACKET: u32 = 1;
-mod packet {
-    pub const CLOCK_SNAPSHOT: u32 = 6;
-    pub const TIMESTAMP: u32 = 8;
-    pub const TRUSTED_PACKET_SEQUENCE_ID: u32 = 10;
-    pub const TRACK_EVENT: u32 = 11;
-    pub const SEQUENCE_FLAGS: u32 = 13;
-    pub const TIMESTAMP_CLOCK_ID: u32 = 58;
-    pub const TRACE_PACKET_DEFAULTS: u32 = 59;
-    pub const TRACK_DESCRIPTOR: u32 = 60;
-    /// TracePacket.SequenceFlags.SEQ_INCREMENTAL_STATE_CLEARED.
-    pub const SEQ_INCREMENTAL_STATE_CLEARED: u64 = 1;
-}
-mod clock {
-    pub const REALTIME: u64 = 1;
-    pub const MONOTONIC: u64 = 3;
-    pub const BOOTTIME: u64 = 6;
-}
-mod track {
-    pub const UUID: u32 = 1;
-    pub const NAME: u32 = 2;
-    pub const PROCESS: u32 = 3;
-    pub const THREAD: u32 = 4;
-    pub const PARENT_UUID: u32 = 5;
-}
-mod event {
-    pub const DEBUG_ANNOTATIONS: u32 = 4;
-    pub const TYPE: u32 = 9;
-    pub const TRACK_UUID: u32 = 11;
-    pub const CATEGORIES: u32 = 22;
-    pub const NAME: u32 = 23;
-    /// `repeated fixed64`: flows starting or passing here, and flows ending here.
-    pub const FLOW_IDS: u32 = 47;
-    pub const TERMINATING_FLOW_IDS: u32 = 48;
-    pub const SLICE_BEGIN: u64 = 1;
-    pub const SLICE_END: u64 = 2;
-    pub const INSTANT: u64 = 3;
-}
-mod annot {
-    pub const UINT: u32 = 3;
-    pub const INT: u32 = 4;
-    pub const STRING: u32 = 6;
-    pub const NAME: u32 = 10;
-}
+mod annotate;
+mod fields;
+pub mod pb;
+mod tracks;
+use annotate::*;
+use fields::*;
 
 /// All packets come from one writer, so one sequence.
 const SEQ_ID: u64 = 1;
@@ -258,154 +165,6 @@ impl<W: Write> PerfettoSink<W> {
         });
     }
 
-    /// Process and thread tracks, described the first time each is seen.
-    fn tracks_for(&mut self, pid: u32, tid: u32, comm: &[u8]) {
-        // Bounded over a long run of many short-lived threads: a track forgotten is only
-        // described again (same uuid), which the trace allows.
-        if self.threads.len() >= MAX_TRACKS || self.processes.len() >= MAX_TRACKS {
-            self.threads.clear();
-            self.processes.clear();
-            self.thread_slices.clear();
-            self.lanes.clear();
-        }
-        if self.processes.insert(pid) {
-            // The process's name is its main thread's; read it while the process is there.
-            let name = std::fs::read(format!("/proc/{pid}/comm"))
-                .map(|mut n| {
-                    while n.last() == Some(&b'\n') {
-                        n.pop();
-                    }
-                    n
-                })
-                .unwrap_or_else(|_| {
-                    if pid == tid {
-                        comm.to_vec()
-                    } else {
-                        Vec::new()
-                    }
-                });
-            self.packet(|p| {
-                pb::message(p, packet::TRACK_DESCRIPTOR, |t| {
-                    pb::uint(t, track::UUID, process_uuid(pid));
-                    pb::message(t, track::PROCESS, |d| {
-                        pb::int(d, 1, pid as i64); // pid
-                        if !name.is_empty() {
-                            pb::string(d, 6, &name); // process_name
-                        }
-                    });
-                });
-            });
-        }
-        if self.threads.insert(tid) {
-            // A wait record's is empty when this kernel's BTF did not say where it is.
-            let comm = if comm.is_empty() {
-                std::fs::read(format!("/proc/{pid}/task/{tid}/comm"))
-                    .map(|mut n| {
-                        while n.last() == Some(&b'\n') {
-                            n.pop();
-                        }
-                        n
-                    })
-                    .unwrap_or_default()
-            } else {
-                comm.to_vec()
-            };
-            self.packet(|p| {
-                pb::message(p, packet::TRACK_DESCRIPTOR, |t| {
-                    pb::uint(t, track::UUID, thread_uuid(tid));
-                    pb::uint(t, track::PARENT_UUID, process_uuid(pid));
-                    pb::message(t, track::THREAD, |d| {
-                        pb::int(d, 1, pid as i64); // pid
-                        pb::int(d, 2, tid as i64); // tid
-                        if !comm.is_empty() {
-                            pb::string(d, 5, &comm); // thread_name
-                        }
-                    });
-                });
-            });
-        }
-    }
-
-    /// Whether `id` (a markers span of `pid`) descends from `ancestor`, as far as the spans
-    /// seen tell.
-    fn descends(&self, pid: u32, mut id: u64, ancestor: u64) -> bool {
-        // Bounded: a parent table with a cycle (ids reused by a long-running program) ends.
-        for _ in 0..64 {
-            match self.parents.get(&(pid, id)) {
-                Some(&p) if p == ancestor => return true,
-                Some(&p) if p != 0 => id = p,
-                _ => return false,
-            }
-        }
-        false
-    }
-
-    /// Whether a span that ran on this thread nests strictly with what the thread's track
-    /// already holds, and remembers it either way. `eligible`: it started and ended here and
-    /// was not polled. `id`: its markers span id; a markers span that would enclose a markers
-    /// span of this thread not its descendant (another request that ran on this worker while
-    /// this one waited, wherever that one is drawn) does not nest.
-    fn place_on_thread(&mut self, pid: u32, tid: u32, span: Placed, eligible: bool) -> bool {
-        let mut v = self.thread_slices.remove(&tid).unwrap_or_default();
-        // Slices that started inside this one ended before it (end order): they nest in it.
-        let keep = v
-            .iter()
-            .position(|p| p.start >= span.start)
-            .unwrap_or(v.len());
-        let crosses = v[..keep]
-            .iter()
-            .rev()
-            .find(|p| p.placed)
-            .is_some_and(|p| p.end > span.start);
-        let unrelated = span.id.is_some_and(|me| {
-            v[keep..]
-                .iter()
-                .any(|c| c.id.is_some_and(|cid| !self.descends(pid, cid, me)))
-        });
-        let placed = eligible && !crosses && !unrelated;
-        if placed {
-            // What it encloses is checked against it already: a span enclosing it later and
-            // not an ancestor of those is not one of this span either.
-            v.truncate(keep);
-            v.push(Placed { placed, ..span });
-        } else if span.id.is_some() {
-            v.insert(keep, Placed { placed, ..span });
-        }
-        if v.len() > THREAD_HISTORY {
-            // The oldest span drawn elsewhere goes first: forgetting one only spares a later
-            // span the unrelated check, forgetting a placed slice could let a later one cross
-            // it (a busy worker ends many polled requests between two of its own slices).
-            let i = v.iter().position(|p| !p.placed).unwrap_or(0);
-            v.remove(i);
-        }
-        self.thread_slices.insert(tid, v);
-        placed
-    }
-
-    /// An async track for a span of `name` in `pid` over [start, end].
-    fn lane(&mut self, pid: u32, name: &str, start: u64, end: u64) -> u64 {
-        let lanes = self.lanes.entry((pid, name.to_string())).or_default();
-        if let Some(l) = lanes.iter_mut().find(|l| l.last_end <= start) {
-            l.last_end = end;
-            return l.uuid;
-        }
-        let uuid = async_uuid(self.next_lane);
-        self.next_lane += 1;
-        lanes.push(Lane {
-            uuid,
-            last_end: end,
-        });
-        let n = lanes.len();
-        self.packet(|p| {
-            pb::message(p, packet::TRACK_DESCRIPTOR, |t| {
-                pb::uint(t, track::UUID, uuid);
-                pb::uint(t, track::PARENT_UUID, process_uuid(pid));
-                pb::string(t, track::NAME, format!("{name} (async {n})").as_bytes());
-            });
-        });
-        uuid
-    }
-
     fn track_event(
         &mut self,
         ts: u64,
@@ -438,104 +197,6 @@ impl<W: Write> PerfettoSink<W> {
     }
 }
 
-fn annotation(out: &mut Vec<u8>, name: &str, value: impl FnOnce(&mut Vec<u8>)) {
-    pb::message(out, event::DEBUG_ANNOTATIONS, |a| {
-        pb::string(a, annot::NAME, name.as_bytes());
-        value(a);
-    });
-}
-
-/// `arg0`, `arg1`, ... (prefix `end_arg` for end arguments) as typed annotations; unreadable
-/// arguments are left out, the captured string is a string.
-fn args_annotations(
-    out: &mut Vec<u8>,
-    prefix: &str,
-    site: &SiteInfo,
-    args: &[u64; MAX_ARGS],
-    strs: Option<&StrSet>,
-) {
-    for i in 0..site.args.len().min(MAX_ARGS) {
-        let name = arg_key(site, prefix, i);
-        match arg_value(site, i, args, strs) {
-            ArgValue::Str { bytes, cut, .. } => {
-                let v = str_value(bytes, cut);
-                annotation(out, &name, |a| pb::string(a, annot::STRING, v.as_bytes()))
-            }
-            ArgValue::Unsigned(v) => annotation(out, &name, |a| pb::uint(a, annot::UINT, v)),
-            ArgValue::Signed(v) => annotation(out, &name, |a| pb::int(a, annot::INT, v)),
-            ArgValue::Unreadable => {}
-        }
-    }
-}
-
-fn span_annotations(
-    out: &mut Vec<u8>,
-    start: &SiteInfo,
-    end: &SiteInfo,
-    r: &SpanRecord,
-    strs: Option<&StrSet>,
-    on_async: bool,
-) {
-    args_annotations(out, "arg", start, &r.args, strs);
-    args_annotations(out, "end_arg", end, &r.end_args, strs);
-    annotation(out, "end", |a| {
-        pb::string(a, annot::STRING, end.name.as_bytes())
-    });
-    // Off its thread's track, the threads it started and ended on are only said here.
-    if on_async || r.start_tid != r.hdr.tid {
-        annotation(out, "start_tid", |a| {
-            pb::uint(a, annot::UINT, r.start_tid as u64)
-        });
-        annotation(out, "end_tid", |a| {
-            pb::uint(a, annot::UINT, r.hdr.tid as u64)
-        });
-    }
-    if r.acct_valid != 0 {
-        let x = &r.acct;
-        for (k, v) in [
-            ("oncpu_ns", x.oncpu),
-            ("steal_ns", x.steal),
-            ("offcpu_ns", x.runq + x.sleep + x.io),
-            ("runq_ns", x.runq),
-            ("sleep_ns", x.sleep),
-            ("io_ns", x.io),
-        ] {
-            annotation(out, k, |a| pb::uint(a, annot::UINT, v));
-        }
-        // What the sleep and I/O waited on (as the NDJSON's `waits`), only for the kinds it
-        // waited on: `wait_lock_ns` and `wait_lock_n`, and so on.
-        for (name, ns, n, _) in crate::output::wait_kinds(x) {
-            if ns == 0 && n == 0 {
-                continue;
-            }
-            annotation(out, &format!("wait_{name}_ns"), |a| {
-                pb::uint(a, annot::UINT, ns)
-            });
-            annotation(out, &format!("wait_{name}_n"), |a| {
-                pb::uint(a, annot::UINT, u64::from(n))
-            });
-        }
-        // A polled span: the split above is its polls' time; the rest was between polls.
-        if r.polls > 0 {
-            for (k, v) in [
-                ("idle_ns", r.idle_ns),
-                ("polls", r.polls as u64),
-                ("threads", r.threads as u64),
-            ] {
-                annotation(out, k, |a| pb::uint(a, annot::UINT, v));
-            }
-        }
-        if r.longest_off_ns > 0 && (r.waker_pid != 0 || r.waker_comm[0] != 0) {
-            let mut w = cstr(&r.waker_comm).to_vec();
-            let _ = write!(w, " {}/{}", r.waker_pid, r.waker_tid);
-            annotation(out, "waker", |a| pb::string(a, annot::STRING, &w));
-            annotation(out, "waker_off_ns", |a| {
-                pb::uint(a, annot::UINT, r.longest_off_ns)
-            });
-        }
-    }
-}
-
 /// The category of the off-CPU slices: a query (or the UI's filter) tells them from spans by it.
 pub const WAIT_CATEGORY: &str = "offcpu";
 
@@ -550,20 +211,6 @@ pub fn wait_name(kind: u32) -> &'static str {
         WAIT_FAULT => "fault",
         _ => "other",
     }
-}
-
-/// The waker as the spans' `waker` annotation shows it: `comm pid/tid`, or an interrupt's
-/// label alone.
-fn waker_label(w: &WaitRecord) -> Option<Vec<u8>> {
-    let comm = cstr(&w.waker_comm);
-    if w.waker_pid == 0 && comm.is_empty() {
-        return None;
-    }
-    let mut s = comm.to_vec();
-    if w.waker_pid != 0 {
-        let _ = write!(s, " {}/{}", w.waker_pid, w.waker_tid);
-    }
-    Some(s)
 }
 
 impl<W: Write> PerfettoSink<W> {
@@ -613,16 +260,6 @@ impl<W: Write> PerfettoSink<W> {
             (&[], None),
         );
     }
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec out-pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl<W: Write> Sink for PerfettoSink<W> {
