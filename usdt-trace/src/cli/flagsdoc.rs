@@ -14,7 +14,7 @@ pub(crate) fn render() -> String {
     let mut out = String::new();
     out.push_str(
         "<!-- Generated from the clap definitions in usdt-trace/src/cli/args.rs by \
-         usdt-trace/src/flagsdoc.rs: do not edit.\n     \
+         usdt-trace/src/cli/flagsdoc.rs: do not edit.\n     \
          Regenerate with: USDT_TRACE_BLESS=1 cargo test -p usdt-trace --lib flags_md -->\n\n",
     );
     out.push_str("# Flag reference\n\n");
