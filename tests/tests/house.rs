@@ -207,3 +207,58 @@ fn crate_references_are_read_in_groups_and_paths() {
     assert_eq!(names, ["plan", "util", "watch", "tracer"]);
     assert_eq!(before_tests("a\n#[cfg(test)]\nmod tests {}\n"), "a\n");
 }
+
+/// ARCHITECTURE.md's layout is the listing: a `src/STAGE/` paragraph per stage, in the stage
+/// order, naming every file and folder of that stage (mod.rs and test files aside).
+#[test]
+fn the_layout_in_architecture_md_names_every_stage_and_file() {
+    let order = stage_order();
+    let arch = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let mut paragraphs: Vec<(String, String)> = Vec::new();
+    for line in arch.lines() {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix("src/") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| *c != '/' && *c != ' ')
+                .collect();
+            paragraphs.push((name, line.to_string()));
+        } else if let Some(last) = paragraphs.last_mut() {
+            if line.starts_with("   ") {
+                last.1.push_str(line);
+            }
+        }
+    }
+    let stages: Vec<&str> = paragraphs
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| order.iter().any(|o| o == n))
+        .collect();
+    assert_eq!(
+        stages, order,
+        "the layout's src/ paragraphs against the stage order"
+    );
+    let mut missing = Vec::new();
+    for stage in &order {
+        let text = &paragraphs.iter().find(|(n, _)| n == stage).unwrap().1;
+        for e in std::fs::read_dir(root().join("usdt-trace/src").join(stage)).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if name == "mod.rs" || is_test_file(&p) {
+                continue;
+            }
+            let shown = if p.is_dir() {
+                format!("{name}/")
+            } else {
+                name.clone()
+            };
+            if !text.contains(&shown) {
+                missing.push(format!("src/{stage}/{shown}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in ARCHITECTURE.md's layout: {missing:?}"
+    );
+}
