@@ -249,7 +249,7 @@ impl<W: Write> PerfettoSink<W> {
         let ts = if self.last_wait_ns > 0 {
             self.last_wait_ns
         } else {
-            clock_ns(libc::CLOCK_MONOTONIC)
+            crate::util::clock::clock_ns(libc::CLOCK_MONOTONIC)
         };
         self.track_event(
             ts,
@@ -264,8 +264,8 @@ impl<W: Write> PerfettoSink<W> {
 
 impl<W: Write> Sink for PerfettoSink<W> {
     fn begin(&mut self, run: &RunInfo) -> io::Result<()> {
-        let mono = clock_ns(libc::CLOCK_MONOTONIC);
-        let boot = clock_ns(libc::CLOCK_BOOTTIME);
+        let mono = crate::util::clock::clock_ns(libc::CLOCK_MONOTONIC);
+        let boot = crate::util::clock::clock_ns(libc::CLOCK_BOOTTIME);
         let real = run.clock_zero_unix_ns + mono;
         // The sequence's first packet: clears its (empty) incremental state and sets the
         // clock of the packets that follow; the snapshot lets the viewer map it to boot time.

@@ -243,7 +243,7 @@ impl Follow {
             // SAFETY: kill has no memory preconditions; a pid that exited meanwhile (or was
             // reused: SIGCONT to a running process does nothing) is harmless.
             unsafe { libc::kill(e.pid as libc::pid_t, libc::SIGCONT) };
-            let held = crate::watch::clock::monotonic_ns().saturating_sub(e.ts_ns);
+            let held = crate::util::clock::monotonic_ns().saturating_sub(e.ts_ns);
             self.held += 1;
             self.held_max_ns = self.held_max_ns.max(held);
             say(&format!(

@@ -14,11 +14,10 @@
 //! the `--by` key, the `--filter` masks, the files watched for changes), `attach` (attaching
 //! and detaching), `reader` (the
 //! reading loop's work), `stacks` (`--stack`), `late_strs` (strings read from the live
-//! process), `signals` and `clock`, `session` (a run driven by its caller, for `serve`), `warnings` (the end-of-run summary and warnings) and `error`.
+//! process), `signals`, `session` (a run driven by its caller, for `serve`), `warnings` (the end-of-run summary and warnings) and `error`.
 
 mod attach;
 pub(crate) mod changes;
-pub(crate) mod clock;
 mod config;
 mod error;
 mod execchain;
@@ -39,8 +38,8 @@ pub use config::{AggArgs, PromConfig, WatchConfig};
 pub use error::WatchError;
 pub use session::Session;
 
+use crate::util::clock::{self, monotonic_ns, monotonic_zero_unix_ns};
 use attach::attach;
-use clock::{monotonic_ns, monotonic_zero_unix_ns};
 use planned::{plan_run, Planned};
 use reader::{Agg, Reader};
 use signals::{install_signal_handlers, STOP};

@@ -4,7 +4,6 @@
 //! `--count`, `--top`, kept between blocks in [`Agg`]) and answers `--prometheus` scrapes.
 //! Apart from the driver so that `run` only sets the stages up, loops and tears them down.
 
-use super::clock::{clock_ns, monotonic_ns};
 use super::late_strs::{read_late, LATE_READS_PER_BATCH};
 use super::stacks::Stacks;
 use super::{PromConfig, WatchConfig, WatchError};
@@ -12,6 +11,7 @@ use crate::output::sink::{Fanout, Hists};
 use crate::output::{self, Sink, View};
 use crate::plan::Plan;
 use crate::tracer::Tracer;
+use crate::util::clock::{clock_ns, monotonic_ns};
 use std::time::Duration;
 use usdt_trace_common::{Hist, WaitSums, HIST_COMPONENTS, STRS_RECORD_SENT};
 

@@ -7,7 +7,6 @@
 //! summary, which a daemon has none of.
 
 use super::attach::{attach, stop_changed};
-use super::clock::monotonic_ns;
 use super::planned::{plan_run, Planned};
 use super::reader::{Agg, Reader};
 use super::targets::open_targets;
@@ -16,6 +15,7 @@ use crate::output::prometheus::Snapshot;
 use crate::output::sink::Fanout;
 use crate::target;
 use crate::tracer::Tracer;
+use crate::util::clock::monotonic_ns;
 use std::time::Duration;
 
 /// One definition's live tracing.

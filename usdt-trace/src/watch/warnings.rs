@@ -3,11 +3,11 @@
 //! going on), printed on stderr once tracing has ended. Apart from the driver because each new
 //! limit adds a warning here and nothing to the run loop.
 
-use super::clock::monotonic_ns;
 use super::reader::Reader;
 use super::{WatchConfig, WatchError};
 use crate::output::{self, Summary};
 use crate::tracer::{AggCounters, Tracer};
+use crate::util::clock::monotonic_ns;
 
 /// What the summary line alone does not say, on stderr once tracing has ended: limits that
 /// dropped spans, keys counted as "other", lost and unwritten records, a detach still going on.

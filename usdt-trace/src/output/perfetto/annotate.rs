@@ -114,13 +114,3 @@ pub(super) fn waker_label(w: &WaitRecord) -> Option<Vec<u8>> {
     }
     Some(s)
 }
-
-pub(super) fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec out-pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
