@@ -121,9 +121,10 @@ for suite in $KERNELS; do
 done
 
 # --- The initramfs: busybox, the stage, /init. Uncompressed: unpacking gzip in an emulated CPU
-# costs seconds; QEMU loads the 20 MB as they are.
-INITRD=$CACHE/initramfs.cpio
-root=$CACHE/initramfs
+# costs seconds; QEMU loads the 20 MB as they are. Next to the stage, not in the shared cache:
+# two checkouts testing at once would each boot the other's binaries.
+INITRD=$STAGE/initramfs.cpio
+root=$STAGE/initramfs
 rm -rf "$root"
 mkdir -p "$root"/{bin,dev,proc,sys,tmp,progs,oracle}
 cp "$BUSYBOX" "$root/bin/busybox"
