@@ -32,6 +32,7 @@ use crate::{
     args::{copy_regs, read_arg, read_args, ArgWords},
     filter::usdt_filter_rejects,
     maps::{current_comm_into, CONFIG, SCRATCH, SITES},
+    store::forget,
     store::zero,
 };
 
@@ -418,6 +419,12 @@ fn key_from_args(k: &mut ByKey, site: u32, a: &[u64; MAX_ARGS]) {
     } else {
         (len as usize, false)
     };
+    // Bounded again against a constant, as in `args::read_one` (see `forget`): 6.1 learns
+    // nothing from `len > max` and refused the read's size as possibly negative.
+    let n = forget(n as u64) as usize;
+    if n > STR_MAX_CAP {
+        return;
+    }
     let Some(dst) = k.str.get_mut(..n) else {
         return;
     };

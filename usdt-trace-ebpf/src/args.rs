@@ -6,6 +6,8 @@ use aya_ebpf::{
     programs::ProbeContext,
 };
 use usdt_trace_common::regs;
+
+use crate::store::forget;
 use usdt_trace_common::{
     ArgDesc, ArgKind, SiteSpec, StrSet, GO_FRAME_DEPTH_MASK, MAX_ARGS, MAX_STRS, REG_NONE,
     STRS_CUT, STRS_FAULT, STRS_OK, STR_MAX_CAP, STR_NONE, STR_SLOT,
@@ -257,6 +259,12 @@ fn read_one_inner(ptr: u64, len: u64, max: usize, dst: &mut [u8; STR_SLOT]) -> (
         } else {
             (len as usize, STRS_OK)
         };
+        // Bounded again against a constant (see `forget`): 6.1 learns nothing from
+        // `len > max` and refused the read's size as possibly negative.
+        let n = forget(n as u64) as usize;
+        if n > STR_MAX_CAP {
+            return (STRS_FAULT, 0);
+        }
         let Some(d) = dst.get_mut(..n) else {
             return (STRS_FAULT, 0);
         };

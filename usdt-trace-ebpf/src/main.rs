@@ -36,6 +36,8 @@
 // The atomic add of `maps::TRACKED` (the BPF target has no AtomicU64::fetch_add).
 #![cfg_attr(target_arch = "bpf", allow(internal_features))]
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+// `store::forget`'s empty `asm!`, libbpf's `barrier_var` (BPF inline asm is unstable in Rust).
+#![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 #![cfg_attr(not(target_arch = "bpf"), allow(dead_code, unused_imports))]
 // Map values are passed by reference on purpose: `insert(key, *frame)` would copy a 400-byte
 // frame (or a 5 KB thread state) onto the 512-byte BPF stack.

@@ -11,7 +11,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use usdt_trace_common::{
-    task_slot, Config, Hist, IdFrame, IdKey, IdSlot, SiteSpec, StrSet, ThreadState, WaitSums,
+    task_slot, Acct, Config, Hist, IdFrame, IdKey, IdSlot, SiteSpec, StrSet, ThreadState, WaitSums,
     HIST_COMPONENTS, MAX_ARGS, MAX_PAIRS, NUM_COUNTERS, SYSCALL_CLASS_LEN,
 };
 
@@ -204,6 +204,24 @@ pub static ID_STRS: Array<StrSet> = Array::with_max_entries(usdt_trace_common::I
 /// Per CPU: a span start's strings are read here, then inserted into STRS.
 #[map]
 pub static STR_SCRATCH: PerCpuArray<StrSet> = PerCpuArray::with_max_entries(1, 0);
+/// Per CPU: a thread's totals at a poll marker ([`ACCT_NOW`]) and a closing span's time
+/// split ([`ACCT_SPLIT`]), built here rather than on the stack (see `spans::span_split`).
+#[map]
+static ACCT_SCRATCH: PerCpuArray<Acct> = PerCpuArray::with_max_entries(2, 0);
+pub const ACCT_NOW: u32 = 0;
+pub const ACCT_SPLIT: u32 = 1;
+
+/// This CPU's `ACCT_SCRATCH` slot `i`.
+#[inline(always)]
+pub fn acct_scratch(i: u32) -> Option<&'static mut Acct> {
+    // SAFETY: this CPU's slot, which nothing else uses while this program runs (each is
+    // written and read within one hit, and a hit takes the slot it names only once at a time).
+    ACCT_SCRATCH.get_ptr_mut(i).map(|p| unsafe { &mut *p })
+}
+
+/// Per CPU: the arguments `usdt_emit_strs` reads for itself (off its stack, see there).
+#[map]
+pub static STR_ARGS: PerCpuArray<[u64; MAX_ARGS]> = PerCpuArray::with_max_entries(1, 0);
 /// Threads that had span starts dropped because THREADS was full, and how many of those
 /// starts are still waiting for their end: such an end is a drop, not an unmatched end.
 /// An LRU so it never refuses; an evicted entry only makes later ends count as unmatched.

@@ -23,14 +23,14 @@ use usdt_trace_common::{
 };
 
 use crate::args::ArgWords;
-use crate::store::{copy_words, zero, zero_words};
+use crate::store::{copy_words, copy_words_of, forget, zero, zero_words};
 use crate::{
     args::{copy_regs, ctx_sp, read_args, usdt_read_arg_ctx, REGS_WORDS},
     maps::{
-        cas, count, count_n, current_comm_into, existing_thread, note_stateless_start, opaque,
-        publish, ringbuf_flags, take_stateless_start, thread_state, Scratch, CONFIG, EVENTS,
-        FRAME_SCRATCH, HISTS, ID_DROPPED, ID_SLOTS, ID_SPANS, OPAQUE_UPROBE, SCRATCH, SITES,
-        WAIT_SUMS,
+        acct_scratch, cas, count, count_n, current_comm_into, existing_thread,
+        note_stateless_start, opaque, publish, ringbuf_flags, take_stateless_start, thread_state,
+        Scratch, ACCT_NOW, ACCT_SPLIT, CONFIG, EVENTS, FRAME_SCRATCH, HISTS, ID_DROPPED, ID_SLOTS,
+        ID_SPANS, OPAQUE_UPROBE, SCRATCH, SITES, WAIT_SUMS,
     },
     sched,
     strs::{drop_strs, usdt_emit_strs, usdt_keep_strs},
@@ -253,7 +253,7 @@ fn emit_event<const S: bool>(hit: &Hit<S>, args: &mut [u64; MAX_ARGS]) -> Result
 fn open_frame<const S: bool>(
     hit: &Hit<S>,
     f: &mut Frame,
-    acct_start: Option<Acct>,
+    acct_start: Option<&Acct>,
     with_args: bool,
 ) {
     f.site = hit.cookie;
@@ -263,7 +263,7 @@ fn open_frame<const S: bool>(
     f.sp = ctx_sp(hit.ctx);
     // Zeroed word by word: a constant all-zero `Acct` stored whole is a `memset` call.
     match acct_start {
-        Some(a) => f.acct_start = a,
+        Some(a) => copy_words_of(&mut f.acct_start, a),
         None => zero_words(&mut f.acct_start),
     }
     // Neighbouring zero stores become a call of a byte-loop `memset` subprogram (on every
@@ -286,7 +286,7 @@ fn close_span<const S: bool>(
     hit: &Hit<S>,
     f: &Frame,
     id_key: Option<&IdKey>,
-    acct: Option<Acct>,
+    acct: Option<&Acct>,
     end_args: Option<&[u64; MAX_ARGS]>,
     poll: Option<&PollAcct>,
 ) {
@@ -316,7 +316,7 @@ fn close_span<const S: bool>(
             // With --by, the span's duration went into its key's histogram (or its name's
             // "other"), whose sum is the name's: user space adds them up.
             (hit.cfg.flags & CFG_AGG_BY == 0).then_some(dur),
-            acct.as_ref(),
+            acct,
             poll.map(|p| p.idle_ns(dur)),
         );
         return;
@@ -354,7 +354,7 @@ fn close_span<const S: bool>(
     rec.start_ns = f.start_ns;
     // As in `open_frame`: a constant zero `Acct` stored whole is a `memset` call.
     match acct {
-        Some(a) => rec.acct = a,
+        Some(a) => copy_words_of(&mut rec.acct, a),
         None => zero_words(&mut rec.acct),
     }
     rec.acct_valid = acct.is_some() as u32;
@@ -433,7 +433,7 @@ fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     if hit.split() {
         st.acct.add_probe(hit.spec.probe_ns);
     }
-    let acct = hit.split().then(|| st.acct_at(hit.now, hit.steal()));
+    let acct = if hit.split() { acct_now(hit, st) } else { None };
     // A full stack drops the start (and, through the thread's overflow count, its end).
     let Some(depth) = st.push() else {
         count(CNT_DEPTH_START);
@@ -490,9 +490,15 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     // At a tail-called function's `ret`, that function may still be open right above at the
     // same stack pointer: it returns through this same instruction (its own end comes next),
     // so it stays, and this frame is marked closed for the end below to pop.
+    // The frame above's index hidden from LLVM (see `forget`), so that `get` tests it against
+    // the constant bound: LLVM kept only `found != MAX_DEPTH - 1`, from which 6.1 learns no
+    // bound, and refused the access.
     let keep_above = tail
         && found + 1 < st.depth as usize
-        && st.frames.get(found + 1).is_some_and(|a| a.sp == sp);
+        && st
+            .frames
+            .get(forget(found as u64 + 1) as usize)
+            .is_some_and(|a| a.sp == sp);
     if !keep_above {
         // Frames above the one closed never got their end.
         count_n(
@@ -507,20 +513,17 @@ fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     if !keep_above {
         st.depth = found as u32;
     }
-    let acct_end = st.acct_at(hit.now, hit.steal());
+    let acct_end = if hit.split() { acct_now(hit, st) } else { None };
+    // Bounded again where it is used (see `forget`): LLVM keeps `found` in a stack slot
+    // across the code above, and 6.12 reloaded it with its signed bounds only, refusing the
+    // frame's address computed from it.
+    let found = forget(found as u64) as usize;
     // `get` rather than indexing: no bounds-check panic path for the verifier to reject.
     let Some(f) = st.frames.get_mut(found) else {
         return Ok(());
     };
-    close_span(
-        hit,
-        f,
-        None,
-        hit.split()
-            .then(|| own_end(acct_end.since(&f.acct_start), hit.spec.probe_ns)),
-        None,
-        None,
-    );
+    let acct = acct_end.and_then(|end| span_split(hit, end, &f.acct_start));
+    close_span(hit, f, None, acct, None, None);
     drop_strs(f.has_strs, core::ptr::null());
     if keep_above {
         f.pair_id = PAIR_CLOSED;
@@ -537,6 +540,28 @@ fn own_end(mut a: Acct, cost_ns: u32) -> Acct {
     a.probe_hits = a.probe_hits.wrapping_sub(1);
     a.probe_ns = a.probe_ns.wrapping_sub(cost_ns as u64);
     a
+}
+
+/// Thread `st`'s totals now (`acct_at`), in this CPU's `ACCT_SCRATCH` slot for them, for a
+/// poll's enter or exit or a span's end: built in place, not held in registers (see `span_split`).
+#[inline(always)]
+fn acct_now<const S: bool>(hit: &Hit<S>, st: &ThreadState) -> Option<&'static Acct> {
+    let a = acct_scratch(ACCT_NOW)?;
+    copy_words_of(a, &st.acct);
+    st.acct_at_onto(a, hit.now, hit.steal());
+    Some(a)
+}
+
+/// A closing span's time split (`end`: its thread's totals now, less `start`, less its own end's hit), in
+/// this CPU's `ACCT_SCRATCH` slot rather than in registers: held across the record's helper
+/// calls, its 14 words were spilled to the stack, and with the global functions called
+/// beneath, the call chain's frames passed the 512 bytes that kernels before 6.13 or so
+/// allow (6.12: "combined stack size of 2 calls is 576").
+#[inline(always)]
+fn span_split<const S: bool>(hit: &Hit<S>, end: &Acct, start: &Acct) -> Option<&'static Acct> {
+    let a = acct_scratch(ACCT_SPLIT)?;
+    *a = own_end(end.since(start), hit.spec.probe_ns);
+    Some(a)
 }
 
 /// An end with no open frame: the end of a start dropped for a full THREADS map, or unmatched.
@@ -621,7 +646,10 @@ fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         sched::catch_up(st, hit.now);
         // As for a span paired per thread: its own start's hit is not inside it.
         st.acct.add_probe(hit.spec.probe_ns);
-        acct_start = Some(st.acct_at(hit.now, hit.steal()));
+        // In the scratch map (`acct_now`): on the stack, held across the calls below, its
+        // words were spilled, and read even when not written (6.1 refuses reads of
+        // uninitialized stack).
+        acct_start = acct_now(hit, st);
         st.id_open += 1;
     }
     let key = hit.read_id_key();
@@ -711,7 +739,9 @@ fn end_by_id<const S: bool>(hit: &Hit<S>, end_args: &mut [u64; MAX_ARGS]) -> Res
         if tid == hit.tid {
             if let Some(st) = mine.as_deref_mut() {
                 sched::catch_up(st, hit.now);
-                poll.exit(tid, hit.now, st.acct_at(hit.now, hit.steal()));
+                if let Some(a) = acct_now(hit, st) {
+                    poll.exit(tid, hit.now, a);
+                }
             }
         }
         release_on(tid, hit.tid, &mut mine);
@@ -720,15 +750,12 @@ fn end_by_id<const S: bool>(hit: &Hit<S>, end_args: &mut [u64; MAX_ARGS]) -> Res
         (None, None)
     } else if poll.polls > 0 {
         // Polled: the polling threads' time while entered, the rest idle.
-        (Some(poll.acct), Some(&*poll))
+        (Some(&poll.acct), Some(&*poll))
     } else if f.tid == hit.tid {
         // Not polled: a split only means something when one thread ran it from start to end.
-        let acct = mine.map(|st| {
+        let acct = mine.and_then(|st| {
             sched::catch_up(st, hit.now);
-            own_end(
-                st.acct_at(hit.now, hit.steal()).since(&f.acct_start),
-                hit.spec.probe_ns,
-            )
+            acct_now(hit, st).and_then(|end| span_split(hit, end, &f.acct_start))
         });
         (acct, None)
     } else {
@@ -772,7 +799,10 @@ fn poll_enter<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     sched::resume_accounting(st, hit.now, hit.steal(), hit.tgid);
     sched::catch_up(st, hit.now);
     st.acct.add_probe(hit.spec.probe_ns);
-    p.enter(hit.tid, hit.now, st.acct_at(hit.now, hit.steal()));
+    let Some(a) = acct_now(hit, st) else {
+        return Ok(());
+    };
+    p.enter(hit.tid, hit.now, a);
     // The entered span keeps this thread's accounting running, like an open frame does.
     if prev != hit.tid {
         st.id_open += 1;
@@ -793,7 +823,10 @@ fn poll_exit<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     };
     sched::catch_up(st, hit.now);
     st.acct.add_probe(hit.spec.probe_ns);
-    if p.exit(hit.tid, hit.now, st.acct_at(hit.now, hit.steal())) && st.id_open > 0 {
+    let Some(a) = acct_now(hit, st) else {
+        return Ok(());
+    };
+    if p.exit(hit.tid, hit.now, a) && st.id_open > 0 {
         st.id_open -= 1;
     }
     Ok(())

@@ -10,12 +10,12 @@
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use usdt_trace_common::{
     str_key_thread, IdKey, RecordKind, StrSet, StrsRecord, CNT_STRS_DROPPED, KEPT_IN_SLOT,
-    MAX_ARGS, MAX_STRS, STRS_NONE, STRS_RECORD_LOST, STRS_RECORD_SENT, STR_SLOT,
+    MAX_STRS, STRS_NONE, STRS_RECORD_LOST, STRS_RECORD_SENT, STR_SLOT,
 };
 
 use crate::{
     args::{read_args, read_strs, ArgWords},
-    maps::{count, CONFIG, EVENTS, ID_STRS, SCRATCH, SITES, STRS, STR_SCRATCH},
+    maps::{count, CONFIG, EVENTS, ID_STRS, SCRATCH, SITES, STRS, STR_ARGS, STR_SCRATCH},
 };
 
 /// Reads the strings of the span start at site `cookie` (arguments `args`) and keeps them
@@ -55,8 +55,13 @@ pub extern "C" fn usdt_keep_strs(
     let set = unsafe { &mut *p };
     set.state = [STRS_NONE; MAX_STRS];
     read_strs(spec, args, cfg.str_max, set);
+    // The key from the stack: kernels before 6.4 (or so) take a map key from the stack or a
+    // map value only, not from a global function's pointer argument (6.1: "R2 type=mem
+    // expected=fp, ..."). Read volatile, so that LLVM does not pass `key` itself again.
+    // SAFETY: `key` points to an IdKey (checked above and by the verifier).
+    let key: IdKey = unsafe { core::ptr::read_volatile(key) };
     // Inserted from the scratch map by reference: 4 KB does not go through the stack.
-    if STRS.insert(key, &*set, 0).is_ok() {
+    if STRS.insert(&key, &*set, 0).is_ok() {
         return 1;
     }
     // The span goes on without its start strings: said in the summary, not left to look
@@ -177,24 +182,24 @@ pub extern "C" fn usdt_emit_strs(
     id_key: *const IdKey,
     args: *const ArgWords,
 ) -> u32 {
-    let (Some(spec), Some(cfg), Some(scratch)) =
-        (SITES.get(cookie), CONFIG.get(0), SCRATCH.get_ptr(0))
-    else {
+    let (Some(spec), Some(cfg), Some(scratch), Some(own)) = (
+        SITES.get(cookie),
+        CONFIG.get(0),
+        SCRATCH.get_ptr(0),
+        STR_ARGS.get_ptr_mut(0),
+    ) else {
         return 0;
     };
-    // Zeroed by word stores, not by `[0; MAX_ARGS]`'s call of a byte-loop `memset` subprogram.
-    let mut own = core::mem::MaybeUninit::<[u64; MAX_ARGS]>::uninit();
-    // SAFETY: every word is written before the array is used.
-    let own = unsafe {
-        let p = own.as_mut_ptr() as *mut u64;
-        for i in 0..MAX_ARGS {
-            core::ptr::write_volatile(p.add(i), 0);
-        }
-        own.assume_init_mut()
-    };
+    // The arguments read here go to a per-CPU map, not this function's stack: the uprobe
+    // program's own frame and this one's must fit in 512 bytes together, and kernels before
+    // 6.13 or so give it no stack of its own.
+    // SAFETY: this CPU's slot, used only by this function while this program runs.
+    let own = unsafe { &mut *own };
     let args = if args.is_null() {
         // SAFETY: this CPU's scratch slot, holding this hit's register copy.
         let regs = unsafe { &(*scratch).regs };
+        // Zeroed first, as a fresh array was: the words past the site's arguments read 0.
+        crate::store::zero_args(own);
         read_args(spec, regs, own);
         &*own
     } else {

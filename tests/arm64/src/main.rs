@@ -52,10 +52,16 @@ fn main() {
     println!("SUITE-END");
 }
 
+/// `s` on one line, its head and its tail when long: a verifier log's reason is at its end.
 fn one_line(s: &str) -> String {
+    const HEAD: usize = 600;
+    const TAIL: usize = 2400;
     let s = s.replace('\n', " | ");
-    if s.chars().count() > 3000 {
-        format!("{}...", s.chars().take(3000).collect::<String>())
+    let n = s.chars().count();
+    if n > HEAD + TAIL {
+        let head: String = s.chars().take(HEAD).collect();
+        let tail: String = s.chars().skip(n - TAIL).collect();
+        format!("{head} ... {tail}")
     } else {
         s
     }

@@ -974,13 +974,13 @@ mod tests {
         // Span from t=0 to t=1000: polled on thread 7 (100..300), idle, then on thread 8
         // (600..900), idle again until the end.
         let mut p = PollAcct::default();
-        p.enter(7, 100, acct(50, 0, 0, 0));
-        assert!(p.exit(7, 300, acct(200, 50, 0, 0)));
-        p.enter(8, 600, acct(1000, 0, 0, 0));
+        p.enter(7, 100, &acct(50, 0, 0, 0));
+        assert!(p.exit(7, 300, &acct(200, 50, 0, 0)));
+        p.enter(8, 600, &acct(1000, 0, 0, 0));
         // An exit on another thread is not this poll's.
-        assert!(!p.exit(7, 700, acct(0, 0, 0, 0)));
-        assert!(p.exit(8, 900, acct(1100, 0, 200, 0)));
-        assert!(!p.exit(8, 950, acct(1100, 0, 200, 0)), "already exited");
+        assert!(!p.exit(7, 700, &acct(0, 0, 0, 0)));
+        assert!(p.exit(8, 900, &acct(1100, 0, 200, 0)));
+        assert!(!p.exit(8, 950, &acct(1100, 0, 200, 0)), "already exited");
         assert_eq!(p.acct, acct(250, 50, 200, 0));
         assert_eq!(p.run_ns, 500);
         let a = p.acct;
@@ -992,14 +992,14 @@ mod tests {
     fn threads_are_counted_once_each() {
         let mut p = PollAcct::default();
         for (i, tid) in [5, 6, 5, 6, 5].into_iter().enumerate() {
-            p.enter(tid, i as u64 * 10, Acct::default());
-            p.exit(tid, i as u64 * 10 + 5, Acct::default());
+            p.enter(tid, i as u64 * 10, &Acct::default());
+            p.exit(tid, i as u64 * 10 + 5, &Acct::default());
         }
         assert_eq!((p.polls, p.threads), (5, 2));
         // Past POLL_TIDS remembered threads, new ones still count (an upper bound).
         for tid in 10..10 + POLL_TIDS as u32 {
-            p.enter(tid, 100, Acct::default());
-            p.exit(tid, 100, Acct::default());
+            p.enter(tid, 100, &Acct::default());
+            p.exit(tid, 100, &Acct::default());
         }
         assert_eq!(p.threads, 2 + POLL_TIDS as u32);
     }
@@ -1007,9 +1007,9 @@ mod tests {
     #[test]
     fn a_second_enter_on_the_same_thread_closes_the_open_poll() {
         let mut p = PollAcct::default();
-        p.enter(3, 0, acct(0, 0, 0, 0));
-        p.enter(3, 40, acct(40, 0, 0, 0));
-        assert!(p.exit(3, 100, acct(100, 0, 0, 0)));
+        p.enter(3, 0, &acct(0, 0, 0, 0));
+        p.enter(3, 40, &acct(40, 0, 0, 0));
+        assert!(p.exit(3, 100, &acct(100, 0, 0, 0)));
         assert_eq!((p.acct.oncpu, p.run_ns, p.polls), (100, 100, 2));
         assert_eq!(p.idle_ns(60), 0, "saturates rather than wrapping");
     }

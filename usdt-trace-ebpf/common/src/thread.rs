@@ -310,13 +310,13 @@ impl PollAcct {
     /// The span is entered on `tid` at `now`, whose accounting totals are `acct_now`. An enter
     /// while already entered (a nested or lost exit) first closes the open poll at `now`.
     #[inline(always)]
-    pub fn enter(&mut self, tid: u32, now: u64, acct_now: Acct) {
+    pub fn enter(&mut self, tid: u32, now: u64, acct_now: &Acct) {
         if self.enter_tid != 0 && self.enter_tid == tid {
             self.exit(tid, now, acct_now);
         }
         self.enter_tid = tid;
         self.enter_ns = now;
-        self.enter_acct = acct_now;
+        self.enter_acct = *acct_now;
         self.polls = self.polls.saturating_add(1);
         let mut seen = false;
         let mut free = POLL_TIDS;
@@ -340,7 +340,7 @@ impl PollAcct {
     /// The span leaves `tid` at `now` (its exit marker, or its end inside a poll). Returns
     /// whether a poll on `tid` was open, i.e. whether the thread's hold on accounting ends.
     #[inline(always)]
-    pub fn exit(&mut self, tid: u32, now: u64, acct_now: Acct) -> bool {
+    pub fn exit(&mut self, tid: u32, now: u64, acct_now: &Acct) -> bool {
         if self.enter_tid == 0 || self.enter_tid != tid {
             return false;
         }
@@ -350,7 +350,7 @@ impl PollAcct {
         self.acct.sleep += d.sleep;
         self.acct.io += d.io;
         self.acct.steal += d.steal;
-        self.acct.add_waits(&acct_now, &self.enter_acct);
+        self.acct.add_waits(acct_now, &self.enter_acct);
         self.acct.probe_hits = self.acct.probe_hits.wrapping_add(d.probe_hits);
         self.acct.probe_ns = self.acct.probe_ns.wrapping_add(d.probe_ns);
         self.run_ns += now.saturating_sub(self.enter_ns);
@@ -431,14 +431,14 @@ impl Acct {
     /// Adds `d` ns of off-CPU time waiting on `kind` (`WAIT_*`; `WAIT_OTHER` adds nothing).
     #[inline(always)]
     pub fn add_wait(&mut self, kind: u32, d: u64) {
-        // Constant indices, one test per kind: with 5 kinds LLVM bounds-checked a copy of a
-        // computed index (`kind - 1`) and the verifier refused the one it stored through as
-        // unbounded. WAIT_OTHER (0) matches no slot.
+        // Every slot, each at a constant index, adding `d` or 0: a store per kind under a
+        // test of its own was merged by LLVM into one store at a computed index (`kind - 1`),
+        // bounds-checked on a copy, which the verifier refused as unbounded (seen once these
+        // stores went to a map value rather than to registers). WAIT_OTHER (0) adds nothing.
         let mut k = 0;
         while k < WAIT_KINDS {
-            if kind as usize == k + 1 {
-                self.wait_ns[k] += d;
-            }
+            let mask = 0u64.wrapping_sub((kind as usize == k + 1) as u64);
+            self.wait_ns[k] += d & mask;
             k += 1;
         }
     }
@@ -499,6 +499,31 @@ pub fn off_cpu_state(preempt: bool, prev_state: u32) -> u32 {
     }
 }
 
+/// Adds a thread's interval in progress (in `state` since `since`, on a CPU whose steal
+/// counter read `steal_since` then; `off_kind` its wait) up to `now` to `a`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn accrue_into(
+    a: &mut Acct,
+    state: u32,
+    since: u64,
+    steal_since: &CpuSteal,
+    off_kind: u32,
+    now: u64,
+    steal: CpuSteal,
+) {
+    let d = now.saturating_sub(since);
+    if state == TS_RUNNING {
+        let s = steal.since(steal_since, d);
+        a.steal += s;
+        a.oncpu += d - s;
+    } else {
+        a.add(state, d);
+    }
+    // `off_kind` is WAIT_OTHER unless the thread sleeps (switch_out sets it).
+    a.add_wait(off_kind, d);
+}
+
 impl ThreadState {
     /// Accounting runs while the thread has any span open.
     #[inline(always)]
@@ -511,23 +536,43 @@ impl ThreadState {
     #[inline(always)]
     pub fn acct_at(&self, now: u64, steal: CpuSteal) -> Acct {
         let mut a = self.acct;
-        let d = now.saturating_sub(self.since_ns);
-        if self.state == TS_RUNNING {
-            let s = steal.since(&self.steal_since, d);
-            a.steal += s;
-            a.oncpu += d - s;
-        } else {
-            a.add(self.state, d);
-        }
-        // `off_kind` is WAIT_OTHER unless the thread sleeps (switch_out sets it).
-        a.add_wait(self.off_kind, d);
+        let (state, since, steal_since, off_kind) =
+            (self.state, self.since_ns, self.steal_since, self.off_kind);
+        accrue_into(&mut a, state, since, &steal_since, off_kind, now, steal);
         a
+    }
+
+    /// [`acct_at`](Self::acct_at) into `a`, which holds a copy of the thread's totals (in
+    /// the eBPF code a per-CPU map slot, so the copy is not held in registers).
+    #[inline(always)]
+    pub fn acct_at_onto(&self, a: &mut Acct, now: u64, steal: CpuSteal) {
+        let (state, since, steal_since, off_kind) =
+            (self.state, self.since_ns, self.steal_since, self.off_kind);
+        accrue_into(a, state, since, &steal_since, off_kind, now, steal);
+    }
+
+    /// `self.acct = self.acct_at(now, steal)`, in place: in the eBPF code the copy went
+    /// through registers and 13 stack words, too many for the 512 bytes a call chain has on
+    /// kernels before 6.13 or so.
+    #[inline(always)]
+    fn accrue(&mut self, now: u64, steal: CpuSteal) {
+        let (state, since, steal_since, off_kind) =
+            (self.state, self.since_ns, self.steal_since, self.off_kind);
+        accrue_into(
+            &mut self.acct,
+            state,
+            since,
+            &steal_since,
+            off_kind,
+            now,
+            steal,
+        );
     }
 
     /// Closes the interval in progress and starts one in `state`.
     #[inline(always)]
     pub fn set_state(&mut self, now: u64, steal: CpuSteal, state: u32) {
-        self.acct = self.acct_at(now, steal);
+        self.accrue(now, steal);
         self.since_ns = now;
         self.state = state;
         // Only switch_out starts a wait; any other change (a wakeup, a switch-in) ends it.
@@ -675,7 +720,7 @@ impl ThreadState {
         let off = self.closing_interval(now.saturating_sub(oncpu), runq);
         // The interval up to the switch-in keeps its state; what the counters say ran, ran.
         // Not running until `now`: no on-CPU stretch, so no steal reading to split.
-        self.acct = self.acct_at(now.saturating_sub(oncpu + runq), CpuSteal::UNKNOWN);
+        self.accrue(now.saturating_sub(oncpu + runq), CpuSteal::UNKNOWN);
         self.acct.oncpu += oncpu;
         self.acct.runq += runq;
         if note_waker {
