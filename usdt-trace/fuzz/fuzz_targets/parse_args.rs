@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use usdt_trace::argspec::{parse_args, Arch};
+use usdt_trace::elf::argspec::{parse_args, Arch};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(s) = std::str::from_utf8(data) else {
@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
                 if a.readable() {
                     assert!(matches!(a.size, 1 | 2 | 4 | 8));
                 }
-                let _ = usdt_trace::list::describe_arg(&a);
+                let _ = usdt_trace::elf::argspec::describe::describe_arg(&a);
             }
         }
     }
