@@ -21,20 +21,26 @@ pub mod regs;
 pub mod retemu;
 
 // One file per concern; everything is re-exported here, so users name types from the root.
+mod acct;
 mod exec;
 mod filter;
 mod hist;
 mod id;
+mod poll;
 mod record;
 mod spec;
 mod thread;
+mod waits;
+pub use acct::*;
 pub use exec::*;
 pub use filter::*;
 pub use hist::*;
 pub use id::*;
+pub use poll::*;
 pub use record::*;
 pub use spec::*;
 pub use thread::*;
+pub use waits::*;
 
 /// At most this many arguments per probe (the SDT format allows 12).
 pub const MAX_ARGS: usize = 12;
