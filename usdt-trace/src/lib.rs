@@ -68,5 +68,6 @@ pub(crate) mod syscalls;
 pub mod target;
 pub(crate) mod terminal;
 pub(crate) mod tracer;
+pub(crate) mod unwind;
 pub(crate) mod wake;
 pub(crate) mod watch;

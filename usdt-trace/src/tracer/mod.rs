@@ -42,7 +42,7 @@ use thiserror::Error;
 use usdt_trace_common::agg::CFG_AGG_ARGS;
 use usdt_trace_common::maps;
 use usdt_trace_common::{
-    Config, FilterProg, Hist, IdKey, SiteSpec, WaitSums, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_STACK,
+    Config, FilterProg, Hist, IdKey, SiteSpec, WaitSums, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_STACK, CFG_STACK_COPY,
     CFG_STOPPED, CFG_WAITS, CFG_WAITS_CAPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
 };
 
@@ -237,6 +237,9 @@ pub struct LoadOptions<'a> {
     pub filter_args: bool,
     /// `--stack`: a user stack record before each span record.
     pub stack: bool,
+    /// `--stack=dwarf`: that record is a copy of the stack's top and the registers
+    /// (`StackCopyRecord`), not the kernel's frame-pointer walk.
+    pub stack_copy: bool,
     /// `--perfetto`: the scheduler hooks send each off-CPU interval of a thread with a span
     /// open (`CFG_WAITS`), for the trace's wait slices.
     pub waits: bool,
@@ -268,6 +271,9 @@ impl LoadOptions<'_> {
         }
         if self.stack {
             flags |= CFG_STACK;
+            if self.stack_copy {
+                flags |= CFG_STACK_COPY;
+            }
         }
         if self.waits && self.sched {
             flags |= CFG_WAITS;
@@ -1209,6 +1215,7 @@ mod tests {
             filter: None,
             filter_args: false,
             stack: false,
+            stack_copy: false,
             waits: false,
             agg: AggLoad::default(),
             null_program: false,

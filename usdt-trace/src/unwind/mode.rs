@@ -1,0 +1,72 @@
+//! `--stack[=MODE]`: which stack `watch` captures, and what `auto` picks.
+
+/// How `--stack` gets the user stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StackMode {
+    /// Frame pointers when every traced object keeps them, else DWARF.
+    Auto,
+    /// The kernel walks frame pointers (cheapest; wrong where code omits them).
+    Fp,
+    /// The kernel copies the stack's top, unwound here with the objects' CFI.
+    Dwarf,
+}
+
+/// Functions sampled per object to decide whether it keeps frame pointers.
+const SAMPLE: usize = 4000;
+
+/// Whether the code of an object sets up frame pointers: most of its functions (of those
+/// long enough to have a prologue) begin `[endbr64] push %rbp; mov %rsp,%rbp` on x86_64, or
+/// have `mov x29, sp` among their first instructions on aarch64. None when it has no function
+/// symbols to look at (stripped).
+pub fn keeps_frame_pointers(bytes: &[u8]) -> Option<bool> {
+    let funcs = crate::elf::functions(bytes).ok()?;
+    let aarch64 = matches!(funcs.arch, Some(crate::argspec::Arch::Aarch64));
+    let (mut with, mut seen) = (0usize, 0usize);
+    for f in funcs.functions.iter().filter(|f| f.size >= 16).take(SAMPLE) {
+        let start = f.file_offset as usize;
+        let Some(code) = bytes.get(start..start.saturating_add(16)) else {
+            continue;
+        };
+        seen += 1;
+        with += prologue_sets_fp(code, aarch64) as usize;
+    }
+    (seen > 0).then_some(with * 2 >= seen)
+}
+
+/// Whether a function's first bytes set up a frame pointer.
+pub fn prologue_sets_fp(code: &[u8], aarch64: bool) -> bool {
+    if aarch64 {
+        // mov x29, sp (add x29, sp, #0) within the first 4 instructions (after bti/paciasp
+        // and the stp of x29, x30).
+        return code
+            .chunks_exact(4)
+            .take(4)
+            .any(|i| i == [0xfd, 0x03, 0x00, 0x91]);
+    }
+    let code = code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code);
+    code.starts_with(&[0x55, 0x48, 0x89, 0xe5])
+}
+
+/// The mode to run with: `auto` becomes `fp` when every traced file (read through `paths`,
+/// the tracer's own descriptors) keeps frame pointers, else `dwarf`.
+pub fn resolve(mode: StackMode, paths: &[std::path::PathBuf]) -> StackMode {
+    if mode != StackMode::Auto {
+        return mode;
+    }
+    let all_fp = paths.iter().all(|p| {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        std::fs::File::open(p)
+            .and_then(|f| {
+                f.take(crate::symbolize::MAX_SYMBOL_FILE)
+                    .read_to_end(&mut bytes)
+            })
+            .is_ok()
+            && keeps_frame_pointers(&bytes) == Some(true)
+    });
+    if all_fp {
+        StackMode::Fp
+    } else {
+        StackMode::Dwarf
+    }
+}
