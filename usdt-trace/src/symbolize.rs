@@ -410,9 +410,18 @@ impl Symbolizer {
                 un.stopped.map_or_else(String::new, |s| s.to_string())
             ));
         }
+        let stopped = match (un.stopped, gone) {
+            // Out of the probe's file, in a process gone: its other mappings are unknown.
+            (Some(crate::unwind::Stop::NotCode { addr }), Some(o)) => Some(format!(
+                "0x{addr:x} is outside {}, and the process had exited: its other objects \
+                 are unknown",
+                o.object
+            )),
+            (s, _) => s.map(|s| s.to_string()),
+        };
         SpanStack::Frames {
             frames: fr,
-            stopped: un.stopped.map(|s| s.to_string()),
+            stopped,
         }
     }
 

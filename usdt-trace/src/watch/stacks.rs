@@ -112,6 +112,7 @@ impl Stacks {
             .get(&rec.hdr.site)
             .and_then(|&(offset, oi)| {
                 let &(id, len) = self.ids.get(oi)?;
+                let shown = &self.objects.get(oi)?.0;
                 let start = rec.regs[usdt_trace_common::SC_REG_IP].wrapping_sub(offset);
                 Some(crate::procmaps::MapEntry {
                     start,
@@ -120,7 +121,7 @@ impl Stacks {
                     offset: 0,
                     dev: id.0,
                     inode: id.1,
-                    path: None,
+                    path: Some(shown.into()),
                     deleted: false,
                 })
             });
