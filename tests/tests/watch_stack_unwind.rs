@@ -153,7 +153,7 @@ fn dwarf_stack_of_the_release_demo_server_names_its_frames() {
     let server = start_server(bin, port, None);
     let pid = server.0.id().to_string();
     let b = bin.to_str().unwrap();
-    let mut w = Watch::start(&["--min", "0", "--stack", "-p", &pid, b, "httpserver:request"]);
+    let mut w = Watch::start(&["--min", "1ns", "--stack", "-p", &pid, b, "httpserver:request*"]);
     let mut seen = 0;
     for _ in 0..3 {
         let r = http_request(
