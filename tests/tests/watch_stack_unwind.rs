@@ -153,7 +153,15 @@ fn dwarf_stack_of_the_release_demo_server_names_its_frames() {
     let server = start_server(bin, port, None);
     let pid = server.0.id().to_string();
     let b = bin.to_str().unwrap();
-    let mut w = Watch::start(&["--min", "1ns", "--stack", "-p", &pid, b, "httpserver:request*"]);
+    let mut w = Watch::start(&[
+        "--min",
+        "1ns",
+        "--stack",
+        "-p",
+        &pid,
+        b,
+        "httpserver:request*",
+    ]);
     let mut seen = 0;
     for _ in 0..3 {
         let r = http_request(
@@ -177,10 +185,7 @@ fn dwarf_stack_of_the_release_demo_server_names_its_frames() {
         assert_eq!(stack[1]["unwind"], "cfi", "{s}");
         assert!(got.len() >= 6, "{got:?}");
         // The frames are the server's own code and tokio's, by name.
-        assert!(
-            got.iter().any(|n| n.contains("demo_httpserver")),
-            "{got:?}"
-        );
+        assert!(got.iter().any(|n| n.contains("demo_httpserver")), "{got:?}");
         assert!(got.iter().any(|n| n.contains("tokio")), "{got:?}");
         // Every address shown is named or in a mapped object: none is garbage.
         for f in stack {

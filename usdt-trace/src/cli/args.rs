@@ -271,16 +271,9 @@ pub struct WatchArgs {
     #[arg(long, value_name = "DURATION")]
     pub min: Option<String>,
     /// With --min: capture the user stack where each recorded span ended, and print it
-    /// symbolized under the span, innermost first (JSON: `stack`). MODE: `fp`, the kernel walks
-    /// frame pointers (cheapest, up to 32 frames; code built without them gives short or wrong
-    /// stacks); `dwarf`, the kernel copies the top 16 KiB of the stack and the registers, and
-    /// usdt-trace unwinds them with the objects' `.eh_frame`/`.debug_frame` (as `perf
-    /// --call-graph dwarf`), following frame pointers where an object has no CFI, and saying
-    /// where and why it stopped when it cannot go on (`[unwind stopped: ...]`, JSON
-    /// `stack_stopped`); `auto` (plain `--stack`), `fp` when every traced file keeps frame
-    /// pointers, else `dwarf`. A stack that could not be read says so (`stack_error`) and is
-    /// counted in the summary. Not with --hist or --top (they print no span records to hang a
-    /// stack on).
+    /// symbolized under the span, innermost first (JSON: `stack`). Plain `--stack` is
+    /// `--stack=auto`. A stack that could not be read says so (`stack_error`) and is counted in
+    /// the summary. Not with --hist or --top (they print no span records to hang a stack on).
     #[arg(
         long,
         value_name = "MODE",

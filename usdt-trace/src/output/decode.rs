@@ -2,7 +2,8 @@
 
 use std::collections::HashMap;
 use usdt_trace_common::{
-    EventRecord, RecordHeader, RecordKind, SpanRecord, StackCopyRecord, StackRecord, StrSet, StrsRecord, WaitRecord,
+    EventRecord, RecordHeader, RecordKind, SpanRecord, StackCopyRecord, StackRecord, StrSet,
+    StrsRecord, WaitRecord,
 };
 
 /// One decoded ring buffer record. An event's or span's strings come in a [`StrsRecord`] just

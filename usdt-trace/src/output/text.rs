@@ -411,7 +411,10 @@ mod stack_tests {
         out.push(b'}');
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(
-            (v["stack"][0]["unwind"].as_str(), v["stack"][1]["unwind"].as_str()),
+            (
+                v["stack"][0]["unwind"].as_str(),
+                v["stack"][1]["unwind"].as_str()
+            ),
             (Some("regs"), Some("fp"))
         );
         assert_eq!(v["stack_stopped"], "no CFI for 0x12ff");

@@ -124,7 +124,13 @@ impl ObjectCfi {
         let mut fdes = Vec::new();
         let mut bad = 0;
         index_section(&self.eh(), &self.bases, Which::Eh, &mut fdes, &mut bad);
-        index_section(&self.debug(), &self.bases, Which::Debug, &mut fdes, &mut bad);
+        index_section(
+            &self.debug(),
+            &self.bases,
+            Which::Debug,
+            &mut fdes,
+            &mut bad,
+        );
         // By start; .eh_frame before .debug_frame for the same start (stable sort).
         fdes.sort_by_key(|f| f.start);
         self.fdes = fdes;
@@ -164,8 +170,13 @@ impl ObjectCfi {
     }
 }
 
-fn index_section<'a, S>(s: &S, bases: &BaseAddresses, which: Which, out: &mut Vec<Fde>, bad: &mut usize)
-where
+fn index_section<'a, S>(
+    s: &S,
+    bases: &BaseAddresses,
+    which: Which,
+    out: &mut Vec<Fde>,
+    bad: &mut usize,
+) where
     S: UnwindSection<EndianSlice<'a, LittleEndian>>,
     S::Offset: gimli::UnwindOffset<usize>,
 {

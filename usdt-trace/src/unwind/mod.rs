@@ -224,7 +224,12 @@ pub struct ProbeRegs {
 }
 
 /// Unwinds from the probe's registers through `stack` with the rules `lookup` gives.
-pub fn unwind(arch: ArchRegs, regs: ProbeRegs, stack: StackCopy, lookup: &mut dyn Lookup) -> Unwound {
+pub fn unwind(
+    arch: ArchRegs,
+    regs: ProbeRegs,
+    stack: StackCopy,
+    lookup: &mut dyn Lookup,
+) -> Unwound {
     let mut out = Unwound::default();
     let mut r = Regs::default();
     r.set(arch.sp, Some(regs.sp));
@@ -249,7 +254,9 @@ pub fn unwind(arch: ArchRegs, regs: ProbeRegs, stack: StackCopy, lookup: &mut dy
         }
         let first = out.frames.len() == 1;
         let step = match &found {
-            Found::Row(row) => step_cfi(arch, row, &r, pc, first, stack).map(|s| s.map(|s| (s, Via::Cfi))),
+            Found::Row(row) => {
+                step_cfi(arch, row, &r, pc, first, stack).map(|s| s.map(|s| (s, Via::Cfi)))
+            }
             Found::NoCfi | Found::Anonymous => step_fp(arch, &r, stack)
                 .map(|s| Some((s, Via::FramePointer)))
                 .map_err(|e| match e {
@@ -273,7 +280,10 @@ pub fn unwind(arch: ArchRegs, regs: ProbeRegs, stack: StackCopy, lookup: &mut dy
                 return out;
             }
         };
-        let (old_sp, new_sp) = (r.get(arch.sp).unwrap_or(0), next.regs.get(arch.sp).unwrap_or(0));
+        let (old_sp, new_sp) = (
+            r.get(arch.sp).unwrap_or(0),
+            next.regs.get(arch.sp).unwrap_or(0),
+        );
         if new_sp < old_sp || (new_sp == old_sp && next.pc == pc) {
             out.stopped = Some(Stop::NoProgress { pc });
             return out;
@@ -362,7 +372,10 @@ fn step_cfi(
 /// address` (x86_64's `push rbp; mov rsp, rbp`, aarch64's `stp x29, x30`), read only inside
 /// the copy and only above the current sp.
 fn step_fp(arch: ArchRegs, r: &Regs, stack: StackCopy) -> Result<Next, Stop> {
-    let fp = r.get(arch.fp).ok_or(Stop::NoRegister { pc: 0, reg: arch.fp })?;
+    let fp = r.get(arch.fp).ok_or(Stop::NoRegister {
+        pc: 0,
+        reg: arch.fp,
+    })?;
     let sp = r.get(arch.sp).unwrap_or(stack.base);
     if fp < sp || fp % 8 != 0 {
         return Err(Stop::BelowStack { addr: fp });
@@ -409,7 +422,12 @@ const MAX_EXPR_STEPS: u32 = 256;
 
 /// Evaluates a CFI expression (`initial`: the CFA, pushed first for register rules), reading
 /// memory from the copy alone and registers from those tracked.
-fn eval_expr(expr: &[u8], initial: Option<u64>, r: &Regs, stack: StackCopy) -> Result<u64, ExprError> {
+fn eval_expr(
+    expr: &[u8],
+    initial: Option<u64>,
+    r: &Regs,
+    stack: StackCopy,
+) -> Result<u64, ExprError> {
     use gimli::{EvaluationResult, Value};
     let encoding = gimli::Encoding {
         address_size: 8,
@@ -417,7 +435,8 @@ fn eval_expr(expr: &[u8], initial: Option<u64>, r: &Regs, stack: StackCopy) -> R
         version: 4,
     };
     let bad = |e: gimli::Error| ExprError::Bad(format!("expression: {e}"));
-    let mut ev = gimli::Expression(gimli::EndianSlice::new(expr, gimli::LittleEndian)).evaluation(encoding);
+    let mut ev =
+        gimli::Expression(gimli::EndianSlice::new(expr, gimli::LittleEndian)).evaluation(encoding);
     ev.set_max_iterations(MAX_EXPR_STEPS);
     if let Some(v) = initial {
         ev.set_initial_value(v);

@@ -3,11 +3,17 @@
 /// How `--stack` gets the user stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum StackMode {
-    /// Frame pointers when every traced object keeps them, else DWARF.
+    /// `fp` when every traced file keeps frame pointers (most of its functions set one up),
+    /// else `dwarf`.
     Auto,
-    /// The kernel walks frame pointers (cheapest; wrong where code omits them).
+    /// The kernel walks frame pointers: the cheapest, up to 32 frames; code built without
+    /// them gives short or wrong stacks.
     Fp,
-    /// The kernel copies the stack's top, unwound here with the objects' CFI.
+    /// The kernel copies the top 16 KiB of the stack and the registers; usdt-trace unwinds
+    /// them with the objects' `.eh_frame`/`.debug_frame` (as `perf --call-graph dwarf`), up to
+    /// 128 frames, following frame pointers where an object has no CFI (such frames are
+    /// marked `[fp]`, JSON `"unwind":"fp"`), and says where and why it stopped when it cannot
+    /// go on (`[unwind stopped: ...]`, JSON `stack_stopped`).
     Dwarf,
 }
 

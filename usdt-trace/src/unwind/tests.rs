@@ -104,7 +104,10 @@ fn cfi_rules_unwind_frames_without_frame_pointers() {
 fn without_cfi_the_frame_pointer_is_followed_and_a_bad_one_stops_the_walk() {
     // f has no CFI but keeps a frame pointer: rbp = at(2), [rbp] = caller's rbp, [rbp+8] = ra.
     let mem = words(&[0, 0, at(6), 0x2020, 0, 0, 0x1234_5678, 0x9999_9999]);
-    let mut t = Table(vec![(0x1000, 0x1100, Found::NoCfi), (0x2000, 0x2100, Found::NoCfi)]);
+    let mut t = Table(vec![
+        (0x1000, 0x1100, Found::NoCfi),
+        (0x2000, 0x2100, Found::NoCfi),
+    ]);
     let u = unwind(
         ArchRegs::X86_64,
         regs(0x1010, at(2)),
@@ -163,7 +166,10 @@ fn a_return_address_past_the_copy_or_into_no_code_is_never_a_frame() {
     assert!(u.frames.is_empty());
     assert_eq!(u.stopped, Some(Stop::NotCode { addr: 0x5000 }));
     // Reads below the copy, and words straddling its end, are refused.
-    assert_eq!(copy.word(BASE - 8), Err(Stop::BelowStack { addr: BASE - 8 }));
+    assert_eq!(
+        copy.word(BASE - 8),
+        Err(Stop::BelowStack { addr: BASE - 8 })
+    );
     assert!(copy.word(BASE + 12).is_err());
     assert!(copy.word(u64::MAX - 3).is_err());
     assert_eq!(copy.word(BASE + 8), Ok(2));
@@ -242,7 +248,12 @@ fn cfa_expressions_are_evaluated_within_the_copy() {
     let u = unwind(ArchRegs::X86_64, regs(0x1010, 0), copy, &mut t);
     assert_eq!(u.stopped, Some(Stop::NoRegister { pc: 0x1010, reg: 3 }));
     // Garbage expressions are errors, never a panic.
-    for bytes in [vec![0xff], vec![0x06], vec![0x12; 300], vec![0x2f, 0xfd, 0xff]] {
+    for bytes in [
+        vec![0xff],
+        vec![0x06],
+        vec![0x12; 300],
+        vec![0x2f, 0xfd, 0xff],
+    ] {
         let mut t = Table(vec![(
             0x1000,
             0x1100,
@@ -277,7 +288,10 @@ fn an_aarch64_leaf_returns_through_the_link_register() {
             0x2000,
             0x2100,
             Found::Row(Row {
-                cfa: CfaRule::RegOffset { reg: 31, offset: 32 },
+                cfa: CfaRule::RegOffset {
+                    reg: 31,
+                    offset: 32,
+                },
                 regs: vec![(29, RegRule::AtCfa(-16)), (30, RegRule::AtCfa(-8))],
                 ra: 30,
             }),
@@ -314,12 +328,18 @@ fn an_aarch64_leaf_returns_through_the_link_register() {
 
 #[test]
 fn frame_pointer_prologues_are_recognized() {
-    assert!(mode::prologue_sets_fp(&[0x55, 0x48, 0x89, 0xe5, 0x90], false));
+    assert!(mode::prologue_sets_fp(
+        &[0x55, 0x48, 0x89, 0xe5, 0x90],
+        false
+    ));
     assert!(mode::prologue_sets_fp(
         &[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5],
         false
     ));
-    assert!(!mode::prologue_sets_fp(&[0x53, 0x48, 0x83, 0xec, 0x10], false));
+    assert!(!mode::prologue_sets_fp(
+        &[0x53, 0x48, 0x83, 0xec, 0x10],
+        false
+    ));
     // stp x29, x30, [sp, #-16]!; mov x29, sp
     assert!(mode::prologue_sets_fp(
         &[0xfd, 0x7b, 0xbf, 0xa9, 0xfd, 0x03, 0x00, 0x91],
@@ -454,7 +474,12 @@ mod real {
             pos("real::deep_one"),
         );
         assert_eq!((c, t, two, one), (0, 1, 2, 3), "{names:?}");
-        assert!(names.iter().any(|s| s.ends_with("this_threads_own_stack_unwinds_through_its_eh_frame")));
-        assert!(u.frames[1..4].iter().all(|f| f.1 == super::Via::Cfi), "{u:?}");
+        assert!(names
+            .iter()
+            .any(|s| s.ends_with("this_threads_own_stack_unwinds_through_its_eh_frame")));
+        assert!(
+            u.frames[1..4].iter().all(|f| f.1 == super::Via::Cfi),
+            "{u:?}"
+        );
     }
 }

@@ -15,6 +15,9 @@ type StackObject = (
     Option<Option<std::rc::Rc<crate::symbolize::SymTable>>>,
 );
 
+/// An object by ((major, minor), inode).
+type FileId = ((u32, u32), u64);
+
 /// Stack records waiting for the span record that follows them, by (tid, end time).
 #[derive(Default)]
 pub(crate) struct Stacks {
@@ -27,7 +30,7 @@ pub(crate) struct Stacks {
     objects: Vec<StackObject>,
     /// `--stack=dwarf`: each traced object's (device, inode) and size, to place it alone when
     /// its process is gone (same index as `objects`).
-    ids: Vec<(((u32, u32), u64), u64)>,
+    ids: Vec<(FileId, u64)>,
     /// `--stack=dwarf`: the objects' CFI.
     unwinder: crate::unwind::process::ProcessUnwinder,
 }
@@ -52,7 +55,10 @@ impl Stacks {
             .iter()
             .map(|o| {
                 let id = (
-                    (libc::major(o.dev as libc::dev_t), libc::minor(o.dev as libc::dev_t)),
+                    (
+                        libc::major(o.dev as libc::dev_t),
+                        libc::minor(o.dev as libc::dev_t),
+                    ),
                     o.inode,
                 );
                 // The traced files are read through the tracer's own descriptors.
@@ -107,24 +113,21 @@ impl Stacks {
         }
         let origin = self.origin(rec.hdr.site);
         // The probe's file alone, mapped whole where the probe says it is: for a process gone.
-        let alone = self
-            .probes
-            .get(&rec.hdr.site)
-            .and_then(|&(offset, oi)| {
-                let &(id, len) = self.ids.get(oi)?;
-                let shown = &self.objects.get(oi)?.0;
-                let start = rec.regs[usdt_trace_common::SC_REG_IP].wrapping_sub(offset);
-                Some(crate::procmaps::MapEntry {
-                    start,
-                    end: start.wrapping_add(len),
-                    perms: "r-xp".into(),
-                    offset: 0,
-                    dev: id.0,
-                    inode: id.1,
-                    path: Some(shown.into()),
-                    deleted: false,
-                })
-            });
+        let alone = self.probes.get(&rec.hdr.site).and_then(|&(offset, oi)| {
+            let &(id, len) = self.ids.get(oi)?;
+            let shown = &self.objects.get(oi)?.0;
+            let start = rec.regs[usdt_trace_common::SC_REG_IP].wrapping_sub(offset);
+            Some(crate::procmaps::MapEntry {
+                start,
+                end: start.wrapping_add(len),
+                perms: "r-xp".into(),
+                offset: 0,
+                dev: id.0,
+                inode: id.1,
+                path: Some(shown.into()),
+                deleted: false,
+            })
+        });
         let st = self.symbolizer.symbolize_copy(
             rec,
             &mut self.unwinder,
