@@ -193,3 +193,50 @@ fn dwarf_stack_of_the_release_demo_server_names_its_frames() {
         }
     }
 }
+
+/// No `.eh_frame` for the program's own code (its CIE/FDEs left out at compile time); with
+/// `-g` (what the tests build with) its CFI is in `.debug_frame` instead, with `-g0` nowhere.
+const NO_EH_FRAME: &[&str] = &["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"];
+const NO_CFI: &[&str] = &[
+    "-fno-asynchronous-unwind-tables",
+    "-fno-unwind-tables",
+    "-g0",
+];
+
+#[test]
+#[ignore = "needs root"]
+fn dwarf_stack_reads_debug_frame_where_there_is_no_eh_frame() {
+    let flags: Vec<&str> = NO_FP.iter().chain(NO_EH_FRAME).copied().collect();
+    let (spans, summary, bin) = traced(&flags, &["--stack=dwarf"], 2);
+    assert_chain(&spans, &summary, &bin, 2, Some("cfi"));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn dwarf_stack_follows_frame_pointers_where_an_object_has_no_cfi() {
+    let flags: Vec<&str> = FP.iter().chain(NO_CFI).copied().collect();
+    let (spans, summary, bin) = traced(&flags, &["--stack=dwarf"], 2);
+    // Every frame above the probe reached by its callee's frame pointer, and named.
+    assert_chain(&spans, &summary, &bin, 2, Some("fp"));
+    for s in &spans {
+        // ... back to CFI in libc (which has it), and on to _start.
+        assert!(s.get("stack_stopped").is_none(), "{s}");
+        let stack = s["stack"].as_array().unwrap();
+        assert!(stack.iter().any(|f| f["unwind"] == "cfi"), "{s}");
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn dwarf_stack_without_cfi_or_frame_pointers_says_where_it_stopped() {
+    let flags: Vec<&str> = NO_FP.iter().chain(NO_CFI).copied().collect();
+    let (spans, summary, _) = traced(&flags, &["--stack=dwarf"], 2);
+    assert_eq!(spans.len(), 2);
+    for s in &spans {
+        // The probe's frame (from the registers), then the reason: never a guessed frame.
+        assert_eq!(names(s), ["chain12"], "{s}");
+        let why = s["stack_stopped"].as_str().unwrap_or_else(|| panic!("{s}"));
+        assert!(why.starts_with("no CFI for 0x"), "{why}");
+    }
+    assert!(summary.get("stacks_failed").is_none(), "{summary}");
+}
