@@ -115,7 +115,9 @@ impl Stacks {
         // The probe's file alone, mapped whole where the probe says it is: for a process gone.
         let alone = self.probes.get(&rec.hdr.site).and_then(|&(offset, oi)| {
             let &(id, len) = self.ids.get(oi)?;
-            let shown = &self.objects.get(oi)?.0;
+            // The tracer's own descriptor: an absolute path whatever the user typed (the frames
+            // are named from the probe's file, not through this path).
+            let fd_path = self.objects.get(oi)?.1.clone();
             let start = rec.regs[usdt_trace_common::SC_REG_IP].wrapping_sub(offset);
             Some(crate::procmaps::MapEntry {
                 start,
@@ -124,7 +126,7 @@ impl Stacks {
                 offset: 0,
                 dev: id.0,
                 inode: id.1,
-                path: Some(shown.into()),
+                path: Some(fd_path),
                 deleted: false,
             })
         });
