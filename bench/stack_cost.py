@@ -12,11 +12,14 @@ median over --reps runs (interleaved) of:
   naming, writing the NDJSON to /dev/null);
 - lost: stacks the summary says were not read (`stacks_failed`), or bpftrace's lost events.
 
+The target sleeps --gap-us between spans (off CPU: not in its CPU time), so that the tracers
+keep up; a configuration that still lost records says so.
+
 Configurations: `watch --json --min 1ns` with no stack, `--stack=fp`, `--stack=dwarf` (both
 builds), and bpftrace's `ustack` on the same end probe (`@[ustack] = count()`, kept in the
 kernel, and `printf("%s", ustack)`, printed per hit), when bpftrace is installed.
 
-    bench/stack_cost.py [--spans N] [--reps N] [--usdt PATH]
+    bench/stack_cost.py [--spans N] [--reps N] [--gap-us N] [--usdt PATH]
 """
 import argparse
 import json
@@ -33,9 +36,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "tests", "testprogs", "bench_stack.c")
 
 
-def run_target(prog, n, work):
+def run_target(prog, n, work, gap_us):
     res = os.path.join(work, "res.txt")
-    subprocess.run([prog, str(n), res], check=True)
+    subprocess.run([prog, str(n), res, str(gap_us)], check=True)
     return parse_kv(res)
 
 
@@ -43,6 +46,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--spans", type=int, default=20000)
     ap.add_argument("--reps", type=int, default=3)
+    # 16.5 KiB per DWARF stack: unpaced, the loop fills the 16 MiB ring in a millisecond.
+    ap.add_argument("--gap-us", type=int, default=20)
     ap.add_argument("--usdt", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "usdt-trace"))
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -63,17 +68,17 @@ def main():
             ("bt_count", "bpftrace @[ustack] = count()", "@[ustack] = count();"),
             ("bt_print", "bpftrace printf ustack", 'printf("%s\\n", ustack);'),
         ):
-            prog = f"usdt:{fp}:bs:op__end {{ {action} }}"
-            configs.append((key, label, fp, (["bpftrace", "-e", prog], "stderr", r"Attaching")))
+            prog = f'BEGIN {{ printf("READY\\n"); }} usdt:{fp}:bs:op__end {{ {action} }}'
+            configs.append((key, label, fp, (["bpftrace", "-e", prog], "stdout", r"READY")))
     base = {}
     rows = {k: [] for k, *_ in configs}
     for rep in range(a.reps):
         for prog in (fp, nofp):
-            base.setdefault(prog, []).append(run_target(prog, a.spans, work)["ns_per_iter_cpu"])
+            base.setdefault(prog, []).append(run_target(prog, a.spans, work, a.gap_us)["ns_per_iter_cpu"])
         for key, label, prog, (argv, ready_on, ready_re) in configs:
             out = os.path.join(work, f"{key}.out")
             tr = Tracer(argv, ready_on, ready_re, stdout=out)
-            r = run_target(prog, a.spans, work)
+            r = run_target(prog, a.spans, work, a.gap_us)
             st = tr.stop()
             lost = 0
             if argv[0] == u:

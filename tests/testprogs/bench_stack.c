@@ -1,18 +1,20 @@
 /* Tight loop of USDT start/end pairs whose end fires 12 calls deep, for bench/stack_cost.py
  * (what `watch --stack` costs per stack).
  *
- *   bench_stack N [RESULT_FILE]
+ *   bench_stack N [RESULT_FILE] [GAP_US]
  *
  * Runs N spans DTRACE_PROBE1(bs, op__start, i) ... DTRACE_PROBE1(bs, op__end, i), the end in
  * chain12, called main -> chain01 -> ... -> chain12, and prints "ns_per_iter_wall=X
  * ns_per_iter_cpu=Y iters=N" as bench_loop.c does (CPU time: this process's, where the uprobe
- * trap, the BPF program and its stack copy run).
+ * trap, the BPF program and its stack copy run). GAP_US > 0 sleeps that long between spans
+ * (off CPU, so not in the CPU time): a pace the tracer can follow without losing records.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/sdt.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CHAIN_FN __attribute__((noinline, noipa))
 
@@ -109,9 +111,12 @@ CHAIN_FN long chain01(long i)
 int main(int argc, char **argv)
 {
     long n = argc > 1 ? atol(argv[1]) : 100000;
+    long gap_us = argc > 3 ? atol(argv[3]) : 0;
     long sum = 0;
     uint64_t w0 = ns(CLOCK_MONOTONIC), c0 = ns(CLOCK_PROCESS_CPUTIME_ID);
     for (long i = 0; i < n; i++) {
+        if (gap_us > 0)
+            usleep(gap_us);
         DTRACE_PROBE1(bs, op__start, i);
         sum += chain01(i);
     }
