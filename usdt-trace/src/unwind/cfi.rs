@@ -15,6 +15,9 @@ use object::{Object, ObjectSection, ObjectSegment};
 /// FDEs indexed per object at most (a large C++ binary has ~200,000).
 pub const MAX_FDES: usize = 4 << 20;
 
+/// Rows kept per object (cleared whole when full).
+const MAX_CACHED_ROWS: usize = 1 << 16;
+
 /// Rules a row may name before the lookup gives up on it (real rows name under 20).
 const MAX_ROW_REGS: usize = 64;
 
@@ -42,6 +45,8 @@ pub struct ObjectCfi {
     bases: BaseAddresses,
     fdes: Vec<Fde>,
     ctx: Box<UnwindContext<usize>>,
+    /// The rows looked up, by address: a traced path returns to the same pcs again and again.
+    rows: std::collections::HashMap<u64, Result<Option<Row>, String>>,
     /// Entries that could not be read while indexing (the rest are kept).
     pub bad_entries: usize,
 }
@@ -96,6 +101,7 @@ impl ObjectCfi {
             bases,
             fdes: Vec::new(),
             ctx: Box::new(UnwindContext::new()),
+            rows: std::collections::HashMap::new(),
             bad_entries: 0,
         };
         cfi.index();
@@ -147,6 +153,9 @@ impl ObjectCfi {
 
     /// The rules at `vaddr`: Ok(None) when no FDE covers it.
     pub fn row(&mut self, vaddr: u64) -> Result<Option<Row>, String> {
+        if let Some(r) = self.rows.get(&vaddr) {
+            return r.clone();
+        }
         let i = self.fdes.partition_point(|f| f.start <= vaddr);
         // The closest starts at or below the address that still cover it (FDEs of
         // .eh_frame and .debug_frame may both cover it; a few overlap in odd objects).
@@ -160,12 +169,23 @@ impl ObjectCfi {
         let Some(fde) = cands.first().copied() else {
             return Ok(None);
         };
-        let mut ctx = std::mem::replace(&mut self.ctx, Box::new(UnwindContext::new()));
+        // The sections built from the fields (not through `eh()`): borrowed apart from `ctx`.
         let r = match fde.which {
-            Which::Eh => row_in(&self.eh(), &self.bases, &mut ctx, fde.offset, vaddr),
-            Which::Debug => row_in(&self.debug(), &self.bases, &mut ctx, fde.offset, vaddr),
+            Which::Eh => {
+                let mut sec = EhFrame::new(&self.eh_frame, LittleEndian);
+                sec.set_address_size(8);
+                row_in(&sec, &self.bases, &mut self.ctx, fde.offset, vaddr)
+            }
+            Which::Debug => {
+                let mut sec = DebugFrame::new(&self.debug_frame, LittleEndian);
+                sec.set_address_size(8);
+                row_in(&sec, &self.bases, &mut self.ctx, fde.offset, vaddr)
+            }
         };
-        self.ctx = ctx;
+        if self.rows.len() >= MAX_CACHED_ROWS {
+            self.rows.clear();
+        }
+        self.rows.insert(vaddr, r.clone());
         r
     }
 }
