@@ -394,7 +394,17 @@ impl Symbolizer {
             maps = Rc::new(vec![m.clone()]);
             gone = Some(o);
         }
-        let un = unwinder.unwind(rec, &maps);
+        let mut un = unwinder.unwind(rec, &maps);
+        // A return address in no mapping of a second-old read: code mapped since (dlopen)?
+        // Read the mappings again once.
+        if gone.is_none() && matches!(un.stopped, Some(crate::unwind::Stop::NotCode { .. })) {
+            if let Some(m) = self.maps_of(pid, true) {
+                if maps_match(&m, ip, origin.map(|o| o.0)) && *m != *maps {
+                    maps = m;
+                    un = unwinder.unwind(rec, &maps);
+                }
+            }
+        }
         let ips: Vec<u64> = un.frames.iter().map(|f| f.0).collect();
         let mut fr = match gone {
             Some(o) => symbolize_from_origin(&ips, o),

@@ -269,7 +269,8 @@ pub fn unwind(
                     pc,
                     why: why.clone(),
                 }),
-            Found::NotCode => unreachable!("never a frame"),
+            // Never reached (a pc in no code is not made a frame), but never a panic either.
+            Found::NotCode => Err(Stop::NotCode { addr: pc }),
         };
         let (next, how) = match step {
             Ok(Some(s)) => s,

@@ -20,23 +20,37 @@ pub enum StackMode {
 /// Functions sampled per object to decide whether it keeps frame pointers.
 const SAMPLE: usize = 4000;
 
-/// Whether the code of an object sets up frame pointers: most of its functions (of those
-/// long enough to have a prologue) begin `[endbr64] push %rbp; mov %rsp,%rbp` on x86_64, or
-/// have `mov x29, sp` among their first instructions on aarch64. None when it has no function
-/// symbols to look at (stripped).
-pub fn keeps_frame_pointers(bytes: &[u8]) -> Option<bool> {
+/// Whether the code of an object sets up frame pointers where it matters: the functions
+/// holding `sites` (the probes, where the stack is taken) all do, and so do most of its
+/// functions (of those long enough to have a prologue): `[endbr64] push %rbp; mov %rsp,%rbp`
+/// on x86_64, `mov x29, sp` among the first instructions on aarch64. The probes' own functions
+/// count apart because an object may be mostly someone else's code (a static binary is mostly
+/// libc). None when it has no function symbols to look at (stripped).
+pub fn keeps_frame_pointers(bytes: &[u8], sites: &[u64]) -> Option<bool> {
     let funcs = crate::elf::functions(bytes).ok()?;
     let aarch64 = matches!(funcs.arch, Some(crate::argspec::Arch::Aarch64));
+    let sets_fp = |f: &crate::elf::functions::Function| {
+        let start = f.file_offset as usize;
+        bytes
+            .get(start..start.saturating_add(16))
+            .map(|code| prologue_sets_fp(code, aarch64))
+    };
+    let probes_fp = sites.iter().all(|&off| {
+        funcs
+            .functions
+            .iter()
+            .find(|f| f.file_offset <= off && off < f.file_offset.saturating_add(f.size))
+            .and_then(sets_fp)
+            .unwrap_or(true)
+    });
     let (mut with, mut seen) = (0usize, 0usize);
     for f in funcs.functions.iter().filter(|f| f.size >= 16).take(SAMPLE) {
-        let start = f.file_offset as usize;
-        let Some(code) = bytes.get(start..start.saturating_add(16)) else {
-            continue;
-        };
-        seen += 1;
-        with += prologue_sets_fp(code, aarch64) as usize;
+        if let Some(fp) = sets_fp(f) {
+            seen += 1;
+            with += fp as usize;
+        }
     }
-    (seen > 0).then_some(with * 2 >= seen)
+    (seen > 0).then_some(probes_fp && with * 2 >= seen)
 }
 
 /// Whether a function's first bytes set up a frame pointer.
@@ -53,13 +67,14 @@ pub fn prologue_sets_fp(code: &[u8], aarch64: bool) -> bool {
     code.starts_with(&[0x55, 0x48, 0x89, 0xe5])
 }
 
-/// The mode to run with: `auto` becomes `fp` when every traced file (read through `paths`,
-/// the tracer's own descriptors) keeps frame pointers, else `dwarf`.
-pub fn resolve(mode: StackMode, paths: &[std::path::PathBuf]) -> StackMode {
+/// The mode to run with: `auto` becomes `fp` when every traced file (read through its path,
+/// the tracer's own descriptor) keeps frame pointers around its probe sites (file offsets),
+/// else `dwarf`.
+pub fn resolve(mode: StackMode, files: &[(std::path::PathBuf, Vec<u64>)]) -> StackMode {
     if mode != StackMode::Auto {
         return mode;
     }
-    let all_fp = paths.iter().all(|p| {
+    let all_fp = files.iter().all(|(p, sites)| {
         use std::io::Read;
         let mut bytes = Vec::new();
         std::fs::File::open(p)
@@ -68,7 +83,7 @@ pub fn resolve(mode: StackMode, paths: &[std::path::PathBuf]) -> StackMode {
                     .read_to_end(&mut bytes)
             })
             .is_ok()
-            && keeps_frame_pointers(&bytes) == Some(true)
+            && keeps_frame_pointers(&bytes, sites) == Some(true)
     });
     if all_fp {
         StackMode::Fp

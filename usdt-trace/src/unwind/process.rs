@@ -60,10 +60,10 @@ impl Lookup for MapsLookup<'_> {
         }
         let key = (m.dev, m.inode);
         let pid = self.pid;
-        let file = self.un.files.get(&key).cloned();
+        let files = &self.un.files;
         let cfi = self.un.cfi.entry(key).or_insert_with(|| {
-            let bytes = match file {
-                Some(p) => read_capped(&p),
+            let bytes = match files.get(&key) {
+                Some(p) => read_capped(p),
                 None => mapped_bytes(pid, m).ok(),
             };
             bytes.and_then(|b| ObjectCfi::parse(&b).ok())

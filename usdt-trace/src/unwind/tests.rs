@@ -346,7 +346,7 @@ fn frame_pointer_prologues_are_recognized() {
         true
     ));
     assert!(!mode::prologue_sets_fp(&[0xff, 0x43, 0x00, 0xd1], true));
-    assert_eq!(mode::keeps_frame_pointers(b"not an elf"), None);
+    assert_eq!(mode::keeps_frame_pointers(b"not an elf", &[]), None);
 }
 
 #[test]

@@ -129,12 +129,17 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     }
     // `--stack` (auto): frame pointers when every traced file keeps them, else DWARF.
     let stack_mode = cfg.stack.map(|m| {
-        let paths: Vec<_> = plan
+        let files: Vec<_> = plan
             .objects
             .iter()
-            .filter_map(|op| objects.get(op.object).map(|o| o.fd_path()))
+            .filter_map(|op| {
+                let sites = op.points.iter().filter(|p| !p.ret).map(|p| p.offset);
+                objects
+                    .get(op.object)
+                    .map(|o| (o.fd_path(), sites.collect()))
+            })
             .collect();
-        crate::unwind::mode::resolve(m, &paths)
+        crate::unwind::mode::resolve(m, &files)
     });
     let mut load = cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref());
     load.stack_copy = stack_mode == Some(crate::unwind::StackMode::Dwarf);
