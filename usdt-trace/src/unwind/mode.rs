@@ -3,8 +3,8 @@
 /// How `--stack` gets the user stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum StackMode {
-    /// `fp` when every traced file keeps frame pointers (most of its functions set one up),
-    /// else `dwarf`.
+    /// `fp` when every traced file keeps frame pointers (the functions holding its probes,
+    /// and most of its functions, set one up), else `dwarf`.
     Auto,
     /// The kernel walks frame pointers: the cheapest, up to 32 frames; code built without
     /// them gives short or wrong stacks.
