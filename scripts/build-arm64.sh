@@ -85,6 +85,16 @@ for src in tests/arm64/progs/arm64_args.c tests/arm64/progs/arm64_nest.c \
     fi
 done
 
+# --stack's 12-deep chain, without frame pointers (only CFI unwinds it) and with them.
+for v in nofp:-fomit-frame-pointer fp:-fno-omit-frame-pointer; do
+    bin=$STAGE/progs/stack_deep_${v%%:*}
+    src=tests/testprogs/stack_deep.c
+    if [ ! -e "$bin" ] || [ "$src" -nt "$bin" ] || [ "$STAGE/include/sys/sdt.h" -nt "$bin" ]; then
+        aarch64-linux-gnu-gcc -O2 "${v#*:}" -Wall -static -I"$STAGE/include" -o "$bin.tmp" "$src"
+        mv "$bin.tmp" "$bin"
+    fi
+done
+
 # --- The list tests' oracle: the notes as binutils reads them, on the host.
 for name in arm64_args sdt_args markers_rust; do
     bin=$STAGE/progs/$name

@@ -15,6 +15,17 @@ fn syms(span: &Value) -> Vec<Option<String>> {
         .collect()
 }
 
+/// The spans that slept 3 ms (odd i). An even one passes `--min 2ms` only when the machine
+/// kept it off the CPU that long (a CPU hog beside the test: seen, 48 ms in the run queue); its
+/// stack is checked like the others, its presence is not.
+fn slept<'a>(spans: &[&'a Value]) -> Vec<&'a Value> {
+    spans
+        .iter()
+        .copied()
+        .filter(|s| s["args"][0].as_u64().is_some_and(|a| a % 2 == 1))
+        .collect()
+}
+
 /// Runs `n` spans in a fresh stack_chain under `watch ARGS -p PID BIN`; returns the records.
 fn traced(args: &[&str], n: usize) -> (usdt_trace_tests::watch::Output, String) {
     let bin = build_c("stack_chain", &["-O2", "-fno-omit-frame-pointer"]);
@@ -42,7 +53,7 @@ fn traced(args: &[&str], n: usize) -> (usdt_trace_tests::watch::Output, String) 
 fn stack_names_the_call_chain_innermost_first() {
     let (out, bin) = traced(&["--min", "2ms", "--stack"], 6);
     let spans = out.spans();
-    let args: Vec<&Value> = spans.iter().map(|s| &s["args"][0]).collect();
+    let args: Vec<&Value> = slept(&spans).iter().map(|s| &s["args"][0]).collect();
     assert_eq!(args, [1, 3, 5], "{:?}", out.records);
     for s in &spans {
         let names = syms(s);
@@ -92,7 +103,7 @@ fn stack_of_a_command_that_exited_is_named_from_the_probes_file() {
     let out = Watch::start(&["--min", "2ms", "--stack", "-c", &cmd, b]).finish();
     assert!(out.status.success(), "{}", out.stderr);
     let spans = out.spans();
-    assert_eq!(spans.len(), 2, "{:?}", out.records);
+    assert_eq!(slept(&spans).len(), 2, "{:?}", out.records);
     for s in &spans {
         assert_eq!(
             syms(s)[..4],
@@ -123,7 +134,7 @@ fn stack_loads_with_filter_str_and_the_time_split() {
         6,
     );
     let spans = out.spans();
-    let args: Vec<&Value> = spans.iter().map(|s| &s["args"]).collect();
+    let args: Vec<&Value> = slept(&spans).iter().map(|s| &s["args"]).collect();
     assert_eq!(
         args,
         [
@@ -135,6 +146,8 @@ fn stack_loads_with_filter_str_and_the_time_split() {
     );
     for s in &spans {
         assert_eq!(syms(s)[0].as_deref(), Some("stack_c"), "{s}");
+    }
+    for s in slept(&spans) {
         // The 3 ms sleep is in the split.
         assert!(s["sleep_ns"].as_u64().unwrap() >= 2_000_000, "{s}");
     }

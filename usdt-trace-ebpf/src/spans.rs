@@ -13,13 +13,14 @@ use aya_ebpf::{
 use usdt_trace_common::{
     agg::{CFG_AGG_ARGS, CFG_AGG_BY},
     hist_slot, str_key_thread, Acct, Config, CpuSteal, EventRecord, Frame, IdFrame, IdKey, IdSlot,
-    PollAcct, RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, StackRecord, StrsRecord,
-    ThreadState, CFG_FILTER, CFG_HIST, CFG_STACK, CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START,
-    CNT_EVENTS, CNT_ID_FULL, CNT_ID_FULL_END, CNT_LOST, CNT_SPANS, CNT_THREADS_FULL,
-    CNT_THREADS_FULL_END, CNT_UNMATCHED_END, CNT_UNMATCHED_START, END_SP_POPPED, END_SP_SAME,
-    END_SP_TAIL, HIST_COMPONENTS, HIST_DURATION, HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ,
-    HIST_SLEEP, HIST_STEAL, ID_NONE, ID_SLOT_FILLING, ID_SLOT_FREE, ID_SLOT_OPEN, MAX_ARGS,
-    MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT, PAIR_CLOSED, SPEC_NO_THREAD_SPLIT, STRS_RECORD_SENT,
+    PollAcct, RecordHeader, RecordKind, SiteRole, SiteSpec, SpanRecord, StackCopyRecord,
+    StackRecord, StrsRecord, ThreadState, CFG_FILTER, CFG_HIST, CFG_STACK, CFG_STACK_COPY,
+    CFG_STOPPED, CNT_DEPTH_END, CNT_DEPTH_START, CNT_EVENTS, CNT_ID_FULL, CNT_ID_FULL_END,
+    CNT_LOST, CNT_SPANS, CNT_THREADS_FULL, CNT_THREADS_FULL_END, CNT_UNMATCHED_END,
+    CNT_UNMATCHED_START, END_SP_POPPED, END_SP_SAME, END_SP_TAIL, HIST_COMPONENTS, HIST_DURATION,
+    HIST_IDLE, HIST_IO, HIST_ONCPU, HIST_RUNQ, HIST_SLEEP, HIST_STEAL, ID_NONE, ID_SLOT_FILLING,
+    ID_SLOT_FREE, ID_SLOT_OPEN, MAX_ARGS, MAX_DEPTH, MAX_PAIRS, NO_ID_SLOT, PAIR_CLOSED,
+    SPEC_NO_THREAD_SPLIT, STRS_RECORD_SENT,
 };
 
 mod ids;
@@ -332,7 +333,9 @@ fn close_span<const S: bool>(
     if crate::filter::below_min(hit.cfg, dur) {
         return;
     }
-    if hit.cfg.flags & CFG_STACK != 0 {
+    if hit.cfg.flags & CFG_STACK_COPY != 0 {
+        crate::stack::emit_copy(hit.ctx, hit.cookie, hit.now);
+    } else if hit.cfg.flags & CFG_STACK != 0 {
         crate::stack::emit(hit.ctx, hit.cookie, hit.now);
     }
     // Strings travel in a record of their own, just before the span's (`f.has_strs`: where the
@@ -392,7 +395,9 @@ fn close_span<const S: bool>(
     // submitted without one).
     let mut bytes = record_bytes::<SpanRecord>()
         + (has_strs == STRS_RECORD_SENT) as usize * record_bytes::<StrsRecord>();
-    if hit.cfg.flags & CFG_STACK != 0 {
+    if hit.cfg.flags & CFG_STACK_COPY != 0 {
+        bytes += record_bytes::<StackCopyRecord>();
+    } else if hit.cfg.flags & CFG_STACK != 0 {
         bytes += record_bytes::<StackRecord>();
     }
     entry.submit(ringbuf_flags(hit.cfg, bytes));

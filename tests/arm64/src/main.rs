@@ -34,6 +34,9 @@ fn main() {
         ("watch_hist", watch_hist),
         ("watch_fn", watch_fn),
         ("watch_markers_rust", watch_markers_rust),
+        ("watch_stack_dwarf", || watch_stack("stack_deep_nofp", "dwarf")),
+        ("watch_stack_auto", || watch_stack("stack_deep_nofp", "auto")),
+        ("watch_stack_fp", || watch_stack("stack_deep_fp", "fp")),
     ];
     let only: Vec<String> = std::env::args().skip(1).collect();
     for (name, test) in tests {
@@ -863,3 +866,53 @@ fn markers_session(target: &mut Child) -> Result<String, String> {
 extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
+
+/// `--stack=MODE` on `tests/testprogs/stack_deep.c` (static; `_nofp` built `-O2
+/// -fomit-frame-pointer`, `_fp` `-O2 -fno-omit-frame-pointer`): every span's stack names the
+/// 12 frames of its chain, then main, innermost first. The oracle is the program's own call
+/// chain. Under -c the process has exited when its records are read: a static binary is one
+/// file, so the whole walk (DWARF: with its CFI) happens in the probe's file.
+fn watch_stack(prog: &str, mode: &str) -> Result<String, String> {
+    const SPANS: usize = 2;
+    let prog = format!("{PROGS}/{prog}");
+    let cmd = format!("{prog} {SPANS}");
+    let stack = format!("--stack={mode}");
+    let out = tracer(&["watch", "--json", "--min", "1ms", &stack, "-c", &cmd, &prog])?;
+    let recs = json_lines(&out.stdout);
+    let spans = of_type(&recs, "span");
+    check(spans.len() == SPANS, || {
+        format!("{} spans, want {SPANS}: {}", spans.len(), tail(&out.stdout))
+    })?;
+    let want: Vec<String> = (1..=12)
+        .rev()
+        .map(|i| format!("chain{i:02}"))
+        .chain(["main".to_string()])
+        .collect();
+    let mut depth = 0;
+    for s in &spans {
+        let frames = s["stack"]
+            .as_array()
+            .ok_or_else(|| format!("no stack: {s}"))?;
+        let names: Vec<&str> = frames
+            .iter()
+            .map(|f| f["sym"].as_str().unwrap_or("?"))
+            .filter(|n| *n != "run")
+            .collect();
+        check(
+            names.len() >= want.len() && names[..want.len()] == want[..],
+            || format!("frames {names:?}, want {want:?} first: {s}"),
+        )?;
+        // DWARF's frames say how they were reached: the probe by its registers (pc, sp, fp
+        // and lr), the rest by CFI.
+        if mode != "fp" {
+            check(frames[0]["unwind"] == "regs", || format!("frame 0: {s}"))?;
+            check(
+                frames[1..13].iter().all(|f| f["unwind"] == "cfi"),
+                || format!("not all by CFI: {s}"),
+            )?;
+        }
+        depth = frames.len();
+    }
+    Ok(format!("{SPANS} spans, {depth} frames each"))
+}
+

@@ -86,6 +86,7 @@ mod pod {
         crate::agg::NumKey,
         Acct,
         StackRecord,
+        StackCopyRecord,
         Frame,
         IdFrame,
         IdSlot,
@@ -935,6 +936,7 @@ mod tests {
         assert_eq!(NUM_COUNTERS, 17);
         assert_eq!(CFG_WAITS, 64);
         assert_eq!(CFG_WAITS_CAPPED, 128);
+        assert_eq!(CFG_STACK_COPY, 256);
         assert_eq!(core::mem::size_of::<FilterTerm>(), 32);
     }
 
@@ -958,6 +960,13 @@ mod tests {
             40 + 8 + 8 * STACK_DEPTH
         );
         assert_eq!((RecordKind::STACK.0, RecordKind::STRS.0), (3, 4));
+        assert_eq!(RecordKind::STACK_COPY.0, 6);
+        assert_eq!(
+            core::mem::size_of::<StackCopyRecord>(),
+            40 + 4 * 8 + 8 + STACK_COPY_BYTES
+        );
+        assert_eq!(STACK_COPY_BYTES % STACK_COPY_CHUNK, 0);
+        assert_eq!(core::mem::offset_of!(StackCopyRecord, stack) % 8, 0);
         assert_eq!((SiteRole::ENTER.0, SiteRole::EXIT.0), (3, 4));
         assert_eq!(core::mem::size_of::<OffInterval>(), 32);
         assert_eq!(core::mem::size_of::<WaitRecord>(), 40 + 32 + 8 + 16);

@@ -19,6 +19,9 @@ impl RecordKind {
     pub const STRS: RecordKind = RecordKind(4);
     /// A [`WaitRecord`]: one off-CPU interval of a thread with a span open (`CFG_WAITS`).
     pub const WAIT: RecordKind = RecordKind(5);
+    /// A [`StackCopyRecord`]: the registers and the top of the user stack at the end of the
+    /// span record that follows it (`--stack=dwarf`), unwound in user space.
+    pub const STACK_COPY: RecordKind = RecordKind(6);
 }
 
 /// Indices into the `COUNTERS` per-CPU array. Events seen.
@@ -168,6 +171,41 @@ pub struct StackRecord {
     /// bpf_get_stack's result: bytes of `ips` filled, or a negative errno when the walk failed.
     pub len: i64,
     pub ips: [u64; STACK_DEPTH],
+}
+
+/// Bytes of user stack a [`StackCopyRecord`] has room for. The copy is made page by page from
+/// the stack pointer up, so it holds between `STACK_COPY_BYTES - 4095` and `STACK_COPY_BYTES`
+/// bytes (less where the stack's mapping ends sooner).
+pub const STACK_COPY_BYTES: usize = 16384;
+
+/// Page size the copy is cut by (the smallest page of both architectures: a 4 KiB-aligned
+/// chunk never straddles a mapping's end on 16 or 64 KiB pages either).
+pub const STACK_COPY_CHUNK: usize = 4096;
+
+/// `StackCopyRecord::regs` indices: the instruction pointer at the probe.
+pub const SC_REG_IP: usize = 0;
+/// The stack pointer: `stack[0]` is the byte at this address.
+pub const SC_REG_SP: usize = 1;
+/// The frame pointer (`rbp`, `x29`).
+pub const SC_REG_FP: usize = 2;
+/// The link register (`x30` on aarch64; 0 on x86_64, whose return address is on the stack).
+pub const SC_REG_LR: usize = 3;
+
+/// `--stack=dwarf`: the registers at the probe and a copy of the top of the user stack where
+/// a span ended, for user space to unwind with the objects' call frame information
+/// (`.eh_frame`, `.debug_frame`): code built without frame pointers gets its stack too. Emitted
+/// just before its span's record and paired with it as a [`StackRecord`] is.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StackCopyRecord {
+    /// `kind` is [`RecordKind::STACK_COPY`]; `comm` is not filled.
+    pub hdr: RecordHeader,
+    /// `SC_REG_*`: ip, sp, fp, lr.
+    pub regs: [u64; 4],
+    /// Bytes of `stack` copied, from `regs[SC_REG_SP]` up (0: not even the first page).
+    pub len: u32,
+    pub _pad: u32,
+    pub stack: [u8; STACK_COPY_BYTES],
 }
 
 /// One off-CPU interval of a thread that had a span open, sent by the scheduler hooks as the

@@ -107,6 +107,10 @@ pub const CFG_WAITS: u32 = 64;
 /// count (each a ring-buffer reserve per context switch, and room taken from spans).
 pub const CFG_WAITS_CAPPED: u32 = 128;
 
+/// `Config::flags`, with [`CFG_STACK`]: `--stack=dwarf`: each recorded span is preceded by a
+/// [`StackCopyRecord`] (registers and the stack's top) instead of a [`StackRecord`].
+pub const CFG_STACK_COPY: u32 = 256;
+
 /// How to read one argument at a probe site.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

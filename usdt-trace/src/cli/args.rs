@@ -272,13 +272,20 @@ pub struct WatchArgs {
     /// in the kernel before a record is made. With --hist every span is still counted.
     #[arg(long, value_name = "DURATION")]
     pub min: Option<String>,
-    /// With --min: capture the user stack (up to 32 frames, innermost first) where each
-    /// recorded span ended, and print it symbolized under the span (JSON: `stack`). The kernel
-    /// walks frame pointers: code built without them gives short or wrong stacks. A stack that
-    /// could not be read says so (`stack_error`) and is counted in the summary. Not with
-    /// --hist or --top (they print no span records to hang a stack on).
-    #[arg(long, requires = "min", conflicts_with_all = ["hist", "top"])]
-    pub stack: bool,
+    /// With --min: capture the user stack where each recorded span ended, and print it
+    /// symbolized under the span, innermost first (JSON: `stack`). Plain `--stack` is
+    /// `--stack=auto`. A stack that could not be read says so (`stack_error`) and is counted in
+    /// the summary. Not with --hist or --top (they print no span records to hang a stack on).
+    #[arg(
+        long,
+        value_name = "MODE",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "auto",
+        requires = "min",
+        conflicts_with_all = ["hist", "top"]
+    )]
+    pub stack: Option<crate::target::unwind::StackMode>,
     /// Record only what passes EXPR, decided in the kernel: comparisons (== != < <= > >=) of
     /// argN, PROBE:argN (only that probe's or span's records), pid, tid or comm (== != a name),
     /// joined by && and || (&& first; no parentheses). E.g. 'request:arg1 >= 500',

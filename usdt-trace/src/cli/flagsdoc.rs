@@ -98,7 +98,13 @@ fn arg(out: &mut String, a: &clap::Arg) {
             } else {
                 values.join(" ")
             };
-            let _ = write!(spelling, " {v}");
+            // An optional value (`--stack[=MODE]`) is spelled as clap's usage spells it.
+            if a.get_num_args().is_some_and(|n| n.min_values() == 0) {
+                let eq = if a.is_require_equals_set() { "=" } else { " " };
+                let _ = write!(spelling, "[{eq}{v}]");
+            } else {
+                let _ = write!(spelling, " {v}");
+            }
         }
     }
     let help = a

@@ -353,14 +353,16 @@ pub fn summary_json(out: &mut Vec<u8>, s: &Summary) {
 }
 
 /// `,"stack":[{"addr":..,"sym":..,"offset":..,"object":..},...]`, or `,"stack":null,
-/// "stack_error":"why"` when it could not be read.
+/// "stack_error":"why"` when it could not be read. Under `--stack=dwarf` each frame also has
+/// `"unwind"` (`regs`, `cfi` or `fp`: how it was reached), and `,"stack_stopped":"why"`
+/// follows when the unwinding stopped before the outermost frame.
 pub(crate) fn stack_json(out: &mut Vec<u8>, st: &SpanStack) {
     match st {
         SpanStack::Error(e) => {
             out.extend_from_slice(b",\"stack\":null,\"stack_error\":");
             json_str(out, e.as_bytes());
         }
-        SpanStack::Frames(frames) => {
+        SpanStack::Frames { frames, stopped } => {
             out.extend_from_slice(b",\"stack\":[");
             for (i, f) in frames.iter().enumerate() {
                 if i > 0 {
@@ -382,9 +384,18 @@ pub(crate) fn stack_json(out: &mut Vec<u8>, st: &SpanStack) {
                     Some(o) => json_str(out, o.as_bytes()),
                     None => out.extend_from_slice(b"null"),
                 }
+                if let Some(via) = f.via {
+                    out.extend_from_slice(b",\"unwind\":\"");
+                    out.extend_from_slice(via.as_str().as_bytes());
+                    out.push(b'"');
+                }
                 out.push(b'}');
             }
             out.push(b']');
+            if let Some(why) = stopped {
+                out.extend_from_slice(b",\"stack_stopped\":");
+                json_str(out, why.as_bytes());
+            }
         }
     }
 }

@@ -316,14 +316,16 @@ pub fn summary_text(s: &Summary) -> String {
 }
 
 /// `--stack`: the frames under their span's line, innermost first, one per line:
-/// `    #0 0x55d0c1a2b3c4 c+0x14 (/path/prog)`; or why there are none.
+/// `    #0 0x55d0c1a2b3c4 c+0x14 (/path/prog)` (`[fp]` after a frame `--stack=dwarf` reached by
+/// the frame pointer, its callee having no CFI), then `    [unwind stopped: why]` when the
+/// unwinding stopped before the outermost frame; or why there are none.
 pub fn stack_text(out: &mut String, st: &crate::target::symbolize::SpanStack) {
     use std::fmt::Write;
     match st {
         crate::target::symbolize::SpanStack::Error(e) => {
             let _ = writeln!(out, "    (no stack: {})", clean(e));
         }
-        crate::target::symbolize::SpanStack::Frames(frames) => {
+        crate::target::symbolize::SpanStack::Frames { frames, stopped } => {
             for (i, f) in frames.iter().enumerate() {
                 let _ = write!(out, "    #{i:<2} 0x{:x}", f.addr);
                 match &f.sym {
@@ -335,7 +337,13 @@ pub fn stack_text(out: &mut String, st: &crate::target::symbolize::SpanStack) {
                 if let Some(o) = &f.object {
                     let _ = write!(out, " ({})", clean(o));
                 }
+                if f.via == Some(crate::target::unwind::Via::FramePointer) {
+                    out.push_str(" [fp]");
+                }
                 out.push('\n');
+            }
+            if let Some(why) = stopped {
+                let _ = writeln!(out, "    [unwind stopped: {}]", clean(why));
             }
         }
     }
@@ -348,18 +356,68 @@ mod stack_tests {
     use crate::target::symbolize::{SpanStack, StackFrame};
 
     fn frames() -> SpanStack {
-        SpanStack::Frames(vec![
-            StackFrame {
-                addr: 0x1234,
-                sym: Some(("c".into(), 0x11)),
-                object: Some("/bin/p".into()),
-            },
-            StackFrame {
-                addr: 0x99,
-                sym: None,
-                object: None,
-            },
-        ])
+        SpanStack::Frames {
+            frames: vec![
+                StackFrame {
+                    addr: 0x1234,
+                    sym: Some(("c".into(), 0x11)),
+                    object: Some("/bin/p".into()),
+                    via: None,
+                },
+                StackFrame {
+                    addr: 0x99,
+                    sym: None,
+                    object: None,
+                    via: None,
+                },
+            ],
+            stopped: None,
+        }
+    }
+
+    /// A `--stack=dwarf` stack: frames say how they were reached, and where it stopped.
+    fn unwound() -> SpanStack {
+        use crate::target::unwind::Via;
+        SpanStack::Frames {
+            frames: vec![
+                StackFrame {
+                    addr: 0x1234,
+                    sym: Some(("c".into(), 0x11)),
+                    object: Some("/bin/p".into()),
+                    via: Some(Via::Regs),
+                },
+                StackFrame {
+                    addr: 0x1300,
+                    sym: Some(("b".into(), 0x20)),
+                    object: Some("/bin/p".into()),
+                    via: Some(Via::FramePointer),
+                },
+            ],
+            stopped: Some("no CFI for 0x12ff".into()),
+        }
+    }
+
+    #[test]
+    fn an_unwound_stack_marks_frame_pointer_frames_and_says_where_it_stopped() {
+        let mut s = String::new();
+        stack_text(&mut s, &unwound());
+        assert_eq!(
+            s,
+            "    #0  0x1234 c+0x11 (/bin/p)\n    #1  0x1300 b+0x20 (/bin/p) [fp]\n    \
+             [unwind stopped: no CFI for 0x12ff]\n"
+        );
+        let mut out = b"{\"a\":1".to_vec();
+        stack_json(&mut out, &unwound());
+        out.push(b'}');
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            (
+                v["stack"][0]["unwind"].as_str(),
+                v["stack"][1]["unwind"].as_str()
+            ),
+            (Some("regs"), Some("fp"))
+        );
+        assert_eq!(v["stack_stopped"], "no CFI for 0x12ff");
     }
 
     #[test]

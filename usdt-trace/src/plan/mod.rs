@@ -556,7 +556,7 @@ impl Plan {
             }
             // Paired with their span by the reader, never resolved alone; waits name no site
             // and go straight to the sinks.
-            Record::Strs(_) | Record::Stack(_) | Record::Wait(_) => None,
+            Record::Strs(_) | Record::Stack(_) | Record::StackCopy(_) | Record::Wait(_) => None,
         }
     }
 }

@@ -2,7 +2,8 @@
 
 use std::collections::HashMap;
 use usdt_trace_common::{
-    EventRecord, RecordHeader, RecordKind, SpanRecord, StackRecord, StrSet, StrsRecord, WaitRecord,
+    EventRecord, RecordHeader, RecordKind, SpanRecord, StackCopyRecord, StackRecord, StrSet,
+    StrsRecord, WaitRecord,
 };
 
 /// One decoded ring buffer record. An event's or span's strings come in a [`StrsRecord`] just
@@ -13,6 +14,8 @@ pub enum Record<'a> {
     Strs(&'a StrsRecord),
     /// `--stack`: the stack of the span record that follows.
     Stack(&'a StackRecord),
+    /// `--stack=dwarf`: the registers and stack copy of the span record that follows.
+    StackCopy(&'a StackCopyRecord),
     /// `--perfetto`: one off-CPU interval of a thread with a span open.
     Wait(&'a WaitRecord),
 }
@@ -38,6 +41,7 @@ pub fn decode(buf: &[u8]) -> Option<Record<'_>> {
         RecordKind::SPAN => Some(Record::Span(view(buf)?, None)),
         RecordKind::STRS => Some(Record::Strs(view(buf)?)),
         RecordKind::STACK => Some(Record::Stack(view(buf)?)),
+        RecordKind::STACK_COPY => Some(Record::StackCopy(view(buf)?)),
         RecordKind::WAIT => Some(Record::Wait(view(buf)?)),
         _ => None,
     }

@@ -23,6 +23,7 @@ pub mod procmaps;
 pub(crate) mod procmem;
 pub(crate) mod procnames;
 pub(crate) mod symbolize;
+pub(crate) mod unwind;
 
 use crate::elf::{self, ElfError, ObjectProbes};
 use crate::target::procmaps::{MappedObject, ProcError};

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use usdt_trace_common::StackRecord;
+use usdt_trace_common::{StackCopyRecord, StackRecord};
 
 /// One frame of a captured stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,12 +28,19 @@ pub struct StackFrame {
     /// The mapped file (or `[vdso]`-like region) holding the address, None outside every
     /// mapping (JIT code, or a process whose mappings could not be read).
     pub object: Option<String>,
+    /// `--stack=dwarf`: how the frame was reached (None for the kernel's frame-pointer walk).
+    pub via: Option<crate::target::unwind::Via>,
 }
 
 /// What a span carries under `--stack`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SpanStack {
-    Frames(Vec<StackFrame>),
+    /// The frames, innermost first, and why the unwinding stopped before the outermost frame
+    /// (`--stack=dwarf`), if it did.
+    Frames {
+        frames: Vec<StackFrame>,
+        stopped: Option<String>,
+    },
     /// Why there is no stack (the walk failed, or its record was lost).
     Error(String),
 }
@@ -116,6 +123,7 @@ pub fn symbolize_with(
                     addr,
                     sym: None,
                     object: None,
+                    via: None,
                 };
             };
             let sym = table(m).and_then(|t| {
@@ -128,6 +136,7 @@ pub fn symbolize_with(
                     .path
                     .as_ref()
                     .map(|p| String::from_utf8_lossy(p.as_os_str().as_bytes()).into_owned()),
+                via: None,
             }
         })
         .collect()
@@ -169,9 +178,18 @@ pub fn symbolize_from_origin(ips: &[u64], o: &Origin) -> Vec<StackFrame> {
                 addr,
                 object: sym.as_ref().map(|_| o.object.clone()),
                 sym,
+                via: None,
             }
         })
         .collect()
+}
+
+/// Frames of a walk that always reaches its end (the kernel's).
+fn frames(frames: Vec<StackFrame>) -> SpanStack {
+    SpanStack::Frames {
+        frames,
+        stopped: None,
+    }
 }
 
 /// How long a process's mappings are trusted before they are read again (a miss rereads them
@@ -337,12 +355,88 @@ impl Symbolizer {
             }
         }
         if maps_match(&maps, ips[0], origin) {
-            return SpanStack::Frames(symbolize_with(ips, &maps, |m| self.table(pid, m)));
+            return frames(symbolize_with(ips, &maps, |m| self.table(pid, m)));
         }
         // The process is gone (or exec'd) and its mappings with it.
         match origin {
-            Some(o) => SpanStack::Frames(symbolize_from_origin(ips, o)),
-            None => SpanStack::Frames(symbolize_with(ips, &[], |_| None)),
+            Some(o) => frames(symbolize_from_origin(ips, o)),
+            None => frames(symbolize_with(ips, &[], |_| None)),
+        }
+    }
+
+    /// `--stack=dwarf`: unwinds a stack copy with `unwinder` (the objects' CFI) in the
+    /// process's mappings, and names the frames. A process gone before its record was read is
+    /// unwound in a mapping of the probe's file alone (`origin`, `origin_file`: the tracer's
+    /// descriptor of it), placed by the probe: its frames there are found, the walk stops at
+    /// the first frame outside it.
+    pub fn symbolize_copy(
+        &mut self,
+        rec: &StackCopyRecord,
+        unwinder: &mut crate::target::unwind::process::ProcessUnwinder,
+        origin: Option<(&Origin, &MapEntry)>,
+    ) -> SpanStack {
+        let pid = rec.hdr.pid;
+        let ip = rec.regs[usdt_trace_common::SC_REG_IP];
+        let mut maps = self.maps_of(pid, false).unwrap_or_default();
+        if !maps_match(&maps, ip, origin.map(|o| o.0)) {
+            if let Some(m) = self.maps_of(pid, true) {
+                maps = m;
+            }
+        }
+        let mut gone = None;
+        if !maps_match(&maps, ip, origin.map(|o| o.0)) {
+            let Some((o, m)) = origin else {
+                self.failed += 1;
+                return SpanStack::Error(
+                    "the process's mappings could not be read to unwind its stack".into(),
+                );
+            };
+            maps = Rc::new(vec![m.clone()]);
+            gone = Some(o);
+        }
+        let mut un = unwinder.unwind(rec, &maps);
+        // A return address in no mapping of a second-old read: code mapped since (dlopen)?
+        // Read the mappings again once.
+        if gone.is_none()
+            && matches!(
+                un.stopped,
+                Some(crate::target::unwind::Stop::NotCode { .. })
+            )
+        {
+            if let Some(m) = self.maps_of(pid, true) {
+                if maps_match(&m, ip, origin.map(|o| o.0)) && *m != *maps {
+                    maps = m;
+                    un = unwinder.unwind(rec, &maps);
+                }
+            }
+        }
+        let ips: Vec<u64> = un.frames.iter().map(|f| f.0).collect();
+        let mut fr = match gone {
+            Some(o) => symbolize_from_origin(&ips, o),
+            None => symbolize_with(&ips, &maps, |m| self.table(pid, m)),
+        };
+        for (f, (_, via)) in fr.iter_mut().zip(&un.frames) {
+            f.via = Some(*via);
+        }
+        if fr.is_empty() {
+            self.failed += 1;
+            return SpanStack::Error(format!(
+                "no frame could be unwound: {}",
+                un.stopped.map_or_else(String::new, |s| s.to_string())
+            ));
+        }
+        let stopped = match (un.stopped, gone) {
+            // Out of the probe's file, in a process gone: its other mappings are unknown.
+            (Some(crate::target::unwind::Stop::NotCode { addr }), Some(o)) => Some(format!(
+                "0x{addr:x} is outside {}, and the process had exited: its other objects \
+                 are unknown",
+                o.object
+            )),
+            (s, _) => s.map(|s| s.to_string()),
+        };
+        SpanStack::Frames {
+            frames: fr,
+            stopped,
         }
     }
 

@@ -58,6 +58,9 @@ pub struct LoadOptions<'a> {
     pub filter_args: bool,
     /// `--stack`: a user stack record before each span record.
     pub stack: bool,
+    /// `--stack=dwarf`: that record is a copy of the stack's top and the registers
+    /// (`StackCopyRecord`), not the kernel's frame-pointer walk.
+    pub stack_copy: bool,
     /// `--perfetto`: the scheduler hooks send each off-CPU interval of a thread with a span
     /// open (`CFG_WAITS`), for the trace's wait slices.
     pub waits: bool,
@@ -89,6 +92,9 @@ impl LoadOptions<'_> {
         }
         if self.stack {
             flags |= CFG_STACK;
+            if self.stack_copy {
+                flags |= CFG_STACK_COPY;
+            }
         }
         if self.waits && self.sched {
             flags |= CFG_WAITS;

@@ -55,7 +55,8 @@ use usdt_trace_common::agg::CFG_AGG_ARGS;
 use usdt_trace_common::maps;
 use usdt_trace_common::{
     Config, FilterProg, Hist, IdKey, SiteSpec, WaitSums, CFG_ACCT, CFG_FILTER, CFG_HIST, CFG_STACK,
-    CFG_STOPPED, CFG_WAITS, CFG_WAITS_CAPPED, HIST_COMPONENTS, HIST_DURATION, MAX_PAIRS,
+    CFG_STACK_COPY, CFG_STOPPED, CFG_WAITS, CFG_WAITS_CAPPED, HIST_COMPONENTS, HIST_DURATION,
+    MAX_PAIRS,
 };
 
 /// The eBPF object, built by build.rs (empty when built with USDT_TRACE_SKIP_EBPF=1).
@@ -334,6 +335,7 @@ mod tests {
             filter: None,
             filter_args: false,
             stack: false,
+            stack_copy: false,
             waits: false,
             agg: AggLoad::default(),
             null_program: false,

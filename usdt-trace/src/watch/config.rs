@@ -65,8 +65,8 @@ pub struct WatchConfig {
     pub min: Option<Duration>,
     /// `--filter` and `--tid`, combined; evaluated in the kernel.
     pub filter: Option<crate::plan::filter::Filter>,
-    /// `--stack`: the user stack at the end of each recorded span.
-    pub stack: bool,
+    /// `--stack`: the user stack at the end of each recorded span, and how it is taken.
+    pub stack: Option<crate::target::unwind::StackMode>,
     /// `--by`, `--count`, `--top`, `--max-keys`.
     pub agg: AggArgs,
     /// `--wait-for-probes`: start with no matching probe, waiting for late ones.
@@ -178,7 +178,9 @@ impl WatchConfig {
                 .zip(filter_masks)
                 .map(|(f, m)| (f.compile(), m)),
             filter_args: self.filter.as_ref().is_some_and(|f| f.reads_args()),
-            stack: self.stack,
+            stack: self.stack.is_some(),
+            // Set by `watch` once `auto` is resolved against the traced files.
+            stack_copy: self.stack == Some(crate::target::unwind::StackMode::Dwarf),
             // Only the Perfetto output draws the waits; for the others they would cost a
             // record per context switch of a thread in a span.
             waits: self.perfetto.is_some(),

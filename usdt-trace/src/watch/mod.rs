@@ -185,8 +185,23 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
     if cfg.bench_null_program {
         eprintln!("warning: --bench-null-program: the attached program records nothing; this run measures the cost of a hit, not what the probes did");
     }
-    let mut tracer =
-        Tracer::load(&cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref()))?;
+    // `--stack` (auto): frame pointers when every traced file keeps them, else DWARF.
+    let stack_mode = cfg.stack.map(|m| {
+        let files: Vec<_> = plan
+            .objects
+            .iter()
+            .filter_map(|op| {
+                let sites = op.points.iter().filter(|p| !p.ret).map(|p| p.offset);
+                objects
+                    .get(op.object)
+                    .map(|o| (o.fd_path(), sites.collect()))
+            })
+            .collect();
+        crate::target::unwind::mode::resolve(m, &files)
+    });
+    let mut load = cfg.load_options(&plan, filter_masks.as_deref(), key_plan.as_ref());
+    load.stack_copy = stack_mode == Some(crate::target::unwind::StackMode::Dwarf);
+    let mut tracer = Tracer::load(&load)?;
     // Semaphores of lld's packed layout are counted by hand, in every process, and so not by
     // the kernel too: their points are attached without a ref_ctr_offset.
     let affected = crate::watch::semaphores::affected(&objects, &plan);
@@ -250,7 +265,7 @@ pub fn run(cfg: &WatchConfig) -> Result<i32, WatchError> {
 
     let started = Instant::now();
     // Probes attached later (late mappings) are named from the process's maps alone.
-    let stacks = cfg.stack.then(|| Stacks::new(&plan, objects));
+    let stacks = cfg.stack.is_some().then(|| Stacks::new(&plan, objects));
     let mut reader = Reader {
         plan,
         sinks,

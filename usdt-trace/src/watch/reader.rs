@@ -105,6 +105,12 @@ impl Reader {
                     }
                     return;
                 }
+                Some(output::Record::StackCopy(st)) => {
+                    if let Some(stacks) = self.stacks.as_mut() {
+                        stacks.add_copy(st);
+                    }
+                    return;
+                }
                 // An off-CPU interval: no site to resolve; the sinks that draw them do.
                 Some(output::Record::Wait(w)) => {
                     if self.waits.admit() && res.is_ok() {
