@@ -40,6 +40,7 @@ use usdt_trace_common::{
 mod annotate;
 mod fields;
 pub mod pb;
+mod steal;
 mod tracks;
 use annotate::*;
 use fields::*;
@@ -133,6 +134,8 @@ pub struct PerfettoSink<W: Write> {
     /// some were left out or dropped).
     waits_drawn: u64,
     last_wait_ns: u64,
+    /// Where each thread's spans' steal goes (the `steal` slices).
+    steal: steal::StealPlacer,
 }
 
 impl<W: Write> PerfettoSink<W> {
@@ -151,6 +154,7 @@ impl<W: Write> PerfettoSink<W> {
             next_lane: 1,
             waits_drawn: 0,
             last_wait_ns: 0,
+            steal: steal::StealPlacer::default(),
         }
     }
 
@@ -199,6 +203,8 @@ impl<W: Write> PerfettoSink<W> {
 
 /// The category of the off-CPU slices: a query (or the UI's filter) tells them from spans by it.
 pub const WAIT_CATEGORY: &str = "offcpu";
+/// The category of the `steal` slices.
+pub const STEAL_CATEGORY: &str = "steal";
 
 /// The slice name of an off-CPU wait of kind `kind` (`WAIT_*`): what the thread waited on, as
 /// the spans' `wait_KIND_ns` annotations name it; `other` for the rest of sleep and I/O.
@@ -210,6 +216,29 @@ pub fn wait_name(kind: u32) -> &'static str {
         WAIT_DISK => "disk",
         WAIT_FAULT => "fault",
         _ => "other",
+    }
+}
+
+impl<W: Write> PerfettoSink<W> {
+    /// A `steal` slice on thread track `uuid` (see `steal`): the amount exact in `steal_ns`,
+    /// placed at the start of the on-CPU stretch it was taken from.
+    fn steal_slice(&mut self, uuid: u64, p: &steal::Piece) {
+        let mut ann = Vec::new();
+        annotation(&mut ann, "steal_ns", |a| pb::uint(a, annot::UINT, p.steal_ns));
+        annotation(&mut ann, "on_cpu_until_ns", |a| {
+            pb::uint(a, annot::UINT, p.stretch_end_ns)
+        });
+        annotation(&mut ann, "placed", |a| {
+            pb::string(
+                a,
+                annot::STRING,
+                b"at the start of the on-CPU stretch the host took it from: the kernel learns how much, not when",
+            )
+        });
+        let name = Some((STEAL_CATEGORY, "steal"));
+        self.track_event(p.start_ns, event::SLICE_BEGIN, uuid, name, &ann, (&[], None));
+        let end = p.start_ns + p.len_ns;
+        self.track_event(end, event::SLICE_END, uuid, None, &[], (&[], None));
     }
 }
 
@@ -387,6 +416,17 @@ impl<W: Write> Sink for PerfettoSink<W> {
                     (&flows, terminating),
                 );
                 self.track_event(t1, event::SLICE_END, uuid, None, &[], (&[], None));
+                // After the span's own slice: a steal slice that begins where it does sorts
+                // inside it.
+                if uuid == thread_uuid(h.tid) && rec.acct_valid == 1 && eligible {
+                    let end_total = rec.steal_start.saturating_add(rec.acct.steal);
+                    for p in self
+                        .steal
+                        .span(h.tid, (t0, rec.steal_start), (t1, end_total))
+                    {
+                        self.steal_slice(uuid, &p);
+                    }
+                }
             }
         }
         Ok(())
@@ -441,6 +481,8 @@ impl<W: Write> Sink for PerfettoSink<W> {
             );
             self.track_event(o.woken_ns, event::SLICE_END, uuid, None, &[], (&[], None));
         }
+        self.steal
+            .off(h.tid, o.slept_ns, o.running_ns, w.steal_total);
         if o.running_ns > o.woken_ns {
             let mut ann = Vec::new();
             let after = if o.off_state == TS_RUNQ {
