@@ -426,13 +426,24 @@ fn twice_the_reads_beside_a_baseline_the_hog_slowed_more_is_also_more_io() {
     assert_eq!(c.also.len(), 1, "{text}");
     assert_eq!(c.also[0].cause, "more_io");
     assert!(
-        text.contains("  also: more I/O: 8.0 → 16.0 disk waits per span, 68.2us each (+383.9us per span)\n"),
+        text.contains(
+            "  also: more I/O: 8.0 → 16.0 disk waits per span, 68.2us each (+383.9us per span)\n"
+        ),
         "{text}"
     );
     let v = to_json(&c);
     assert_eq!(v["also"][0]["cause"], "more_io", "{v}");
     // The other way round it is the verdict, and not said twice.
-    let c = compare(&spans(40, Split { runq: 45_237, ..eight }), &spans(40, sixteen));
+    let c = compare(
+        &spans(
+            40,
+            Split {
+                runq: 45_237,
+                ..eight
+            },
+        ),
+        &spans(40, sixteen),
+    );
     assert_eq!(cause(&c), "more_io", "{}", to_text(&c));
     assert!(c.also.is_empty());
     assert!(to_json(&c).get("also").is_none());
@@ -450,7 +461,14 @@ fn a_trifle_more_waits_is_not_said() {
     };
     let c = compare(
         &spans(40, base),
-        &spans(40, Split { runq: 100_000, disk: (80_000, 2), ..base }),
+        &spans(
+            40,
+            Split {
+                runq: 100_000,
+                disk: (80_000, 2),
+                ..base
+            },
+        ),
     );
     assert_eq!(cause(&c), "less_cpu_contention", "{}", to_text(&c));
     assert!(c.also.is_empty(), "{}", to_text(&c));

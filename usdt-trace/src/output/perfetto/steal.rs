@@ -259,7 +259,9 @@ mod tests {
         s.off(5, 400, 600, 30);
         let p = s.span(5, (100, 10), (1000, 60));
         assert_eq!(sum(&p), 50);
-        assert!(p.iter().all(|p| p.start_ns >= 100 && p.start_ns + p.len_ns < 1000));
+        assert!(p
+            .iter()
+            .all(|p| p.start_ns >= 100 && p.start_ns + p.len_ns < 1000));
     }
 
     #[test]
