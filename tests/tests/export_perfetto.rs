@@ -422,8 +422,9 @@ fn check_with_trace_processor(path: &Path, out: &Output) -> TpCounts {
             "select name, idx, severity, source, value from stats \
              where severity in ('error', 'data_loss') and value > 0",
             // Each slice with its span id and its process (through its thread's track, or
-            // the process's for an async track); not the wait slices, nor the trace's note of
-            // waits it lacks (category `usdt-trace`, when the run dropped or capped some).
+            // the process's for an async track); not the wait or steal slices, nor the trace's
+            // note of waits it lacks (category `usdt-trace`, when the run dropped or capped
+            // some).
             "select s.id, s.ts, s.dur, s.name, s.parent_id, \
                extract_arg(s.arg_set_id, 'debug.arg0') as span, \
                coalesce(p1.pid, p2.pid) as pid \
@@ -433,11 +434,11 @@ fn check_with_trace_processor(path: &Path, out: &Output) -> TpCounts {
              left join process p1 on p1.upid = t.upid \
              left join process_track pt on pt.id = s.track_id \
              left join process p2 on p2.upid = pt.upid \
-             where s.category not in ('offcpu', 'usdt-trace')",
+             where s.category not in ('offcpu', 'steal', 'usdt-trace')",
             // The issue's query: a slice inside another of its own name is inside an
             // unrelated request.
             "select count(*) from slice s join slice p on s.parent_id = p.id \
-             where s.name = p.name and s.category is not 'offcpu'",
+             where s.name = p.name and s.category not in ('offcpu', 'steal')",
             "select slice_out, slice_in from flow",
         ],
     );
@@ -739,17 +740,21 @@ fn wait_slices_match_the_split_and_the_programs_clock(mode: &str, kind: &str, wa
                extract_arg(s.arg_set_id, 'debug.wait_fault_ns'), \
                extract_arg(s.arg_set_id, 'debug.sleep_ns'), \
                extract_arg(s.arg_set_id, 'debug.io_ns'), \
-               extract_arg(s.arg_set_id, 'debug.runq_ns'), t.tid \
+               extract_arg(s.arg_set_id, 'debug.runq_ns'), t.tid, \
+               extract_arg(s.arg_set_id, 'debug.steal_ns') \
              from slice s join thread_track tt on tt.id = s.track_id \
              join thread t using (utid) where s.name = 'why:req' order by s.ts",
             "select s.id, s.track_id, s.ts, s.dur, s.name, s.parent_id, \
                extract_arg(s.arg_set_id, 'debug.waker'), \
                extract_arg(s.arg_set_id, 'debug.waker_pid') \
              from slice s where s.category = 'offcpu' order by s.ts",
+            "select s.track_id, s.ts, s.dur, s.parent_id, \
+               extract_arg(s.arg_set_id, 'debug.steal_ns') \
+             from slice s where s.category = 'steal' order by s.ts",
         ],
     );
     let _ = std::fs::remove_file(&path);
-    let (stats, span_rows, wait_rows) = (&res[0], &res[1], &res[2]);
+    let (stats, span_rows, wait_rows, steal_rows) = (&res[0], &res[1], &res[2], &res[3]);
     assert!(stats.is_empty(), "trace processor stats: {stats:?}");
     assert_eq!(span_rows.len(), 6, "{span_rows:?}");
     let pid = spans[0]["pid"].as_u64().unwrap();
@@ -771,6 +776,7 @@ fn wait_slices_match_the_split_and_the_programs_clock(mode: &str, kind: &str, wa
     if kind == "disk" {
         eprintln!("{disk_waits} disk waits for {reads} reads");
     }
+    let mut stolen = 0;
     for ((s, ndjson), &(lock_ns, sleep_ns, pread_ns, _, call_cpu)) in
         span_rows.iter().zip(&spans).zip(&truth)
     {
@@ -786,6 +792,25 @@ fn wait_slices_match_the_split_and_the_programs_clock(mode: &str, kind: &str, wa
             );
             *sums.entry(w[4].as_str().unwrap()).or_default() += u(&w[3]);
         }
+        // The host's steal: per span its `steal` slices add up to its `steal_ns`, exactly,
+        // each inside it, on its track, and in time the thread was on CPU (no off-CPU slice
+        // of the span overlaps one).
+        let steals: Vec<&Vec<Value>> = steal_rows.iter().filter(|r| r[3] == s[0]).collect();
+        assert_eq!(
+            steals.iter().map(|r| u(&r[4])).sum::<u64>(),
+            u(&s[13]),
+            "steal slices against the span's steal_ns: {s:?}: {steals:?}"
+        );
+        for r in &steals {
+            let (a, b) = (u(&r[1]), u(&r[1]) + u(&r[2]));
+            assert!(r[0] == s[1] && a >= t0 && b <= t1, "{r:?} in {s:?}");
+            assert!(
+                mine.iter()
+                    .all(|w| b <= u(&w[2]) || a >= u(&w[2]) + u(&w[3])),
+                "a steal slice over an off-CPU one: {r:?} {mine:?}"
+            );
+        }
+        stolen += steals.len();
         let kinds = u(&s[4]) + u(&s[5]) + u(&s[6]) + u(&s[7]) + u(&s[8]);
         for (k, want) in [
             ("lock", u(&s[4])),
@@ -846,9 +871,12 @@ fn wait_slices_match_the_split_and_the_programs_clock(mode: &str, kind: &str, wa
         );
     }
     eprintln!(
-        "{mode}: {} off-CPU slices under 6 spans, each span's sums exact",
+        "{mode}: {} off-CPU slices and {stolen} steal slices under 6 spans, each span's sums \
+         exact",
         wait_rows.len()
     );
+    // Every steal slice is under a span (none was drawn for a span that is not there).
+    assert_eq!(stolen, steal_rows.len(), "{steal_rows:?}");
 }
 
 #[test]

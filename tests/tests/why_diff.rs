@@ -330,9 +330,27 @@ fn more_io(test: &str, reads_before: u32, reads_after: u32, kib: u32) {
         return;
     }
     let v = diff_files(&base, &after);
-    assert_eq!(v["verdict"]["cause"], "more_io", "{v}");
-    // The disk waits and what came with them (the syscalls' CPU, the wakeups' run queue).
-    assert!(v["verdict"]["share"].as_f64().unwrap() >= 0.5, "{v}");
+    let cause = v["verdict"]["cause"].as_str().unwrap_or_default();
+    if cause == "more_io" {
+        // The disk waits and what came with them (the syscalls' CPU, the wakeups' run queue).
+        assert!(v["verdict"]["share"].as_f64().unwrap() >= 0.5, "{v}");
+    } else {
+        // Beside a CPU hog, the baseline's spans may wait for a CPU far longer than those of
+        // the run with twice the reads (2.6 ms a span against 0.05 once): that run is faster
+        // or no different overall, rightly named so, and its doubled reads are said beside
+        // the verdict ("also"). Held to it: the run queue fell by more than the I/O grew.
+        let part = |p: &str| v["delta"]["parts"][p].as_f64().unwrap();
+        let also_io = v["also"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["cause"] == "more_io"));
+        assert!(
+            also_io
+                && ["less_cpu_contention", "no_change", "mixed"].contains(&cause)
+                && -part("runq_ns") > part("io_ns"),
+            "{v}"
+        );
+        eprintln!("{test}: the baseline waited longer for a CPU: {cause}, also more I/O");
+    }
     let n = |run: &str| v[run]["waits"]["disk"]["n"].as_f64().unwrap();
     assert!(
         n("after") >= 0.75 * f64::from(reads_after) / f64::from(reads_before) * n("before"),

@@ -83,6 +83,8 @@ fn send_wait(st: &ThreadState, task: *const u8, tid: u32, off: &OffInterval) {
     rec.off = *off;
     rec.waker_pid = st.last_waker_pid;
     rec.waker_tid = st.last_waker_tid;
+    // Nothing accrues to it off CPU: its total at the switch-out that began this interval.
+    rec.steal_total = st.acct.steal;
     // Two word copies: a plain assignment is a call of the byte-loop `memcpy` subprogram.
     const _: () = assert!(core::mem::offset_of!(WaitRecord, waker_comm) % 8 == 0);
     const _: () = assert!(core::mem::offset_of!(ThreadState, last_waker_comm) % 8 == 0);

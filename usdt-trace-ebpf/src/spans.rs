@@ -368,6 +368,10 @@ fn close_span<const S: bool>(
         None => zero_words(&mut rec.acct),
     }
     rec.acct_valid = acct.is_some() as u32;
+    match acct {
+        Some(_) => rec.steal_start = f.acct_start.steal,
+        None => zero(&mut rec.steal_start),
+    }
     match poll {
         Some(p) => {
             rec.idle_ns = p.idle_ns(dur);

@@ -949,7 +949,7 @@ mod tests {
             core::mem::size_of::<SiteSpec>(),
             16 + 16 * MAX_ARGS + 4 * MAX_STRS
         );
-        assert_eq!(core::mem::size_of::<SpanRecord>(), 416);
+        assert_eq!(core::mem::size_of::<SpanRecord>(), 424);
         assert_eq!(core::mem::size_of::<EventRecord>(), 144);
         assert_eq!(
             core::mem::size_of::<StrsRecord>(),
@@ -969,7 +969,7 @@ mod tests {
         assert_eq!(core::mem::offset_of!(StackCopyRecord, stack) % 8, 0);
         assert_eq!((SiteRole::ENTER.0, SiteRole::EXIT.0), (3, 4));
         assert_eq!(core::mem::size_of::<OffInterval>(), 32);
-        assert_eq!(core::mem::size_of::<WaitRecord>(), 40 + 32 + 8 + 16);
+        assert_eq!(core::mem::size_of::<WaitRecord>(), 40 + 32 + 8 + 16 + 8);
         // Written whole by user space: no implicit padding.
         assert_eq!(core::mem::size_of::<Config>(), 22 * 4 + 8);
     }

@@ -158,6 +158,11 @@ pub struct SpanRecord {
     pub polls: u32,
     /// Distinct threads that polled it (exact up to `POLL_TIDS`, an upper bound past that).
     pub threads: u32,
+    /// With `acct_valid`: the thread's running total of [`Acct::steal`] at the span's start
+    /// (its total at the end is this plus `acct.steal`). With each [`WaitRecord`]'s
+    /// `steal_total` it places the steal inside the span, on-CPU stretch by stretch: the
+    /// Perfetto output's `steal` slices.
+    pub steal_start: u64,
 }
 
 /// `--stack`: the user stack where a span ended, as the kernel walked it (frame pointers),
@@ -223,4 +228,8 @@ pub struct WaitRecord {
     pub waker_pid: u32,
     pub waker_tid: u32,
     pub waker_comm: [u8; 16],
+    /// The thread's running total of [`Acct::steal`] when it left the CPU (`off.slept_ns`):
+    /// what the host took from its on-CPU stretches up to then (see
+    /// [`SpanRecord::steal_start`]).
+    pub steal_total: u64,
 }

@@ -260,6 +260,8 @@ pub struct Comparison {
     /// Per part, after minus before of the mean (split spans only), `PARTS` order.
     pub part_deltas: Option<[f64; PARTS.len()]>,
     pub verdict: Option<Verdict>,
+    /// Causes that moved on their own besides the verdict's ([`super::verdict::also`]).
+    pub also: Vec<Verdict>,
     /// How sure the change is: None when a run lacks the name.
     pub significance: Option<Significance>,
 }
@@ -292,6 +294,7 @@ fn compare(name: String, before: Option<Stats>, after: Option<Stats>) -> Compari
             after,
             part_deltas: None,
             verdict: None,
+            also: Vec::new(),
             significance: None,
         };
     };
@@ -353,12 +356,17 @@ fn compare(name: String, before: Option<Stats>, after: Option<Stats>) -> Compari
     } else {
         deltas.map(|d| super::verdict::explain(&d, b, a, change > 0.0))
     };
+    let also = match (&verdict, have_split) {
+        (Some(v), true) => super::verdict::also(b, a, v),
+        _ => Vec::new(),
+    };
     Comparison {
         name,
         before,
         after,
         part_deltas: deltas,
         verdict,
+        also,
         significance: Some(sig),
     }
 }

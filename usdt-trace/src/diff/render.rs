@@ -138,6 +138,9 @@ pub fn to_text(c: &Comparison) -> String {
     if let Some(v) = &c.verdict {
         s.push_str(&format!("  verdict: {}\n", v.words));
     }
+    for v in &c.also {
+        s.push_str(&format!("  also: {}\n", v.words));
+    }
     s
 }
 
@@ -212,6 +215,14 @@ pub fn to_json(c: &Comparison) -> Value {
             "share": (vd.share * 1000.0).round() / 1000.0,
             "words": vd.words,
         });
+    }
+    // Only when there is one: the lines' schema is otherwise as it was.
+    if !c.also.is_empty() {
+        v["also"] = c
+            .also
+            .iter()
+            .map(|a| json!({"cause": a.cause, "words": a.words}))
+            .collect();
     }
     v
 }

@@ -380,6 +380,7 @@ fn record(
         idle_ns: idle_polls.0,
         polls: idle_polls.1,
         threads: idle_polls.1.min(1),
+        steal_start: 0,
     }
 }
 

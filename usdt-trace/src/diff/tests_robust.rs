@@ -400,3 +400,76 @@ fn the_ranks_decide_from_seven_spans_a_side() {
     let v: Value = to_json(&c);
     assert_eq!(v["verdict"]["cause"], "more_work");
 }
+
+/// The run of the why_diff test that failed beside a CPU hog: the baseline's 8 reads a span
+/// waited 2.6 ms a span for a CPU (the hog), the run of 16 reads did not. Faster overall, and
+/// rightly named less CPU contention; the doubled reads are said beside it, "also".
+#[test]
+fn twice_the_reads_beside_a_baseline_the_hog_slowed_more_is_also_more_io() {
+    let eight = Split {
+        oncpu: 1_352_614,
+        steal: Some(0),
+        runq: 2_617_856,
+        disk: (699_721, 8),
+        ..Split::default()
+    };
+    let sixteen = Split {
+        oncpu: 1_422_266,
+        steal: Some(460),
+        runq: 45_237,
+        disk: (1_079_870, 16),
+        ..Split::default()
+    };
+    let c = compare(&spans(40, eight), &spans(40, sixteen));
+    let text = to_text(&c);
+    assert_eq!(cause(&c), "less_cpu_contention", "{text}");
+    assert_eq!(c.also.len(), 1, "{text}");
+    assert_eq!(c.also[0].cause, "more_io");
+    assert!(
+        text.contains(
+            "  also: more I/O: 8.0 → 16.0 disk waits per span, 68.2us each (+383.9us per span)\n"
+        ),
+        "{text}"
+    );
+    let v = to_json(&c);
+    assert_eq!(v["also"][0]["cause"], "more_io", "{v}");
+    // The other way round it is the verdict, and not said twice.
+    let c = compare(
+        &spans(
+            40,
+            Split {
+                runq: 45_237,
+                ..eight
+            },
+        ),
+        &spans(40, sixteen),
+    );
+    assert_eq!(cause(&c), "more_io", "{}", to_text(&c));
+    assert!(c.also.is_empty());
+    assert!(to_json(&c).get("also").is_none());
+}
+
+/// A few more waits worth less than 2% of the span are not worth a line.
+#[test]
+fn a_trifle_more_waits_is_not_said() {
+    let base = Split {
+        oncpu: 5_000_000,
+        steal: Some(0),
+        runq: 3_000_000,
+        disk: (40_000, 1),
+        ..Split::default()
+    };
+    let c = compare(
+        &spans(40, base),
+        &spans(
+            40,
+            Split {
+                runq: 100_000,
+                disk: (80_000, 2),
+                ..base
+            },
+        ),
+    );
+    assert_eq!(cause(&c), "less_cpu_contention", "{}", to_text(&c));
+    assert!(c.also.is_empty(), "{}", to_text(&c));
+}

@@ -230,6 +230,53 @@ pub(super) fn explain(d: &[f64; PARTS.len()], b: &Stats, a: &Stats, grew: bool) 
     }
 }
 
+/// Causes that are not the verdict's but moved on their own, named after it ("also"): an io
+/// kind whose waits grew in number ([`MIN_MORE_WAITS`], [`MIN_REL_MORE_WAITS`]) by at least
+/// [`MIN_ALSO_SHARE`] of the before mean in their own time, when the verdict names another
+/// cause, or no change. Twice the reads beside a baseline that a CPU hog slowed more is less
+/// CPU contention overall, and more I/O all the same: a user asked "why" needs both. The
+/// number of waits is the robust half of an I/O change (a count, not a time the host's
+/// scheduling moves), which is why only that is named here.
+pub(super) fn also(b: &Stats, a: &Stats, verdict: &Verdict) -> Vec<Verdict> {
+    let mut found = Vec::new();
+    for (k, (_, part)) in KINDS.iter().enumerate() {
+        let (nb, na) = (b.kinds_n[k], a.kinds_n[k]);
+        let dn = na - nb;
+        if *part != Part::Io || na <= 0.0 || dn < MIN_MORE_WAITS.max(MIN_REL_MORE_WAITS * nb) {
+            continue;
+        }
+        let each = if nb > 0.0 {
+            (a.kinds_ns[k] / na).min(b.kinds_ns[k] / nb)
+        } else {
+            a.kinds_ns[k] / na
+        };
+        if dn * each < MIN_ALSO_SHARE * b.mean_ns {
+            continue;
+        }
+        let d = a.kinds_ns[k] - b.kinds_ns[k];
+        let Some((cause, words)) = kind_cause(*part, d, b, a, Some(k), None) else {
+            continue;
+        };
+        // Already the verdict's kind of wait.
+        let same = match KINDS[k].0 {
+            "fault" => ["more_faults", "slower_faults"],
+            _ => ["more_io", "busy_disk"],
+        };
+        if same.contains(&verdict.cause) {
+            continue;
+        }
+        found.push(Verdict {
+            cause,
+            words,
+            share: 0.0,
+        });
+    }
+    found
+}
+
+/// An "also" cause's extra waits take at least this share of the before mean.
+const MIN_ALSO_SHARE: f64 = 0.02;
+
 /// When `part` grew by `grew_ns` and the runs know what their waits were: the kind of wait
 /// that grew the most within it, as a cause and in words. None when no kind explains at least
 /// half of the part's growth (the rest of sleep and io is "other": a pipe, a tty, ...).

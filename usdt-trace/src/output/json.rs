@@ -463,6 +463,7 @@ mod golden {
             idle_ns: 0,
             polls: 0,
             threads: 0,
+            steal_start: 0,
         }
     }
 

@@ -451,6 +451,7 @@ mod tests {
             idle_ns: 0,
             polls: 0,
             threads: 0,
+            steal_start: 0,
         };
         let pair = PairInfo {
             provider: "httpserver".into(),

@@ -40,6 +40,7 @@ use usdt_trace_common::{
 mod annotate;
 mod fields;
 pub mod pb;
+mod steal;
 mod tracks;
 use annotate::*;
 use fields::*;
@@ -133,6 +134,8 @@ pub struct PerfettoSink<W: Write> {
     /// some were left out or dropped).
     waits_drawn: u64,
     last_wait_ns: u64,
+    /// Where each thread's spans' steal goes (the `steal` slices).
+    steal: steal::StealPlacer,
 }
 
 impl<W: Write> PerfettoSink<W> {
@@ -151,6 +154,7 @@ impl<W: Write> PerfettoSink<W> {
             next_lane: 1,
             waits_drawn: 0,
             last_wait_ns: 0,
+            steal: steal::StealPlacer::default(),
         }
     }
 
@@ -199,6 +203,8 @@ impl<W: Write> PerfettoSink<W> {
 
 /// The category of the off-CPU slices: a query (or the UI's filter) tells them from spans by it.
 pub const WAIT_CATEGORY: &str = "offcpu";
+/// The category of the `steal` slices.
+pub const STEAL_CATEGORY: &str = "steal";
 
 /// The slice name of an off-CPU wait of kind `kind` (`WAIT_*`): what the thread waited on, as
 /// the spans' `wait_KIND_ns` annotations name it; `other` for the rest of sleep and I/O.
@@ -210,6 +216,38 @@ pub fn wait_name(kind: u32) -> &'static str {
         WAIT_DISK => "disk",
         WAIT_FAULT => "fault",
         _ => "other",
+    }
+}
+
+impl<W: Write> PerfettoSink<W> {
+    /// A `steal` slice on thread track `uuid` (see `steal`): the amount exact in `steal_ns`,
+    /// placed at the start of the on-CPU stretch it was taken from.
+    fn steal_slice(&mut self, uuid: u64, p: &steal::Piece) {
+        let mut ann = Vec::new();
+        annotation(&mut ann, "steal_ns", |a| {
+            pb::uint(a, annot::UINT, p.steal_ns)
+        });
+        annotation(&mut ann, "on_cpu_until_ns", |a| {
+            pb::uint(a, annot::UINT, p.stretch_end_ns)
+        });
+        annotation(&mut ann, "placed", |a| {
+            pb::string(
+                a,
+                annot::STRING,
+                b"at the start of the on-CPU stretch the host took it from: the kernel learns how much, not when",
+            )
+        });
+        let name = Some((STEAL_CATEGORY, "steal"));
+        self.track_event(
+            p.start_ns,
+            event::SLICE_BEGIN,
+            uuid,
+            name,
+            &ann,
+            (&[], None),
+        );
+        let end = p.start_ns + p.len_ns;
+        self.track_event(end, event::SLICE_END, uuid, None, &[], (&[], None));
     }
 }
 
@@ -387,6 +425,17 @@ impl<W: Write> Sink for PerfettoSink<W> {
                     (&flows, terminating),
                 );
                 self.track_event(t1, event::SLICE_END, uuid, None, &[], (&[], None));
+                // After the span's own slice: a steal slice that begins where it does sorts
+                // inside it.
+                if uuid == thread_uuid(h.tid) && rec.acct_valid == 1 && eligible {
+                    let end_total = rec.steal_start.saturating_add(rec.acct.steal);
+                    for p in self
+                        .steal
+                        .span(h.tid, (t0, rec.steal_start), (t1, end_total))
+                    {
+                        self.steal_slice(uuid, &p);
+                    }
+                }
             }
         }
         Ok(())
@@ -441,6 +490,8 @@ impl<W: Write> Sink for PerfettoSink<W> {
             );
             self.track_event(o.woken_ns, event::SLICE_END, uuid, None, &[], (&[], None));
         }
+        self.steal
+            .off(h.tid, o.slept_ns, o.running_ns, w.steal_total);
         if o.running_ns > o.woken_ns {
             let mut ann = Vec::new();
             let after = if o.off_state == TS_RUNQ {
@@ -761,6 +812,83 @@ mod tests {
             assert!(text.contains(want), "{want}");
         }
         assert!(!text.contains("other"));
+    }
+
+    /// The host's steal on a thread track: per span, a `steal` slice at the start of each
+    /// on-CPU stretch it took from (around a child's, not over it), after the span's own
+    /// slice (so that one beginning with the span sorts inside it), none over an off-CPU one.
+    #[test]
+    fn steal_is_a_slice_per_on_cpu_stretch_of_its_span() {
+        use super::super::PairInfo;
+        use crate::output::ArgFmt;
+        use usdt_trace_common::{OffInterval, RecordKind, TS_SLEEP};
+        let mut s = PerfettoSink::new(Vec::new(), vec![false]);
+        let wait = |slept, running, total| {
+            // SAFETY: a plain-data record; all zeroes is a valid one.
+            let mut w: WaitRecord = unsafe { std::mem::zeroed() };
+            w.hdr.kind = RecordKind::WAIT;
+            w.hdr.pid = 7;
+            w.hdr.tid = 9;
+            w.off = OffInterval {
+                slept_ns: slept,
+                woken_ns: running,
+                running_ns: running,
+                kind: WAIT_LOCK,
+                off_state: TS_SLEEP,
+            };
+            w.steal_total = total;
+            w
+        };
+        let site = SiteInfo::for_test("app", "req__start", &[ArgFmt::Unsigned], &[]);
+        let end = SiteInfo::for_test("app", "req__end", &[ArgFmt::Unsigned], &[]);
+        let pair = PairInfo {
+            provider: "app".into(),
+            stem: "req".into(),
+            start: "req__start".into(),
+            ends: vec!["req__end".into()],
+        };
+        let span = |s: &mut PerfettoSink<Vec<u8>>, t0, t1, steal_start, steal| {
+            // SAFETY: a plain-data record; all zeroes is a valid one.
+            let mut r: SpanRecord = unsafe { std::mem::zeroed() };
+            (r.start_ns, r.hdr.ts_ns) = (t0, t1);
+            (r.hdr.pid, r.hdr.tid, r.start_tid) = (7, 9, 9);
+            r.acct_valid = 1;
+            r.acct.steal = steal;
+            r.steal_start = steal_start;
+            let v = View::Span {
+                pair: &pair,
+                start: &site,
+                end: &end,
+                rec: &r,
+                strs: None,
+                stack: None,
+            };
+            s.record(&v).unwrap();
+        };
+        // Parent 100..1000 (steal total 0 → 100), child 200..600 (20 → 70) with a wait
+        // 300..400 in it; the parent's own wait 700..800.
+        s.wait(&wait(300, 400, 40)).unwrap();
+        span(&mut s, 200, 600, 20, 50);
+        s.wait(&wait(700, 800, 80)).unwrap();
+        span(&mut s, 100, 1000, 0, 100);
+        let t = thread_uuid(9);
+        let begins: Vec<(u64, u64)> = slice_begins(&s.buf).iter().map(|b| (b.0, b.1)).collect();
+        assert_eq!(
+            begins,
+            [
+                (300, t),
+                (200, t),
+                (200, t),
+                (400, t),
+                (700, t),
+                (100, t),
+                (100, t),
+                (600, t),
+                (800, t)
+            ]
+        );
+        let text = String::from_utf8_lossy(&s.buf);
+        assert!(text.contains("steal") && text.contains("the kernel learns how much, not when"));
     }
 
     /// Through the sink: interleaved requests and a polled one go on async tracks; a child

@@ -841,6 +841,7 @@ mod tests {
             idle_ns: 0,
             polls: 0,
             threads: 0,
+            steal_start: 0,
         };
         match plan.resolve(Record::Span(&sp, None)) {
             Some(View::Span {
