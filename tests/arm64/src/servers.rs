@@ -89,8 +89,11 @@ struct Exchange {
     t1: u64,
 }
 
+/// A planned request: (raw request, expected status, the file's bytes for a 200).
+type Planned = (String, u16, Option<Vec<u8>>);
+
 /// The request plan: the files in turn, a missing file every 7th, a POST every 11th.
-fn plan(root: &str) -> Result<Vec<(String, u16, Option<Vec<u8>>)>, String> {
+fn plan(root: &str) -> Result<Vec<Planned>, String> {
     let files = files();
     let get = |p: &str| format!("GET {p} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     (0..N)
