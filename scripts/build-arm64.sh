@@ -95,6 +95,14 @@ for v in nofp:-fomit-frame-pointer fp:-fno-omit-frame-pointer; do
     fi
 done
 
+# The wait kinds' target (tests/arm64/src/waits.rs): threads, pipes, sockets.
+src=tests/arm64/progs/arm64_waits.c
+bin=$STAGE/progs/arm64_waits
+if [ ! -e "$bin" ] || [ "$src" -nt "$bin" ] || [ "$STAGE/include/sys/sdt.h" -nt "$bin" ]; then
+    aarch64-linux-gnu-gcc -O2 -Wall -pthread -static -I"$STAGE/include" -o "$bin.tmp" "$src"
+    mv "$bin.tmp" "$bin"
+fi
+
 # --- The list tests' oracle: the notes as binutils reads them, on the host.
 for name in arm64_args sdt_args markers_rust; do
     bin=$STAGE/progs/$name

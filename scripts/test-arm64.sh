@@ -14,7 +14,8 @@
 # Downloads (kernels, busybox) are cached under $USDT_TRACE_TOOLS/arm64 (by default
 # ~/.local/share/usdt-trace-tools/arm64), fetched once with apt through a private
 # configuration there (the host's apt sources and state are not touched). Each boot's console
-# is kept in that directory's logs/.
+# is kept in the stage's logs/ (next to the initramfs: two checkouts testing at once would
+# otherwise write one file and read each other's lines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -159,12 +160,12 @@ mv "$INITRD.tmp" "$INITRD"
 rm -rf "$root"
 
 # --- Boot each kernel and read the suite's lines off its console.
-mkdir -p "$CACHE/logs"
+mkdir -p "$STAGE/logs"
 fails=0
 for suite in $KERNELS; do
     dir=$(kernel_dir "$suite")
     pkg=$(cat "$dir/package")
-    logf=$CACHE/logs/$suite.log
+    logf=$STAGE/logs/$suite.log
     t0=$(date +%s.%N)
     rc=0
     # -cpu max: every feature QEMU emulates (pointer authentication included, with QEMU's own

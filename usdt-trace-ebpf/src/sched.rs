@@ -180,15 +180,42 @@ fn current_syscall_class() -> u8 {
     // bpf_probe_read_kernel, which checks the address.
     let nr = unsafe {
         let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as u64;
-        bpf_probe_read_kernel((regs + off) as *const i64)
+        read_syscall_nr((regs + off) as *const u8)
     };
     match nr {
-        Ok(nr) if (0..SYSCALL_CLASS_LEN as i64).contains(&nr) => {
+        Some(nr) if (0..SYSCALL_CLASS_LEN as i64).contains(&nr) => {
             SYSCALL_CLASS.get(nr as u32).copied().unwrap_or(SC_NONE)
         }
-        Ok(-1) => SC_USER,
+        Some(-1) => SC_USER,
         _ => SC_NONE,
     }
+}
+
+/// The saved syscall number at `p`: x86_64's `orig_ax` is 64 bits; aarch64's `syscallno` is
+/// an `s32` (followed by padding), sign-extended so that -1 stays -1.
+///
+/// # Safety
+///
+/// None beyond the helper's: it checks the kernel address and fails on a fault.
+#[cfg(bpf_target_arch = "aarch64")]
+#[inline(always)]
+unsafe fn read_syscall_nr(p: *const u8) -> Option<i64> {
+    // SAFETY: the helper checks the address.
+    unsafe { bpf_probe_read_kernel(p as *const i32) }
+        .ok()
+        .map(i64::from)
+}
+
+/// See the aarch64 version.
+///
+/// # Safety
+///
+/// None beyond the helper's: it checks the kernel address and fails on a fault.
+#[cfg(not(bpf_target_arch = "aarch64"))]
+#[inline(always)]
+unsafe fn read_syscall_nr(p: *const u8) -> Option<i64> {
+    // SAFETY: the helper checks the address.
+    unsafe { bpf_probe_read_kernel(p as *const i64) }.ok()
 }
 
 /// Whether the file a sleeping thread (the current task, in its syscall of class `class`)

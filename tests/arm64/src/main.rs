@@ -7,6 +7,9 @@
 //!
 //! `arm64-suite [TEST...]` runs the named tests only.
 
+mod servers;
+mod waits;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -37,6 +40,9 @@ fn main() {
         ("watch_stack_dwarf", || watch_stack("stack_deep_nofp", "dwarf")),
         ("watch_stack_auto", || watch_stack("stack_deep_nofp", "auto")),
         ("watch_stack_fp", || watch_stack("stack_deep_fp", "fp")),
+        ("waits_kinds", waits::watch_waits),
+        ("servers_rust", servers::servers_rust),
+        ("servers_c", servers::servers_c),
     ];
     let only: Vec<String> = std::env::args().skip(1).collect();
     for (name, test) in tests {

@@ -241,8 +241,8 @@ pub struct Config {
     /// `--str-max`: bytes kept of each string (at most `STR_MAX_CAP`).
     pub str_max: u32,
     /// Offset in `struct pt_regs` of the syscall number of a task inside a syscall (x86_64's
-    /// `orig_ax`), 0 when unknown: sched_switch reads it to tell what a sleeping thread waits
-    /// on (`SYSCALL_CLASS`).
+    /// 64-bit `orig_ax`, aarch64's 32-bit `syscallno`), 0 when unknown: sched_switch reads it
+    /// to tell what a sleeping thread waits on (`SYSCALL_CLASS`).
     pub regs_nr_off: u32,
     /// Offset of `comm` in `struct task_struct`, 0 when unknown: the scheduler hooks name the
     /// thread of a [`WaitRecord`] (`CFG_WAITS`) through it, as they run as another task.

@@ -203,10 +203,16 @@ impl Tracer {
                     .unwrap_or(usdt_trace_common::OFF_NONE)
             };
             let arg_off = |i: usize| {
-                crate::tracer::syscalls::arg_members()
-                    .map_or(usdt_trace_common::OFF_NONE, |members| {
-                        off(members[i].0, members[i].1)
-                    })
+                crate::tracer::syscalls::arg_members().map_or(
+                    usdt_trace_common::OFF_NONE,
+                    |members| {
+                        let (st, m, plus) = members[i];
+                        match off(st, m) {
+                            usdt_trace_common::OFF_NONE => usdt_trace_common::OFF_NONE,
+                            o => o + plus,
+                        }
+                    },
+                )
             };
             let config = Config {
                 flags: opts.config_flags(),
