@@ -71,14 +71,15 @@ pub(super) fn start_by_id<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     let mut acct_start = None;
     // No split (`--no-sched`): the start touches no thread state, and its end none either.
     if let Some(st) = hit.split().then(|| thread_state(hit.tid)).flatten() {
-        sched::resume_accounting(st, hit.now, hit.steal(), hit.tgid);
+        let steal = hit.steal();
+        sched::resume_accounting(st, hit.now, steal, hit.tgid);
         sched::catch_up(st, hit.now);
         // As for a span paired per thread: its own start's hit is not inside it.
         st.acct.add_probe(hit.spec.probe_ns);
         // In the scratch map (`acct_now`): on the stack, held across the calls below, its
         // words were spilled, and read even when not written (6.1 refuses reads of
         // uninitialized stack).
-        acct_start = acct_now(hit, st);
+        acct_start = acct_now(hit, st, steal);
         st.id_open += 1;
     }
     let key = hit.read_id_key();
@@ -171,7 +172,7 @@ pub(super) fn end_by_id<const S: bool>(
         if tid == hit.tid {
             if let Some(st) = mine.as_deref_mut() {
                 sched::catch_up(st, hit.now);
-                if let Some(a) = acct_now(hit, st) {
+                if let Some(a) = acct_now(hit, st, hit.steal()) {
                     poll.exit(tid, hit.now, a);
                 }
             }
@@ -187,7 +188,7 @@ pub(super) fn end_by_id<const S: bool>(
         // Not polled: a split only means something when one thread ran it from start to end.
         let acct = mine.and_then(|st| {
             sched::catch_up(st, hit.now);
-            acct_now(hit, st).and_then(|end| span_split(hit, end, &f.acct_start))
+            acct_now(hit, st, hit.steal()).and_then(|end| span_split(hit, end, &f.acct_start))
         });
         (acct, None)
     } else {

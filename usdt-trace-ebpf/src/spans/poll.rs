@@ -32,10 +32,11 @@ pub(super) fn poll_enter<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         release_id_span(prev);
         p.enter_tid = 0;
     }
-    sched::resume_accounting(st, hit.now, hit.steal(), hit.tgid);
+    let steal = hit.steal();
+    sched::resume_accounting(st, hit.now, steal, hit.tgid);
     sched::catch_up(st, hit.now);
     st.acct.add_probe(hit.spec.probe_ns);
-    let Some(a) = acct_now(hit, st) else {
+    let Some(a) = acct_now(hit, st, steal) else {
         return Ok(());
     };
     p.enter(hit.tid, hit.now, a);
@@ -59,7 +60,7 @@ pub(super) fn poll_exit<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     };
     sched::catch_up(st, hit.now);
     st.acct.add_probe(hit.spec.probe_ns);
-    let Some(a) = acct_now(hit, st) else {
+    let Some(a) = acct_now(hit, st, hit.steal()) else {
         return Ok(());
     };
     if p.exit(hit.tid, hit.now, a) && st.id_open > 0 {

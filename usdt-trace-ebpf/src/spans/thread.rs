@@ -10,8 +10,14 @@ pub(super) fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
         note_stateless_start(hit.tid);
         return Ok(());
     };
+    // One reading of the CPU's steal counter (four kernel reads) for both uses below.
+    let steal = if hit.split() {
+        hit.steal()
+    } else {
+        CpuSteal::UNKNOWN
+    };
     if hit.split() {
-        sched::resume_accounting(st, hit.now, hit.steal(), hit.tgid);
+        sched::resume_accounting(st, hit.now, steal, hit.tgid);
         sched::catch_up(st, hit.now);
     }
     // Counted before the snapshot: the spans open around this one hold the hit whole; this
@@ -21,7 +27,11 @@ pub(super) fn start_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     if hit.split() {
         st.acct.add_probe(hit.spec.probe_ns);
     }
-    let acct = if hit.split() { acct_now(hit, st) } else { None };
+    let acct = if hit.split() {
+        acct_now(hit, st, steal)
+    } else {
+        None
+    };
     // A full stack drops the start (and, through the thread's overflow count, its end).
     let Some(depth) = st.push() else {
         count(CNT_DEPTH_START);
@@ -101,7 +111,11 @@ pub(super) fn end_on_thread<const S: bool>(hit: &Hit<S>) -> Result<(), ()> {
     if !keep_above {
         st.depth = found as u32;
     }
-    let acct_end = if hit.split() { acct_now(hit, st) } else { None };
+    let acct_end = if hit.split() {
+        acct_now(hit, st, hit.steal())
+    } else {
+        None
+    };
     // Bounded again where it is used (see `forget`): LLVM keeps `found` in a stack slot
     // across the code above, and 6.12 reloaded it with its signed bounds only, refusing the
     // frame's address computed from it.
@@ -133,10 +147,14 @@ pub(super) fn own_end(mut a: Acct, cost_ns: u32) -> Acct {
 /// Thread `st`'s totals now (`acct_at`), in this CPU's `ACCT_SCRATCH` slot for them, for a
 /// poll's enter or exit or a span's end: built in place, not held in registers (see `span_split`).
 #[inline(always)]
-pub(super) fn acct_now<const S: bool>(hit: &Hit<S>, st: &ThreadState) -> Option<&'static Acct> {
+pub(super) fn acct_now<const S: bool>(
+    hit: &Hit<S>,
+    st: &ThreadState,
+    steal: CpuSteal,
+) -> Option<&'static Acct> {
     let a = acct_scratch(ACCT_NOW)?;
     copy_words_of(a, &st.acct);
-    st.acct_at_onto(a, hit.now, hit.steal());
+    st.acct_at_onto(a, hit.now, steal);
     Some(a)
 }
 
