@@ -14,7 +14,7 @@
 # Downloads (kernels, busybox) are cached under $USDT_TRACE_TOOLS/arm64 (by default
 # ~/.local/share/usdt-trace-tools/arm64), fetched once with apt through a private
 # configuration there (the host's apt sources and state are not touched). Each boot's console
-# is kept in that directory's logs/.
+# is kept next to the initramfs, in ${CARGO_TARGET_DIR:-target}/arm64-stage/logs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -190,12 +190,14 @@ mv "$INITRD.tmp" "$INITRD"
 rm -rf "$root"
 
 # --- Boot each kernel and read the suite's lines off its console.
-mkdir -p "$CACHE/logs"
+# Per checkout, as the initramfs: two checkouts booting the same kernel at once would otherwise
+# write one log and each read the other's results.
+mkdir -p "$STAGE/logs"
 fails=0
 for suite in $KERNELS; do
     dir=$(kernel_dir "$suite")
     pkg=$(cat "$dir/package")
-    logf=$CACHE/logs/$suite.log
+    logf=$STAGE/logs/$suite.log
     t0=$(date +%s.%N)
     rc=0
     # -cpu max: every feature QEMU emulates (pointer authentication included, with QEMU's own
