@@ -11,7 +11,7 @@
 #   scripts/test-arm64.sh [TEST...]          every kernel, the named tests (default: all)
 #   USDT_TRACE_ARM64_KERNELS="bookworm" scripts/test-arm64.sh      one kernel
 #
-# Downloads (kernels, busybox) are cached under $USDT_TRACE_TOOLS/arm64 (by default
+# Downloads (kernels, busybox, python3.11) are cached under $USDT_TRACE_TOOLS/arm64 (by default
 # ~/.local/share/usdt-trace-tools/arm64), fetched once with apt through a private
 # configuration there (the host's apt sources and state are not touched). Each boot's console
 # is kept next to the initramfs, in ${CARGO_TARGET_DIR:-target}/arm64-stage/logs/.
