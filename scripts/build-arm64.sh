@@ -112,3 +112,34 @@ for name in arm64_args sdt_args markers_rust; do
         mv "$notes.tmp" "$notes"
     fi
 done
+
+# --- Dynamically linked targets, for fn: on a shared library's functions and probes defined at
+# run time: glibc as the cross toolchain has it (libc6-arm64-cross, the libc they were linked
+# against) staged in sysroot/ at the guest's paths, /lib/ld-linux-aarch64.so.1 (their
+# PT_INTERP) and /lib/aarch64-linux-gnu (a directory the loader searches by default).
+mkdir -p "$STAGE"/sysroot/lib/aarch64-linux-gnu
+CROSS_LIB=/usr/aarch64-linux-gnu/lib
+for f in ld-linux-aarch64.so.1 aarch64-linux-gnu/libc.so.6 aarch64-linux-gnu/libm.so.6 \
+    aarch64-linux-gnu/libgcc_s.so.1; do
+    dst=$STAGE/sysroot/lib/$f
+    src=$CROSS_LIB/$(basename "$f")
+    [ -e "$dst" ] && [ ! "$src" -nt "$dst" ] && continue
+    # Not stripped: fn: finds libc's functions in its symbol tables as they are.
+    cp -L "$src" "$dst.tmp"
+    mv "$dst.tmp" "$dst"
+done
+src=tests/arm64/progs/libc_calls.c
+bin=$STAGE/progs/libc_calls
+if [ ! -e "$bin" ] || [ "$src" -nt "$bin" ]; then
+    aarch64-linux-gnu-gcc -O2 -Wall -fno-builtin -o "$bin.tmp" "$src"
+    mv "$bin.tmp" "$bin"
+fi
+# usdt-markers-dyn's cdylib, dynamic (no crt-static), for usdt_dyn.py in the guest's python3.11:
+# a target directory of its own, so that the static builds above are not rebuilt each time.
+cargo build --quiet --release --target "$TARGET" -p usdt-markers-dyn \
+    --target-dir "$CARGO_TARGET_DIR/arm64-dynamic"
+stage_stripped "$CARGO_TARGET_DIR/arm64-dynamic/$TARGET/release/libusdt_markers_dyn.so" \
+    "$STAGE/progs/libusdt_markers_dyn.so"
+for f in usdt-markers-dyn/python/usdt_dyn.py tests/arm64/progs/dyn_probes.py; do
+    cmp -s "$f" "$STAGE/progs/$(basename "$f")" || cp "$f" "$STAGE/progs/"
+done

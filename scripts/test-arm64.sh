@@ -11,7 +11,7 @@
 #   scripts/test-arm64.sh [TEST...]          every kernel, the named tests (default: all)
 #   USDT_TRACE_ARM64_KERNELS="bookworm" scripts/test-arm64.sh      one kernel
 #
-# Downloads (kernels, busybox) are cached under $USDT_TRACE_TOOLS/arm64 (by default
+# Downloads (kernels, busybox, python3.11) are cached under $USDT_TRACE_TOOLS/arm64 (by default
 # ~/.local/share/usdt-trace-tools/arm64), fetched once with apt through a private
 # configuration there (the host's apt sources and state are not touched). Each boot's console
 # is kept in the stage's logs/ (next to the initramfs: two checkouts testing at once would
@@ -92,6 +92,33 @@ if [ ! -x "$BUSYBOX" ]; then
     rm -rf "$tmp"
 fi
 
+# --- Python for arm64, once: Debian bookworm's python3.11 and what `import ctypes` needs, for
+# the test of probes defined at run time from Python (usdt_dyn.py, ctypes only). Extracted
+# here and pruned to what the suite runs (no test suites, docs, GUI or network packages,
+# extension modules but _ctypes and _json, encodings but UTF-8, ASCII and Latin-1): about 6 MB
+# in the initramfs. glibc is the cross toolchain's (scripts/build-arm64.sh stages it): the one
+# every dynamic binary here was linked against; python3.11 needs nothing newer than 2.36.
+PYTHON_ROOT=$CACHE/python3.11
+if [ ! -e "$PYTHON_ROOT/.complete" ]; then
+    log "fetching Debian's python3.11 for arm64 (once)"
+    tmp=$(mktemp -d)
+    for p in python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libffi8 zlib1g libexpat1; do
+        apt_download "$p/bookworm" "$tmp/debs"
+    done
+    mkdir -p "$tmp/root"
+    for deb in "$tmp"/debs/*.deb; do dpkg-deb -x "$deb" "$tmp/root"; done
+    lib=$tmp/root/usr/lib/python3.11
+    rm -rf "$tmp"/root/usr/share "$tmp"/root/usr/lib/binfmt.d "$tmp"/root/etc
+    rm -rf "$lib"/{test,idlelib,tkinter,turtledemo,lib2to3,ensurepip,pydoc_data,distutils,email,xml,http,urllib,xmlrpc,html,asyncio,multiprocessing,concurrent,unittest,sqlite3,dbm,curses,venv,wsgiref,zoneinfo,config-3.11-aarch64-linux-gnu}
+    find "$lib/lib-dynload" -type f ! -name '_ctypes.cpython*' ! -name '_json.cpython*' -delete
+    find "$lib/encodings" -type f ! -name '__init__.py' ! -name aliases.py ! -name utf_8.py \
+        ! -name ascii.py ! -name latin_1.py -delete
+    rm -rf "$PYTHON_ROOT"
+    mv "$tmp/root" "$PYTHON_ROOT"
+    touch "$PYTHON_ROOT/.complete"
+    rm -rf "$tmp"
+fi
+
 # --- A kernel per suite, once: the image its linux-image-arm64 names when first fetched.
 kernel_dir() { echo "$CACHE/kernels/$1"; }
 for suite in $KERNELS; do
@@ -136,6 +163,10 @@ cp "$BUSYBOX" "$root/bin/busybox"
 cp "$STAGE"/bin/* "$root/bin/"
 cp "$STAGE"/progs/* "$root/progs/"
 cp "$STAGE"/oracle/* "$root/oracle/"
+# glibc (the dynamic programs' /lib/ld-linux-aarch64.so.1 and libc.so.6) and python3.11.
+cp -a "$STAGE"/sysroot/. "$root/"
+cp -a "$PYTHON_ROOT"/. "$root/"
+rm -f "$root/.complete"
 cat >"$root/init" <<'EOF'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -160,6 +191,8 @@ mv "$INITRD.tmp" "$INITRD"
 rm -rf "$root"
 
 # --- Boot each kernel and read the suite's lines off its console.
+# Per checkout, as the initramfs: two checkouts booting the same kernel at once would otherwise
+# write one log and each read the other's results.
 mkdir -p "$STAGE/logs"
 fails=0
 for suite in $KERNELS; do

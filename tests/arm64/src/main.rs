@@ -9,6 +9,8 @@
 
 mod servers;
 mod waits;
+mod libc;
+mod python;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -37,12 +39,18 @@ fn main() {
         ("watch_hist", watch_hist),
         ("watch_fn", watch_fn),
         ("watch_markers_rust", watch_markers_rust),
-        ("watch_stack_dwarf", || watch_stack("stack_deep_nofp", "dwarf")),
-        ("watch_stack_auto", || watch_stack("stack_deep_nofp", "auto")),
+        ("watch_stack_dwarf", || {
+            watch_stack("stack_deep_nofp", "dwarf")
+        }),
+        ("watch_stack_auto", || {
+            watch_stack("stack_deep_nofp", "auto")
+        }),
         ("watch_stack_fp", || watch_stack("stack_deep_fp", "fp")),
         ("waits_kinds", waits::watch_waits),
         ("servers_rust", servers::servers_rust),
         ("servers_c", servers::servers_c),
+        ("watch_fn_libc", libc::watch_fn_libc),
+        ("python_dyn_probes", python::python_dyn_probes),
     ];
     let only: Vec<String> = std::env::args().skip(1).collect();
     for (name, test) in tests {
@@ -912,13 +920,11 @@ fn watch_stack(prog: &str, mode: &str) -> Result<String, String> {
         // and lr), the rest by CFI.
         if mode != "fp" {
             check(frames[0]["unwind"] == "regs", || format!("frame 0: {s}"))?;
-            check(
-                frames[1..13].iter().all(|f| f["unwind"] == "cfi"),
-                || format!("not all by CFI: {s}"),
-            )?;
+            check(frames[1..13].iter().all(|f| f["unwind"] == "cfi"), || {
+                format!("not all by CFI: {s}")
+            })?;
         }
         depth = frames.len();
     }
     Ok(format!("{SPANS} spans, {depth} frames each"))
 }
-
