@@ -133,3 +133,46 @@ fn a_script_whose_programs_have_no_such_probes_is_an_error_naming_what_it_ran() 
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
+
+/// A script that never reaches a program to trace (here it execs `sleep`, which runs on; one
+/// that forks its program is the same to `watch`): after 2 s `watch` says what it is waiting
+/// for, and `--duration` ends the wait (and the command) as it ends any tracing, instead of
+/// waiting for the script to exit. (`exec`: a forked `sleep` would outlive the shell and hold
+/// the output pipes this test reads to their end.)
+#[test]
+#[ignore = "needs root"]
+fn duration_bounds_the_wait_for_a_script_that_never_execs_its_program() {
+    let (dir, _) = setup("forks", "/bin/sh", 0);
+    let script = dir.join("sleeper");
+    std::fs::write(&script, "#!/bin/sh\nexec sleep 60\n").unwrap();
+    chmod_x(&script);
+    let t0 = std::time::Instant::now();
+    let out = usdt_trace_tests::proc::output_within(
+        std::process::Command::new(watch::usdt_trace_bin()).args([
+            "watch",
+            "--duration",
+            "3",
+            "-c",
+            script.to_str().unwrap(),
+            "interp:line",
+        ]),
+        usdt_trace_tests::proc::RUN_TIMEOUT,
+    );
+    let took = t0.elapsed().as_secs_f64();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // 3 s, and the command's end (SIGTERM: sleep dies at once).
+    assert!(took < 15.0, "took {took:.1}s: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(
+        lines[0].contains("waiting for it to run a program with probes matching interp:line (it ran /usr/bin/dash → /usr/bin/sleep)"),
+        "{stderr}"
+    );
+    assert!(
+        lines[1]
+            .contains("--duration ended before it ran a program with probes matching interp:line")
+            && lines[1].ends_with("the command was ended, untraced"),
+        "{stderr}"
+    );
+}

@@ -17,6 +17,17 @@ use std::time::{Duration, Instant};
 /// How long a command gets to exit after SIGTERM before it is sent SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(2);
 
+/// What [`Child::wait_exec`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Stopped at the start of the program it executed.
+    Exec,
+    /// Exited (reaped).
+    Exited,
+    /// Still running when the wait ended.
+    Running,
+}
+
 /// How a command ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
@@ -59,8 +70,8 @@ pub struct Child {
     /// Close-on-exec: EOF means the exec succeeded, 4 bytes are the errno of a failed one.
     exec_status: Option<File>,
     status: Option<i32>,
-    /// Stopped as our tracee at an exec ([`Child::next_exec`]): ended with SIGKILL on the
-    /// way out, since it never ran the program it was followed to.
+    /// Our tracee, followed through its execs ([`Child::run_to_exec`]): ended with SIGKILL
+    /// on the way out, since it never ran the program it was followed to.
     traced: bool,
 }
 
@@ -178,11 +189,10 @@ impl Child {
         Ok(false)
     }
 
-    /// Follows a child held at an exec (`release(true)` returned true) to its next `exec`:
-    /// lets it run, passing on the signals it gets, until it is stopped again at the start of
-    /// the next program it executes (true), or exits first (false: reaped, see
-    /// [`Child::exit`]). Only `exec`s of this process are followed; what it forks runs free.
-    pub fn next_exec(&mut self) -> io::Result<bool> {
+    /// Lets a child held at an exec (`release(true)` returned true, or [`Child::wait_exec`]
+    /// said [`Next::Exec`]) run on to its next `exec`, which [`Child::wait_exec`] then waits
+    /// for. Only `exec`s of this process are followed; what it forks runs free.
+    pub fn run_to_exec(&mut self) -> io::Result<()> {
         let null = std::ptr::null_mut::<libc::c_void>();
         if !self.traced {
             // From here every exec stops with an event (not a SIGTRAP), and the child is
@@ -196,29 +206,86 @@ impl Child {
             self.traced = true;
         }
         // The stop it is in delivers nothing (the exec's SIGTRAP, or the exec event).
-        let mut deliver = 0usize;
+        self.cont(0)
+    }
+
+    fn cont(&mut self, deliver: usize) -> io::Result<()> {
+        let null = std::ptr::null_mut::<libc::c_void>();
+        // SAFETY: resuming our own stopped tracee with `deliver` as its signal.
+        if unsafe { libc::ptrace(libc::PTRACE_CONT, self.pid, null, deliver) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// After [`Child::run_to_exec`]: waits until the child is stopped at the start of the next
+    /// program it executes ([`Next::Exec`]), exits first ([`Next::Exited`]: reaped, see
+    /// [`Child::exit`]), or `until` passes ([`Next::Running`]: it runs on, and this may be
+    /// called again). Signals it gets meanwhile are passed on.
+    pub fn wait_exec(&mut self, until: Instant) -> io::Result<Next> {
         loop {
-            // SAFETY: resuming our own stopped tracee with `deliver` as its signal.
-            if unsafe { libc::ptrace(libc::PTRACE_CONT, self.pid, null, deliver) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
             let mut st = 0;
-            // SAFETY: blocking wait on our own child; __WALL reports a tracee's stops.
-            let r = unsafe { libc::waitpid(self.pid, &mut st, libc::__WALL) };
+            // SAFETY: waitpid on our own child; __WALL reports a tracee's stops.
+            let r = unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG | libc::__WALL) };
+            if r == 0 {
+                if Instant::now() >= until {
+                    return Ok(Next::Running);
+                }
+                // A script may run for long before its exec (or never make one): polled, so
+                // that `--duration` and the waiting note can end the wait.
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
             if r != self.pid {
                 return Err(io::Error::last_os_error());
             }
             if !libc::WIFSTOPPED(st) {
                 self.status = Some(st);
                 self.traced = false;
-                return Ok(false);
+                return Ok(Next::Exited);
             }
             if st >> 8 == (libc::SIGTRAP | (libc::PTRACE_EVENT_EXEC << 8)) {
-                return Ok(true);
+                return Ok(Next::Exec);
             }
             // A signal for the program (SIGCHLD of a shim's subprocess, a SIGTERM): passed on.
-            deliver = libc::WSTOPSIG(st) as usize;
+            self.cont(libc::WSTOPSIG(st) as usize)?;
         }
+    }
+
+    /// Ends a child followed by [`Child::run_to_exec`] that is running (not held at an exec),
+    /// as [`Child::terminate`] ends any: a traced child first stops at the SIGTERM sent to
+    /// it, and is let go of there with the signal delivered; then SIGKILL after `grace`.
+    pub fn end_followed(&mut self, grace: Duration) -> Exit {
+        if self.traced && self.status.is_none() {
+            // SAFETY: signalling our own unreaped child.
+            unsafe { libc::kill(self.pid, libc::SIGTERM) };
+            let deadline = Instant::now() + grace;
+            while self.traced && Instant::now() < deadline {
+                let mut st = 0;
+                // SAFETY: waitpid on our own child; __WALL reports a tracee's stops.
+                let r = unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG | libc::__WALL) };
+                if r == self.pid && !libc::WIFSTOPPED(st) {
+                    self.status = Some(st);
+                    self.traced = false;
+                } else if r == self.pid {
+                    // Stopped (at the SIGTERM, or at an exec just before it): detach,
+                    // delivering it (a stop at an exec delivers the SIGTERM pending).
+                    let sig = match libc::WSTOPSIG(st) {
+                        libc::SIGTRAP => 0,
+                        s => s as usize,
+                    };
+                    let null = std::ptr::null_mut::<libc::c_void>();
+                    // SAFETY: detaching our own stopped tracee.
+                    unsafe { libc::ptrace(libc::PTRACE_DETACH, self.pid, null, sig) };
+                    self.traced = false;
+                } else {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+        // Still traced after the grace: SIGKILL needs no detach.
+        self.traced = false;
+        self.terminate(grace)
     }
 
     /// The file the child runs now (while it is held, the program it has just executed).

@@ -12,12 +12,15 @@
 //! error when nothing matched).
 
 use super::{WatchConfig, WatchError};
-use crate::target::child::Child;
+use crate::target::child::{Child, Next, GRACE};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// More `exec`s than any launcher chain makes (env, a shim, its manager, the interpreter):
 /// past this the command is not followed further.
 const MAX_EXECS: usize = 16;
+/// After this long without reaching a program to trace, `watch` says what it waits for.
+const WAIT_NOTE: Duration = Duration::from_secs(2);
 
 /// The command, held at the start of the program it was followed to.
 pub(super) struct Followed {
@@ -41,6 +44,9 @@ pub(super) fn follow(cfg: &WatchConfig) -> Result<Followed, WatchError> {
     // Our own `sh -c 'exec ...'` (for redirections) and `env` only pass the command on.
     let mut skip_first = argv.first().is_some_and(|a| a == "/bin/sh");
     let mut chain: Vec<String> = Vec::new();
+    // `--duration` bounds the following too; a note if it takes a while.
+    let deadline = cfg.duration.map(|d| Instant::now() + d);
+    let mut note_at = Some(Instant::now() + WAIT_NOTE);
     for _ in 0..MAX_EXECS {
         let exe = child.exe().map_err(|e| {
             WatchError::ExecChain(format!("-c {shown_cmd}: reading what it runs: {e}"))
@@ -57,18 +63,47 @@ pub(super) fn follow(cfg: &WatchConfig) -> Result<Followed, WatchError> {
                 });
             }
         }
-        let followed = child.next_exec().map_err(|e| {
+        child.run_to_exec().map_err(|e| {
             WatchError::ExecChain(format!("-c {shown_cmd}: following its exec: {e}"))
         })?;
-        if !followed {
-            let ran = if chain.is_empty() {
-                String::new()
-            } else {
-                format!(" (it ran {})", chain.join(" → "))
+        let next = loop {
+            let until = match (note_at, deadline) {
+                (Some(n), Some(d)) => n.min(d),
+                (Some(n), None) => n,
+                (None, Some(d)) => d,
+                (None, None) => Instant::now() + Duration::from_secs(3600),
             };
+            let next = child.wait_exec(until).map_err(|e| {
+                WatchError::ExecChain(format!("-c {shown_cmd}: following its exec: {e}"))
+            })?;
+            if next != Next::Running {
+                break next;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                child.end_followed(GRACE);
+                return Err(WatchError::ExecChain(format!(
+                    "-c {shown_cmd}: --duration ended before it ran a program with {}{}; the command was ended, untraced",
+                    what_is_asked(cfg),
+                    ran(&chain)
+                )));
+            }
+            if note_at.is_some_and(|n| now >= n) {
+                // Said once: a script that forks the program (rather than exec it) would
+                // otherwise keep `watch` silent until it exits.
+                note_at = None;
+                eprintln!(
+                    "usdt-trace: -c {shown_cmd}: waiting for it to run a program with {}{}; a program it forks rather than execs is not followed",
+                    what_is_asked(cfg),
+                    ran(&chain)
+                );
+            }
+        };
+        if next == Next::Exited {
             return Err(WatchError::ExecChain(format!(
-                "-c {shown_cmd}: exited before running a program with {}{ran}, untraced; a wrapper that forks the program rather than exec it is not followed: name the program after -c",
-                what_is_asked(cfg)
+                "-c {shown_cmd}: exited before running a program with {}{}, untraced; a wrapper that forks the program rather than exec it is not followed: name the program after -c",
+                what_is_asked(cfg),
+                ran(&chain)
             )));
         }
     }
@@ -79,6 +114,15 @@ pub(super) fn follow(cfg: &WatchConfig) -> Result<Followed, WatchError> {
 }
 
 /// The command as the user typed it (our `sh -c 'exec CMD'` wrapper taken off).
+/// " (it ran A → B)", or nothing before any program ran.
+fn ran(chain: &[String]) -> String {
+    if chain.is_empty() {
+        String::new()
+    } else {
+        format!(" (it ran {})", chain.join(" → "))
+    }
+}
+
 fn shown_command(argv: &[String]) -> String {
     match argv {
         [sh, c, script] if sh == "/bin/sh" && c == "-c" => script
