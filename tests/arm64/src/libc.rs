@@ -3,36 +3,15 @@
 //! /lib/ld-linux-aarch64.so.1). The oracle is the program's own account of each call (its
 //! arguments and what the call returned, one line each) and its untraced run.
 
-use super::{check, drain, json_lines, of_type, summary, tail, wait_until, Out, PROGS, TIMEOUT};
+use super::{check, json_lines, of_type, run_env, summary, tail, Out, PROGS};
 use super::{tracer, Value, TRACER};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// What getenv returns: a string return value, not ASCII.
 const GREETING: &str = "héllo from the guest's environment ✓";
 
 /// `prog args` to its end with LIBC_CALLS_GREETING set, output captured.
-fn run_env(prog: &str, args: &[&str]) -> Result<Out, String> {
-    let what = format!("{prog} {}", args.join(" "));
-    let mut child = Command::new(prog)
-        .args(args)
-        .env("LIBC_CALLS_GREETING", GREETING)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{what}: {e}"))?;
-    let out = drain(child.stdout.take().expect("piped"));
-    let err = drain(child.stderr.take().expect("piped"));
-    let status = wait_until(&mut child, Instant::now() + TIMEOUT, &what)?;
-    let got = |rx: std::sync::mpsc::Receiver<String>| {
-        rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default()
-    };
-    Ok(Out {
-        status,
-        stdout: got(out),
-        stderr: got(err),
-    })
+fn run_greeting(prog: &str, args: &[&str]) -> Result<Out, String> {
+    run_env(prog, args, &[("LIBC_CALLS_GREETING", GREETING)])
 }
 
 /// The program's `call FUNC ARG... RESULT` lines, split on tabs.
@@ -103,7 +82,7 @@ fn plan(funcs: &[&str]) -> Result<Vec<(String, String)>, String> {
 /// instructions; the second run puts a return probe on every one.
 pub(crate) fn watch_fn_libc() -> Result<String, String> {
     let prog = format!("{PROGS}/libc_calls");
-    let plain = run_env(&prog, &[])?;
+    let plain = run_greeting(&prog, &[])?;
     check(
         plain.status.success() && calls(&plain.stderr).len() == 8,
         || format!("untraced run: {} {:?}", plain.status, plain.stderr),
@@ -177,7 +156,7 @@ fn traced(
     if return_probes {
         args.push("uprobe:libc:strtol");
     }
-    let out = run_env(TRACER, &args)?;
+    let out = run_greeting(TRACER, &args)?;
     check(out.status.success(), || {
         format!(
             "usdt-trace {} exited {}: {}",

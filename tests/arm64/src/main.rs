@@ -7,10 +7,10 @@
 //!
 //! `arm64-suite [TEST...]` runs the named tests only.
 
-mod servers;
-mod waits;
 mod libc;
 mod python;
+mod servers;
+mod waits;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -122,9 +122,15 @@ fn wait_until(child: &mut Child, deadline: Instant, what: &str) -> Result<ExitSt
 
 /// Runs `prog args` to its end (at most [`TIMEOUT`]) with its output captured.
 fn run(prog: &str, args: &[&str]) -> Result<Out, String> {
+    run_env(prog, args, &[])
+}
+
+/// [`run`] with `env` added to the environment.
+fn run_env(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Out, String> {
     let what = format!("{prog} {}", args.join(" "));
     let mut child = Command::new(prog)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -753,6 +759,32 @@ fn lines_of(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
     rx
 }
 
+/// `usdt-trace ARGS` started in the background: its stdout drained whole, its stderr line by
+/// line, and its readiness line ("Attached ...") or why none came within [`TIMEOUT`].
+struct Background {
+    child: Child,
+    out: mpsc::Receiver<String>,
+    attached: Result<String, String>,
+}
+
+fn tracer_background(args: &[&str]) -> Result<Background, String> {
+    let mut child = Command::new(TRACER)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("usdt-trace: {e}"))?;
+    let out = drain(child.stdout.take().expect("piped"));
+    let err = lines_of(child.stderr.take().expect("piped"));
+    let attached = line_with(&err, "Attached", TIMEOUT);
+    Ok(Background {
+        child,
+        out,
+        attached,
+    })
+}
+
 /// The Rust markers under `watch -p`: semaphores 0 before, raised while traced, 0 again after;
 /// the value matrix and the span's arguments as the program passed them.
 fn watch_markers_rust() -> Result<String, String> {
@@ -782,23 +814,18 @@ fn markers_session(target: &mut Child) -> Result<String, String> {
     };
     say("sema")?;
     let before = line_with(&tout, "sema ", t)?;
-    let mut w = Command::new(TRACER)
-        .args([
-            "watch",
-            "--json",
-            "-p",
-            &pid,
-            &format!("{PROGS}/markers_rust"),
-            "markers_test:*",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("usdt-trace: {e}"))?;
-    let wout = drain(w.stdout.take().expect("piped"));
-    let werr = lines_of(w.stderr.take().expect("piped"));
-    let attached = line_with(&werr, "Attached", TIMEOUT);
+    let Background {
+        child: mut w,
+        out: wout,
+        attached,
+    } = tracer_background(&[
+        "watch",
+        "--json",
+        "-p",
+        &pid,
+        &format!("{PROGS}/markers_rust"),
+        "markers_test:*",
+    ])?;
     let during = attached.and_then(|_| {
         say("sema")?;
         let during = line_with(&tout, "sema ", t)?;

@@ -5,7 +5,8 @@
 //! (its semaphore, read by the process itself) before, while and after it is traced.
 
 use super::{check, drain, json_lines, kill, line_with, lines_of, of_type, summary, tail};
-use super::{tracer, wait_until, Value, PROGS, TIMEOUT, TRACER};
+use super::{tracer, wait_until, Value, PROGS, TIMEOUT};
+use super::{tracer_background, Background};
 use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -86,28 +87,23 @@ fn session(target: &mut Child) -> Result<String, String> {
         format!("list --json -p: {sites:?}, want {want_sites:?}")
     })?;
 
-    let mut w = Command::new(TRACER)
-        .args([
-            "watch",
-            "--json",
-            "-p",
-            &pid,
-            "--str",
-            "strs:0",
-            "--str",
-            "strs:2",
-            "--str-max",
-            "1024",
-            "pyarm:*",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("usdt-trace: {e}"))?;
-    let wout = drain(w.stdout.take().expect("piped"));
-    let werr = lines_of(w.stderr.take().expect("piped"));
-    let attached = line_with(&werr, "Attached", TIMEOUT);
+    let Background {
+        child: mut w,
+        out: wout,
+        attached,
+    } = tracer_background(&[
+        "watch",
+        "--json",
+        "-p",
+        &pid,
+        "--str",
+        "strs:0",
+        "--str",
+        "strs:2",
+        "--str-max",
+        "1024",
+        "pyarm:*",
+    ])?;
     let during = attached.and_then(|a| {
         check(a.starts_with("Attached 2 probe sites in 1 object"), || {
             format!("watch -p: {a}")

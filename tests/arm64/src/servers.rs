@@ -13,8 +13,8 @@
 //! `request__end(span id, status, bytes)`, `send_message__start(span id, parent span id,
 //! request id)`, `send_message__end(span id, bytes)`.
 
-use crate::{check, drain, json_lines, line_with, lines_of, of_type, summary, u, wait_until};
-use crate::{kill, PROGS, TIMEOUT, TRACER};
+use crate::{check, json_lines, of_type, summary, tracer_background, u, wait_until, Background};
+use crate::{kill, PROGS, TIMEOUT};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -186,16 +186,11 @@ fn check_server(name: &str, port: u16, by_pid: bool) -> Result<String, String> {
         args.extend(["-p", &pid]);
     }
     args.extend([bin.as_str(), "httpserver:*"]);
-    let mut w = Command::new(TRACER)
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("usdt-trace: {e}"))?;
-    let wout = drain(w.stdout.take().expect("piped"));
-    let werr = lines_of(w.stderr.take().expect("piped"));
-    let attached = line_with(&werr, "Attached", TIMEOUT);
+    let Background {
+        child: mut w,
+        out: wout,
+        attached,
+    } = tracer_background(&args)?;
     let run = attached.and_then(|_| {
         let t = Instant::now();
         let mut done = Vec::new();
