@@ -7,6 +7,7 @@
 //! old build is deleted and its last process exits, both detach it. Every count is the
 //! programs' own, every process exits 0 (nothing harmed), and the series never go back.
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
@@ -88,6 +89,27 @@ fn deploy(from: &Path, to: &Path) {
     std::fs::rename(&tmp, to).expect("rename");
 }
 
+/// Waits until `n` lines of the daemon's log contain both `a` and `b`.
+fn wait_nth(d: &mut Daemon, a: &str, b: &str, n: usize) {
+    let deadline = std::time::Instant::now() + FOLLOW_TIMEOUT;
+    loop {
+        d.drain();
+        if d.log
+            .iter()
+            .filter(|l| l.contains(a) && l.contains(b))
+            .count()
+            >= n
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not {n} lines with {a:?} and {b:?}: {:#?}",
+            d.log
+        );
+    }
+}
+
 fn count(m: &Metrics, def: &str) -> f64 {
     m.one(
         "usdt_span_duration_seconds_count",
@@ -135,6 +157,7 @@ fn serve_follows_a_replaced_binary_and_every_process_of_a_name() {
     let second = dir.join("b").join(NAME);
     deploy(&old, &path);
     deploy(&other, &second);
+    let ino_first = std::fs::metadata(&path).expect("stat").ino();
 
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
@@ -217,6 +240,28 @@ fn serve_follows_a_replaced_binary_and_every_process_of_a_name() {
             m.text
         );
     }
+    // The next deploy: written beside the path, it takes the inode the detached first build
+    // had (ext4 gives a freed inode to the next file at once), which must not be taken for
+    // that build, gone: it is a new file, and traced.
+    deploy(&old, &path);
+    let reused = std::fs::metadata(&path).expect("stat").ino() == ino_first;
+    wait_nth(&mut d, "[bypath] ", "(a new file at that path)", 2);
+    let mut p4 = Load::start(&path);
+    d.wait_log(
+        &format!("(process {NAME}, pid {})", p4.pid()),
+        FOLLOW_TIMEOUT,
+    );
+    p4.spans(4);
+    expect_counts(&addr, 28.0, 32.0);
+    println!(
+        "third build: inode {} the first build's",
+        if reused {
+            "reused,"
+        } else {
+            "not reused (the check is weaker),"
+        }
+    );
+    p4.finish();
     p2.finish();
     p3.finish();
     d.drain();

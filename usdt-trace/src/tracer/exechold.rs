@@ -114,6 +114,16 @@ impl Tracer {
         }
     }
 
+    /// A file detached and closed ([`know_file`](Self::know_file) undone): its inode may be
+    /// given to a new file, whose execs must be held again.
+    pub fn forget_file(&mut self, key: FileKey) {
+        if let Some(m) = self.ebpf.map_mut(maps::EXEC_KNOWN) {
+            if let Ok(mut known) = BpfHashMap::<_, FileKey, u8>::try_from(m) {
+                let _ = known.remove(&key);
+            }
+        }
+    }
+
     /// The execs held (or reported) since the last call.
     pub fn take_execs(&mut self) -> Vec<ExecRecord> {
         let mut v = Vec::new();

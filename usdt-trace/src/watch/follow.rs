@@ -334,6 +334,11 @@ impl Follow {
                 crate::tracer::Detach::Done(n)
                 | crate::tracer::Detach::Background { sites: n, .. } => n,
             };
+            // Its inode is free once `o` is closed below, and the file system may give it to
+            // the next file written (ext4 does at once: a deploy's next build, written beside
+            // the path and renamed over it). Still "known", that build would never be traced.
+            self.known.remove(&key);
+            tracer.forget_file(FileKey::new(key.0 .0, key.0 .1, key.1));
             say(&format!(
                 "Detached {sites} probe site{} in {} (deleted or replaced, and no process runs it any more)",
                 if sites == 1 { "" } else { "s" },
