@@ -14,10 +14,12 @@
  * argument is the thread id (gettid), so tests can match waker tids.
  *
  * Around every span the program also prints (on stderr: stdout is the tracer's JSON)
- * "truth NAME tid TID cpu_ns N runq_ns M switches S wakeups W": the kernel's own account of the
- * thread from just before the start probe to just after the end probe: its CPU time, its time
- * runnable but waiting for a CPU (schedstat run_delay), how many times it got a CPU (schedstat
- * pcount) and how many times it blocked (ru_nvcsw). The tests check the tool's split against it.
+ * "truth NAME tid TID cpu_ns N runq_ns M switches S wakeups W wall_ns X in_cpu_ns I": the
+ * kernel's own account of the thread from just before the start probe to just after the end
+ * probe: its CPU time, its time runnable but waiting for a CPU (schedstat run_delay), how many
+ * times it got a CPU (schedstat pcount), how many times it blocked (ru_nvcsw), its wall time;
+ * and its CPU time from just after the start probe to just before the end probe (I). The
+ * tests check the tool's split against it.
  *
  * The machine is shared (other builds run on it), so every thread runs at nice -20 when it may
  * (root): other nice-0 work then gets ~1% of a CPU we use, and the known split stays known.
@@ -87,13 +89,22 @@ static struct truth truth_now(void) {
 
 /* One line per span on stderr (stdout is the tracer's JSON): the tests compare the tool's
  * split with these deltas. Taken just outside the probes, so they also cover the probe hits. */
-static void truth_report(const char *span, struct truth a, struct truth b) {
+static void truth_report(const char *span, struct truth a, struct truth b, uint64_t in_cpu) {
     fprintf(stderr,
-            "truth %s tid %ld cpu_ns %llu runq_ns %llu switches %llu wakeups %llu wall_ns %llu\n",
+            "truth %s tid %ld cpu_ns %llu runq_ns %llu switches %llu wakeups %llu wall_ns %llu "
+            "in_cpu_ns %llu\n",
             span, tid(), (unsigned long long)(b.cpu_ns - a.cpu_ns),
             (unsigned long long)(b.runq_ns - a.runq_ns), (unsigned long long)(b.switches - a.switches),
-            (unsigned long long)(b.wakeups - a.wakeups), (unsigned long long)(b.wall_ns - a.wall_ns));
+            (unsigned long long)(b.wakeups - a.wakeups), (unsigned long long)(b.wall_ns - a.wall_ns),
+            (unsigned long long)in_cpu);
 }
+
+/* The thread's CPU time inside a span: read just after its start probe (IN0) and just before
+ * its end probe (IN1), so the probes' own traps are outside it. The window above includes
+ * them; this is what the span's on-CPU part can never be less than (a loaded host once made
+ * the window 0.9 ms more CPU than the span saw: the traps, not the span). */
+#define IN0(v) uint64_t v = clock_ns(CLOCK_THREAD_CPUTIME_ID)
+#define IN1(v) (clock_ns(CLOCK_THREAD_CPUTIME_ID) - (v))
 
 /* Spin until this thread has consumed `ms` of CPU time. */
 static void cpu_work_ms(unsigned ms) {
@@ -171,9 +182,11 @@ int main(int argc, char **argv) {
         sleep_ms(5);
         struct truth a = truth_now();
         DTRACE_PROBE1(attrib, cpu__start, me);
+        IN0(in_cpu);
         cpu_work_ms(50);
+        uint64_t in_cpu_cpu = IN1(in_cpu);
         DTRACE_PROBE1(attrib, cpu__end, me);
-        truth_report("cpu", a, truth_now());
+        truth_report("cpu", a, truth_now(), in_cpu_cpu);
     } else if (strcmp(mode, "contend") == 0) {
         pin(pin_cpu);
         pthread_t t;
@@ -181,17 +194,21 @@ int main(int argc, char **argv) {
         sleep_ms(20); /* let the competitor start spinning */
         struct truth a = truth_now();
         DTRACE_PROBE1(attrib, contend__start, me);
+        IN0(in_contend);
         cpu_work_ms(50);
+        uint64_t in_contend_cpu = IN1(in_contend);
         DTRACE_PROBE1(attrib, contend__end, me);
-        truth_report("contend", a, truth_now());
+        truth_report("contend", a, truth_now(), in_contend_cpu);
         stop_competitor = 1;
         pthread_join(t, NULL);
     } else if (strcmp(mode, "sleep") == 0) {
         struct truth a = truth_now();
         DTRACE_PROBE1(attrib, sleep__start, me);
+        IN0(in_sleep);
         sleep_ms(50);
+        uint64_t in_sleep_cpu = IN1(in_sleep);
         DTRACE_PROBE1(attrib, sleep__end, me);
-        truth_report("sleep", a, truth_now());
+        truth_report("sleep", a, truth_now(), in_sleep_cpu);
     } else if (strcmp(mode, "lock") == 0) {
         pthread_t t;
         pthread_create(&t, NULL, holder, NULL);
@@ -200,9 +217,11 @@ int main(int argc, char **argv) {
         long h = holder_tid;
         struct truth a = truth_now();
         DTRACE_PROBE2(attrib, lock__start, me, h);
+        IN0(in_lock);
         pthread_mutex_lock(&mu);
+        uint64_t in_lock_cpu = IN1(in_lock);
         DTRACE_PROBE2(attrib, lock__end, me, h);
-        truth_report("lock", a, truth_now());
+        truth_report("lock", a, truth_now(), in_lock_cpu);
         pthread_mutex_unlock(&mu);
         pthread_join(t, NULL);
         fprintf(stderr, "waiter %ld holder %ld\n", me, h); /* stdout is the tracer's JSON */
@@ -221,6 +240,7 @@ int main(int argc, char **argv) {
             buf[i] = (char)(i * 31 + 7);
         struct truth a = truth_now();
         DTRACE_PROBE1(attrib, disk__start, me);
+        IN0(in_disk);
         for (int i = 0; i < mb; i++) {
             buf[0] = (char)i; /* distinct pages, defeat any dedup */
             if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf) {
@@ -232,8 +252,9 @@ int main(int argc, char **argv) {
             perror("fsync");
             return 2;
         }
+        uint64_t in_disk_cpu = IN1(in_disk);
         DTRACE_PROBE1(attrib, disk__end, me);
-        truth_report("disk", a, truth_now());
+        truth_report("disk", a, truth_now(), in_disk_cpu);
         close(fd);
         unlink(path);
     } else if (strcmp(mode, "work") == 0) {
@@ -241,31 +262,39 @@ int main(int argc, char **argv) {
         for (int r = 0; r < 3; r++) {
             struct truth a = truth_now();
             DTRACE_PROBE1(attrib, w1__start, me);
+            IN0(in_w1);
             cpu_work_ms(10);
             sleep_ms(30);
+            uint64_t in_w1_cpu = IN1(in_w1);
             DTRACE_PROBE1(attrib, w1__end, me);
-            truth_report("w1", a, truth_now());
+            truth_report("w1", a, truth_now(), in_w1_cpu);
             a = truth_now();
             DTRACE_PROBE1(attrib, w3__start, me);
+            IN0(in_w3);
             cpu_work_ms(30);
             sleep_ms(30);
+            uint64_t in_w3_cpu = IN1(in_w3);
             DTRACE_PROBE1(attrib, w3__end, me);
-            truth_report("w3", a, truth_now());
+            truth_report("w3", a, truth_now(), in_w3_cpu);
         }
     } else if (strcmp(mode, "nested") == 0) {
         pin(pin_cpu);
         struct truth o = truth_now();
         DTRACE_PROBE1(attrib, outer__start, me);
+        IN0(in_outer);
         cpu_work_ms(20);
         struct truth i = truth_now();
         DTRACE_PROBE1(attrib, inner__start, me);
+        IN0(in_inner);
         sleep_ms(30);
         cpu_work_ms(10);
+        uint64_t in_inner_cpu = IN1(in_inner);
         DTRACE_PROBE1(attrib, inner__end, me);
-        truth_report("inner", i, truth_now());
+        truth_report("inner", i, truth_now(), in_inner_cpu);
         cpu_work_ms(10);
+        uint64_t in_outer_cpu = IN1(in_outer);
         DTRACE_PROBE1(attrib, outer__end, me);
-        truth_report("outer", o, truth_now());
+        truth_report("outer", o, truth_now(), in_outer_cpu);
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
