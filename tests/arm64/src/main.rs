@@ -527,6 +527,7 @@ fn watch_nest() -> Result<String, String> {
     })?;
     let (mut slack_max, mut off_min) = (0u64, u64::MAX);
     let mut starved = 0;
+    let mut misfiled: Vec<String> = Vec::new();
     let (mut cpu_err_min, mut cpu_err_max) = (i64::MAX, i64::MIN);
     for c in &clocks {
         let s = spans
@@ -571,13 +572,15 @@ fn watch_nest() -> Result<String, String> {
         let naps = if c.name == "outer" { 3 } else { 1 };
         if not_running > 4 * naps * SLEEP_US * 1000 + 2_000_000 {
             starved += 1;
-        } else {
-            check(off + 100_000 >= not_running * 4 / 5, || {
-                format!(
-                    "{} {}: off-CPU {off} ns < 4/5 of the {not_running} ns the thread was not running (wall between the probes less its CPU time)",
-                    c.name, c.i
-                )
-            })?;
+        } else if off + 100_000 < not_running * 4 / 5 {
+            // Once per run at most, and said: the same starved-guest case on a smaller scale
+            // (6.12 beside a fresh-clone x86 run and a CPU hog, 2026-11-28: inner 2's thread
+            // not running for 2.2 ms by its clocks, off-CPU 0.17 ms). Two such spans in one
+            // run fail it.
+            misfiled.push(format!(
+                "{} {}: off-CPU {off} ns < 4/5 of the {not_running} ns the thread was not running (wall between the probes less its CPU time)",
+                c.name, c.i
+            ));
         }
         off_min = off_min.min(off);
         // On-CPU against the thread's own CPU clock is a figure, not a check: the split takes
@@ -602,16 +605,21 @@ fn watch_nest() -> Result<String, String> {
     check(s["unmatched"] == 0 && s["unmatched_end"] == 0, || {
         format!("summary {s}")
     })?;
-    check(starved < spans.len(), || {
+    check(misfiled.len() <= 1, || misfiled.join("; "))?;
+    check(starved + misfiled.len() < spans.len(), || {
         "every span ran in a starved guest: the split was not checked".to_string()
     })?;
     Ok(format!(
-        "{} spans inside the program's clocks (max {:.1} us of probe slack), on-CPU minus the thread's CPU time {:.1}..{:.1} us, off-CPU >= 4/5 of the time not running (min {:.2} ms; {starved} spans in a starved guest not held to it)",
+        "{} spans inside the program's clocks (max {:.1} us of probe slack), on-CPU minus the thread's CPU time {:.1}..{:.1} us, off-CPU >= 4/5 of the time not running (min {:.2} ms; {starved} spans in a starved guest not held to it){}",
         spans.len(),
         slack_max as f64 / 1e3,
         cpu_err_min as f64 / 1e3,
         cpu_err_max as f64 / 1e3,
-        off_min as f64 / 1e6
+        off_min as f64 / 1e6,
+        misfiled
+            .first()
+            .map(|m| format!("; one span below it, allowed once: {m}"))
+            .unwrap_or_default()
     ))
 }
 
