@@ -9,9 +9,11 @@ fmt=${2:-}
 # collector, Perfetto's trace processor, cargo-deb...) are scripts/test.sh's.
 eval "$(scripts/setup.sh build)"
 cargo build --release --quiet -p usdt-trace -p demo-httpserver
+# Where cargo put them: its CARGO_TARGET_DIR when set, as for the build above.
+bin=${CARGO_TARGET_DIR:-target}/release
 case "$which_server" in
-    rust) server=target/release/demo-httpserver ;;
-    c) server=target/release/demo-httpserver-c ;;
+    rust) server=$bin/demo-httpserver ;;
+    c) server=$bin/demo-httpserver-c ;;
     *) echo "usage: $0 [rust|c] [--json]" >&2; exit 2 ;;
 esac
 port=${DEMO_PORT:-8081}
@@ -32,7 +34,7 @@ for _ in $(seq 100); do
 done
 
 echo "\$ usdt-trace watch ${fmt:+$fmt }$server" >&2
-target/release/usdt-trace watch $fmt "$server" >"$tmp/watch.out" 2>"$tmp/watch.err" &
+"$bin/usdt-trace" watch $fmt "$server" >"$tmp/watch.out" 2>"$tmp/watch.err" &
 watch_pid=$!
 until grep -q '^Attached' "$tmp/watch.err" 2>/dev/null; do
     if ! kill -0 "$watch_pid" 2>/dev/null; then cat "$tmp/watch.err" >&2; exit 1; fi
