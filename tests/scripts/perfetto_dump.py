@@ -13,6 +13,7 @@ and print what the export tests check, as one JSON object:
   waits [{track, name, ts, end, depth, parent, args}]: the off-CPU slices (category "offcpu"),
     kept apart so that `slices` are the spans (parent: the index in slices of the span slice
     enclosing it; a span never begins inside one of these, which is an error)
+  steals [likewise]: the host's steal slices (category "steal"), kept apart the same way
 
 Usage: perfetto_dump.py TRACE_FILE
 """
@@ -35,7 +36,8 @@ def main(path):
     with open(path, "rb") as f:
         trace.ParseFromString(f.read())
     res = {"packets": len(trace.packet), "seq_ids": [], "event_clock_ids": [], "first": None,
-           "tracks": [], "slices": [], "instants": [], "errors": [], "waits": []}
+           "tracks": [], "slices": [], "instants": [], "errors": [], "waits": [],
+           "steals": []}
     events = []  # (ts, file order, track, TrackEvent)
     for i, p in enumerate(trace.packet):
         res["seq_ids"].append(p.trusted_packet_sequence_id)
@@ -65,19 +67,19 @@ def main(path):
     res["flows"] = []
     pending = {}  # flow id -> the slice it was last seen on
     for ts, _, track, ev in sorted(events, key=lambda e: (e[0], e[1])):
-        if ev.type == TrackEvent.TYPE_SLICE_BEGIN and list(ev.categories) == ["offcpu"]:
+        if ev.type == TrackEvent.TYPE_SLICE_BEGIN and list(ev.categories) in (["offcpu"], ["steal"]):
             st = stacks.get(track, [])
             if st and st[-1].get("wait"):
-                res["errors"].append(f"off-CPU slice {ev.name} inside another at {ts}")
+                res["errors"].append(f"{ev.name} slice inside an off-CPU or steal one at {ts}")
             w = {"track": track, "name": ev.name, "ts": ts, "end": None, "depth": len(st),
                  "parent": st[-1]["index"] if st else None, "args": annotations(ev),
                  "wait": True}
             stacks.setdefault(track, []).append(w)
-            res["waits"].append(w)
+            res["steals" if list(ev.categories) == ["steal"] else "waits"].append(w)
         elif ev.type == TrackEvent.TYPE_SLICE_BEGIN:
             st = stacks.get(track, [])
             if st and st[-1].get("wait"):
-                res["errors"].append(f"slice {ev.name} begins inside an off-CPU slice at {ts}")
+                res["errors"].append(f"slice {ev.name} begins inside an off-CPU or steal slice at {ts}")
             s = {"track": track, "name": ev.name, "categories": list(ev.categories), "ts": ts,
                  "end": None, "depth": len(st), "parent": st[-1]["index"] if st else None,
                  "args": annotations(ev), "index": len(res["slices"])}
@@ -104,7 +106,7 @@ def main(path):
     for track, st in stacks.items():
         for s in st:
             res["errors"].append(f"slice {s['name']} on track {track} never ends")
-    for w in res["waits"]:
+    for w in res["waits"] + res["steals"]:
         del w["wait"]
     json.dump(res, sys.stdout)
 
