@@ -777,6 +777,7 @@ fn wait_slices_match_the_split_and_the_programs_clock(mode: &str, kind: &str, wa
         eprintln!("{disk_waits} disk waits for {reads} reads");
     }
     let mut stolen = 0;
+    let mut unseen_waker = 0;
     for ((s, ndjson), &(lock_ns, sleep_ns, pread_ns, _, call_cpu)) in
         span_rows.iter().zip(&spans).zip(&truth)
     {
@@ -836,6 +837,14 @@ fn wait_slices_match_the_split_and_the_programs_clock(mode: &str, kind: &str, wa
         for w in &waits {
             let label = w[6].as_str().unwrap_or_default();
             if waker == "any" {
+                continue;
+            } else if label.is_empty() && unseen_waker == 0 {
+                // One wakeup a run may go unseen: the kernel does not enter a tracing program
+                // again on a CPU where it runs, so a wakeup from an interrupt that lands while
+                // the waking hook runs there for another task is not seen (a timer wait had
+                // no waker once, with the whole file's tests running at once). Never a wrong
+                // one, and never twice.
+                unseen_waker += 1;
                 continue;
             } else if waker == "task" {
                 // The holder thread: the program's, not the span's own.
