@@ -184,6 +184,29 @@ pub fn symbolize_from_origin(ips: &[u64], o: &Origin) -> Vec<StackFrame> {
         .collect()
 }
 
+/// Frames left unnamed in the probe's own file (the file mapped at `ips[0]`, the probe's
+/// frame), named from the tracer's own copy of it (`origin`). A process that exits between
+/// the read of its mappings and the read of its files through them has mappings but no
+/// files to read: its frames in the probe's file are still known.
+fn name_in_origin(frames: &mut [StackFrame], maps: &[MapEntry], origin: Option<&Origin>) {
+    let (Some(o), Some(ip0)) = (origin, frames.first().map(|f| f.addr)) else {
+        return;
+    };
+    let Some((probe_file, _)) = mapping_of(maps, ip0) else {
+        return;
+    };
+    let (dev, inode) = (probe_file.dev, probe_file.inode);
+    let ips: Vec<u64> = frames.iter().map(|f| f.addr).collect();
+    for (f, alt) in frames.iter_mut().zip(symbolize_from_origin(&ips, o)) {
+        let in_probe_file =
+            mapping_of(maps, f.addr).is_some_and(|(m, _)| (m.dev, m.inode) == (dev, inode));
+        if f.sym.is_none() && alt.sym.is_some() && in_probe_file {
+            f.sym = alt.sym;
+            f.object = alt.object;
+        }
+    }
+}
+
 /// Frames of a walk that always reaches its end (the kernel's).
 fn frames(frames: Vec<StackFrame>) -> SpanStack {
     SpanStack::Frames {
@@ -355,7 +378,9 @@ impl Symbolizer {
             }
         }
         if maps_match(&maps, ips[0], origin) {
-            return frames(symbolize_with(ips, &maps, |m| self.table(pid, m)));
+            let mut fr = symbolize_with(ips, &maps, |m| self.table(pid, m));
+            name_in_origin(&mut fr, &maps, origin);
+            return frames(fr);
         }
         // The process is gone (or exec'd) and its mappings with it.
         match origin {
@@ -415,6 +440,9 @@ impl Symbolizer {
             Some(o) => symbolize_from_origin(&ips, o),
             None => symbolize_with(&ips, &maps, |m| self.table(pid, m)),
         };
+        if gone.is_none() {
+            name_in_origin(&mut fr, &maps, origin.map(|o| o.0));
+        }
         for (f, (_, via)) in fr.iter_mut().zip(&un.frames) {
             f.via = Some(*via);
         }
@@ -538,6 +566,30 @@ mod tests {
                 name: "c".into(),
             },
         ]
+    }
+
+    /// The process exited after its mappings were read: its files cannot be read through
+    /// them, so frames come back unnamed; those in the probe's file are named from the
+    /// tracer's copy, the others (the vdso here) stay unnamed.
+    #[test]
+    fn frames_in_the_probes_file_are_named_from_its_copy_when_the_process_is_gone() {
+        let m = maps();
+        // The probe in `a` (file offset 0x1110), a caller in `c`, then the vdso.
+        let ips = [0x55d000001110, 0x55d000001210, 0x7f0000000010];
+        let mut fr: Vec<StackFrame> = symbolize_with(&ips, &m, |_| None);
+        assert!(fr.iter().all(|f| f.sym.is_none()));
+        let o = Origin {
+            offset: 0x1110,
+            object: "/usr/bin/prog".into(),
+            table: Some(Rc::new(table())),
+        };
+        name_in_origin(&mut fr, &m, Some(&o));
+        let names: Vec<Option<&str>> = fr
+            .iter()
+            .map(|f| f.sym.as_ref().map(|s| s.0.as_str()))
+            .collect();
+        assert_eq!(names, [Some("a"), Some("c"), None]);
+        assert_eq!(fr[1].object.as_deref(), Some("/usr/bin/prog"));
     }
 
     #[test]
