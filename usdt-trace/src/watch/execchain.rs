@@ -92,11 +92,11 @@ pub(super) fn follow(cfg: &WatchConfig) -> Result<Followed, WatchError> {
                 // Said once: a script that forks the program (rather than exec it) would
                 // otherwise keep `watch` silent until it exits.
                 note_at = None;
-                eprintln!(
+                crate::util::terminal::say(&format!(
                     "usdt-trace: -c {shown_cmd}: waiting for it to run a program with {}{}; a program it forks rather than execs is not followed",
                     what_is_asked(cfg),
                     ran(&chain)
-                );
+                ));
             }
         };
         if next == Next::Exited {
@@ -114,12 +114,16 @@ pub(super) fn follow(cfg: &WatchConfig) -> Result<Followed, WatchError> {
 }
 
 /// The command as the user typed it (our `sh -c 'exec CMD'` wrapper taken off).
-/// " (it ran A → B)", or nothing before any program ran.
+/// " (it ran A → B)", or nothing before any program ran. The paths are the command's to
+/// choose: cleaned for the terminal.
 fn ran(chain: &[String]) -> String {
     if chain.is_empty() {
         String::new()
     } else {
-        format!(" (it ran {})", chain.join(" → "))
+        format!(
+            " (it ran {})",
+            crate::util::terminal::clean(&chain.join(" → "))
+        )
     }
 }
 
